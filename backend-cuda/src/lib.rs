@@ -1,0 +1,1 @@
+//! oxccl backend for NVIDIA GPUs (filled by the CUDA backend issue).

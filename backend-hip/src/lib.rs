@@ -1,0 +1,1 @@
+//! oxccl backend for AMD GPUs (filled by the HIP backend issue).

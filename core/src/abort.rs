@@ -1,0 +1,101 @@
+//! The abort flag and error state shared by everything a communicator owns.
+//!
+//! Every blocking wait in the runtime polls an [`AbortFlag`], so `abort` is local, idempotent and
+//! returns promptly even while an operation waits on a dead peer.
+
+use crate::error::Error;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often blocking waits look at the abort flag.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// A cloneable flag that aborts every wait of one communicator, plus its first asynchronous error.
+#[derive(Clone, Default, Debug)]
+pub struct AbortFlag {
+    inner: Arc<AbortInner>,
+}
+
+#[derive(Default, Debug)]
+struct AbortInner {
+    aborted: AtomicBool,
+    error: Mutex<Option<Error>>,
+}
+
+impl AbortFlag {
+    /// A fresh flag, not aborted, with no error recorded.
+    pub fn new() -> AbortFlag {
+        AbortFlag::default()
+    }
+
+    /// Marks the owner aborted; every wait watching this flag returns [`Error::Aborted`].
+    pub fn abort(&self) {
+        self.inner.aborted.store(true, Ordering::Release);
+    }
+
+    /// True once [`AbortFlag::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.inner.aborted.load(Ordering::Acquire)
+    }
+
+    /// `Err(Aborted)` once aborted, so waits can `?` it in their loop.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.is_aborted() {
+            Err(Error::Aborted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records the first asynchronous error (later ones are dropped, as NCCL keeps the first).
+    pub fn record(&self, err: Error) {
+        let mut slot = self.inner.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            tracing::warn!(target: "oxccl::init", "asynchronous error: {err}");
+            *slot = Some(err);
+        }
+    }
+
+    /// The first asynchronous error recorded, if any.
+    pub fn error(&self) -> Option<Error> {
+        self.inner
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A deadline for a blocking wait; `None` waits forever (but still watches the abort flag).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline(Option<Instant>);
+
+impl Deadline {
+    /// A deadline `timeout` from now; a zero timeout means no deadline.
+    pub fn after(timeout: Duration) -> Deadline {
+        if timeout.is_zero() {
+            Deadline(None)
+        } else {
+            Deadline(Some(Instant::now() + timeout))
+        }
+    }
+
+    /// No deadline.
+    pub fn never() -> Deadline {
+        Deadline(None)
+    }
+
+    /// True once the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Time left, capped at `cap` so waits wake up to poll the abort flag.
+    pub fn slice(&self, cap: Duration) -> Duration {
+        match self.0 {
+            None => cap,
+            Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The device abstraction: everything `core` needs from CUDA, HIP or the host.
+//!
+//! Modelled on wgpu-hal: associated types, static dispatch, `unsafe fn`s whose contracts are
+//! listed under `# Safety`. `core` validates arguments; backends trust them.
+
+use crate::abort::AbortFlag;
+use crate::bootstrap::Bootstrap;
+use crate::error::Result;
+use crate::plan::WorkDesc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A device (or host-backend) address.
+pub type DevicePtr = u64;
+
+/// What a pointer query found out about an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointerInfo {
+    /// The address is device memory (false: pageable or pinned host memory).
+    pub on_device: bool,
+    /// Device ordinal owning the memory (-1 for host memory).
+    pub device: i32,
+    /// Start of the allocation that contains the address.
+    pub base: DevicePtr,
+    /// Size of that allocation in bytes.
+    pub size: usize,
+}
+
+/// An exported memory handle another process can import (bytes are backend specific).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareableHandle(pub Vec<u8>);
+
+/// What a backend's transport needs to connect one rank to its peers at communicator init.
+pub struct ConnectContext<'a> {
+    /// The communicator's bootstrap network (for exchanging addresses and handles).
+    pub bootstrap: &'a Bootstrap,
+    /// The communicator's abort flag; connection waits watch it.
+    pub abort: &'a AbortFlag,
+    /// Device this rank runs on.
+    pub device: i32,
+    /// Deadline for connection set-up.
+    pub timeout: Duration,
+}
+
+/// One operation bound to its buffers, ready to run on a stream.
+pub struct Launch<B: Backend> {
+    /// The plan.
+    pub work: Arc<WorkDesc>,
+    /// Buffer table indexed by `BufId` (slot `BufId::SCRATCH` is filled by the executor).
+    pub buffers: Vec<DevicePtr>,
+    /// Connections to the peers.
+    pub transport: Arc<B::Transport>,
+    /// The communicator's abort flag and async-error slot.
+    pub abort: AbortFlag,
+}
+
+/// A device runtime: memory, streams, events, copies, and launching plan executors.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// A queue of work executed in order (`CUstream`, `hipStream_t`, a host worker).
+    type Stream: Clone + Send + Sync + 'static;
+    /// A marker recorded on a stream.
+    type Event: Send + Sync + 'static;
+    /// Per-communicator connections to the peers.
+    type Transport: Send + Sync + 'static;
+
+    /// Short name for logs (`"cuda"`, `"hip"`, `"host"`).
+    fn name(&self) -> &'static str;
+    /// Number of devices this process can use.
+    fn device_count(&self) -> Result<usize>;
+    /// The calling thread's current device.
+    fn current_device(&self) -> Result<i32>;
+    /// Makes `device` current for the calling thread.
+    fn set_device(&self, device: i32) -> Result<()>;
+
+    /// Allocation granularity of VMM memory on `device`, in bytes.
+    fn granularity(&self, device: i32) -> Result<usize>;
+    /// Reserves, creates, maps and enables access to `size` bytes of shareable device memory.
+    fn mem_alloc(&self, device: i32, size: usize) -> Result<DevicePtr>;
+    /// Frees memory from [`Backend::mem_alloc`].
+    ///
+    /// # Safety
+    /// `ptr` came from `mem_alloc` of this backend, is not used afterwards and no queued work uses it.
+    unsafe fn mem_free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Exports the allocation containing `ptr` for another process.
+    ///
+    /// # Safety
+    /// `ptr` came from `mem_alloc` and stays allocated while the handle is in use.
+    unsafe fn export_handle(&self, ptr: DevicePtr) -> Result<ShareableHandle>;
+    /// Maps memory exported by a peer; returns its address here.
+    ///
+    /// # Safety
+    /// `handle` came from `export_handle` of a live peer allocation of at least `size` bytes.
+    unsafe fn import_handle(&self, handle: &ShareableHandle, size: usize) -> Result<DevicePtr>;
+
+    /// The stream for a raw handle from a C caller (`cudaStream_t`; 0 is the default stream).
+    ///
+    /// # Safety
+    /// `raw` is 0 or a live stream of this backend's runtime.
+    unsafe fn stream_from_raw(&self, raw: usize) -> Result<Self::Stream>;
+    /// Blocks until everything queued on `stream` has run; reports the first failure.
+    fn stream_synchronize(&self, stream: &Self::Stream) -> Result<()>;
+    /// True while `stream` is being captured into a graph.
+    fn is_capturing(&self, stream: &Self::Stream) -> Result<bool>;
+    /// A new event.
+    fn event_create(&self) -> Result<Self::Event>;
+    /// Records `event` at the current tail of `stream`.
+    fn event_record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
+    /// Makes `stream` wait for `event` without blocking the host.
+    fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
+
+    /// Queues a copy of `bytes` bytes on `stream`.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `bytes` bytes until the copy has run.
+    unsafe fn memcpy_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &Self::Stream,
+    ) -> Result<()>;
+    /// What the runtime knows about `ptr`.
+    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo>;
+
+    /// Connects this rank to its peers for one communicator.
+    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<Self::Transport>;
+    /// Queues one operation on `stream`; failures during execution go to `launch.abort`.
+    ///
+    /// # Safety
+    /// Every buffer in `launch.buffers` is valid for the regions the plan touches until the
+    /// operation has run.
+    unsafe fn launch(&self, stream: &Self::Stream, launch: Launch<Self>) -> Result<()>;
+}

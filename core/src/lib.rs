@@ -1,0 +1,20 @@
+//! oxccl-core: everything of the collective runtime that is not vendor specific.
+//!
+//! Design choices:
+//! - `core` is generic over [`backend::Backend`]; the hot path has no virtual calls.
+//! - Operations become plans ([`plan::WorkDesc`]): per-channel lists of one generic primitive that
+//!   the host backend runs on threads and the GPU kernels run on the device.
+//! - Every blocking wait watches an [`abort::AbortFlag`], so abort always returns.
+//! - The host backend ([`host::HostBackend`]) runs everything on CPU, for GPU-less machines and
+//!   for simulating rank counts no machine here has.
+
+pub mod abort;
+pub mod backend;
+pub mod bootstrap;
+pub mod datatype;
+pub mod error;
+pub mod plan;
+pub mod reduce;
+pub mod transport;
+
+pub use error::{Error, ErrorKind, Result};

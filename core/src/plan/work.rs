@@ -1,0 +1,205 @@
+//! The work description: what every executor (host threads, CUDA and HIP kernels) runs.
+//!
+//! A plan is a list of channels; a channel is an ordered list of [`Step`]s that runs concurrently
+//! with the other channels. Every step is one generic primitive, NCCL's
+//! recv-reduce-copy-send: `v = recv(peer) ⊕ pre(src)`, then `v = post(v)`, then `dst = v` and/or
+//! `send(peer, v)`, where any of the four parts may be absent.
+
+use crate::datatype::{DataType, Reduction};
+
+/// Which of the operation's buffers a [`Region`] points into: an index into the launch's buffer
+/// table. Collectives use the first three; grouped send/recv adds one buffer per operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BufId(pub u16);
+
+impl BufId {
+    /// The user's send buffer.
+    pub const INPUT: BufId = BufId(0);
+    /// The user's receive buffer.
+    pub const OUTPUT: BufId = BufId(1);
+    /// Executor-owned scratch of `WorkDesc::scratch_elems` elements.
+    pub const SCRATCH: BufId = BufId(2);
+    /// The first user buffer of a grouped send/recv (operation `i` uses `BufId(FIRST_P2P.0 + i)`).
+    pub const FIRST_P2P: BufId = BufId(3);
+}
+
+/// A place in one of the operation's buffers, in elements of the operation's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Region {
+    /// The buffer.
+    pub buf: BufId,
+    /// Offset from the buffer's start, in elements.
+    pub offset: u64,
+}
+
+impl Region {
+    /// A region of the input buffer.
+    pub const fn input(offset: u64) -> Region {
+        Region {
+            buf: BufId::INPUT,
+            offset,
+        }
+    }
+    /// A region of the output buffer.
+    pub const fn output(offset: u64) -> Region {
+        Region {
+            buf: BufId::OUTPUT,
+            offset,
+        }
+    }
+    /// A region of the scratch buffer.
+    pub const fn scratch(offset: u64) -> Region {
+        Region {
+            buf: BufId::SCRATCH,
+            offset,
+        }
+    }
+}
+
+/// One primitive of a channel: receive, reduce with a local source, post-process, store, send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// Number of elements this step moves.
+    pub count: u64,
+    /// Message tag shared by the sending and the receiving step (FIFO per peer and tag).
+    pub tag: u64,
+    /// Receive `count` elements from this peer.
+    pub recv: Option<u32>,
+    /// Local operand: combined with the received data, or the value itself when nothing is received.
+    pub src: Option<Region>,
+    /// `src` is this rank's original contribution: apply the reduction's pre-scale to it.
+    pub pre_op: bool,
+    /// The value is final: apply the reduction's post-division before storing or sending.
+    pub post_op: bool,
+    /// Store the value here.
+    pub dst: Option<Region>,
+    /// Send the value to this peer.
+    pub send: Option<u32>,
+}
+
+impl Step {
+    /// An empty step moving `count` elements under `tag`; fill the parts with the builders below.
+    pub const fn new(count: u64, tag: u64) -> Step {
+        Step {
+            count,
+            tag,
+            recv: None,
+            src: None,
+            pre_op: false,
+            post_op: false,
+            dst: None,
+            send: None,
+        }
+    }
+    /// Receive from `peer`.
+    pub const fn recv(mut self, peer: u32) -> Step {
+        self.recv = Some(peer);
+        self
+    }
+    /// Read a local operand from `r`.
+    pub const fn src(mut self, r: Region) -> Step {
+        self.src = Some(r);
+        self
+    }
+    /// Read this rank's own contribution from `r` (pre-scale applies).
+    pub const fn own(mut self, r: Region) -> Step {
+        self.src = Some(r);
+        self.pre_op = true;
+        self
+    }
+    /// Mark the value final (post-division applies).
+    pub const fn last(mut self) -> Step {
+        self.post_op = true;
+        self
+    }
+    /// Store to `r`.
+    pub const fn dst(mut self, r: Region) -> Step {
+        self.dst = Some(r);
+        self
+    }
+    /// Send to `peer`.
+    pub const fn send(mut self, peer: u32) -> Step {
+        self.send = Some(peer);
+        self
+    }
+}
+
+/// The ordered steps of one channel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChannelWork {
+    /// Steps in execution order.
+    pub steps: Vec<Step>,
+}
+
+/// The operation a work description implements (for logs, tuning and executors' fast paths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollKind {
+    /// `ncclAllReduce`.
+    AllReduce,
+    /// `ncclBroadcast`.
+    Broadcast,
+    /// `ncclReduce`.
+    Reduce,
+    /// `ncclAllGather`.
+    AllGather,
+    /// `ncclReduceScatter`.
+    ReduceScatter,
+    /// `ncclAlltoAll`.
+    AllToAll,
+    /// `ncclAlltoAllv`.
+    AllToAllv,
+    /// `ncclGather`.
+    Gather,
+    /// `ncclScatter`.
+    Scatter,
+    /// Grouped `ncclSend`/`ncclRecv`.
+    SendRecv,
+}
+
+/// How data flows between ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Pipelined ring.
+    Ring,
+    /// Pipelined binary tree (reduce up, broadcast down).
+    Tree,
+    /// Every rank exchanges with every other rank directly (one-shot; small messages, all-to-all).
+    Direct,
+}
+
+/// How data is packed on the wire between ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// Bulk copies with separate flags; for large messages.
+    Simple,
+    /// Low-latency packets: data and flag in one 8-byte store.
+    Ll,
+    /// Low-latency packets of 128 bytes, one flag per 128-byte line.
+    Ll128,
+}
+
+/// Everything an executor needs to run one operation on one rank (buffers are bound at launch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkDesc {
+    /// The operation.
+    pub kind: CollKind,
+    /// The algorithm the plan uses.
+    pub algo: Algorithm,
+    /// The protocol the plan was chunked for.
+    pub proto: Protocol,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction applied where steps combine data.
+    pub reduction: Reduction,
+    /// Elements of scratch the executor must provide.
+    pub scratch_elems: u64,
+    /// Channels, run concurrently.
+    pub channels: Vec<ChannelWork>,
+}
+
+impl WorkDesc {
+    /// Total number of steps over all channels.
+    pub fn step_count(&self) -> usize {
+        self.channels.iter().map(|c| c.steps.len()).sum()
+    }
+}

@@ -1,0 +1,3 @@
+//! Transports that move bytes between ranks.
+
+pub mod socket;

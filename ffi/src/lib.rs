@@ -1,0 +1,1 @@
+//! oxccl C ABI (filled by the C ABI issue).
