@@ -122,6 +122,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// What the runtime knows about `ptr`.
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo>;
 
+    /// True when API calls complete their operations before returning (the host backend, whose
+    /// "streams" a C caller cannot synchronise).
+    fn synchronous_api(&self) -> bool {
+        false
+    }
+
     /// Connects this rank to its peers for one communicator.
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<Self::Transport>;
     /// Queues one operation on `stream`; failures during execution go to `launch.abort`.

@@ -18,3 +18,10 @@ pub mod reduce;
 pub mod transport;
 
 pub use error::{Error, ErrorKind, Result};
+pub mod comm;
+pub mod config;
+pub mod host;
+pub mod logging;
+
+pub use comm::{CollArgs, Communicator};
+pub use host::HostBackend;

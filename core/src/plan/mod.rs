@@ -5,9 +5,7 @@
 
 pub mod work;
 
-pub use work::{
-    Algorithm, BufId, ChannelWork, CollKind, Protocol, Region, Step, WorkDesc,
-};
+pub use work::{Algorithm, BufId, ChannelWork, CollKind, Protocol, Region, Step, WorkDesc};
 
 use crate::datatype::{DataType, Reduction};
 
@@ -77,4 +75,31 @@ pub struct P2pOp {
     /// How many operations of the same direction this rank already issued towards `peer`: the
     /// n-th send from A to B matches the n-th receive on B from A.
     pub peer_seq: u64,
+}
+
+pub mod tuner;
+
+/// STUB until the plans land.
+pub fn build_coll(_req: &CollRequest) -> crate::Result<WorkDesc> {
+    Err(crate::Error::Internal("plans not implemented".into()))
+}
+
+/// STUB until the plans land.
+pub fn build_p2p(
+    _rank: u32,
+    _nranks: u32,
+    _ops: &[P2pOp],
+    dtype: DataType,
+    _nchannels: u32,
+    _chunk_elems: u64,
+) -> WorkDesc {
+    WorkDesc {
+        kind: CollKind::SendRecv,
+        algo: Algorithm::Direct,
+        proto: Protocol::Simple,
+        dtype,
+        reduction: Reduction::none(),
+        scratch_elems: 0,
+        channels: Vec::new(),
+    }
 }
