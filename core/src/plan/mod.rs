@@ -257,6 +257,12 @@ pub(crate) fn split(total: u64, parts: u64, i: u64, grain: u64) -> (u64, u64) {
     (start, end - start)
 }
 
+/// Elements per chunk: a multiple of `grain`, and small enough that `chunk * nranks` cannot
+/// overflow (no buffer is anywhere near 2^40 elements).
+pub(crate) fn clamp_chunk(chunk_elems: u64, grain: u64) -> u64 {
+    (chunk_elems.min(1 << 40) / grain * grain).max(grain)
+}
+
 /// Consecutive (offset, length) chunks of at most `chunk` elements covering `len` elements.
 pub(crate) fn chunks(len: u64, chunk: u64) -> impl Iterator<Item = (u64, u64)> {
     (0..len.div_ceil(chunk)).map(move |j| {
@@ -286,7 +292,7 @@ impl<'a> Ctx<'a> {
             n: req.nranks,
             r: req.rank,
             grain,
-            chunk: (req.chunk_elems / grain * grain).max(grain),
+            chunk: clamp_chunk(req.chunk_elems, grain),
         }
     }
     /// Channels as a loop bound.
@@ -323,6 +329,7 @@ pub(crate) struct Builder {
 }
 
 impl Builder {
+    /// An empty plan of `nchannels` channels.
     pub fn new(nchannels: u32) -> Builder {
         Builder {
             channels: vec![ChannelWork::default(); nchannels as usize],

@@ -11,7 +11,7 @@
 use super::tags::{MAX_CHANNELS, p2p_chunk_tag};
 use super::{
     Algorithm, BufId, ChannelWork, CollKind, P2pDir, P2pOp, Protocol, Region, Step, WorkDesc,
-    chunks, grain,
+    chunks, clamp_chunk, grain,
 };
 use crate::datatype::{DataType, Reduction};
 
@@ -31,8 +31,7 @@ pub fn build_p2p(
     chunk_elems: u64,
 ) -> WorkDesc {
     let nch = nchannels.clamp(1, MAX_CHANNELS);
-    let g = grain(dtype);
-    let chunk = (chunk_elems / g * g).max(g);
+    let chunk = clamp_chunk(chunk_elems, grain(dtype));
     let mut sends: Vec<Vec<Step>> = vec![Vec::new(); nch as usize];
     let mut recvs: Vec<Vec<Step>> = vec![Vec::new(); nch as usize];
     for (i, op) in ops.iter().enumerate() {

@@ -147,10 +147,10 @@ fn check_static(rank: usize, nranks: usize, d: &WorkDesc, mem: &RankMem) -> Resu
         writes.push(merged(w));
         touches.push(merged(t));
     }
-    for a in 0..d.channels.len() {
-        for b in 0..d.channels.len() {
+    for (a, w) in writes.iter().enumerate() {
+        for (b, t) in touches.iter().enumerate() {
             if a != b
-                && let Some(x) = intersects(&writes[a], &touches[b])
+                && let Some(x) = intersects(w, t)
             {
                 return Err(format!(
                     "rank {rank}: channel {a} writes arena byte {x} that channel {b} also uses"

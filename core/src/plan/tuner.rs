@@ -202,7 +202,7 @@ fn parse_list(var: &str, list: &str, all: u8, lookup: fn(&str) -> Name) -> u8 {
         match lookup(&name) {
             Name::Known(bit) => mask |= bit,
             Name::NotImplemented => {
-                tracing::debug!("{var}: {} is not implemented by oxccl; ignored", raw.trim());
+                tracing::info!("{var}: {} is not implemented by oxccl; ignored", raw.trim());
             }
             Name::Unknown => tracing::warn!("{var}: unknown name {:?} ignored", raw.trim()),
         }

@@ -215,7 +215,7 @@ fn place(c: &Case, r: u32) -> (u64, u64, u64) {
             _ => {}
         }
     }
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         (GAP, 2 * GAP + il, 3 * GAP + il + ol)
     } else {
         (2 * GAP + ol, GAP, 3 * GAP + il + ol)
@@ -825,7 +825,15 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
     let mut wants = Vec::new();
     for r in 0..n {
         let list: Vec<P2pOp> = ops[r as usize].iter().map(|x| x.0).collect();
-        descs.push(build_p2p(r, n, &list, dtype, nch, chunk));
+        let d = build_p2p(r, n, &list, dtype, nch, chunk);
+        for ch in &d.channels {
+            let first_recv = ch.steps.iter().position(|s| s.recv.is_some());
+            let last_send = ch.steps.iter().rposition(|s| s.send.is_some());
+            if let (Some(fr), Some(ls)) = (first_recv, last_send) {
+                assert!(ls < fr, "rank {r}: a send after a receive in {ch:?}");
+            }
+        }
+        descs.push(d);
         let total: u64 = list.iter().map(|o| o.count + GAP).sum::<u64>() + GAP;
         let mut arena = vec![0u8; total as usize * es];
         for i in 0..total {
@@ -1027,4 +1035,20 @@ fn simulator_detects_broken_plans() {
         mixed |= get(&mems[1].arena, 8, 16) != 0;
     }
     assert!(mixed, "the scheduler never reordered two channels");
+}
+
+#[test]
+fn huge_chunks_do_not_overflow() {
+    for (kind, algo) in REDUCING {
+        let c = Case {
+            n: 16,
+            count: 100,
+            chunk: u64::MAX,
+            nch: 2,
+            ..Case::new(kind, algo)
+        };
+        run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    }
+    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX);
+    assert_eq!((d.channels.len(), d.step_count()), (1, 0));
 }
