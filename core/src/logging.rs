@@ -3,7 +3,14 @@
 //! The subscriber is installed lazily, once, and only when `NCCL_DEBUG` is set, so an embedding
 //! application's own logging is untouched otherwise.
 
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
+
+static API_BANNER: OnceLock<&'static str> = OnceLock::new();
+
+/// Sets the API level named in the start-up banner (the RCCL build names its own); first call wins.
+pub fn set_api_banner(banner: &'static str) {
+    let _ = API_BANNER.set(banner);
+}
 
 /// NCCL's subsystem names and the `tracing` targets that carry them.
 const SUBSYSTEMS: &[(&str, &str)] = &[
@@ -81,12 +88,11 @@ pub fn init_from_env() {
             .and_then(|p| std::fs::File::create(expand_file_name(&p)).ok());
         // A second subscriber (the embedding application's) wins; ours then stays silent.
         let _ = match file {
-            Some(f) => builder
-                .with_writer(std::sync::Mutex::new(f))
-                .try_init(),
+            Some(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
             None => builder.with_writer(std::io::stderr).try_init(),
         };
-        tracing::warn!(target: "oxccl::init", "oxccl {} (NCCL API level 2.28.9)", env!("CARGO_PKG_VERSION"));
+        let api = API_BANNER.get().copied().unwrap_or("NCCL API level 2.28.9");
+        tracing::warn!(target: "oxccl::init", "oxccl {} ({api})", env!("CARGO_PKG_VERSION"));
     });
 }
 

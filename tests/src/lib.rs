@@ -128,13 +128,19 @@ fn wrap(dtype: DataType, v: i128) -> f64 {
     let bits = dtype.size() as u32 * 8;
     let m = v.rem_euclid(1i128 << bits);
     let signed = !is_unsigned(dtype);
-    let w = if signed && m >= 1i128 << (bits - 1) { m - (1i128 << bits) } else { m };
+    let w = if signed && m >= 1i128 << (bits - 1) {
+        m - (1i128 << bits)
+    } else {
+        m
+    };
     w as f64
 }
 
 /// The reduction of every rank's element `i`, computed independently of oxccl's arithmetic.
 pub fn reduce_ref(dtype: DataType, op: TestOp, nranks: usize, i: usize) -> f64 {
-    let vals: Vec<f64> = (0..nranks).map(|r| input_value(dtype, Some(op), r, i)).collect();
+    let vals: Vec<f64> = (0..nranks)
+        .map(|r| input_value(dtype, Some(op), r, i))
+        .collect();
     if dtype.is_float() {
         return match op {
             TestOp::Sum => vals.iter().sum(),
@@ -184,7 +190,11 @@ pub struct Case {
 
 /// Per-peer counts of the AlltoAllv cases: rank `from` sends `c(from, to)` elements to `to`.
 pub fn alltoallv_count(base: usize, from: usize, to: usize) -> usize {
-    if base == 0 { 0 } else { base + (from * 3 + to * 5) % 4 }
+    if base == 0 {
+        0
+    } else {
+        base + (from * 3 + to * 5) % 4
+    }
 }
 
 /// The AlltoAllv layout of `rank` for a per-pair base count (displacements are packed with a gap).
@@ -218,9 +228,16 @@ impl Case {
             CollKind::AllToAllv => {
                 let l = alltoallv_layout(c, n, rank);
                 let end = |cs: &[u64], ds: &[u64]| {
-                    cs.iter().zip(ds).map(|(c, d)| (c + d) as usize).max().unwrap_or(0)
+                    cs.iter()
+                        .zip(ds)
+                        .map(|(c, d)| (c + d) as usize)
+                        .max()
+                        .unwrap_or(0)
                 };
-                (end(&l.send_counts, &l.send_displs), end(&l.recv_counts, &l.recv_displs))
+                (
+                    end(&l.send_counts, &l.send_displs),
+                    end(&l.recv_counts, &l.recv_displs),
+                )
             }
             CollKind::SendRecv => (c, c),
         }
@@ -282,7 +299,9 @@ impl Case {
                     (0..c).for_each(|i| put(&mut out, r * c + i, data(r, i)));
                 }
             }
-            CollKind::Scatter => (0..c).for_each(|i| put(&mut out, i, data(self.root, rank * c + i))),
+            CollKind::Scatter => {
+                (0..c).for_each(|i| put(&mut out, i, data(self.root, rank * c + i)))
+            }
             CollKind::AllToAllv => {
                 let mine = alltoallv_layout(c, nranks, rank);
                 for p in 0..nranks {

@@ -12,9 +12,27 @@ pub struct RawUniqueId(pub [u8; 128]);
 pub type RawComm = *mut c_void;
 
 type InitRank = unsafe extern "C" fn(*mut RawComm, c_int, RawUniqueId, c_int) -> c_int;
-type Coll7 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
-type Coll6 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int;
-type Coll8 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type Coll7 = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    RawComm,
+    *mut c_void,
+) -> c_int;
+type Coll6 =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int;
+type Coll8 = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    c_int,
+    RawComm,
+    *mut c_void,
+) -> c_int;
 type P2p = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
 
 /// The entry points the benchmark calls, resolved once.
@@ -70,7 +88,9 @@ macro_rules! sym {
 macro_rules! opt_sym {
     ($lib:expr, $name:literal) => {{
         // SAFETY: as in `sym!`.
-        unsafe { $lib.get(concat!($name, "\0").as_bytes()) }.ok().map(|s| *s)
+        unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
+            .ok()
+            .map(|s| *s)
     }};
 }
 

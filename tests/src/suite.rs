@@ -8,7 +8,11 @@ use oxccl_core::plan::CollKind;
 use oxccl_core::{Communicator, HostBackend};
 
 /// Operations that reduce.
-pub const REDUCING: [CollKind; 3] = [CollKind::AllReduce, CollKind::Reduce, CollKind::ReduceScatter];
+pub const REDUCING: [CollKind; 3] = [
+    CollKind::AllReduce,
+    CollKind::Reduce,
+    CollKind::ReduceScatter,
+];
 
 /// Operations that only move data.
 pub const MOVING: [CollKind; 6] = [
@@ -24,14 +28,25 @@ pub const MOVING: [CollKind; 6] = [
 /// place, roots 0 and last.
 pub fn full_matrix(nranks: usize, counts: &[usize], types: &[DataType]) -> Vec<Case> {
     let mut v = Vec::new();
-    let roots: Vec<usize> = if nranks > 1 { vec![0, nranks - 1] } else { vec![0] };
+    let roots: Vec<usize> = if nranks > 1 {
+        vec![0, nranks - 1]
+    } else {
+        vec![0]
+    };
     for &count in counts {
         for &dtype in types {
             for in_place in [false, true] {
                 for kind in REDUCING {
                     for op in TestOp::ALL {
                         let root = roots[(count + op as usize) % roots.len()];
-                        v.push(Case { kind, dtype, op: Some(op), count, root, in_place });
+                        v.push(Case {
+                            kind,
+                            dtype,
+                            op: Some(op),
+                            count,
+                            root,
+                            in_place,
+                        });
                     }
                 }
                 for kind in MOVING {
@@ -39,10 +54,22 @@ pub fn full_matrix(nranks: usize, counts: &[usize], types: &[DataType]) -> Vec<C
                         continue;
                     }
                     for &root in &roots {
-                        if root != 0 && !matches!(kind, CollKind::Broadcast | CollKind::Gather | CollKind::Scatter) {
+                        if root != 0
+                            && !matches!(
+                                kind,
+                                CollKind::Broadcast | CollKind::Gather | CollKind::Scatter
+                            )
+                        {
                             continue;
                         }
-                        v.push(Case { kind, dtype, op: None, count, root, in_place });
+                        v.push(Case {
+                            kind,
+                            dtype,
+                            op: None,
+                            count,
+                            root,
+                            in_place,
+                        });
                     }
                 }
             }
@@ -136,7 +163,10 @@ pub fn run_cases(
     for case in cases {
         match run_case(comm, stream, case) {
             Ok(0) => {}
-            Ok(w) => failed.push(format!("rank {}: {case:?}: {w} wrong elements", comm.rank())),
+            Ok(w) => failed.push(format!(
+                "rank {}: {case:?}: {w} wrong elements",
+                comm.rank()
+            )),
             Err(e) => failed.push(format!("rank {}: {case:?}: error {e}", comm.rank())),
         }
     }

@@ -6,7 +6,7 @@ use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::DataType;
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Communicator, HostBackend};
-use oxccl_tests::suite::{REDUCING, MOVING, full_matrix, run_cases};
+use oxccl_tests::suite::{MOVING, REDUCING, full_matrix, run_cases};
 use oxccl_tests::{Case, TestOp};
 use std::sync::Arc;
 
@@ -20,8 +20,15 @@ fn run_threads(nranks: usize, cases: impl Fn(usize) -> Vec<Case> + Sync) {
                 let backend = backend.clone();
                 let cases = &cases;
                 s.spawn(move || {
-                    let comm = Communicator::init_rank(backend.clone(), nranks, id, rank, 0, CommConfig::default())
-                        .expect("init");
+                    let comm = Communicator::init_rank(
+                        backend.clone(),
+                        nranks,
+                        id,
+                        rank,
+                        0,
+                        CommConfig::default(),
+                    )
+                    .expect("init");
                     let stream = backend.stream_create().expect("stream");
                     let failed = run_cases(&comm, &stream, &cases(rank));
                     comm.destroy().expect("destroy");
@@ -29,9 +36,17 @@ fn run_threads(nranks: usize, cases: impl Fn(usize) -> Vec<Case> + Sync) {
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("rank thread")).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("rank thread"))
+            .collect()
     });
-    assert!(failed.is_empty(), "{} failures:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} failures:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 
 /// The large-count cases: every operation once in float32, every operator of AllReduce.
@@ -39,18 +54,39 @@ fn large_cases(nranks: usize, count: usize) -> Vec<Case> {
     let mut v = Vec::new();
     for in_place in [false, true] {
         for kind in REDUCING {
-            v.push(Case { kind, dtype: DataType::Float32, op: Some(TestOp::Sum), count, root: nranks - 1, in_place });
+            v.push(Case {
+                kind,
+                dtype: DataType::Float32,
+                op: Some(TestOp::Sum),
+                count,
+                root: nranks - 1,
+                in_place,
+            });
         }
         for kind in MOVING {
             if in_place && matches!(kind, CollKind::AllToAll | CollKind::AllToAllv) {
                 continue;
             }
-            v.push(Case { kind, dtype: DataType::Float32, op: None, count, root: nranks / 2, in_place });
+            v.push(Case {
+                kind,
+                dtype: DataType::Float32,
+                op: None,
+                count,
+                root: nranks / 2,
+                in_place,
+            });
         }
     }
     for op in TestOp::ALL {
         for dtype in [DataType::Bfloat16, DataType::Int64, DataType::Float8E4M3] {
-            v.push(Case { kind: CollKind::AllReduce, dtype, op: Some(op), count, root: 0, in_place: false });
+            v.push(Case {
+                kind: CollKind::AllReduce,
+                dtype,
+                op: Some(op),
+                count,
+                root: 0,
+                in_place: false,
+            });
         }
     }
     v
@@ -90,7 +126,10 @@ fn count_1000003_on_8_and_16_ranks() {
         run_threads(n, |_| {
             large_cases(n, 1_000_003)
                 .into_iter()
-                .filter(|c| c.kind == CollKind::AllReduce && c.dtype == DataType::Float32 || c.op.is_none() && !c.in_place)
+                .filter(|c| {
+                    c.kind == CollKind::AllReduce && c.dtype == DataType::Float32
+                        || c.op.is_none() && !c.in_place
+                })
                 .collect()
         });
     }

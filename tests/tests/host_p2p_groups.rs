@@ -24,7 +24,9 @@ fn with_ranks(n: usize, body: impl Fn(usize, &Communicator<HostBackend>, &HostSt
         for rank in 0..n {
             let (backend, body) = (backend.clone(), &body);
             s.spawn(move || {
-                let comm = Communicator::init_rank(backend.clone(), n, id, rank, 0, CommConfig::default()).unwrap();
+                let comm =
+                    Communicator::init_rank(backend.clone(), n, id, rank, 0, CommConfig::default())
+                        .unwrap();
                 let stream = backend.stream_create().unwrap();
                 body(rank, &comm, &stream);
                 comm.destroy().unwrap();
@@ -35,12 +37,32 @@ fn with_ranks(n: usize, body: impl Fn(usize, &Communicator<HostBackend>, &HostSt
 
 fn send(comm: &Communicator<HostBackend>, s: &HostStream, buf: &[i64], peer: usize) {
     // SAFETY: `buf` outlives the call (synchronous on the host backend, or until group end).
-    unsafe { comm.p2p(P2pDir::Send, buf.as_ptr() as u64, buf.len() as u64, DataType::Int64, peer as u32, s) }.unwrap();
+    unsafe {
+        comm.p2p(
+            P2pDir::Send,
+            buf.as_ptr() as u64,
+            buf.len() as u64,
+            DataType::Int64,
+            peer as u32,
+            s,
+        )
+    }
+    .unwrap();
 }
 
 fn recv(comm: &Communicator<HostBackend>, s: &HostStream, buf: &mut [i64], peer: usize) {
     // SAFETY: as in `send`.
-    unsafe { comm.p2p(P2pDir::Recv, buf.as_mut_ptr() as u64, buf.len() as u64, DataType::Int64, peer as u32, s) }.unwrap();
+    unsafe {
+        comm.p2p(
+            P2pDir::Recv,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+            DataType::Int64,
+            peer as u32,
+            s,
+        )
+    }
+    .unwrap();
 }
 
 #[test]
@@ -56,7 +78,12 @@ fn ring_exchange_in_a_group() {
                 send(comm, s, &out, next);
                 recv(comm, s, &mut inb, prev);
                 group_end().unwrap();
-                assert!(inb.iter().enumerate().all(|(i, &v)| v == value(prev, rank, i)), "n={n} count={count}");
+                assert!(
+                    inb.iter()
+                        .enumerate()
+                        .all(|(i, &v)| v == value(prev, rank, i)),
+                    "n={n} count={count}"
+                );
             }
         });
     }
@@ -69,7 +96,11 @@ fn all_pairs_with_self_send_and_repeated_messages() {
         let count = 1001;
         // Two messages to each peer (incl. self) in one group: they must match in order.
         let outs: Vec<Vec<i64>> = (0..2 * n)
-            .map(|k| (0..count).map(|i| value(rank, k % n, i) + (k / n) as i64).collect())
+            .map(|k| {
+                (0..count)
+                    .map(|i| value(rank, k % n, i) + (k / n) as i64)
+                    .collect()
+            })
             .collect();
         let mut ins = vec![vec![-1i64; count]; 2 * n];
         group_start().unwrap();
@@ -82,7 +113,13 @@ fn all_pairs_with_self_send_and_repeated_messages() {
         group_end().unwrap();
         for (k, b) in ins.iter().enumerate() {
             let from = k % n;
-            assert!(b.iter().enumerate().all(|(i, &v)| v == value(from, rank, i) + (k / n) as i64), "from {from} msg {}", k / n);
+            assert!(
+                b.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == value(from, rank, i) + (k / n) as i64),
+                "from {from} msg {}",
+                k / n
+            );
         }
     });
 }
@@ -100,13 +137,26 @@ fn ungrouped_send_then_recv_pairs() {
             recv(comm, s, &mut inb, peer);
             send(comm, s, &out, peer);
         }
-        assert!(inb.iter().enumerate().all(|(i, &v)| v == value(peer, rank, i)));
+        assert!(
+            inb.iter()
+                .enumerate()
+                .all(|(i, &v)| v == value(peer, rank, i))
+        );
     });
 }
 
 fn all_reduce(comm: &Communicator<HostBackend>, s: &HostStream, buf: &mut [i64]) {
     let p = buf.as_mut_ptr() as u64;
-    let args = CollArgs { kind: CollKind::AllReduce, send: p, recv: p, count: buf.len() as u64, dtype: DataType::Int64, op: RedOp::Sum, root: 0, layout: None };
+    let args = CollArgs {
+        kind: CollKind::AllReduce,
+        send: p,
+        recv: p,
+        count: buf.len() as u64,
+        dtype: DataType::Int64,
+        op: RedOp::Sum,
+        root: 0,
+        layout: None,
+    };
     // SAFETY: `buf` outlives the call (completed at return or at group end).
     unsafe { comm.collective(args, s) }.unwrap();
 }
@@ -131,7 +181,10 @@ fn one_thread_drives_every_rank_through_groups() {
         all_reduce(c, s, b);
     }
     group_end().unwrap();
-    assert!(bufs.iter().all(|b| b.iter().all(|&v| v == 10)), "launched before the outer end");
+    assert!(
+        bufs.iter().all(|b| b.iter().all(|&v| v == 10)),
+        "launched before the outer end"
+    );
     group_end().unwrap();
     assert!(bufs.iter().all(|b| b.iter().all(|&v| v == 40)));
     for c in &comms {
@@ -145,7 +198,10 @@ fn init_inside_a_group_from_one_thread() {
     let id = UniqueId::generate(&BootstrapOptions::from_env()).unwrap();
     group_start().unwrap();
     let comms: Vec<_> = (0..3)
-        .map(|r| Communicator::init_rank(backend.clone(), 3, id, r, r as i32, CommConfig::default()).unwrap())
+        .map(|r| {
+            Communicator::init_rank(backend.clone(), 3, id, r, r as i32, CommConfig::default())
+                .unwrap()
+        })
         .collect();
     group_end().unwrap();
     assert!(comms.iter().all(|c| c.status().is_ok()));
@@ -170,7 +226,11 @@ fn split_by_parity_with_reversed_keys_and_nocolor() {
     let n = 6;
     with_ranks(n, |rank, comm, s| {
         // Rank 5 opts out; the others split by parity, ordered by descending old rank.
-        let color = if rank == 5 { SPLIT_NOCOLOR } else { (rank % 2) as i32 };
+        let color = if rank == 5 {
+            SPLIT_NOCOLOR
+        } else {
+            (rank % 2) as i32
+        };
         let sub = comm.split(color, -(rank as i32), None).unwrap();
         // The parent still works after the split, for every rank.
         let mut all = vec![1i64; 5];
@@ -203,10 +263,12 @@ fn events_order_streams() {
     let ev = b.event_create().unwrap();
     // SAFETY: all buffers outlive both synchronisations below.
     unsafe {
-        b.memcpy_async(mid.as_ptr() as u64, src.as_ptr() as u64, src.len(), &s1).unwrap();
+        b.memcpy_async(mid.as_ptr() as u64, src.as_ptr() as u64, src.len(), &s1)
+            .unwrap();
         b.event_record(&ev, &s1).unwrap();
         b.stream_wait_event(&s2, &ev).unwrap();
-        b.memcpy_async(dst.as_ptr() as u64, mid.as_ptr() as u64, src.len(), &s2).unwrap();
+        b.memcpy_async(dst.as_ptr() as u64, mid.as_ptr() as u64, src.len(), &s2)
+            .unwrap();
     }
     b.stream_synchronize(&s2).unwrap();
     assert!(dst.iter().all(|&v| v == 7));

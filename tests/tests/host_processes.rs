@@ -64,7 +64,10 @@ fn killed_rank_gives_remote_error_to_survivors() {
     for (rank, r) in readers.iter_mut().enumerate() {
         let mut line = String::new();
         r.read_line(&mut line).expect("read");
-        assert!(line.contains("running"), "rank {rank} did not start: {line}");
+        assert!(
+            line.contains("running"),
+            "rank {rank} did not start: {line}"
+        );
     }
     let killed_at = Instant::now();
     children[1].kill().expect("kill rank 1");
@@ -72,13 +75,20 @@ fn killed_rank_gives_remote_error_to_survivors() {
     for rank in [0, 2] {
         let status = children[rank].wait().expect("wait survivor");
         let mut rest = String::new();
-        for line in readers[rank].by_ref().lines() {
+        for line in (&mut readers[rank]).lines() {
             rest.push_str(&line.expect("line"));
             rest.push('\n');
         }
         assert_eq!(status.code(), Some(4), "rank {rank}: {rest}");
         assert!(rest.contains("Remote"), "rank {rank} error kind: {rest}");
-        assert!(rest.contains("rank 1"), "rank {rank} error must name the dead rank: {rest}");
+        assert!(
+            rest.contains("rank 1"),
+            "rank {rank} error must name the dead rank: {rest}"
+        );
     }
-    assert!(killed_at.elapsed() < Duration::from_secs(30), "survivors took {:?}", killed_at.elapsed());
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(30),
+        "survivors took {:?}",
+        killed_at.elapsed()
+    );
 }

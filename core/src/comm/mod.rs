@@ -27,6 +27,8 @@ const P2P_TUNING_BYTES: u64 = 1 << 30;
 
 /// Bootstrap tags used by communicator management (top bit free for the bootstrap's own use).
 const TAG_SPLIT: u64 = 0x5350_0000_0000;
+/// Bootstrap tags of `shrink` (see there).
+const TAG_SHRINK: u64 = 0x5348_0000_0000;
 
 /// A communicator of one rank, over backend `B`. Cloning shares it.
 pub struct Communicator<B: Backend> {
@@ -53,6 +55,7 @@ struct Inner<B: Backend> {
     state_changed: Condvar,
     coll_seq: AtomicU64,
     splits: AtomicU64,
+    shrinks: AtomicU64,
     p2p_seq: Mutex<PeerSeq>,
     red_ops: Mutex<Vec<Option<(DataType, ScalarSource)>>>,
     tuner: Tuner,
@@ -143,6 +146,7 @@ impl<B: Backend> Communicator<B> {
                 state_changed: Condvar::new(),
                 coll_seq: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
+                shrinks: AtomicU64::new(0),
                 p2p_seq: Mutex::new(PeerSeq {
                     send: vec![0; nranks],
                     recv: vec![0; nranks],
@@ -366,12 +370,18 @@ impl<B: Backend> Communicator<B> {
             return Err(Error::arg(format!("excluded rank {bad} is out of range")));
         }
         let c = self.connected_or_failed()?;
-        let split = self.inner.splits.fetch_add(1, Ordering::Relaxed);
+        // Excluded ranks do not take part, so the tag must not depend on a counter they share:
+        // survivors agree on the exclude list and on how many shrinks they did together.
+        let shrink = self.inner.shrinks.fetch_add(1, Ordering::Relaxed);
+        let excluded = exclude
+            .iter()
+            .fold(0u64, |h, &r| h.rotate_left(7) ^ u64::from(r));
+        let tag = TAG_SHRINK + ((excluded & 0xff_ffff) << 16) + (shrink & 0xffff);
         let ranks: Vec<u32> = (0..self.inner.nranks)
             .filter(|r| !exclude.contains(r))
             .collect();
         let config = config.unwrap_or_else(|| self.inner.config.clone());
-        self.subset(&c, &ranks, TAG_SPLIT + split, config)
+        self.subset(&c, &ranks, tag, config)
     }
 
     /// Shrink must work on a communicator whose peer died: skip the async-error check.

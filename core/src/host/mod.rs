@@ -45,6 +45,18 @@ impl HostBackend {
     }
 }
 
+/// One communicator's connections on the host backend, and the queue its operations run on.
+///
+/// Operations run on the communicator's own queue rather than on the caller's stream: ranks of
+/// one process often pass the same stream, and a rank blocked on its peers must not keep the
+/// other ranks' operations from running.
+pub struct HostTransport {
+    /// Sockets to every peer.
+    pub mesh: SocketMesh,
+    /// Runs this communicator's operations in issue order.
+    pub queue: HostStream,
+}
+
 /// A marker on a host stream: the stream and the number of jobs queued when it was recorded.
 #[derive(Default)]
 pub struct HostEvent {
@@ -54,7 +66,7 @@ pub struct HostEvent {
 impl Backend for HostBackend {
     type Stream = HostStream;
     type Event = HostEvent;
-    type Transport = SocketMesh;
+    type Transport = HostTransport;
 
     fn name(&self) -> &'static str {
         "host"
@@ -194,17 +206,23 @@ impl Backend for HostBackend {
     fn synchronous_api(&self) -> bool {
         true
     }
-    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<SocketMesh> {
-        SocketMesh::connect(ctx.bootstrap, ctx.abort, ctx.timeout)
+    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HostTransport> {
+        let rank = ctx.bootstrap.rank();
+        Ok(HostTransport {
+            mesh: SocketMesh::connect(ctx.bootstrap, ctx.abort, ctx.timeout)?,
+            queue: HostStream::new(&format!("comm-r{rank}"))?,
+        })
     }
     unsafe fn launch(&self, stream: &HostStream, launch: Launch<Self>) -> Result<()> {
-        stream.push(Box::new(move || {
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+        let queue = launch.transport.queue.clone();
+        queue.push(Box::new(move || {
             // SAFETY: `Backend::launch`'s caller keeps the buffers valid until the op has run.
             let r = unsafe {
                 executor::execute(
                     &launch.work,
                     &launch.buffers,
-                    &launch.transport,
+                    &launch.transport.mesh,
                     &launch.abort,
                 )
             };
@@ -213,7 +231,15 @@ impl Backend for HostBackend {
                     launch.abort.record(e.clone());
                 }
             }
-            r
+            let _ = done_tx.send(r);
+            Ok(())
+        }));
+        // The user's stream completes when the operation does, so synchronising it (and events
+        // recorded after it) observes the result, without the stream's worker running it.
+        stream.push(Box::new(move || {
+            done_rx
+                .recv()
+                .unwrap_or_else(|_| Err(Error::Internal("host operation was dropped".into())))
         }));
         Ok(())
     }

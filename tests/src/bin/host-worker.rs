@@ -30,15 +30,18 @@ fn main() {
         args[4].parse::<usize>().expect("rank"),
     );
     let backend = Arc::new(HostBackend::new());
-    let comm = match Communicator::init_rank(backend.clone(), nranks, id, rank, 0, CommConfig::from_env()) {
-        Ok(c) => c,
-        Err(e) => {
-            println!("rank {rank}: init failed: {e}");
-            std::process::exit(3);
-        }
-    };
+    let comm =
+        match Communicator::init_rank(backend.clone(), nranks, id, rank, 0, CommConfig::from_env())
+        {
+            Ok(c) => c,
+            Err(e) => {
+                println!("rank {rank}: init failed: {e}");
+                std::process::exit(3);
+            }
+        };
     // SAFETY: 0 is the default stream.
-    let stream = unsafe { oxccl_core::backend::Backend::stream_from_raw(&*backend, 0) }.expect("stream");
+    let stream =
+        unsafe { oxccl_core::backend::Backend::stream_from_raw(&*backend, 0) }.expect("stream");
     match scenario {
         "matrix" => {
             let counts: Vec<usize> = std::env::var("OXCCL_TEST_COUNTS")
@@ -46,11 +49,18 @@ fn main() {
                 .split(',')
                 .map(|c| c.parse().expect("count"))
                 .collect();
-            let failed = run_cases(&comm, &stream, &full_matrix(nranks, &counts, &DataType::ALL));
+            let failed = run_cases(
+                &comm,
+                &stream,
+                &full_matrix(nranks, &counts, &DataType::ALL),
+            );
             for f in &failed {
                 println!("{f}");
             }
             println!("rank {rank}: {} failed", failed.len());
+            // Say goodbye to the peers: a rank vanishing without it counts as a crash.
+            comm.destroy().expect("destroy");
+            drop(comm);
             std::process::exit(i32::from(!failed.is_empty()));
         }
         "loop" => {

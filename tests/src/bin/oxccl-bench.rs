@@ -101,7 +101,12 @@ fn parse_args() -> Options {
                     ALL_OPS.to_vec()
                 } else {
                     v.split(',')
-                        .map(|n| *ALL_OPS.iter().find(|k| op_name(**k) == n).unwrap_or_else(|| usage()))
+                        .map(|n| {
+                            *ALL_OPS
+                                .iter()
+                                .find(|k| op_name(**k) == n)
+                                .unwrap_or_else(|| usage())
+                        })
                         .collect()
                 };
             }
@@ -138,9 +143,11 @@ fn bus_factor(k: CollKind, n: usize) -> f64 {
     let n = n as f64;
     match k {
         CollKind::AllReduce => 2.0 * (n - 1.0) / n,
-        CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
-            (n - 1.0) / n
-        }
+        CollKind::AllGather
+        | CollKind::ReduceScatter
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter => (n - 1.0) / n,
         _ => 1.0,
     }
 }
@@ -148,9 +155,11 @@ fn bus_factor(k: CollKind, n: usize) -> f64 {
 /// Elements per rank (the API's count) for a message of `bytes` as nccl-tests sizes it.
 fn count_for(k: CollKind, bytes: usize, es: usize, n: usize) -> usize {
     match k {
-        CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => {
-            bytes / es / n
-        }
+        CollKind::AllGather
+        | CollKind::ReduceScatter
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter => bytes / es / n,
         _ => bytes / es,
     }
 }
@@ -166,7 +175,17 @@ struct Point {
 ///
 /// # Safety
 /// The buffers are valid for the sizes the operation implies.
-unsafe fn call(lib: &NcclLib, k: CollKind, comm: RawComm, rank: usize, n: usize, send: *mut u8, recv: *mut u8, count: usize, dt: i32) -> i32 {
+unsafe fn call(
+    lib: &NcclLib,
+    k: CollKind,
+    comm: RawComm,
+    rank: usize,
+    n: usize,
+    send: *mut u8,
+    recv: *mut u8,
+    count: usize,
+    dt: i32,
+) -> i32 {
     let (s, r) = (send as *const c_void, recv as *mut c_void);
     let stream = std::ptr::null_mut();
     // SAFETY: forwarded from the caller.
@@ -177,16 +196,28 @@ unsafe fn call(lib: &NcclLib, k: CollKind, comm: RawComm, rank: usize, n: usize,
             CollKind::Reduce => (lib.reduce)(s, r, count, dt, 0, 0, comm, stream),
             CollKind::AllGather => (lib.all_gather)(s, r, count, dt, comm, stream),
             CollKind::ReduceScatter => (lib.reduce_scatter)(s, r, count, dt, 0, comm, stream),
-            CollKind::AllToAll => lib.all_to_all.map_or(5, |f| f(s, r, count, dt, comm, stream)),
-            CollKind::Gather => lib.gather.map_or(5, |f| f(s, r, count, dt, 0, comm, stream)),
-            CollKind::Scatter => lib.scatter.map_or(5, |f| f(s, r, count, dt, 0, comm, stream)),
+            CollKind::AllToAll => lib
+                .all_to_all
+                .map_or(5, |f| f(s, r, count, dt, comm, stream)),
+            CollKind::Gather => lib
+                .gather
+                .map_or(5, |f| f(s, r, count, dt, 0, comm, stream)),
+            CollKind::Scatter => lib
+                .scatter
+                .map_or(5, |f| f(s, r, count, dt, 0, comm, stream)),
             CollKind::SendRecv => {
                 let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
                 (lib.group_start)();
                 let a = (lib.send)(s, count, dt, next as i32, comm, stream);
                 let b = (lib.recv)(r, count, dt, prev as i32, comm, stream);
                 let c = (lib.group_end)();
-                if a != 0 { a } else if b != 0 { b } else { c }
+                if a != 0 {
+                    a
+                } else if b != 0 {
+                    b
+                } else {
+                    c
+                }
             }
             CollKind::AllToAllv => 5,
         }
@@ -221,7 +252,9 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                 s.spawn(move || -> Result<Vec<(CollKind, Vec<Point>)>, String> {
                     let mut comm: RawComm = std::ptr::null_mut();
                     // SAFETY: `comm` is a valid out-pointer; the id is shared by value.
-                    lib.check("ncclCommInitRank", unsafe { (lib.comm_init_rank)(&mut comm, n as i32, id, rank as i32) })?;
+                    lib.check("ncclCommInitRank", unsafe {
+                        (lib.comm_init_rank)(&mut comm, n as i32, id, rank as i32)
+                    })?;
                     let max_elems = o.max_bytes / es + n;
                     let mut send = vec![0u8; max_elems * es];
                     let mut recv = vec![0u8; max_elems * es];
@@ -230,28 +263,95 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                         let mut points = Vec::new();
                         for &bytes in sizes {
                             let count = count_for(k, bytes, es, n);
-                            let case = Case { kind: k, dtype: o.dtype, op: (matches!(k, CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter)).then_some(TestOp::Sum), count, root: 0, in_place: false };
+                            let case = Case {
+                                kind: k,
+                                dtype: o.dtype,
+                                op: (matches!(
+                                    k,
+                                    CollKind::AllReduce
+                                        | CollKind::Reduce
+                                        | CollKind::ReduceScatter
+                                ))
+                                .then_some(TestOp::Sum),
+                                count,
+                                root: 0,
+                                in_place: false,
+                            };
                             let (se, re) = case.sizes(n, rank);
                             fill_input(o.dtype, case.op, rank, 0, &mut send[..se * es]);
                             recv[..re * es].fill(POISON);
                             barrier.wait();
                             // SAFETY: both buffers hold at least the sizes `case.sizes` reports.
-                            let r = unsafe { call(&lib, k, comm, rank, n, send.as_mut_ptr(), recv.as_mut_ptr(), count, dt) };
+                            let r = unsafe {
+                                call(
+                                    &lib,
+                                    k,
+                                    comm,
+                                    rank,
+                                    n,
+                                    send.as_mut_ptr(),
+                                    recv.as_mut_ptr(),
+                                    count,
+                                    dt,
+                                )
+                            };
                             lib.check(op_name(k), r)?;
-                            let want = if k == CollKind::SendRecv { Some(expected_sendrecv(o.dtype, n, rank, count)) } else { case.expected(n, rank) };
-                            let wrong = want.map_or(0, |w| count_wrong(o.dtype, case.op, &recv[..w.len()], &w));
+                            let want = if k == CollKind::SendRecv {
+                                Some(expected_sendrecv(o.dtype, n, rank, count))
+                            } else {
+                                case.expected(n, rank)
+                            };
+                            let wrong = want
+                                .map_or(0, |w| count_wrong(o.dtype, case.op, &recv[..w.len()], &w));
                             for _ in 0..o.warmup {
                                 // SAFETY: as above.
-                                lib.check(op_name(k), unsafe { call(&lib, k, comm, rank, n, send.as_mut_ptr(), recv.as_mut_ptr(), count, dt) })?;
+                                lib.check(op_name(k), unsafe {
+                                    call(
+                                        &lib,
+                                        k,
+                                        comm,
+                                        rank,
+                                        n,
+                                        send.as_mut_ptr(),
+                                        recv.as_mut_ptr(),
+                                        count,
+                                        dt,
+                                    )
+                                })?;
                             }
                             barrier.wait();
                             let t = Instant::now();
                             for _ in 0..o.iters {
                                 // SAFETY: as above.
-                                lib.check(op_name(k), unsafe { call(&lib, k, comm, rank, n, send.as_mut_ptr(), recv.as_mut_ptr(), count, dt) })?;
+                                lib.check(op_name(k), unsafe {
+                                    call(
+                                        &lib,
+                                        k,
+                                        comm,
+                                        rank,
+                                        n,
+                                        send.as_mut_ptr(),
+                                        recv.as_mut_ptr(),
+                                        count,
+                                        dt,
+                                    )
+                                })?;
                             }
                             let time_us = t.elapsed().as_secs_f64() * 1e6 / o.iters.max(1) as f64;
-                            points.push(Point { bytes: count * es * match k { CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll | CollKind::Gather | CollKind::Scatter => n, _ => 1 }, time_us, wrong });
+                            points.push(Point {
+                                bytes: count
+                                    * es
+                                    * match k {
+                                        CollKind::AllGather
+                                        | CollKind::ReduceScatter
+                                        | CollKind::AllToAll
+                                        | CollKind::Gather
+                                        | CollKind::Scatter => n,
+                                        _ => 1,
+                                    },
+                                time_us,
+                                wrong,
+                            });
                         }
                         out.push((k, points));
                     }
@@ -261,7 +361,13 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("rank thread panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("rank thread panicked".into()))
+            })
+            .collect()
     });
     // Per size: the slowest rank's time, and every rank's wrong elements.
     let mut merged: Option<Vec<(CollKind, Vec<Point>)>> = None;
@@ -283,7 +389,11 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
 }
 
 fn gbps(bytes: usize, us: f64) -> f64 {
-    if us > 0.0 { bytes as f64 / us / 1e3 } else { 0.0 }
+    if us > 0.0 {
+        bytes as f64 / us / 1e3
+    } else {
+        0.0
+    }
 }
 
 fn main() {
@@ -299,7 +409,12 @@ fn main() {
         })
     });
     let version = NcclLib::load(&o.lib).map(|l| l.version()).unwrap_or(0);
-    println!("# oxccl-bench: {} ranks (threads), {}, library {} (version code {version})", o.ranks, o.dtype.name(), o.lib);
+    println!(
+        "# oxccl-bench: {} ranks (threads), {}, library {} (version code {version})",
+        o.ranks,
+        o.dtype.name(),
+        o.lib
+    );
     if let Some(p) = &o.compare {
         println!("# compared with {p}");
     }
@@ -308,10 +423,21 @@ fn main() {
     for (i, (k, pts)) in ours.iter().enumerate() {
         println!("#\n# {}", op_name(*k));
         match &theirs {
-            None => println!("# {:>12} {:>12} {:>10} {:>10} {:>8}", "size(B)", "time(us)", "algbw", "busbw", "#wrong"),
+            None => println!(
+                "# {:>12} {:>12} {:>10} {:>10} {:>8}",
+                "size(B)", "time(us)", "algbw", "busbw", "#wrong"
+            ),
             Some(_) => println!(
                 "# {:>12} {:>12} {:>10} {:>10} {:>8} | {:>12} {:>10} {:>8} | {:>8}",
-                "size(B)", "time(us)", "algbw", "busbw", "#wrong", "their(us)", "their bus", "#wrong", "ours/them"
+                "size(B)",
+                "time(us)",
+                "algbw",
+                "busbw",
+                "#wrong",
+                "their(us)",
+                "their bus",
+                "#wrong",
+                "ours/them"
             ),
         }
         for (j, p) in pts.iter().enumerate() {
@@ -319,14 +445,25 @@ fn main() {
             let bus = alg * bus_factor(*k, o.ranks);
             total_wrong += p.wrong;
             match &theirs {
-                None => println!("  {:>12} {:>12.2} {:>10.3} {:>10.3} {:>8}", p.bytes, p.time_us, alg, bus, p.wrong),
+                None => println!(
+                    "  {:>12} {:>12.2} {:>10.3} {:>10.3} {:>8}",
+                    p.bytes, p.time_us, alg, bus, p.wrong
+                ),
                 Some(t) => {
                     let q = t[i].1[j];
                     total_wrong += q.wrong;
                     let qbus = gbps(q.bytes, q.time_us) * bus_factor(*k, o.ranks);
                     println!(
                         "  {:>12} {:>12.2} {:>10.3} {:>10.3} {:>8} | {:>12.2} {:>10.3} {:>8} | {:>8.2}",
-                        p.bytes, p.time_us, alg, bus, p.wrong, q.time_us, qbus, q.wrong, p.time_us / q.time_us
+                        p.bytes,
+                        p.time_us,
+                        alg,
+                        bus,
+                        p.wrong,
+                        q.time_us,
+                        qbus,
+                        q.wrong,
+                        p.time_us / q.time_us
                     );
                 }
             }
