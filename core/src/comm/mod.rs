@@ -22,6 +22,9 @@ pub const SPLIT_NOCOLOR: i32 = -1;
 /// Number of built-in `ncclRedOp_t` values; user-created operators start here.
 pub const NUM_BUILTIN_OPS: i32 = 5;
 
+/// Message size the tuner is asked about for every send/recv group (see `launch_p2p`).
+const P2P_TUNING_BYTES: u64 = 1 << 30;
+
 /// Bootstrap tags used by communicator management (top bit free for the bootstrap's own use).
 const TAG_SPLIT: u64 = 0x5350_0000_0000;
 
@@ -785,10 +788,11 @@ impl<B: Backend> Communicator<B> {
             })
             .collect();
         drop(seqs);
-        let total: u64 = planned.iter().map(|o| o.count).sum();
+        // Both ends of a message must chunk it identically, and they only share the message
+        // itself: the choice must not depend on the rest of either side's group.
         let choice = inner.tuner.choose(
             CollKind::SendRecv,
-            total,
+            P2P_TUNING_BYTES,
             DataType::Uint8,
             inner.nranks,
             self.topology(),

@@ -1,49 +1,594 @@
-//! STUB until the tuner lands.
+//! The tuner: which algorithm, protocol, channel count and chunk size an operation runs with.
+//!
+//! Defaults come from one table of crossover points ([`HEURISTICS`]); users restrict the choice
+//! with NCCL's variables `NCCL_ALGO` and `NCCL_PROTO` and force sizes with `OXCCL_NCHANNELS` and
+//! `OXCCL_CHUNK_BYTES`. A restriction never makes an operation unplannable: when none of the
+//! allowed algorithms implements the operation, the default is used, as NCCL does.
 
-use super::{Algorithm, CollKind, Protocol};
+#![forbid(unsafe_code)]
+
+use super::tags::MAX_CHANNELS;
+use super::{Algorithm, CollKind, Protocol, algorithms_for};
 use crate::datatype::DataType;
 
-/// Coarse topology.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Coarse description of what connects the ranks (refined once topology detection exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Topology {
-    /// Host backend.
+    /// All ranks are host (CPU) ranks on one machine.
     Host,
-    /// GPUs of one node.
+    /// GPUs of one node, joined by NVLink/xGMI or only by PCIe.
     SingleNodeGpu {
-        /// Joined by NVLink.
+        /// Whether the GPUs are joined by NVLink (or xGMI).
         nvlink: bool,
     },
-    /// Several nodes.
+    /// Ranks on several nodes.
     MultiNode,
 }
 
-/// Tuner decision.
+/// What the tuner decided for one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Choice {
-    /// Algorithm.
+    /// Algorithm (always one that implements the operation).
     pub algo: Algorithm,
     /// Protocol.
     pub proto: Protocol,
-    /// Channels.
+    /// Channels, 1 to [`MAX_CHANNELS`].
     pub nchannels: u32,
-    /// Chunk elements.
+    /// Elements per pipeline chunk, at least 1.
     pub chunk_elems: u64,
 }
 
-/// Tuner.
-pub struct Tuner;
+/// Crossover points and sizes of the default choice, in bytes as nccl-tests counts them.
+///
+/// PLACEHOLDERS until measured on our machines with the benchmark tool (see
+/// `reference/perf.md`): they follow the shape of NCCL's choices, not numbers we have taken.
+struct Heuristics {
+    /// Direct up to this size (latency-bound: one hop beats n-1 hops).
+    direct_max: u64,
+    /// Tree for AllReduce above `direct_max` up to this size...
+    tree_max: u64,
+    /// ...when there are at least this many ranks (below, the ring's extra hops are cheap).
+    tree_min_ranks: u32,
+    /// LL up to this size.
+    ll_max: u64,
+    /// LL128 up to this size, Simple above.
+    ll128_max: u64,
+    /// Chunk bytes on the host backend, indexed by [`proto_index`].
+    chunk_host: [u64; 3],
+    /// Chunk bytes on GPUs, indexed by [`proto_index`].
+    chunk_gpu: [u64; 3],
+    /// Most channels per topology: host, GPUs over PCIe, GPUs over NVLink, several nodes.
+    max_channels: [u32; 4],
+    /// A channel is added only for every this many bytes, so small messages stay on few channels.
+    bytes_per_channel: [u64; 4],
+}
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+/// The default choice's table (see [`Heuristics`]: placeholders until measured).
+const HEURISTICS: Heuristics = Heuristics {
+    direct_max: 64 * KIB,
+    tree_max: 4 * MIB,
+    tree_min_ranks: 8,
+    ll_max: 64 * KIB,
+    ll128_max: 8 * MIB,
+    chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
+    chunk_gpu: [32 * KIB, 120 * KIB, 512 * KIB],
+    max_channels: [2, 4, 16, 8],
+    bytes_per_channel: [MIB, 256 * KIB, 128 * KIB, 256 * KIB],
+};
+
+const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
+const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
+const KINDS: [CollKind; 10] = [
+    CollKind::AllReduce,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::AllToAll,
+    CollKind::AllToAllv,
+    CollKind::Gather,
+    CollKind::Scatter,
+    CollKind::SendRecv,
+];
+
+fn proto_index(p: Protocol) -> usize {
+    match p {
+        Protocol::Ll => 0,
+        Protocol::Ll128 => 1,
+        Protocol::Simple => 2,
+    }
+}
+
+fn algo_bit(a: Algorithm) -> u8 {
+    match a {
+        Algorithm::Ring => 1,
+        Algorithm::Tree => 2,
+        Algorithm::Direct => 4,
+    }
+}
+
+fn proto_bit(p: Protocol) -> u8 {
+    1 << proto_index(p)
+}
+
+fn kind_index(k: CollKind) -> usize {
+    KINDS
+        .iter()
+        .position(|&x| x == k)
+        .expect("every kind is listed")
+}
+
+fn topo_index(t: Topology) -> usize {
+    match t {
+        Topology::Host => 0,
+        Topology::SingleNodeGpu { nvlink: false } => 1,
+        Topology::SingleNodeGpu { nvlink: true } => 2,
+        Topology::MultiNode => 3,
+    }
+}
+
+/// The outcome of looking up one name of an `NCCL_ALGO` / `NCCL_PROTO` list.
+enum Name {
+    /// A name we implement, as its bit.
+    Known(u8),
+    /// A name NCCL knows but oxccl does not implement.
+    NotImplemented,
+    /// Not a name at all.
+    Unknown,
+}
+
+fn algo_name(s: &str) -> Name {
+    match s {
+        "ring" => Name::Known(algo_bit(Algorithm::Ring)),
+        "tree" => Name::Known(algo_bit(Algorithm::Tree)),
+        // oxccl's own name; NCCL has no one-shot algorithm of this name.
+        "direct" => Name::Known(algo_bit(Algorithm::Direct)),
+        "collnetdirect" | "collnetchain" | "collnet" | "nvls" | "nvlstree" | "pat" => {
+            Name::NotImplemented
+        }
+        _ => Name::Unknown,
+    }
+}
+
+fn proto_name(s: &str) -> Name {
+    match s {
+        "ll" => Name::Known(proto_bit(Protocol::Ll)),
+        "ll128" => Name::Known(proto_bit(Protocol::Ll128)),
+        "simple" => Name::Known(proto_bit(Protocol::Simple)),
+        _ => Name::Unknown,
+    }
+}
+
+fn kind_name(s: &str) -> Option<&'static [CollKind]> {
+    Some(match s {
+        "allreduce" => &[CollKind::AllReduce],
+        "broadcast" => &[CollKind::Broadcast],
+        "reduce" => &[CollKind::Reduce],
+        "allgather" => &[CollKind::AllGather],
+        "reducescatter" => &[CollKind::ReduceScatter],
+        "alltoall" => &[CollKind::AllToAll],
+        "alltoallv" => &[CollKind::AllToAllv],
+        "gather" => &[CollKind::Gather],
+        "scatter" => &[CollKind::Scatter],
+        "sendrecv" | "send" | "recv" => &[CollKind::SendRecv],
+        _ => return None,
+    })
+}
+
+fn normalize(s: &str) -> String {
+    s.trim()
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-' | ' '))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// One list, `a,b,c` or `^a,b` (everything but), as a bit set over `all`.
+fn parse_list(var: &str, list: &str, all: u8, lookup: fn(&str) -> Name) -> u8 {
+    let list = list.trim();
+    let (exclude, body) = match list.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, list),
+    };
+    let mut mask = 0;
+    for raw in body.split(',') {
+        let name = normalize(raw);
+        if name.is_empty() {
+            continue;
+        }
+        match lookup(&name) {
+            Name::Known(bit) => mask |= bit,
+            Name::NotImplemented => {
+                tracing::info!("{var}: {} is not implemented by oxccl; ignored", raw.trim());
+            }
+            Name::Unknown => tracing::warn!("{var}: unknown name {:?} ignored", raw.trim()),
+        }
+    }
+    if exclude { all & !mask } else { mask }
+}
+
+/// A whole variable: `;`-separated entries, each a list for every operation or `op:list` for one.
+fn parse_filter(var: &str, spec: &str, all: u8, lookup: fn(&str) -> Name) -> [Option<u8>; 10] {
+    let mut out = [None; 10];
+    for entry in spec.split(';') {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        match entry.split_once(':') {
+            Some((op, list)) => match kind_name(&normalize(op)) {
+                Some(kinds) => {
+                    let m = parse_list(var, list, all, lookup);
+                    for &k in kinds {
+                        out[kind_index(k)] = Some(m);
+                    }
+                }
+                None => tracing::warn!("{var}: unknown operation {:?}; entry ignored", op.trim()),
+            },
+            None => {
+                let m = parse_list(var, entry, all, lookup);
+                out = [Some(m); 10];
+            }
+        }
+    }
+    out
+}
+
+fn parse_number(var: &str, value: &str) -> Option<u64> {
+    match value.trim().parse::<u64>() {
+        Ok(v) if v > 0 => Some(v),
+        _ => {
+            tracing::warn!("{var}={value:?} is not a positive integer; ignored");
+            None
+        }
+    }
+}
+
+/// Chooses algorithm, protocol, channels and chunk size; holds the user's overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuner {
+    /// Allowed algorithms per operation (bits of [`algo_bit`]); `None`: no restriction.
+    algos: [Option<u8>; 10],
+    /// Allowed protocols per operation (bits of [`proto_bit`]); `None`: no restriction.
+    protos: [Option<u8>; 10],
+    /// Forced channel count.
+    nchannels: Option<u32>,
+    /// Forced chunk size in bytes.
+    chunk_bytes: Option<u64>,
+}
 
 impl Tuner {
-    /// From env.
+    /// Reads `NCCL_ALGO`, `NCCL_PROTO`, `OXCCL_NCHANNELS` and `OXCCL_CHUNK_BYTES`.
     pub fn from_env() -> Tuner {
-        Tuner
+        Tuner::from_lookup(|k| std::env::var(k).ok())
     }
-    /// Choose.
-    pub fn choose(&self, _k: CollKind, _b: u64, _d: DataType, _n: u32, _t: Topology) -> Choice {
-        Choice {
-            algo: Algorithm::Ring,
-            proto: Protocol::Simple,
-            nchannels: 1,
-            chunk_elems: 1 << 16,
+
+    /// Like [`Tuner::from_env`], reading variables through `get` (tests, configuration files).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Tuner {
+        let mut t = Tuner::default();
+        let all_algos = ALGOS.iter().fold(0, |m, &a| m | algo_bit(a));
+        let all_protos = PROTOS.iter().fold(0, |m, &p| m | proto_bit(p));
+        if let Some(v) = get("NCCL_ALGO").filter(|v| !v.trim().is_empty()) {
+            t.algos = parse_filter("NCCL_ALGO", &v, all_algos, algo_name);
         }
+        if let Some(v) = get("NCCL_PROTO").filter(|v| !v.trim().is_empty()) {
+            t.protos = parse_filter("NCCL_PROTO", &v, all_protos, proto_name);
+        }
+        if let Some(v) = get("OXCCL_NCHANNELS") {
+            t.nchannels = parse_number("OXCCL_NCHANNELS", &v).map(|n| {
+                if n > u64::from(MAX_CHANNELS) {
+                    tracing::warn!(
+                        "OXCCL_NCHANNELS={n} exceeds {MAX_CHANNELS}; using {MAX_CHANNELS}"
+                    );
+                }
+                n.min(u64::from(MAX_CHANNELS)) as u32
+            });
+        }
+        if let Some(v) = get("OXCCL_CHUNK_BYTES") {
+            t.chunk_bytes = parse_number("OXCCL_CHUNK_BYTES", &v);
+        }
+        t
+    }
+
+    /// A tuner that forces `algo` and/or `proto` for every operation (tests).
+    pub fn with(algo: Option<Algorithm>, proto: Option<Protocol>) -> Tuner {
+        Tuner {
+            algos: [algo.map(algo_bit); 10],
+            protos: [proto.map(proto_bit); 10],
+            ..Tuner::default()
+        }
+    }
+
+    /// Picks algorithm, protocol, channel count and chunk size for `kind` moving `bytes` (total
+    /// message bytes per rank as nccl-tests counts them) over `nranks` ranks.
+    pub fn choose(
+        &self,
+        kind: CollKind,
+        bytes: u64,
+        dtype: DataType,
+        nranks: u32,
+        topo: Topology,
+    ) -> Choice {
+        let h = &HEURISTICS;
+        let ki = kind_index(kind);
+        let supported = algorithms_for(kind);
+        let default_algo = default_algo(kind, bytes, nranks);
+        let algo = match self.algos[ki] {
+            None => default_algo,
+            Some(mask) => std::iter::once(default_algo)
+                .chain(supported.iter().copied())
+                .find(|&a| mask & algo_bit(a) != 0 && supported.contains(&a))
+                .unwrap_or_else(|| {
+                    tracing::debug!(
+                        "NCCL_ALGO allows no algorithm that implements {kind:?}; using {default_algo:?}"
+                    );
+                    default_algo
+                }),
+        };
+        let order: [Protocol; 3] = if bytes <= h.ll_max {
+            [Protocol::Ll, Protocol::Ll128, Protocol::Simple]
+        } else if bytes <= h.ll128_max {
+            [Protocol::Ll128, Protocol::Simple, Protocol::Ll]
+        } else {
+            [Protocol::Simple, Protocol::Ll128, Protocol::Ll]
+        };
+        let proto = match self.protos[ki] {
+            None => order[0],
+            Some(mask) => order
+                .into_iter()
+                .find(|&p| mask & proto_bit(p) != 0)
+                .unwrap_or_else(|| {
+                    tracing::debug!("NCCL_PROTO allows no protocol; using {:?}", order[0]);
+                    order[0]
+                }),
+        };
+        let ti = topo_index(topo);
+        let table = if topo == Topology::Host {
+            &h.chunk_host
+        } else {
+            &h.chunk_gpu
+        };
+        let chunk_bytes = self.chunk_bytes.unwrap_or(table[proto_index(proto)]);
+        let chunk_elems = (chunk_bytes / dtype.size() as u64).max(1);
+        let nchannels = self.nchannels.unwrap_or_else(|| {
+            let wanted = (bytes / h.bytes_per_channel[ti]).max(1);
+            wanted.min(u64::from(h.max_channels[ti])) as u32
+        });
+        Choice {
+            algo,
+            proto,
+            nchannels,
+            chunk_elems,
+        }
+    }
+}
+
+/// The algorithm [`HEURISTICS`] picks when nothing is forced (always one that implements `kind`).
+fn default_algo(kind: CollKind, bytes: u64, nranks: u32) -> Algorithm {
+    let h = &HEURISTICS;
+    match kind {
+        CollKind::AllToAll
+        | CollKind::AllToAllv
+        | CollKind::Gather
+        | CollKind::Scatter
+        | CollKind::SendRecv => Algorithm::Direct,
+        _ if bytes <= h.direct_max => Algorithm::Direct,
+        CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks => Algorithm::Tree,
+        _ => Algorithm::Ring,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn tuner(vars: &[(&str, &str)]) -> Tuner {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Tuner::from_lookup(|k| map.get(k).cloned())
+    }
+
+    fn pick(t: &Tuner, kind: CollKind, bytes: u64, nranks: u32) -> Choice {
+        t.choose(kind, bytes, DataType::Float32, nranks, Topology::Host)
+    }
+
+    #[test]
+    fn defaults_follow_the_table() {
+        let t = Tuner::default();
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, 1024, 2).algo,
+            Algorithm::Direct
+        );
+        assert_eq!(pick(&t, CollKind::AllReduce, 1024, 2).proto, Protocol::Ll);
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 16).algo, Algorithm::Tree);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, MIB, 16).proto,
+            Protocol::Ll128
+        );
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, 64 * MIB, 16).algo,
+            Algorithm::Ring
+        );
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, 64 * MIB, 16).proto,
+            Protocol::Simple
+        );
+        assert_eq!(
+            pick(&t, CollKind::AllGather, 64 * MIB, 4).algo,
+            Algorithm::Ring
+        );
+        assert_eq!(
+            pick(&t, CollKind::AllToAll, 64 * MIB, 4).algo,
+            Algorithm::Direct
+        );
+        let big = pick(&t, CollKind::AllReduce, 64 * MIB, 4);
+        assert_eq!(big.chunk_elems, 512 * KIB / 4);
+        assert_eq!(big.nchannels, 2);
+        assert_eq!(pick(&t, CollKind::AllReduce, 1024, 4).nchannels, 1);
+        let gpu = t.choose(
+            CollKind::AllReduce,
+            GIB,
+            DataType::Float32,
+            2,
+            Topology::SingleNodeGpu { nvlink: true },
+        );
+        assert_eq!(gpu.nchannels, 16);
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn every_default_choice_is_plannable() {
+        let t = Tuner::default();
+        let topos = [
+            Topology::Host,
+            Topology::SingleNodeGpu { nvlink: false },
+            Topology::SingleNodeGpu { nvlink: true },
+            Topology::MultiNode,
+        ];
+        for kind in KINDS {
+            for bytes in [
+                0,
+                1,
+                8,
+                KIB,
+                64 * KIB,
+                64 * KIB + 1,
+                MIB,
+                5 * MIB,
+                GIB,
+                u64::MAX,
+            ] {
+                for nranks in [1, 2, 3, 8, 16, 1024] {
+                    for topo in topos {
+                        for dtype in DataType::ALL {
+                            let c = t.choose(kind, bytes, dtype, nranks, topo);
+                            assert!(algorithms_for(kind).contains(&c.algo), "{kind:?} {c:?}");
+                            assert!((1..=MAX_CHANNELS).contains(&c.nchannels));
+                            assert!(c.chunk_elems >= 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn algo_lists_and_exclusions() {
+        let t = tuner(&[("NCCL_ALGO", "Ring")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Ring);
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 16).algo, Algorithm::Ring);
+        let t = tuner(&[("NCCL_ALGO", "TREE")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Tree);
+        let t = tuner(&[("NCCL_ALGO", "ring,direct")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Direct);
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 16).algo, Algorithm::Ring);
+        let t = tuner(&[("NCCL_ALGO", "^tree")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 16).algo, Algorithm::Ring);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 16).algo, Algorithm::Direct);
+        let t = tuner(&[("NCCL_ALGO", "^ring, direct")]);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, 64 * MIB, 2).algo,
+            Algorithm::Tree
+        );
+    }
+
+    #[test]
+    fn forced_algorithm_falls_back_where_it_does_not_apply() {
+        let t = tuner(&[("NCCL_ALGO", "tree")]);
+        assert_eq!(
+            pick(&t, CollKind::AllGather, 64 * MIB, 4).algo,
+            Algorithm::Ring
+        );
+        assert_eq!(pick(&t, CollKind::AllGather, 8, 4).algo, Algorithm::Direct);
+        assert_eq!(
+            pick(&t, CollKind::AllToAll, 64 * MIB, 4).algo,
+            Algorithm::Direct
+        );
+        let t = Tuner::with(Some(Algorithm::Ring), None);
+        assert_eq!(pick(&t, CollKind::Broadcast, 8, 4).algo, Algorithm::Ring);
+        assert_eq!(pick(&t, CollKind::Scatter, 8, 4).algo, Algorithm::Direct);
+        let t = Tuner::with(Some(Algorithm::Tree), Some(Protocol::Simple));
+        let c = pick(&t, CollKind::AllReduce, 8, 2);
+        assert_eq!((c.algo, c.proto), (Algorithm::Tree, Protocol::Simple));
+        assert_eq!(pick(&t, CollKind::Reduce, 8, 2).algo, Algorithm::Direct);
+    }
+
+    #[test]
+    fn unknown_and_unimplemented_names_are_ignored() {
+        let t = tuner(&[("NCCL_ALGO", "NVLS,bogus,Ring")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Ring);
+        // Nothing usable left: the default applies.
+        let t = tuner(&[("NCCL_ALGO", "nvls")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Direct);
+        let t = tuner(&[("NCCL_ALGO", "^nvls,pat")]);
+        assert_eq!(t.algos, [Some(7); 10]);
+        let t = tuner(&[("NCCL_ALGO", ""), ("NCCL_PROTO", "  ")]);
+        assert_eq!(t, Tuner::default());
+    }
+
+    #[test]
+    fn per_operation_syntax() {
+        let t = tuner(&[("NCCL_ALGO", "allreduce:tree;AllGather:^direct;bogus:ring")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).algo, Algorithm::Tree);
+        assert_eq!(pick(&t, CollKind::AllGather, 8, 2).algo, Algorithm::Ring);
+        assert_eq!(pick(&t, CollKind::Broadcast, 8, 2).algo, Algorithm::Direct);
+        let t = tuner(&[("NCCL_ALGO", "ring;reduce_scatter:direct")]);
+        assert_eq!(
+            pick(&t, CollKind::ReduceScatter, 64 * MIB, 2).algo,
+            Algorithm::Direct
+        );
+        assert_eq!(pick(&t, CollKind::Reduce, 8, 2).algo, Algorithm::Ring);
+    }
+
+    #[test]
+    fn protocols() {
+        let t = tuner(&[("NCCL_PROTO", "Simple")]);
+        let c = pick(&t, CollKind::AllReduce, 8, 2);
+        assert_eq!(c.proto, Protocol::Simple);
+        assert_eq!(c.chunk_elems, 512 * KIB / 4);
+        let t = tuner(&[("NCCL_PROTO", "^LL")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, 8, 2).proto, Protocol::Ll128);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, 8, 2).chunk_elems,
+            120 * KIB / 4
+        );
+        let t = tuner(&[("NCCL_PROTO", "ll")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, GIB, 2).proto, Protocol::Ll);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, GIB, 2).chunk_elems,
+            16 * KIB / 4
+        );
+        let t = tuner(&[("NCCL_PROTO", "^ll,ll128,simple")]);
+        assert_eq!(
+            pick(&t, CollKind::AllReduce, GIB, 2).proto,
+            Protocol::Simple
+        );
+        let t = tuner(&[("NCCL_PROTO", "allreduce:LL128")]);
+        assert_eq!(pick(&t, CollKind::AllReduce, GIB, 2).proto, Protocol::Ll128);
+        assert_eq!(
+            pick(&t, CollKind::Broadcast, GIB, 2).proto,
+            Protocol::Simple
+        );
+    }
+
+    #[test]
+    fn size_overrides() {
+        let t = tuner(&[("OXCCL_NCHANNELS", "3"), ("OXCCL_CHUNK_BYTES", "100")]);
+        let c = pick(&t, CollKind::AllReduce, 8, 2);
+        assert_eq!((c.nchannels, c.chunk_elems), (3, 25));
+        let c = t.choose(CollKind::AllReduce, 8, DataType::Float64, 2, Topology::Host);
+        assert_eq!(c.chunk_elems, 12);
+        let t = tuner(&[("OXCCL_NCHANNELS", "1000"), ("OXCCL_CHUNK_BYTES", "1")]);
+        let c = t.choose(CollKind::AllReduce, 8, DataType::Float64, 2, Topology::Host);
+        assert_eq!((c.nchannels, c.chunk_elems), (MAX_CHANNELS, 1));
+        let t = tuner(&[("OXCCL_NCHANNELS", "0"), ("OXCCL_CHUNK_BYTES", "lots")]);
+        assert_eq!(t, Tuner::default());
     }
 }

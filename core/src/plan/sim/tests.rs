@@ -1,0 +1,1054 @@
+//! Every plan run on the simulator for many shapes, checked against references computed
+//! straight from the inputs.
+//!
+//! Inputs are `rank * 1_000_003 + index`, so data landing in the wrong place shows up; everything
+//! else in a rank's arena starts as poison and must end exactly as expected: outputs hold the
+//! reference, every other byte (inputs of out-of-place runs, gaps, non-root outputs) is unchanged.
+
+use super::{Placement, RankMem, run};
+use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
+use crate::plan::{
+    Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, P2pDir, P2pOp, Protocol,
+    Region, Step, Tuner, WorkDesc, build_coll, build_p2p, coll_tag, tuner::Topology,
+};
+use std::collections::HashMap;
+
+const RANKS: [u32; 7] = [1, 2, 3, 4, 5, 8, 16];
+const GAP: u64 = 3;
+
+fn poison(i: u64) -> u64 {
+    0xDEAD_BEEF_0000_0000 | i
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Red {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Avg,
+    PreMulSum,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    kind: CollKind,
+    algo: Algorithm,
+    n: u32,
+    count: u64,
+    root: u32,
+    inplace: bool,
+    nch: u32,
+    chunk: u64,
+    dtype: DataType,
+    red: Red,
+    /// Float64 inputs that are not exactly representable sums (order of additions matters).
+    inexact: bool,
+}
+
+impl Case {
+    fn new(kind: CollKind, algo: Algorithm) -> Case {
+        Case {
+            kind,
+            algo,
+            n: 1,
+            count: 0,
+            root: 0,
+            inplace: false,
+            nch: 1,
+            chunk: 64,
+            dtype: DataType::Int64,
+            red: Red::Sum,
+            inexact: false,
+        }
+    }
+}
+
+fn scalar(r: u32) -> f64 {
+    [0.5, 1.0, 2.0, 4.0][r as usize % 4]
+}
+
+fn reduction(c: &Case, r: u32) -> Reduction {
+    match c.red {
+        Red::Sum => Reduction::lower(RedOp::Sum, c.n as usize),
+        Red::Prod => Reduction::lower(RedOp::Prod, c.n as usize),
+        Red::Max => Reduction::lower(RedOp::Max, c.n as usize),
+        Red::Min => Reduction::lower(RedOp::Min, c.n as usize),
+        Red::Avg => Reduction::lower(RedOp::Avg, c.n as usize),
+        Red::PreMulSum => {
+            assert_eq!(c.dtype, DataType::Float64);
+            Reduction::lower(
+                RedOp::PreMulSum(ScalarSource::Immediate(Scalar::from_bytes(
+                    &scalar(r).to_le_bytes(),
+                ))),
+                c.n as usize,
+            )
+        }
+    }
+}
+
+fn input_val(c: &Case, r: u32, i: u64) -> u64 {
+    let base = u64::from(r) * 1_000_003 + i;
+    match c.dtype {
+        DataType::Float64 if c.inexact => ((i + 1) as f64 * 0.1 + f64::from(r) / 3.0).to_bits(),
+        DataType::Float64 => ((base % 1021) as f64).to_bits(),
+        _ => base,
+    }
+}
+
+fn ref_combine(c: &Case, a: u64, b: u64) -> u64 {
+    let op = reduction(c, 0).op;
+    match c.dtype {
+        DataType::Int64 => {
+            let (a, b) = (a as i64, b as i64);
+            (match op {
+                ReduceOp::Sum => a.wrapping_add(b),
+                ReduceOp::Prod => a.wrapping_mul(b),
+                ReduceOp::Max => a.max(b),
+                ReduceOp::Min => a.min(b),
+            }) as u64
+        }
+        DataType::Uint64 => match op {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Prod => a.wrapping_mul(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        },
+        DataType::Float64 => {
+            let (a, b) = (f64::from_bits(a), f64::from_bits(b));
+            (match op {
+                ReduceOp::Sum => a + b,
+                ReduceOp::Prod => a * b,
+                ReduceOp::Max => a.max(b),
+                ReduceOp::Min => a.min(b),
+            })
+            .to_bits()
+        }
+        other => panic!("no reference for {other:?}"),
+    }
+}
+
+/// `x0 ⊕ x1 ⊕ ... ⊕ x(n-1)` in rank order, pre-scaled and post-divided as the reduction says.
+fn ref_reduce(c: &Case, x: impl Fn(u32) -> u64) -> u64 {
+    let pre = |r: u32| match c.red {
+        Red::PreMulSum => (f64::from_bits(x(r)) * scalar(r)).to_bits(),
+        _ => x(r),
+    };
+    let mut acc = pre(0);
+    for r in 1..c.n {
+        acc = ref_combine(c, acc, pre(r));
+    }
+    match c.red {
+        Red::Avg if c.dtype == DataType::Float64 => {
+            (f64::from_bits(acc) / f64::from(c.n)).to_bits()
+        }
+        Red::Avg => panic!("integer Avg is not tested"),
+        _ => acc,
+    }
+}
+
+/// Elements rank `s` sends to rank `d` in the AlltoAllv tests (zeros included).
+fn vcount(c: &Case, s: u32, d: u32) -> u64 {
+    c.count * u64::from((s + 2 * d) % 3) / 2
+}
+
+fn vlayout(c: &Case, r: u32) -> AllToAllvLayout {
+    let n = c.n as usize;
+    let mut l = AllToAllvLayout {
+        send_counts: vec![0; n],
+        send_displs: vec![0; n],
+        recv_counts: vec![0; n],
+        recv_displs: vec![0; n],
+    };
+    // Blocks in the send buffer in reverse peer order, with gaps, so displacements matter.
+    let mut at = 0;
+    for d in (0..c.n).rev() {
+        l.send_counts[d as usize] = vcount(c, r, d);
+        l.send_displs[d as usize] = at;
+        at += vcount(c, r, d) + 1;
+    }
+    let mut at = 0;
+    for s in 0..c.n {
+        l.recv_counts[s as usize] = vcount(c, s, r);
+        l.recv_displs[s as usize] = at;
+        at += vcount(c, s, r) + 2;
+    }
+    l
+}
+
+/// (input elements, output elements) on rank `r`.
+fn lens(c: &Case, r: u32) -> (u64, u64) {
+    let (n, k) = (u64::from(c.n), c.count);
+    match c.kind {
+        CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => (k, k),
+        CollKind::AllGather | CollKind::Gather => (k, n * k),
+        CollKind::ReduceScatter | CollKind::Scatter => (n * k, k),
+        CollKind::AllToAll => (n * k, n * k),
+        CollKind::AllToAllv => {
+            let l = vlayout(c, r);
+            let end = |cs: &[u64], ds: &[u64]| {
+                cs.iter().zip(ds).map(|(c, d)| c + d + 1).max().unwrap_or(0)
+            };
+            (
+                end(&l.send_counts, &l.send_displs),
+                end(&l.recv_counts, &l.recv_displs),
+            )
+        }
+        CollKind::SendRecv => unreachable!(),
+    }
+}
+
+/// (input offset, output offset, arena elements): NCCL's in-place conventions, or disjoint.
+fn place(c: &Case, r: u32) -> (u64, u64, u64) {
+    let (il, ol) = lens(c, r);
+    let k = c.count;
+    if c.inplace {
+        let at = |x: u32| u64::from(x) * k;
+        match c.kind {
+            CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce | CollKind::AllToAll => {
+                return (0, 0, il.max(ol));
+            }
+            CollKind::AllGather => return (at(r), 0, ol),
+            CollKind::ReduceScatter => return (0, at(r), il),
+            CollKind::Gather if r == c.root => return (at(c.root), 0, ol),
+            CollKind::Scatter if r == c.root => return (0, at(c.root), il),
+            _ => {}
+        }
+    }
+    if r.is_multiple_of(2) {
+        (GAP, 2 * GAP + il, 3 * GAP + il + ol)
+    } else {
+        (2 * GAP + ol, GAP, 3 * GAP + il + ol)
+    }
+}
+
+/// The expected output of rank `r`, element by element; `None` where the output is not
+/// meaningful (it must then stay as it was).
+fn expected(c: &Case, r: u32) -> Option<Vec<Option<u64>>> {
+    let (n, k) = (c.n, c.count);
+    let (_, ol) = lens(c, r);
+    let x = |p: u32, i: u64| input_val(c, p, i);
+    let v: Vec<Option<u64>> = match c.kind {
+        CollKind::AllReduce => (0..k).map(|i| Some(ref_reduce(c, |p| x(p, i)))).collect(),
+        CollKind::Broadcast => (0..k).map(|i| Some(x(c.root, i))).collect(),
+        CollKind::Reduce if r == c.root => {
+            (0..k).map(|i| Some(ref_reduce(c, |p| x(p, i)))).collect()
+        }
+        CollKind::Reduce => return None,
+        CollKind::AllGather => (0..ol).map(|j| Some(x((j / k) as u32, j % k))).collect(),
+        CollKind::ReduceScatter => (0..k)
+            .map(|i| Some(ref_reduce(c, |p| x(p, u64::from(r) * k + i))))
+            .collect(),
+        CollKind::AllToAll => (0..ol)
+            .map(|j| Some(x((j / k) as u32, u64::from(r) * k + j % k)))
+            .collect(),
+        CollKind::AllToAllv => {
+            let mine = vlayout(c, r);
+            let mut v = vec![None; ol as usize];
+            for p in 0..n {
+                let theirs = vlayout(c, p);
+                for i in 0..mine.recv_counts[p as usize] {
+                    v[(mine.recv_displs[p as usize] + i) as usize] =
+                        Some(x(p, theirs.send_displs[r as usize] + i));
+                }
+            }
+            v
+        }
+        CollKind::Gather if r == c.root => {
+            (0..ol).map(|j| Some(x((j / k) as u32, j % k))).collect()
+        }
+        CollKind::Gather => return None,
+        CollKind::Scatter => (0..k)
+            .map(|i| Some(x(c.root, u64::from(r) * k + i)))
+            .collect(),
+        CollKind::SendRecv => unreachable!(),
+    };
+    Some(v)
+}
+
+fn put(arena: &mut [u8], es: usize, idx: u64, v: u64) {
+    let at = idx as usize * es;
+    arena[at..at + es].copy_from_slice(&v.to_le_bytes()[..es]);
+}
+
+fn get(arena: &[u8], es: usize, idx: u64) -> u64 {
+    let at = idx as usize * es;
+    let mut b = [0u8; 8];
+    b[..es].copy_from_slice(&arena[at..at + es]);
+    u64::from_le_bytes(b)
+}
+
+fn request(c: &Case, r: u32) -> CollRequest {
+    CollRequest {
+        kind: c.kind,
+        rank: r,
+        nranks: c.n,
+        count: c.count,
+        root: c.root,
+        layout: (c.kind == CollKind::AllToAllv).then(|| vlayout(c, r)),
+        dtype: c.dtype,
+        reduction: reduction(c, r),
+        seq: 77 + u64::from(c.nch),
+        algo: c.algo,
+        proto: Protocol::Simple,
+        nchannels: c.nch,
+        chunk_elems: c.chunk,
+    }
+}
+
+/// Runs one case; returns the final arenas when everything matched.
+fn run_case(c: &Case, seed: u64) -> Result<Vec<Vec<u8>>, String> {
+    let es = c.dtype.size();
+    let descs: Vec<WorkDesc> = (0..c.n)
+        .map(|r| build_coll(&request(c, r)).map_err(|e| format!("build_coll: {e}")))
+        .collect::<Result<_, _>>()?;
+    let mut mems = Vec::new();
+    let mut wants = Vec::new();
+    for r in 0..c.n {
+        let (il, ol) = lens(c, r);
+        let (io, oo, total) = place(c, r);
+        let mut arena = vec![0u8; total as usize * es];
+        for i in 0..total {
+            put(&mut arena, es, i, poison(i));
+        }
+        for i in 0..il {
+            put(&mut arena, es, io + i, input_val(c, r, i));
+        }
+        let mut want = arena.clone();
+        if let Some(v) = expected(c, r) {
+            for (i, e) in v.into_iter().enumerate() {
+                if let Some(e) = e {
+                    put(&mut want, es, oo + i as u64, e);
+                }
+            }
+        }
+        wants.push(want);
+        let mut bufs = HashMap::new();
+        bufs.insert(
+            BufId::INPUT,
+            Placement {
+                byte_off: io as usize * es,
+                elems: il,
+            },
+        );
+        bufs.insert(
+            BufId::OUTPUT,
+            Placement {
+                byte_off: oo as usize * es,
+                elems: ol,
+            },
+        );
+        mems.push(RankMem { arena, bufs });
+    }
+    run(&descs, &mut mems, seed)?;
+    let mut errors = Vec::new();
+    for r in 0..c.n {
+        let (io, oo, total) = place(c, r);
+        let (got, want) = (&mems[r as usize].arena, &wants[r as usize]);
+        for i in 0..total {
+            let (g, w) = (get(got, es, i), get(want, es, i));
+            if g != w {
+                errors.push(format!(
+                    "rank {r} element {i} (input+{} / output+{}): got {g:#x} want {w:#x}",
+                    i as i64 - io as i64,
+                    i as i64 - oo as i64
+                ));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(mems.into_iter().map(|m| m.arena).collect())
+    } else {
+        let n = errors.len();
+        errors.truncate(6);
+        Err(format!("{n} wrong elements:\n  {}", errors.join("\n  ")))
+    }
+}
+
+fn check_all(cases: impl IntoIterator<Item = Case>) {
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for (i, c) in cases.into_iter().enumerate() {
+        ran += 1;
+        if let Err(e) = run_case(&c, 0x9E37_79B9_7F4A_7C15 ^ i as u64) {
+            failures.push(format!("{c:?}\n  {e}"));
+        }
+    }
+    assert!(ran > 0);
+    if !failures.is_empty() {
+        let n = failures.len();
+        failures.truncate(4);
+        panic!("{n} of {ran} cases failed:\n{}", failures.join("\n"));
+    }
+}
+
+/// The standard sweep: ranks × counts × chunks × channels × in-place, with the root rotating.
+/// Large rank counts skip the smallest chunk at the largest count to keep debug runs short.
+fn sweep(kind: CollKind, algo: Algorithm) -> Vec<Case> {
+    let mut v = Vec::new();
+    let mut i = 0u32;
+    for n in RANKS {
+        for count in [0, 1, 7, 1000] {
+            for chunk in [7, 64] {
+                if n >= 8 && count == 1000 && chunk == 7 {
+                    continue;
+                }
+                for nch in [1, 2, 3] {
+                    for inplace in [false, true] {
+                        i += 1;
+                        v.push(Case {
+                            n,
+                            count,
+                            chunk,
+                            nch,
+                            inplace,
+                            root: i % n,
+                            ..Case::new(kind, algo)
+                        });
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// 1000003 elements (prime: nothing divides evenly) on up to 4 ranks.
+fn big(kind: CollKind, algo: Algorithm) -> Vec<Case> {
+    let mut v = Vec::new();
+    for n in [1, 2, 3, 4] {
+        for (nch, inplace, chunk) in [(1, false, 65_536), (3, true, 40_000), (2, false, 4_099)] {
+            v.push(Case {
+                n,
+                count: 1_000_003,
+                chunk,
+                nch,
+                inplace,
+                root: n - 1,
+                ..Case::new(kind, algo)
+            });
+        }
+    }
+    v
+}
+
+macro_rules! sweep_tests {
+    ($($name:ident: $kind:ident $algo:ident;)*) => {$(
+        #[test]
+        fn $name() {
+            check_all(sweep(CollKind::$kind, Algorithm::$algo));
+        }
+    )*};
+}
+
+sweep_tests! {
+    all_reduce_ring: AllReduce Ring;
+    all_reduce_tree: AllReduce Tree;
+    all_reduce_direct: AllReduce Direct;
+    broadcast_ring: Broadcast Ring;
+    broadcast_direct: Broadcast Direct;
+    reduce_ring: Reduce Ring;
+    reduce_direct: Reduce Direct;
+    all_gather_ring: AllGather Ring;
+    all_gather_direct: AllGather Direct;
+    reduce_scatter_ring: ReduceScatter Ring;
+    reduce_scatter_direct: ReduceScatter Direct;
+    all_to_all_direct: AllToAll Direct;
+    gather_direct: Gather Direct;
+    scatter_direct: Scatter Direct;
+}
+
+#[test]
+fn all_to_allv_direct() {
+    // In-place AlltoAllv has no convention; only disjoint buffers.
+    check_all(
+        sweep(CollKind::AllToAllv, Algorithm::Direct)
+            .into_iter()
+            .filter(|c| !c.inplace),
+    );
+}
+
+#[test]
+fn big_all_reduce() {
+    check_all(big(CollKind::AllReduce, Algorithm::Ring));
+    check_all(
+        big(CollKind::AllReduce, Algorithm::Tree)
+            .into_iter()
+            .filter(|c| c.chunk > 10_000),
+    );
+}
+
+#[test]
+fn big_all_gather_and_reduce_scatter() {
+    check_all(big(CollKind::AllGather, Algorithm::Ring));
+    check_all(big(CollKind::ReduceScatter, Algorithm::Ring));
+}
+
+#[test]
+fn big_broadcast_and_reduce() {
+    check_all(big(CollKind::Broadcast, Algorithm::Ring));
+    check_all(big(CollKind::Reduce, Algorithm::Ring));
+}
+
+const REDUCING: [(CollKind, Algorithm); 7] = [
+    (CollKind::AllReduce, Algorithm::Ring),
+    (CollKind::AllReduce, Algorithm::Tree),
+    (CollKind::AllReduce, Algorithm::Direct),
+    (CollKind::Reduce, Algorithm::Ring),
+    (CollKind::Reduce, Algorithm::Direct),
+    (CollKind::ReduceScatter, Algorithm::Ring),
+    (CollKind::ReduceScatter, Algorithm::Direct),
+];
+
+/// A smaller sweep for the other operators and types.
+fn small_sweep(kind: CollKind, algo: Algorithm, dtype: DataType, red: Red) -> Vec<Case> {
+    let mut v = Vec::new();
+    let mut i = 0;
+    for n in RANKS {
+        for count in [1, 7, 300] {
+            for (nch, inplace) in [(1, false), (2, true), (3, false)] {
+                i += 1;
+                v.push(Case {
+                    n,
+                    count,
+                    chunk: 16,
+                    nch,
+                    inplace,
+                    root: i % n,
+                    dtype,
+                    red,
+                    ..Case::new(kind, algo)
+                });
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn other_operators_and_types() {
+    for (kind, algo) in REDUCING {
+        for (dtype, red) in [
+            (DataType::Int64, Red::Prod),
+            (DataType::Int64, Red::Max),
+            (DataType::Int64, Red::Min),
+            (DataType::Uint64, Red::Sum),
+            (DataType::Float64, Red::Sum),
+        ] {
+            check_all(small_sweep(kind, algo, dtype, red));
+        }
+    }
+}
+
+#[test]
+fn avg_and_premulsum_scale_exactly_once() {
+    for (kind, algo) in REDUCING {
+        for red in [Red::Avg, Red::PreMulSum] {
+            check_all(small_sweep(kind, algo, DataType::Float64, red));
+        }
+    }
+}
+
+#[test]
+fn copies_with_narrow_types() {
+    // Other grains (16-byte units of 1, 2, 4-byte elements) for the operations that only copy.
+    let kinds = [
+        (CollKind::Broadcast, Algorithm::Ring),
+        (CollKind::Broadcast, Algorithm::Direct),
+        (CollKind::AllGather, Algorithm::Ring),
+        (CollKind::AllGather, Algorithm::Direct),
+        (CollKind::AllToAll, Algorithm::Direct),
+        (CollKind::AllToAllv, Algorithm::Direct),
+        (CollKind::Gather, Algorithm::Direct),
+        (CollKind::Scatter, Algorithm::Direct),
+    ];
+    for (kind, algo) in kinds {
+        for dtype in [DataType::Uint8, DataType::Float16, DataType::Float32] {
+            check_all(
+                small_sweep(kind, algo, dtype, Red::Sum)
+                    .into_iter()
+                    .filter(|c| !(c.kind == CollKind::AllToAllv && c.inplace)),
+            );
+        }
+    }
+}
+
+/// Direct AllReduce adds in rank order everywhere, so even inexact sums agree bitwise with a
+/// rank-order reference; ring and tree compute each element once, so all ranks agree bitwise.
+#[test]
+fn floating_point_results_identical_on_all_ranks() {
+    for algo in [Algorithm::Direct, Algorithm::Ring, Algorithm::Tree] {
+        for n in [2, 3, 5, 8] {
+            for inplace in [false, true] {
+                let c = Case {
+                    n,
+                    count: 257,
+                    chunk: 16,
+                    nch: 2,
+                    inplace,
+                    dtype: DataType::Float64,
+                    inexact: true,
+                    ..Case::new(CollKind::AllReduce, algo)
+                };
+                if algo == Algorithm::Direct {
+                    run_case(&c, 5).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                    continue;
+                }
+                // Compare ranks with each other instead of with the rank-order reference.
+                let descs: Vec<WorkDesc> = (0..n)
+                    .map(|r| build_coll(&request(&c, r)).unwrap())
+                    .collect();
+                let mut mems: Vec<RankMem> = (0..n)
+                    .map(|r| {
+                        let mut arena = vec![0u8; 257 * 8 * 2];
+                        for i in 0..257 {
+                            put(&mut arena, 8, i, input_val(&c, r, i));
+                        }
+                        let out = if inplace { 0 } else { 257 * 8 };
+                        let bufs = HashMap::from([
+                            (
+                                BufId::INPUT,
+                                Placement {
+                                    byte_off: 0,
+                                    elems: 257,
+                                },
+                            ),
+                            (
+                                BufId::OUTPUT,
+                                Placement {
+                                    byte_off: out,
+                                    elems: 257,
+                                },
+                            ),
+                        ]);
+                        RankMem { arena, bufs }
+                    })
+                    .collect();
+                run(&descs, &mut mems, 9).unwrap();
+                let out = if inplace { 0 } else { 257 * 8 };
+                for r in 1..n as usize {
+                    assert_eq!(
+                        mems[r].arena[out..out + 257 * 8],
+                        mems[0].arena[out..out + 257 * 8],
+                        "{algo:?} n={n} rank {r}"
+                    );
+                }
+                let close = (0..257).all(|i| {
+                    let got = f64::from_bits(get(&mems[0].arena[out..], 8, i));
+                    let want = f64::from_bits(ref_reduce(&c, |p| input_val(&c, p, i)));
+                    (got - want).abs() <= 1e-9 * want.abs()
+                });
+                assert!(close, "{algo:?} n={n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_default_tuner_choice_runs() {
+    let t = Tuner::default();
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::Broadcast,
+        CollKind::Reduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+        CollKind::AllToAll,
+        CollKind::Gather,
+        CollKind::Scatter,
+    ] {
+        for n in [2, 3, 8] {
+            for count in [5, 9000, 150_000] {
+                let ch = t.choose(kind, count * 8, DataType::Int64, n, Topology::Host);
+                let c = Case {
+                    n,
+                    count,
+                    chunk: ch.chunk_elems,
+                    nch: ch.nchannels,
+                    root: 1,
+                    ..Case::new(kind, ch.algo)
+                };
+                run_case(&c, 3).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn plans_for_count_zero_are_empty() {
+    for (kind, algo) in REDUCING {
+        let c = Case {
+            n: 4,
+            nch: 3,
+            ..Case::new(kind, algo)
+        };
+        let d = build_coll(&request(&c, 2)).unwrap();
+        assert_eq!(d.step_count(), 0);
+    }
+}
+
+#[test]
+fn bad_requests_are_refused() {
+    let c = Case {
+        n: 4,
+        count: 10,
+        ..Case::new(CollKind::AllGather, Algorithm::Ring)
+    };
+    let ok = request(&c, 1);
+    assert!(build_coll(&ok).is_ok());
+    let bad = [
+        CollRequest {
+            rank: 4,
+            ..ok.clone()
+        },
+        CollRequest {
+            nranks: 0,
+            rank: 0,
+            ..ok.clone()
+        },
+        CollRequest {
+            nchannels: 0,
+            ..ok.clone()
+        },
+        CollRequest {
+            nchannels: 1000,
+            ..ok.clone()
+        },
+        CollRequest {
+            chunk_elems: 0,
+            ..ok.clone()
+        },
+        CollRequest {
+            algo: Algorithm::Tree,
+            ..ok.clone()
+        },
+        CollRequest {
+            kind: CollKind::SendRecv,
+            ..ok.clone()
+        },
+        CollRequest {
+            kind: CollKind::Broadcast,
+            root: 4,
+            ..ok.clone()
+        },
+        CollRequest {
+            kind: CollKind::AllToAllv,
+            algo: Algorithm::Direct,
+            ..ok.clone()
+        },
+        CollRequest {
+            count: u64::MAX,
+            ..ok.clone()
+        },
+    ];
+    for b in bad {
+        assert!(build_coll(&b).is_err(), "{b:?}");
+    }
+    let mut v = CollRequest {
+        kind: CollKind::AllToAllv,
+        algo: Algorithm::Direct,
+        layout: Some(vlayout(
+            &Case {
+                n: 4,
+                count: 9,
+                ..c.clone()
+            },
+            1,
+        )),
+        ..ok.clone()
+    };
+    assert!(build_coll(&v).is_ok());
+    v.layout.as_mut().unwrap().recv_counts[1] += 1;
+    assert!(build_coll(&v).is_err(), "self counts differ");
+    v.layout.as_mut().unwrap().recv_counts.pop();
+    assert!(build_coll(&v).is_err(), "short layout");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Send/receive groups.
+
+/// One message of a group: `count` elements from `from` to `to`.
+#[derive(Debug, Clone, Copy)]
+struct Msg {
+    from: u32,
+    to: u32,
+    count: u64,
+}
+
+fn msg_val(m: usize, from: u32, j: u64) -> u64 {
+    u64::from(from) * 1_000_003 + m as u64 * 100_019 + j
+}
+
+fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u64) {
+    let es = dtype.size();
+    // Per rank: (op, message index).
+    let mut ops: Vec<Vec<(P2pOp, usize)>> = vec![Vec::new(); n as usize];
+    let mut sent: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut got: HashMap<(u32, u32), u64> = HashMap::new();
+    for (m, msg) in msgs.iter().enumerate() {
+        let s = sent.entry((msg.from, msg.to)).or_default();
+        ops[msg.from as usize].push((
+            P2pOp {
+                dir: P2pDir::Send,
+                peer: msg.to,
+                count: msg.count,
+                peer_seq: *s,
+            },
+            m,
+        ));
+        *s += 1;
+        let g = got.entry((msg.from, msg.to)).or_default();
+        ops[msg.to as usize].push((
+            P2pOp {
+                dir: P2pDir::Recv,
+                peer: msg.from,
+                count: msg.count,
+                peer_seq: *g,
+            },
+            m,
+        ));
+        *g += 1;
+    }
+    // The order of operations inside a group must not matter.
+    for (r, o) in ops.iter_mut().enumerate() {
+        match r % 3 {
+            0 => {}
+            1 => o.reverse(),
+            _ => {
+                let half = o.len() / 2;
+                o.rotate_left(half);
+            }
+        }
+    }
+    let mut descs = Vec::new();
+    let mut mems = Vec::new();
+    let mut wants = Vec::new();
+    for r in 0..n {
+        let list: Vec<P2pOp> = ops[r as usize].iter().map(|x| x.0).collect();
+        let d = build_p2p(r, n, &list, dtype, nch, chunk);
+        for ch in &d.channels {
+            let first_recv = ch.steps.iter().position(|s| s.recv.is_some());
+            let last_send = ch.steps.iter().rposition(|s| s.send.is_some());
+            if let (Some(fr), Some(ls)) = (first_recv, last_send) {
+                assert!(ls < fr, "rank {r}: a send after a receive in {ch:?}");
+            }
+        }
+        descs.push(d);
+        let total: u64 = list.iter().map(|o| o.count + GAP).sum::<u64>() + GAP;
+        let mut arena = vec![0u8; total as usize * es];
+        for i in 0..total {
+            put(&mut arena, es, i, poison(i));
+        }
+        let mut want = arena.clone();
+        let mut bufs = HashMap::new();
+        let mut at = GAP;
+        for (i, &(op, m)) in ops[r as usize].iter().enumerate() {
+            bufs.insert(
+                BufId(BufId::FIRST_P2P.0 + i as u16),
+                Placement {
+                    byte_off: at as usize * es,
+                    elems: op.count,
+                },
+            );
+            for j in 0..op.count {
+                let v = msg_val(m, msgs[m].from, j);
+                match op.dir {
+                    P2pDir::Send => {
+                        put(&mut arena, es, at + j, v);
+                        put(&mut want, es, at + j, v);
+                    }
+                    P2pDir::Recv => put(&mut want, es, at + j, v),
+                }
+            }
+            at += op.count + GAP;
+        }
+        mems.push(RankMem { arena, bufs });
+        wants.push(want);
+    }
+    let ctx = format!("n={n} nch={nch} chunk={chunk} {dtype:?} msgs={msgs:?}");
+    run(&descs, &mut mems, seed).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    for r in 0..n as usize {
+        assert!(mems[r].arena == wants[r], "{ctx}: rank {r} buffers differ");
+    }
+}
+
+#[test]
+fn p2p_patterns() {
+    let mut seed = 1;
+    for n in RANKS {
+        for count in [0, 1, 7, 1000] {
+            for (nch, chunk) in [(1, 7), (2, 64), (3, 7), (3, 100_000)] {
+                seed += 1;
+                // Ring shift.
+                let ring: Vec<Msg> = (0..n)
+                    .map(|r| Msg {
+                        from: r,
+                        to: (r + 1) % n,
+                        count,
+                    })
+                    .collect();
+                run_p2p(n, &ring, nch, chunk, DataType::Int64, seed);
+                // Every pair, self included, twice, with varying sizes.
+                if n <= 5 || count <= 7 {
+                    let mut all = Vec::new();
+                    for rep in 0..2 {
+                        for from in 0..n {
+                            for to in 0..n {
+                                let count = count * u64::from((from + to + rep) % 3) / 2;
+                                all.push(Msg { from, to, count });
+                            }
+                        }
+                    }
+                    run_p2p(n, &all, nch, chunk, DataType::Int64, seed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn p2p_self_and_narrow_types() {
+    for dtype in [
+        DataType::Uint8,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+    ] {
+        let msgs = [
+            Msg {
+                from: 0,
+                to: 0,
+                count: 33,
+            },
+            Msg {
+                from: 0,
+                to: 0,
+                count: 5,
+            },
+            Msg {
+                from: 1,
+                to: 0,
+                count: 100,
+            },
+            Msg {
+                from: 0,
+                to: 1,
+                count: 17,
+            },
+        ];
+        run_p2p(2, &msgs, 2, 8, dtype, 4);
+        // A rank alone with itself.
+        run_p2p(1, &msgs[..2], 3, 1, dtype, 5);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulator must catch broken plans.
+
+fn desc(channels: Vec<Vec<Step>>) -> WorkDesc {
+    WorkDesc {
+        kind: CollKind::AllReduce,
+        algo: Algorithm::Ring,
+        proto: Protocol::Simple,
+        dtype: DataType::Int64,
+        reduction: Reduction::none(),
+        scratch_elems: 0,
+        channels: channels
+            .into_iter()
+            .map(|steps| ChannelWork { steps })
+            .collect(),
+    }
+}
+
+fn mem(elems: u64) -> RankMem {
+    RankMem {
+        arena: vec![0; elems as usize * 8 * 2],
+        bufs: HashMap::from([
+            (BufId::INPUT, Placement { byte_off: 0, elems }),
+            (
+                BufId::OUTPUT,
+                Placement {
+                    byte_off: elems as usize * 8,
+                    elems,
+                },
+            ),
+        ]),
+    }
+}
+
+fn sim_error(descs: Vec<WorkDesc>) -> String {
+    let mut mems: Vec<RankMem> = descs.iter().map(|_| mem(16)).collect();
+    run(&descs, &mut mems, 1).expect_err("the simulator accepted a broken plan")
+}
+
+#[test]
+fn simulator_detects_broken_plans() {
+    let t = coll_tag(1, 0);
+    let send = |to| Step::new(4, t).src(Region::input(0)).send(to);
+    let recv = |from, n| Step::new(n, t).recv(from).dst(Region::output(0));
+    // Both wait for the other.
+    let e = sim_error(vec![
+        desc(vec![vec![recv(1, 4)]]),
+        desc(vec![vec![recv(0, 4)]]),
+    ]);
+    assert!(
+        e.contains("deadlock") && e.contains("rank 1 channel 0 step 0"),
+        "{e}"
+    );
+    // Counts of a matched pair differ.
+    let e = sim_error(vec![
+        desc(vec![vec![send(1)]]),
+        desc(vec![vec![recv(0, 5)]]),
+    ]);
+    assert!(e.contains("matching send carried 4"), "{e}");
+    // A message nobody receives.
+    let e = sim_error(vec![desc(vec![vec![send(1)]]), desc(vec![vec![]])]);
+    assert!(e.contains("never received"), "{e}");
+    // Partially overlapping src and dst.
+    let bad = Step::new(4, t).src(Region::input(0)).dst(Region::input(2));
+    assert!(sim_error(vec![desc(vec![vec![bad]])]).contains("overlap partially"));
+    // Two channels writing the same memory.
+    let w = Step::new(4, t).src(Region::input(0)).dst(Region::output(0));
+    assert!(sim_error(vec![desc(vec![vec![w], vec![w]])]).contains("also uses"));
+    // Out of bounds and empty steps.
+    let oob = Step::new(4, t)
+        .src(Region::input(14))
+        .dst(Region::output(0));
+    assert!(sim_error(vec![desc(vec![vec![oob]])]).contains("outside"));
+    let empty = Step::new(0, t).src(Region::input(0)).dst(Region::output(0));
+    assert!(sim_error(vec![desc(vec![vec![empty]])]).contains("moves nothing"));
+    // Same tag on two channels: the receiver may take the chunks in the wrong order, which only
+    // shows up as wrong data, so check that the scheduler really interleaves channels.
+    let two = |off| Step::new(4, t).src(Region::input(off)).send(1);
+    let take = |off| Step::new(4, t).recv(0).dst(Region::output(off));
+    let mut mixed = false;
+    for seed in 0..64 {
+        let descs = vec![
+            desc(vec![vec![two(0)], vec![two(4)]]),
+            desc(vec![vec![take(0)], vec![take(4)]]),
+        ];
+        let mut mems = vec![mem(16), mem(16)];
+        for i in 0..16 {
+            put(&mut mems[0].arena, 8, i, i);
+        }
+        run(&descs, &mut mems, seed).unwrap();
+        mixed |= get(&mems[1].arena, 8, 16) != 0;
+    }
+    assert!(mixed, "the scheduler never reordered two channels");
+}
+
+#[test]
+fn huge_chunks_do_not_overflow() {
+    for (kind, algo) in REDUCING {
+        let c = Case {
+            n: 16,
+            count: 100,
+            chunk: u64::MAX,
+            nch: 2,
+            ..Case::new(kind, algo)
+        };
+        run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    }
+    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX);
+    assert_eq!((d.channels.len(), d.step_count()), (1, 0));
+}

@@ -1,0 +1,122 @@
+//! Any NCCL-ABI library (ours or NVIDIA's) loaded at run time, for the benchmark.
+
+use libloading::Library;
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+/// `ncclUniqueId`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RawUniqueId(pub [u8; 128]);
+
+/// `ncclComm_t`.
+pub type RawComm = *mut c_void;
+
+type InitRank = unsafe extern "C" fn(*mut RawComm, c_int, RawUniqueId, c_int) -> c_int;
+type Coll7 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type Coll6 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int;
+type Coll8 = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type P2p = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+
+/// The entry points the benchmark calls, resolved once.
+pub struct NcclLib {
+    _lib: Library,
+    /// `ncclGetVersion`.
+    pub get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
+    /// `ncclGetUniqueId`.
+    pub get_unique_id: unsafe extern "C" fn(*mut RawUniqueId) -> c_int,
+    /// `ncclCommInitRank`.
+    pub comm_init_rank: InitRank,
+    /// `ncclCommInitAll`.
+    pub comm_init_all: unsafe extern "C" fn(*mut RawComm, c_int, *const c_int) -> c_int,
+    /// `ncclCommDestroy`.
+    pub comm_destroy: unsafe extern "C" fn(RawComm) -> c_int,
+    /// `ncclGetErrorString`.
+    pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    /// `ncclGroupStart`.
+    pub group_start: unsafe extern "C" fn() -> c_int,
+    /// `ncclGroupEnd`.
+    pub group_end: unsafe extern "C" fn() -> c_int,
+    /// `ncclAllReduce`.
+    pub all_reduce: Coll7,
+    /// `ncclBroadcast` (root in the op slot).
+    pub broadcast: Coll7,
+    /// `ncclReduce`.
+    pub reduce: Coll8,
+    /// `ncclAllGather`.
+    pub all_gather: Coll6,
+    /// `ncclReduceScatter`.
+    pub reduce_scatter: Coll7,
+    /// `ncclAlltoAll` (absent before NCCL 2.28).
+    pub all_to_all: Option<Coll6>,
+    /// `ncclGather`.
+    pub gather: Option<Coll7>,
+    /// `ncclScatter`.
+    pub scatter: Option<Coll7>,
+    /// `ncclSend`.
+    pub send: P2p,
+    /// `ncclRecv`.
+    pub recv: P2p,
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {{
+        // SAFETY: the symbol's type is NCCL's documented signature for this name.
+        let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
+            .map_err(|e| format!("{}: {e}", $name))?;
+        *s
+    }};
+}
+
+macro_rules! opt_sym {
+    ($lib:expr, $name:literal) => {{
+        // SAFETY: as in `sym!`.
+        unsafe { $lib.get(concat!($name, "\0").as_bytes()) }.ok().map(|s| *s)
+    }};
+}
+
+impl NcclLib {
+    /// Loads the library at `path`.
+    pub fn load(path: &str) -> Result<NcclLib, String> {
+        // SAFETY: loading an NCCL library runs only its (trusted) initialisers.
+        let lib = unsafe { Library::new(path) }.map_err(|e| format!("cannot load {path}: {e}"))?;
+        Ok(NcclLib {
+            get_version: sym!(lib, "ncclGetVersion"),
+            get_unique_id: sym!(lib, "ncclGetUniqueId"),
+            comm_init_rank: sym!(lib, "ncclCommInitRank"),
+            comm_init_all: sym!(lib, "ncclCommInitAll"),
+            comm_destroy: sym!(lib, "ncclCommDestroy"),
+            get_error_string: sym!(lib, "ncclGetErrorString"),
+            group_start: sym!(lib, "ncclGroupStart"),
+            group_end: sym!(lib, "ncclGroupEnd"),
+            all_reduce: sym!(lib, "ncclAllReduce"),
+            broadcast: sym!(lib, "ncclBroadcast"),
+            reduce: sym!(lib, "ncclReduce"),
+            all_gather: sym!(lib, "ncclAllGather"),
+            reduce_scatter: sym!(lib, "ncclReduceScatter"),
+            all_to_all: opt_sym!(lib, "ncclAlltoAll"),
+            gather: opt_sym!(lib, "ncclGather"),
+            scatter: opt_sym!(lib, "ncclScatter"),
+            send: sym!(lib, "ncclSend"),
+            recv: sym!(lib, "ncclRecv"),
+            _lib: lib,
+        })
+    }
+
+    /// `ncclGetVersion`.
+    pub fn version(&self) -> i32 {
+        let mut v = 0;
+        // SAFETY: `v` is a valid out-pointer.
+        unsafe { (self.get_version)(&mut v) };
+        v
+    }
+
+    /// Turns a result code into `Err` with NCCL's own text.
+    pub fn check(&self, what: &str, r: c_int) -> Result<(), String> {
+        if r == 0 {
+            return Ok(());
+        }
+        // SAFETY: ncclGetErrorString returns a static NUL-terminated string.
+        let text = unsafe { CStr::from_ptr((self.get_error_string)(r)) };
+        Err(format!("{what}: {} ({r})", text.to_string_lossy()))
+    }
+}

@@ -1,0 +1,84 @@
+//! Ranks as separate processes on the host backend: the full matrix, and a rank killed in the
+//! middle of a collective (survivors get a remote error naming it and abort cleanly).
+
+use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn hex(id: &UniqueId) -> String {
+    id.0.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn spawn_ranks(scenario: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
+    let id = UniqueId::generate(&BootstrapOptions::from_env()).expect("unique id");
+    (0..n)
+        .map(|rank| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_host-worker"));
+            c.args([scenario, &hex(&id), &n.to_string(), &rank.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c.spawn().expect("spawn worker")
+        })
+        .collect()
+}
+
+fn matrix(n: usize, counts: &str) {
+    let children = spawn_ranks("matrix", n, &[("OXCCL_TEST_COUNTS", counts)]);
+    let mut failures = Vec::new();
+    for (rank, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("worker output");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() {
+            failures.push(format!("rank {rank} exited with {}:\n{text}", out.status));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn matrix_in_processes_2_3_4_ranks() {
+    for n in [2, 3, 4] {
+        matrix(n, "0,1,7,1000");
+    }
+}
+
+#[test]
+fn matrix_in_processes_8_16_ranks() {
+    for n in [8, 16] {
+        matrix(n, "0,1,7");
+    }
+}
+
+#[test]
+fn killed_rank_gives_remote_error_to_survivors() {
+    let n = 3;
+    let mut children = spawn_ranks("loop", n, &[]);
+    let mut readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().expect("stdout")))
+        .collect();
+    for (rank, r) in readers.iter_mut().enumerate() {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("read");
+        assert!(line.contains("running"), "rank {rank} did not start: {line}");
+    }
+    let killed_at = Instant::now();
+    children[1].kill().expect("kill rank 1");
+    children[1].wait().expect("reap rank 1");
+    for rank in [0, 2] {
+        let status = children[rank].wait().expect("wait survivor");
+        let mut rest = String::new();
+        for line in readers[rank].by_ref().lines() {
+            rest.push_str(&line.expect("line"));
+            rest.push('\n');
+        }
+        assert_eq!(status.code(), Some(4), "rank {rank}: {rest}");
+        assert!(rest.contains("Remote"), "rank {rank} error kind: {rest}");
+        assert!(rest.contains("rank 1"), "rank {rank} error must name the dead rank: {rest}");
+    }
+    assert!(killed_at.elapsed() < Duration::from_secs(30), "survivors took {:?}", killed_at.elapsed());
+}
