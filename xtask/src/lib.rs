@@ -177,7 +177,10 @@ pub fn install_built(prefix: &Path, flavour: Flavour, built: &Path) -> Result<In
     let lib_dir = prefix.join("lib");
     let include_dir = prefix.join("include");
     let header_dst = include_dir.join(flavour.header());
-    for d in [&lib_dir, header_dst.parent().expect("header has a directory")] {
+    for d in [
+        &lib_dir,
+        header_dst.parent().expect("header has a directory"),
+    ] {
         std::fs::create_dir_all(d).map_err(|e| err(format!("creating {}", d.display()), e))?;
     }
     let library = lib_dir.join(flavour.file_name());
@@ -202,13 +205,116 @@ pub fn install(prefix: &Path, flavour: Flavour, profile: Profile) -> Result<Inst
     install_built(prefix, flavour, &built)
 }
 
-/// A C compiler for the target this crate was built for (for tests compiling C programs).
-pub fn c_compiler() -> cc::Tool {
+fn compiler(cpp: bool) -> cc::Tool {
     cc::Build::new()
+        .cpp(cpp)
         .target(env!("XTASK_BUILD_TARGET"))
         .host(env!("XTASK_BUILD_HOST"))
         .opt_level(1)
         .cargo_metadata(false)
         .cargo_warnings(false)
         .get_compiler()
+}
+
+/// A C compiler for the target this crate was built for (for tests compiling C programs).
+pub fn c_compiler() -> cc::Tool {
+    compiler(false)
+}
+
+/// The matching C++ compiler.
+pub fn cxx_compiler() -> cc::Tool {
+    compiler(true)
+}
+
+/// The profile a test binary was built with, so its installs reuse the same artifacts.
+pub fn profile_of(debug_assertions: bool) -> Profile {
+    if debug_assertions {
+        Profile::Debug
+    } else {
+        Profile::Release
+    }
+}
+
+/// Removes `/* */` and `//` comments from C source.
+fn strip_c_comments(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    loop {
+        let block = rest.find("/*");
+        let line = rest.find("//");
+        match (block, line) {
+            (Some(b), l) if l.is_none_or(|l| b < l) => {
+                out.push_str(&rest[..b]);
+                out.push(' ');
+                rest = match rest[b + 2..].find("*/") {
+                    Some(end) => &rest[b + 2 + end + 2..],
+                    None => "",
+                };
+            }
+            (_, Some(l)) => {
+                out.push_str(&rest[..l]);
+                rest = &rest[l..];
+                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
+            }
+            _ => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
+}
+
+/// Names of the API functions a header declares: identifiers starting with `nccl`, `pnccl`,
+/// `msccl`, `pmsccl` or `oxccl` that are followed by `(` outside comments and `#define`s.
+pub fn header_functions(header: &str) -> std::collections::BTreeSet<String> {
+    let code = strip_c_comments(header);
+    let mut names = std::collections::BTreeSet::new();
+    for line in code.lines() {
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                let ident = &line[start..i];
+                let api = ["nccl", "pnccl", "msccl", "pmsccl", "oxccl"]
+                    .iter()
+                    .any(|p| ident.starts_with(p));
+                if api && line[i..].trim_start().starts_with('(') {
+                    names.insert(ident.to_string());
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_parser() {
+        let h = "/* ncclNotMe(int) */\n#define NCCL_X(a) ncclAlsoNot(a)\n\
+                 ncclResult_t ncclA(int x); // ncclB(\nconst char *pncclC (void);\n\
+                 typedef struct ncclComm *ncclComm_t;\nncclResult_t mscclD(int);\n";
+        let got: Vec<_> = header_functions(h).into_iter().collect();
+        assert_eq!(got, ["mscclD", "ncclA", "pncclC"]);
+    }
+
+    #[test]
+    fn rccl_target_dir_is_separate() {
+        assert_ne!(target_dir(Flavour::Nccl), target_dir(Flavour::Rccl));
+        assert!(
+            target_dir(Flavour::Rccl).ends_with("target-rccl")
+                || std::env::var_os("CARGO_TARGET_DIR").is_some()
+        );
+    }
 }

@@ -152,6 +152,10 @@ unsafe fn bcast(
     unsafe { broadcast(buff, buff, count, datatype, root, comm, stream) }
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "mirrors ncclReduce's C signature"
+)]
 unsafe fn reduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -291,7 +295,10 @@ unsafe fn scatter(
 }
 
 /// `ncclAlltoAllv` (NCCL-build extension; RCCL's `ncclAlltoAllv`/`ncclAllToAllv`).
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "mirrors ncclAlltoAllv's C signature"
+)]
 pub(crate) unsafe fn all_to_allv(
     sendbuff: *const c_void,
     sendcounts: *const usize,

@@ -15,62 +15,9 @@ fn header_text() -> String {
     std::fs::read_to_string(include_dir().join(HEADER)).expect("read header")
 }
 
-/// Removes `/* */` and `//` comments.
-fn strip_comments(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    loop {
-        let block = rest.find("/*");
-        let line = rest.find("//");
-        match (block, line) {
-            (Some(b), l) if l.is_none_or(|l| b < l) => {
-                out.push_str(&rest[..b]);
-                let end = rest[b + 2..].find("*/").expect("unterminated comment");
-                rest = &rest[b + 2 + end + 2..];
-            }
-            (_, Some(l)) => {
-                out.push_str(&rest[..l]);
-                rest = &rest[l..];
-                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
-            }
-            _ => {
-                out.push_str(rest);
-                return out;
-            }
-        }
-    }
-}
-
-/// Identifiers followed by `(` that name API functions.
-pub(crate) fn declared_functions(header: &str) -> BTreeSet<String> {
-    let code = strip_comments(header);
-    let bytes = code.as_bytes();
-    let mut names = BTreeSet::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let ident = &code[start..i];
-            let next = code[i..].trim_start();
-            let prefixed = ["nccl", "pnccl", "msccl", "pmsccl", "oxccl"]
-                .iter()
-                .any(|p| ident.starts_with(p));
-            if prefixed && next.starts_with('(') && !code[..start].trim_end().ends_with("#define") {
-                names.insert(ident.to_string());
-            }
-        } else {
-            i += 1;
-        }
-    }
-    names
-}
-
 #[test]
 fn header_declares_exactly_the_exports() {
-    let declared = declared_functions(&header_text());
+    let declared = xtask::header_functions(&header_text());
     let listed: BTreeSet<String> = header_functions().iter().map(|s| s.to_string()).collect();
     let missing: Vec<_> = listed.difference(&declared).collect();
     let extra: Vec<_> = declared.difference(&listed).collect();
@@ -342,14 +289,11 @@ fn c_program() -> String {
 }
 
 fn compiler(cpp: bool) -> cc::Tool {
-    cc::Build::new()
-        .cpp(cpp)
-        .target(env!("OXCCL_BUILD_TARGET"))
-        .host(env!("OXCCL_BUILD_HOST"))
-        .opt_level(0)
-        .cargo_metadata(false)
-        .cargo_warnings(false)
-        .get_compiler()
+    if cpp {
+        xtask::cxx_compiler()
+    } else {
+        xtask::c_compiler()
+    }
 }
 
 fn scratch(name: &str) -> PathBuf {
