@@ -718,6 +718,33 @@ static int section_init_all(void) {
     free(send[r]);
     free(recv[r]);
   }
+  /* The multi-device idiom without InitAll: every rank's init inside one group, then the
+   * same with ncclCommInitRankScalable and two ids. */
+  ncclUniqueId id, ids[2];
+  NCCLCHECK(ncclGetUniqueId(&id));
+  NCCLCHECK(ncclGetUniqueId(&ids[0]));
+  NCCLCHECK(ncclGetUniqueId(&ids[1]));
+  for (int pass = 0; pass < 2; pass++) {
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < NRANKS; r++) {
+      if (pass == 0) NCCLCHECK(ncclCommInitRank(&comms[r], NRANKS, id, r));
+      else NCCLCHECK(ncclCommInitRankScalable(&comms[r], NRANKS, r, 2, ids, NULL));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    float x[NRANKS][4], y[NRANKS][4];
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < NRANKS; r++) {
+      for (int i = 0; i < 4; i++) x[r][i] = (float)(r + 1);
+      NCCLCHECK(ncclAllReduce(x[r], y[r], 4, ncclFloat, ncclSum, comms[r], NULL));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    for (int r = 0; r < NRANKS; r++) {
+      for (int i = 0; i < 4; i++)
+        CHECK(y[r][i] == 10.0f, "%s: rank %d got %g", pass ? "scalable init" : "grouped init", r,
+              (double)y[r][i]);
+      NCCLCHECK(ncclCommDestroy(comms[r]));
+    }
+  }
   /* NULL devlist means devices 0..ndev-1. */
   ncclComm_t two[2];
   NCCLCHECK(ncclCommInitAll(two, 2, NULL));
