@@ -1,1 +1,34 @@
-//! oxccl C ABI (filled by the C ABI issue).
+//! oxccl's C ABI: builds as a drop-in `libnccl.so.2` (feature `nccl`, the default) or
+//! `librccl.so.1` (feature `rccl`), and is the Rust entry point that picks a backend at run time.
+//!
+//! Layout:
+//! - [`abi`]: the C types of `include/nccl.h` / `include/rccl/rccl.h`; [`decl`] checks every
+//!   export's signature against a declaration list that a test compiles against the header.
+//! - [`boundary`]: the panic/error boundary and the macro emitting `ncclX` + `pncclX`.
+//! - [`api`]: the exports. [`handles`]: `ncclComm_t` registry. [`group`]: group bookkeeping.
+//! - [`config`]: versioned `ncclConfig_t`. [`last_error`]: `ncclGetLastError`'s buffer.
+//! - [`runtime`]: the `enum_dispatch` enums over the compiled-in backends.
+//!
+//! Only `#[no_mangle]` functions of this crate are exported from the shared library; rustc's
+//! version script hides everything else.
+
+#[cfg(all(feature = "nccl", feature = "rccl"))]
+compile_error!(
+    "features `nccl` and `rccl` are mutually exclusive: build the RCCL flavour with \
+     `--no-default-features --features rccl` (in its own target directory)"
+);
+#[cfg(not(any(feature = "nccl", feature = "rccl")))]
+compile_error!("enable one of the features `nccl` (default) or `rccl`");
+
+pub mod abi;
+pub mod api;
+pub mod boundary;
+pub mod config;
+pub mod decl;
+pub mod group;
+pub mod handles;
+pub mod last_error;
+pub mod result;
+pub mod runtime;
+
+pub use runtime::{AnyBackend, AnyComm, CommOps, RuntimeBackend, backend};

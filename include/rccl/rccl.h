@@ -1,0 +1,613 @@
+/*
+ * rccl/rccl.h for oxccl's librccl.so.1.
+ *
+ * Written for oxccl from the published RCCL ABI facts (RCCL 2.30.4 level: names, enum values,
+ * struct layouts, version codes). Programs compiled against AMD's rccl.h of that level run
+ * unchanged on oxccl.
+ *
+ * Differences from AMD's header, none of which change the ABI:
+ *  - hip_runtime.h is not included: hipStream_t is declared here as the same opaque pointer type
+ *    HIP uses, and the declaration steps aside when HIP's own came first. Define
+ *    OXCCL_INCLUDE_HIP_RUNTIME before including this file to pull in hip_runtime_api.h.
+ *  - The device-API host functions are declared here with their structs left opaque except
+ *    ncclTeam_t, which is returned by value.
+ */
+#ifndef OXCCL_RCCL_H
+#define OXCCL_RCCL_H
+/* Also claim NCCL_H_, the guard RCCL programs test to see whether the API is declared. */
+#ifndef NCCL_H_
+#define NCCL_H_
+#endif
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(OXCCL_INCLUDE_HIP_RUNTIME)
+#include <hip/hip_runtime_api.h>
+#elif !defined(HIP_INCLUDE_HIP_HIP_RUNTIME_API_H)
+/* The same type as HIP's: a redeclaration by hip_runtime_api.h later is compatible (C11, C++). */
+typedef struct ihipStream_t *hipStream_t;
+#endif
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 30
+#define NCCL_PATCH 4
+#define NCCL_SUFFIX ""
+
+/* Versions up to 2.8 used X*1000+Y*100+Z; later ones use X*10000+Y*100+Z. */
+#define NCCL_VERSION(X, Y, Z) \
+  (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_VERSION_CODE 23004
+
+/* RCCL feature macros. */
+#define RCCL_BFLOAT16 1
+#define RCCL_FLOAT8 1
+#define RCCL_GATHER_SCATTER 1
+#define RCCL_ALLTOALLV 1
+#define RCCL_ALLREDUCE_WITH_BIAS 1
+#define RCCL_SUSPEND_RESUME 1
+
+/* Marks oxccl's header; the library itself reports its own version via oxcclGetVersionString. */
+#define OXCCL_RCCL_HEADER 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Handles and ids ------------------------------------------------------------------------ */
+
+typedef struct ncclComm *ncclComm_t;
+#define NCCL_COMM_NULL NULL
+
+/* Points at device memory describing a registered window. */
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+
+#define NCCL_UNIQUE_ID_BYTES 128
+/* Passed by value to ncclCommInitRank; copy its 128 bytes verbatim between processes. */
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+/* ---- Result codes --------------------------------------------------------------------------- */
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclTimeout = 8,
+  ncclNumResults = 9
+} ncclResult_t;
+
+/* ---- Configuration -------------------------------------------------------------------------- */
+
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
+
+/* ncclCommWindowRegister flags. */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+
+/* config.CTAPolicy values. */
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+
+/* ncclCommShrink flags. */
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+
+/* ncclCommRevoke flags. */
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* ncclConfig_t.magic and ncclSimInfo_t-style headers. */
+#define NCCL_API_MAGIC 0xcafebeef
+
+/*
+ * Communicator options. The struct only ever grows at the end: the library reads `size` and
+ * `version` to know which fields the caller's header had. Always start from
+ * NCCL_CONFIG_INITIALIZER; fields left at NCCL_CONFIG_UNDEF_* take the library default.
+ */
+typedef struct ncclConfig_v22800 {
+  size_t size;             /* sizeof(ncclConfig_t) of the caller's header */
+  unsigned int magic;      /* 0xcafebeef */
+  unsigned int version;    /* NCCL_VERSION_CODE of the caller's header */
+  int blocking;            /* 0: init and operations may return ncclInProgress */
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char *netName;
+  int splitShare;
+  int trafficClass;
+  const char *commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+  int graphUsageMode;
+  int numRmaCtx;
+  int maxP2pPeers;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                                 \
+  {                                                                                             \
+    sizeof(ncclConfig_t),                 /* size */                                            \
+        0xcafebeef,                       /* magic */                                           \
+        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */                         \
+        NCCL_CONFIG_UNDEF_INT,            /* blocking */                                        \
+        NCCL_CONFIG_UNDEF_INT,            /* cgaClusterSize */                                  \
+        NCCL_CONFIG_UNDEF_INT,            /* minCTAs */                                         \
+        NCCL_CONFIG_UNDEF_INT,            /* maxCTAs */                                         \
+        NCCL_CONFIG_UNDEF_PTR,            /* netName */                                         \
+        NCCL_CONFIG_UNDEF_INT,            /* splitShare */                                      \
+        NCCL_CONFIG_UNDEF_INT,            /* trafficClass */                                    \
+        NCCL_CONFIG_UNDEF_PTR,            /* commName */                                        \
+        NCCL_CONFIG_UNDEF_INT,            /* collnetEnable */                                   \
+        NCCL_CONFIG_UNDEF_INT,            /* CTAPolicy */                                       \
+        NCCL_CONFIG_UNDEF_INT,            /* shrinkShare */                                     \
+        NCCL_CONFIG_UNDEF_INT,            /* nvlsCTAs */                                        \
+        NCCL_CONFIG_UNDEF_INT,            /* nChannelsPerNetPeer */                             \
+        NCCL_CONFIG_UNDEF_INT,            /* nvlinkCentricSched */                              \
+        NCCL_CONFIG_UNDEF_INT,            /* graphUsageMode */                                  \
+        NCCL_CONFIG_UNDEF_INT,            /* numRmaCtx */                                       \
+        NCCL_CONFIG_UNDEF_INT             /* maxP2pPeers */                                     \
+  }
+
+/* Result of ncclGroupSimulateEnd. */
+typedef struct ncclSimInfo_v22200 {
+  size_t size;
+  unsigned int magic;     /* 0x74685283 */
+  unsigned int version;
+  float estimatedTime;    /* microseconds */
+} ncclSimInfo_t;
+
+#define NCCL_SIM_INFO_INITIALIZER                                                               \
+  { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),         \
+    NCCL_UNDEF_FLOAT }
+
+/* ---- Reduction operators and data types ----------------------------------------------------- */
+
+/* Only sizes ncclRedOp_t: the enum below must be as wide as this one. */
+typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
+
+/* Values from ncclNumOps up to ncclMaxRedOp are handles made by ncclRedOpCreatePreMulSum. */
+typedef enum {
+  ncclSum = 0,
+  ncclProd = 1,
+  ncclMax = 2,
+  ncclMin = 3,
+  ncclAvg = 4,
+  ncclNumOps = 5,
+  ncclMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(ncclRedOp_dummy_t))
+} ncclRedOp_t;
+
+typedef enum {
+  ncclInt8 = 0,
+  ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,
+  ncclFloat8e5m2 = 11,
+  ncclFp8E4M3 = 10, /* older RCCL spelling */
+  ncclFp8E5M2 = 11, /* older RCCL spelling */
+  ncclNumTypes = 12
+} ncclDataType_t;
+
+/* Where ncclRedOpCreatePreMulSum finds its scalar. */
+typedef enum {
+  ncclScalarDevice = 0,        /* read from device memory when the operation runs */
+  ncclScalarHostImmediate = 1  /* copied from host memory at creation */
+} ncclScalarResidence_t;
+
+/* ---- Version and unique id ------------------------------------------------------------------ */
+
+ncclResult_t ncclGetVersion(int *version);
+ncclResult_t pncclGetVersion(int *version);
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
+ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
+
+/* ---- Communicator creation and teardown ----------------------------------------------------- */
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t *config);
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+
+/* commIds holds nId ids; every rank passes the same array. */
+ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId *commIds, ncclConfig_t *config);
+ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                       ncclUniqueId *commIds, ncclConfig_t *config);
+
+/* One communicator per device, all in this process; devlist NULL means devices 0..ndev-1. */
+ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+ncclResult_t pncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist);
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+ncclResult_t pncclCommFinalize(ncclComm_t comm);
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t pncclCommDestroy(ncclComm_t comm);
+
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t pncclCommAbort(ncclComm_t comm);
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
+
+/* color NCCL_SPLIT_NOCOLOR yields *newcomm == NULL; config NULL copies the parent's. */
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config);
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                            ncclConfig_t *config);
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                            ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                             ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+
+/* ---- Errors and queries --------------------------------------------------------------------- */
+
+const char *ncclGetErrorString(ncclResult_t result);
+const char *pncclGetErrorString(ncclResult_t result);
+
+/* comm is not used and may be NULL. */
+const char *ncclGetLastError(ncclComm_t comm);
+const char *pncclGetLastError(ncclComm_t comm);
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((deprecated("ncclResetDebugInit is deprecated")))
+#endif
+void ncclResetDebugInit(void);
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((deprecated("pncclResetDebugInit is deprecated")))
+#endif
+void pncclResetDebugInit(void);
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
+ncclResult_t pncclCommCount(const ncclComm_t comm, int *count);
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device);
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank);
+
+/* ---- Memory, registration, windows ---------------------------------------------------------- */
+
+ncclResult_t ncclMemAlloc(void **ptr, size_t size);
+ncclResult_t pncclMemAlloc(void **ptr, size_t size);
+
+ncclResult_t ncclMemFree(void *ptr);
+ncclResult_t pncclMemFree(void *ptr);
+
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
+
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle);
+
+/* Collective over the communicator. */
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                    int winFlags);
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                                     int winFlags);
+
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+/* ---- Reduction operators -------------------------------------------------------------------- */
+
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                      ncclScalarResidence_t residence, ncclComm_t comm);
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence, ncclComm_t comm);
+
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
+
+/* ---- Collectives ---------------------------------------------------------------------------- */
+
+/* recvbuff matters only on root. In place when sendbuff == recvbuff. */
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                        hipStream_t stream);
+ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                         hipStream_t stream);
+
+/* In-place broadcast (deprecated spelling). */
+ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                       ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, hipStream_t stream);
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           hipStream_t stream);
+ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, int root, ncclComm_t comm,
+                            hipStream_t stream);
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           hipStream_t stream);
+ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                            hipStream_t stream);
+
+/* sendbuff holds nranks*recvcount elements. In place when recvbuff == sendbuff+rank*recvcount. */
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               hipStream_t stream);
+ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                hipStream_t stream);
+
+/* recvbuff holds nranks*sendcount elements. In place when sendbuff == recvbuff+rank*sendcount. */
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                            ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+
+/* Block j of sendbuff goes to rank j; both buffers hold nranks*count elements. */
+ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+
+/* Root receives nranks*count elements. In place when sendbuff == recvbuff + root*count. */
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                        ncclDataType_t datatype, int root, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, hipStream_t stream);
+
+/* Root sends nranks*count elements. In place when recvbuff == sendbuff + root*count. */
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, int root, ncclComm_t comm,
+                          hipStream_t stream);
+
+/* ---- Point to point ------------------------------------------------------------------------- */
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, hipStream_t stream);
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, hipStream_t stream);
+
+/* ---- Groups --------------------------------------------------------------------------------- */
+
+ncclResult_t ncclGroupStart(void);
+ncclResult_t pncclGroupStart(void);
+
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t pncclGroupEnd(void);
+
+/* Ends the group like ncclGroupEnd but launches nothing; fills simInfo->estimatedTime. */
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
+
+/* ---- Device-API host functions ---------------------------------------------------------------
+ * NCCL and RCCL declare these in the nccl_device headers. Only ncclTeam_t is laid out here; the other structs
+ * are used through pointers. oxccl does not provide device-side communicators yet:
+ * ncclDevCommCreate and the requirement helpers return ncclInvalidUsage.
+ */
+
+/* A team of ranks: rank r of the team is world rank (worldRank - rank*stride + r*stride). */
+typedef struct ncclTeam {
+  int nRanks;
+  int rank;
+  int stride;
+} ncclTeam_t;
+
+typedef struct ncclDevComm ncclDevComm_t;
+typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
+typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
+typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
+typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const *reqs,
+                               ncclDevComm_t *outDevComm);
+ncclResult_t pncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const *reqs,
+                                ncclDevComm_t *outDevComm);
+
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const *devComm);
+ncclResult_t pncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const *devComm);
+
+ncclTeam_t ncclTeamWorld(ncclComm_t comm);
+ncclTeam_t pncclTeamWorld(ncclComm_t comm);
+
+ncclTeam_t ncclTeamLsa(ncclComm_t comm);
+ncclTeam_t pncclTeamLsa(ncclComm_t comm);
+
+ncclTeam_t ncclTeamRail(ncclComm_t comm);
+ncclTeam_t pncclTeamRail(ncclComm_t comm);
+
+int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
+int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
+
+int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
+int pncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
+
+ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
+                                             ncclLsaBarrierHandle_t *outHandle,
+                                             ncclDevResourceRequirements_t *outReq);
+ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
+                                              ncclLsaBarrierHandle_t *outHandle,
+                                              ncclDevResourceRequirements_t *outReq);
+
+ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers,
+                                             ncclGinBarrierHandle_t *outHandle,
+                                             ncclDevResourceRequirements_t *outReq);
+ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers,
+                                              ncclGinBarrierHandle_t *outHandle,
+                                              ncclDevResourceRequirements_t *outReq);
+
+int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+
+ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,
+                                        ncclDevResourceRequirements_t *outReq);
+ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,
+                                         ncclDevResourceRequirements_t *outReq);
+
+/* ---- NCCL 2.29 additions (part of RCCL 2.30) ----------------------------------------------- */
+
+#define NCCL_SUSPEND_MEM 0x01
+
+typedef enum {
+  ncclStatGpuMemSuspend = 0,
+  ncclStatGpuMemSuspended = 1,
+  ncclStatGpuMemPersist = 2,
+  ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+
+/* Not supported by oxccl yet: returns ncclInvalidUsage. */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                          ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                           ncclComm_t *newcomm, ncclConfig_t *config);
+
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+/* One-sided operations on registered windows. Not supported by oxccl yet: ncclInvalidUsage. */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype,
+                            int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                            int ctx, unsigned int flags, ncclComm_t comm, hipStream_t stream);
+
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        hipStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                         hipStream_t stream);
+
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                            hipStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                             hipStream_t stream);
+
+/* ---- RCCL-only functions -------------------------------------------------------------------- */
+
+/* Deprecated spelling of ncclAlltoAll. */
+ncclResult_t ncclAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+
+/* All-to-all with per-peer counts and displacements (in elements), nranks entries each. */
+ncclResult_t ncclAlltoAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclAlltoAllv(const void *sendbuff, const size_t sendcounts[],
+                            const size_t sdispls[], void *recvbuff, const size_t recvcounts[],
+                            const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                            hipStream_t stream);
+
+/* Deprecated spelling of ncclAlltoAllv. */
+ncclResult_t ncclAllToAllv(const void *sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void *recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           ncclDataType_t datatype, ncclComm_t comm, hipStream_t stream);
+ncclResult_t pncclAllToAllv(const void *sendbuff, const size_t sendcounts[],
+                            const size_t sdispls[], void *recvbuff, const size_t recvcounts[],
+                            const size_t rdispls[], ncclDataType_t datatype, ncclComm_t comm,
+                            hipStream_t stream);
+
+/* AllReduce whose result is further combined, element by element, with acc (count elements of
+ * datatype; NULL for none) using the same operator. */
+ncclResult_t ncclAllReduceWithBias(const void *sendbuff, void *recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                   hipStream_t stream, const void *acc);
+ncclResult_t pncclAllReduceWithBias(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                    hipStream_t stream, const void *acc);
+
+/* MSCCL algorithm files. */
+typedef int mscclAlgoHandle_t;
+
+ncclResult_t mscclLoadAlgo(const char *mscclAlgoFilePath, mscclAlgoHandle_t *mscclAlgoHandle,
+                           int rank);
+ncclResult_t pmscclLoadAlgo(const char *mscclAlgoFilePath, mscclAlgoHandle_t *mscclAlgoHandle,
+                            int rank);
+
+ncclResult_t mscclRunAlgo(const void *sendBuff, const size_t sendCounts[], const size_t sDisPls[],
+                          void *recvBuff, const size_t recvCounts[], const size_t rDisPls[],
+                          size_t count, ncclDataType_t dataType, int root, int peer,
+                          ncclRedOp_t op, mscclAlgoHandle_t mscclAlgoHandle, ncclComm_t comm,
+                          hipStream_t stream);
+ncclResult_t pmscclRunAlgo(const void *sendBuff, const size_t sendCounts[],
+                           const size_t sDisPls[], void *recvBuff, const size_t recvCounts[],
+                           const size_t rDisPls[], size_t count, ncclDataType_t dataType,
+                           int root, int peer, ncclRedOp_t op, mscclAlgoHandle_t mscclAlgoHandle,
+                           ncclComm_t comm, hipStream_t stream);
+
+ncclResult_t mscclUnloadAlgo(mscclAlgoHandle_t mscclAlgoHandle);
+ncclResult_t pmscclUnloadAlgo(mscclAlgoHandle_t mscclAlgoHandle);
+
+/* ---- oxccl extensions ----------------------------------------------------------------------- */
+
+/* oxccl's own version, e.g. "oxccl 0.1.0 (RCCL 2.30.4 API)"; ncclGetVersion reports the API. */
+const char *oxcclGetVersionString(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* OXCCL_RCCL_H */

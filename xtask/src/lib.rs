@@ -1,0 +1,320 @@
+//! Building and installing oxccl's C libraries the way NCCL and RCCL install:
+//!
+//! ```text
+//! NCCL flavour                          RCCL flavour
+//! <prefix>/lib/libnccl.so.2.28.9        <prefix>/lib/librccl.so.1.0
+//! <prefix>/lib/libnccl.so.2 -> ...      <prefix>/lib/librccl.so.1 -> librccl.so.1.0
+//! <prefix>/lib/libnccl.so   -> ...      <prefix>/lib/librccl.so   -> librccl.so.1
+//! <prefix>/include/nccl.h               <prefix>/include/rccl/rccl.h
+//! ```
+//!
+//! The two flavours are mutually exclusive cargo features of one crate, so each is built in its
+//! own target directory (`target/` and `target-rccl/`) and neither rebuild clobbers the other.
+//! The integration tests call [`install`] directly.
+
+use std::io;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Which drop-in library to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavour {
+    /// `libnccl.so.2` with `nccl.h` (cargo feature `nccl`, the default).
+    Nccl,
+    /// `librccl.so.1` with `rccl/rccl.h` (cargo feature `rccl`).
+    Rccl,
+}
+
+impl Flavour {
+    /// The file name the library is installed under (the real file, not a link).
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Flavour::Nccl => "libnccl.so.2.28.9",
+            Flavour::Rccl => "librccl.so.1.0",
+        }
+    }
+    /// The soname (what programs record in `DT_NEEDED`).
+    pub fn soname(self) -> &'static str {
+        match self {
+            Flavour::Nccl => "libnccl.so.2",
+            Flavour::Rccl => "librccl.so.1",
+        }
+    }
+    /// The link-time name (`-lnccl` / `-lrccl`).
+    pub fn link_name(self) -> &'static str {
+        match self {
+            Flavour::Nccl => "libnccl.so",
+            Flavour::Rccl => "librccl.so",
+        }
+    }
+    /// `-l` argument.
+    pub fn lib_flag(self) -> &'static str {
+        match self {
+            Flavour::Nccl => "-lnccl",
+            Flavour::Rccl => "-lrccl",
+        }
+    }
+    /// Header path below `include/`, in the source tree and in the install.
+    pub fn header(self) -> &'static str {
+        match self {
+            Flavour::Nccl => "nccl.h",
+            Flavour::Rccl => "rccl/rccl.h",
+        }
+    }
+    /// Cargo feature arguments selecting this flavour.
+    pub fn cargo_features(self) -> &'static [&'static str] {
+        match self {
+            Flavour::Nccl => &[],
+            Flavour::Rccl => &["--no-default-features", "--features", "rccl"],
+        }
+    }
+}
+
+/// Cargo profile to build with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// `dev` (shares artifacts with `cargo build` / `cargo test`).
+    Debug,
+    /// `release` (what users install).
+    Release,
+}
+
+impl Profile {
+    fn dir(self) -> &'static str {
+        match self {
+            Profile::Debug => "debug",
+            Profile::Release => "release",
+        }
+    }
+}
+
+/// Where an install put things.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// `<prefix>`.
+    pub prefix: PathBuf,
+    /// `<prefix>/lib`.
+    pub lib_dir: PathBuf,
+    /// `<prefix>/include`.
+    pub include_dir: PathBuf,
+    /// The real library file.
+    pub library: PathBuf,
+}
+
+/// The workspace root (this crate's parent directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the workspace")
+        .to_path_buf()
+}
+
+/// The cargo target directory a flavour is built in.
+pub fn target_dir(flavour: Flavour) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    match flavour {
+        Flavour::Nccl => base,
+        Flavour::Rccl => {
+            let mut name = base.file_name().unwrap_or_default().to_os_string();
+            name.push("-rccl");
+            base.with_file_name(name)
+        }
+    }
+}
+
+fn err(context: impl std::fmt::Display, e: io::Error) -> String {
+    format!("{context}: {e}")
+}
+
+/// Builds the flavour's shared library; returns the path cargo wrote it to.
+pub fn build(flavour: Flavour, profile: Profile) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = target_dir(flavour);
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--package", "oxccl-ffi", "--lib"])
+        .args(flavour.cargo_features());
+    if profile == Profile::Release {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| err(format!("running {cmd:?}"), e))?;
+    if !status.success() {
+        return Err(format!("{cmd:?} failed with {status}"));
+    }
+    let lib = target.join(profile.dir()).join("liboxccl.so");
+    if !lib.is_file() {
+        return Err(format!("cargo did not produce {}", lib.display()));
+    }
+    Ok(lib)
+}
+
+/// Replaces `link` with a symlink to `target` (a name in the same directory).
+fn relink(target: &str, link: &Path) -> Result<(), String> {
+    match std::fs::remove_file(link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(format!("removing {}", link.display()), e)),
+    }
+    symlink(target, link).map_err(|e| err(format!("linking {}", link.display()), e))
+}
+
+/// Copies `from` to `to` through a temporary name, so a process that has the old file mapped
+/// keeps its copy intact.
+fn replace_file(from: &Path, to: &Path) -> Result<(), String> {
+    let tmp = to.with_extension("oxccl-tmp");
+    std::fs::copy(from, &tmp).map_err(|e| err(format!("copying to {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, to).map_err(|e| err(format!("renaming to {}", to.display()), e))
+}
+
+/// Lays out an already built library and the flavour's header under `prefix`.
+pub fn install_built(prefix: &Path, flavour: Flavour, built: &Path) -> Result<Installed, String> {
+    let lib_dir = prefix.join("lib");
+    let include_dir = prefix.join("include");
+    let header_dst = include_dir.join(flavour.header());
+    for d in [
+        &lib_dir,
+        header_dst.parent().expect("header has a directory"),
+    ] {
+        std::fs::create_dir_all(d).map_err(|e| err(format!("creating {}", d.display()), e))?;
+    }
+    let library = lib_dir.join(flavour.file_name());
+    replace_file(built, &library)?;
+    relink(flavour.file_name(), &lib_dir.join(flavour.soname()))?;
+    relink(flavour.soname(), &lib_dir.join(flavour.link_name()))?;
+    replace_file(
+        &workspace_root().join("include").join(flavour.header()),
+        &header_dst,
+    )?;
+    Ok(Installed {
+        prefix: prefix.to_path_buf(),
+        lib_dir,
+        include_dir,
+        library,
+    })
+}
+
+/// Builds the flavour and installs it under `prefix`.
+pub fn install(prefix: &Path, flavour: Flavour, profile: Profile) -> Result<Installed, String> {
+    let built = build(flavour, profile)?;
+    install_built(prefix, flavour, &built)
+}
+
+fn compiler(cpp: bool) -> cc::Tool {
+    cc::Build::new()
+        .cpp(cpp)
+        .target(env!("XTASK_BUILD_TARGET"))
+        .host(env!("XTASK_BUILD_HOST"))
+        .opt_level(1)
+        .cargo_metadata(false)
+        .cargo_warnings(false)
+        .get_compiler()
+}
+
+/// A C compiler for the target this crate was built for (for tests compiling C programs).
+pub fn c_compiler() -> cc::Tool {
+    compiler(false)
+}
+
+/// The matching C++ compiler.
+pub fn cxx_compiler() -> cc::Tool {
+    compiler(true)
+}
+
+/// The profile a test binary was built with, so its installs reuse the same artifacts.
+pub fn profile_of(debug_assertions: bool) -> Profile {
+    if debug_assertions {
+        Profile::Debug
+    } else {
+        Profile::Release
+    }
+}
+
+/// Removes `/* */` and `//` comments from C source.
+fn strip_c_comments(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    loop {
+        let block = rest.find("/*");
+        let line = rest.find("//");
+        match (block, line) {
+            (Some(b), l) if l.is_none_or(|l| b < l) => {
+                out.push_str(&rest[..b]);
+                out.push(' ');
+                rest = match rest[b + 2..].find("*/") {
+                    Some(end) => &rest[b + 2 + end + 2..],
+                    None => "",
+                };
+            }
+            (_, Some(l)) => {
+                out.push_str(&rest[..l]);
+                rest = &rest[l..];
+                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
+            }
+            _ => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
+}
+
+/// Names of the API functions a header declares: identifiers starting with `nccl`, `pnccl`,
+/// `msccl`, `pmsccl` or `oxccl` that are followed by `(` outside comments and `#define`s.
+pub fn header_functions(header: &str) -> std::collections::BTreeSet<String> {
+    let code = strip_c_comments(header);
+    let mut names = std::collections::BTreeSet::new();
+    for line in code.lines() {
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                let ident = &line[start..i];
+                let api = ["nccl", "pnccl", "msccl", "pmsccl", "oxccl"]
+                    .iter()
+                    .any(|p| ident.starts_with(p));
+                if api && line[i..].trim_start().starts_with('(') {
+                    names.insert(ident.to_string());
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_parser() {
+        let h = "/* ncclNotMe(int) */\n#define NCCL_X(a) ncclAlsoNot(a)\n\
+                 ncclResult_t ncclA(int x); // ncclB(\nconst char *pncclC (void);\n\
+                 typedef struct ncclComm *ncclComm_t;\nncclResult_t mscclD(int);\n";
+        let got: Vec<_> = header_functions(h).into_iter().collect();
+        assert_eq!(got, ["mscclD", "ncclA", "pncclC"]);
+    }
+
+    #[test]
+    fn rccl_target_dir_is_separate() {
+        assert_ne!(target_dir(Flavour::Nccl), target_dir(Flavour::Rccl));
+        assert!(
+            target_dir(Flavour::Rccl).ends_with("target-rccl")
+                || std::env::var_os("CARGO_TARGET_DIR").is_some()
+        );
+    }
+}
