@@ -27,6 +27,8 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
 
 /// Runs `f`, turning panics into `Error::Internal` and poisoning the communicator it was using.
 fn guarded<T>(api: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    #[cfg(feature = "rccl")]
+    oxccl_core::logging::set_api_banner("RCCL API level 2.30.4");
     oxccl_core::logging::init_from_env();
     handles::clear_current();
     match catch_unwind(AssertUnwindSafe(f)) {

@@ -14,47 +14,26 @@ use oxccl_core::datatype::{DataType, RedOp, ScalarSource};
 use oxccl_core::host::HostStream;
 use oxccl_core::plan::P2pDir;
 use oxccl_core::{CollArgs, Communicator, Error, HostBackend, Result};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-
-/// Per-communicator cache of the backend streams behind raw C stream handles.
-pub struct StreamCache<B: Backend> {
-    streams: Mutex<HashMap<usize, B::Stream>>,
-}
-
-impl<B: Backend> Default for StreamCache<B> {
-    fn default() -> Self {
-        StreamCache {
-            streams: Mutex::new(HashMap::new()),
-        }
-    }
-}
+use std::sync::{Arc, OnceLock};
 
 /// What the C layer needs from a core backend beyond `Backend` itself.
 pub trait FfiBackend: Backend {
-    /// The stream a C caller means by `raw` on communicator `cache`'s owner.
+    /// The stream a C caller means by `raw`.
     ///
     /// # Safety
     /// `raw` is 0 or a live stream handle of this backend's runtime.
-    unsafe fn comm_stream(&self, cache: &StreamCache<Self>, raw: usize) -> Result<Self::Stream>;
+    unsafe fn comm_stream(&self, raw: usize) -> Result<Self::Stream>;
     /// Wraps a communicator of this backend into the dispatch enum.
     fn wrap(comm: GenComm<Self>) -> AnyComm;
 }
 
 impl FfiBackend for HostBackend {
-    unsafe fn comm_stream(&self, cache: &StreamCache<Self>, raw: usize) -> Result<HostStream> {
-        // A host "stream" is a worker queue. Ranks of one process often all pass the same raw
-        // handle (NULL), and a queue shared by several ranks would run one rank's collective
-        // while the others' wait behind it: so each communicator gets its own queue per handle.
-        // Calls on the host backend complete before returning, so no cross-communicator ordering
-        // is lost.
-        let mut map = cache.streams.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = map.get(&raw) {
-            return Ok(s.clone());
-        }
-        let s = self.stream_create()?;
-        map.insert(raw, s.clone());
-        Ok(s)
+    unsafe fn comm_stream(&self, raw: usize) -> Result<HostStream> {
+        // Core runs each communicator's operations on its own queue, so ranks of one process
+        // sharing a raw handle (usually NULL) never wait behind each other; the stream itself
+        // only orders completion, and the backend already caches it per handle.
+        // SAFETY: forwarded from the caller.
+        unsafe { self.stream_from_raw(raw) }
     }
     fn wrap(comm: GenComm<Self>) -> AnyComm {
         AnyComm::Host(comm)
@@ -63,7 +42,7 @@ impl FfiBackend for HostBackend {
 
 // DEVICE BACKENDS: `impl FfiBackend for oxccl_cuda::CudaBackend` (nccl feature) and
 // `impl FfiBackend for oxccl_hip::HipBackend` (rccl feature) go here; their `comm_stream` is
-// `stream_from_raw(raw)` without caching.
+// `stream_from_raw(raw)`.
 
 /// Operations on the process-wide backend.
 #[enum_dispatch]
@@ -208,14 +187,15 @@ pub trait CommOps {
 /// A core communicator plus the C layer's per-communicator state.
 pub struct GenComm<B: Backend> {
     comm: Communicator<B>,
-    streams: Arc<StreamCache<B>>,
+    /// Identity of this communicator for group bookkeeping (shared by clones).
+    id: Arc<()>,
 }
 
 impl<B: Backend> Clone for GenComm<B> {
     fn clone(&self) -> Self {
         GenComm {
             comm: self.comm.clone(),
-            streams: self.streams.clone(),
+            id: self.id.clone(),
         }
     }
 }
@@ -225,7 +205,7 @@ impl<B: Backend> GenComm<B> {
     pub fn new(comm: Communicator<B>) -> Self {
         GenComm {
             comm,
-            streams: Arc::new(StreamCache::default()),
+            id: Arc::new(()),
         }
     }
     /// The core communicator (for embedding Rust code).
@@ -236,7 +216,7 @@ impl<B: Backend> GenComm<B> {
 
 impl<B: FfiBackend> CommOps for GenComm<B> {
     fn key(&self) -> usize {
-        Arc::as_ptr(&self.streams) as *const () as usize
+        Arc::as_ptr(&self.id) as usize
     }
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -291,7 +271,7 @@ impl<B: FfiBackend> CommOps for GenComm<B> {
     }
     unsafe fn collective(&self, args: CollArgs, stream: usize) -> Result<()> {
         // SAFETY: the caller guarantees `stream` is 0 or a live handle.
-        let s = unsafe { self.comm.backend().comm_stream(&self.streams, stream) }?;
+        let s = unsafe { self.comm.backend().comm_stream(stream) }?;
         // SAFETY: the caller guarantees the buffers stay valid until the operation has run.
         unsafe { self.comm.collective(args, &s) }
     }
@@ -305,7 +285,7 @@ impl<B: FfiBackend> CommOps for GenComm<B> {
         stream: usize,
     ) -> Result<()> {
         // SAFETY: the caller guarantees `stream` is 0 or a live handle.
-        let s = unsafe { self.comm.backend().comm_stream(&self.streams, stream) }?;
+        let s = unsafe { self.comm.backend().comm_stream(stream) }?;
         // SAFETY: the caller guarantees the buffer stays valid until the operation has run.
         unsafe { self.comm.p2p(dir, buf, count, dtype, peer, &s) }
     }
