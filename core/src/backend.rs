@@ -105,6 +105,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn event_create(&self) -> Result<Self::Event>;
     /// Records `event` at the current tail of `stream`.
     fn event_record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
+    /// Blocks the calling thread until the work before `event` has run.
+    fn event_synchronize(&self, event: &Self::Event) -> Result<()>;
     /// Makes `stream` wait for `event` without blocking the host.
     fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
 
@@ -131,9 +133,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Connects this rank to its peers for one communicator.
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<Self::Transport>;
     /// Queues one operation on `stream`; failures during execution go to `launch.abort`.
+    /// Backends with a synchronous API return an event that completes with this operation
+    /// alone (not with whatever else shares the stream), which the caller waits for.
     ///
     /// # Safety
     /// Every buffer in `launch.buffers` is valid for the regions the plan touches until the
     /// operation has run.
-    unsafe fn launch(&self, stream: &Self::Stream, launch: Launch<Self>) -> Result<()>;
+    unsafe fn launch(
+        &self,
+        stream: &Self::Stream,
+        launch: Launch<Self>,
+    ) -> Result<Option<Self::Event>>;
 }

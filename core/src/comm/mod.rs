@@ -772,8 +772,8 @@ impl<B: Backend> Communicator<B> {
             abort: inner.abort.clone(),
         };
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { inner.backend.launch(stream, launch)? };
-        Ok(self.waiter(stream))
+        let done = unsafe { inner.backend.launch(stream, launch)? };
+        Ok(self.waiter(done))
     }
 
     fn launch_p2p(&self, ops: &[PendingP2p<B>]) -> Result<Option<Waiter>> {
@@ -825,18 +825,24 @@ impl<B: Backend> Communicator<B> {
         };
         let stream = &ops[0].stream;
         // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { inner.backend.launch(stream, launch)? };
-        Ok(self.waiter(stream))
+        let done = unsafe { inner.backend.launch(stream, launch)? };
+        Ok(self.waiter(done))
     }
 
-    /// For synchronous-API backends, a closure waiting for `stream` to drain.
-    fn waiter(&self, stream: &B::Stream) -> Option<Waiter> {
-        if !self.inner.backend.synchronous_api() {
-            return None;
-        }
-        let backend = self.inner.backend.clone();
-        let stream = stream.clone();
-        Some(Box::new(move || backend.stream_synchronize(&stream)))
+    /// For synchronous-API backends, a closure waiting for the operation whose completion
+    /// event `launch` returned. It waits for that operation only: ranks of one process may
+    /// share a stream, and waiting for the stream would wait for other ranks' later operations.
+    fn waiter(&self, done: Option<B::Event>) -> Option<Waiter> {
+        let done = done?;
+        let (backend, abort) = (self.inner.backend.clone(), self.inner.abort.clone());
+        Some(Box::new(move || {
+            backend.event_synchronize(&done)?;
+            // Failed operations record their error on the communicator.
+            if let Some(e) = abort.error() {
+                return Err(e);
+            }
+            abort.check()
+        }))
     }
 }
 

@@ -158,6 +158,13 @@ impl Backend for HostBackend {
             Some((stream.clone(), stream.tail()));
         Ok(())
     }
+    fn event_synchronize(&self, event: &HostEvent) -> Result<()> {
+        let mark = event.mark.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((stream, pos)) = mark {
+            stream.wait_for(pos);
+        }
+        Ok(())
+    }
     fn stream_wait_event(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
         let mark = event.mark.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some((other, pos)) = mark {
@@ -213,10 +220,14 @@ impl Backend for HostBackend {
             queue: HostStream::new(&format!("comm-r{rank}"))?,
         })
     }
-    unsafe fn launch(&self, stream: &HostStream, launch: Launch<Self>) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        stream: &HostStream,
+        launch: Launch<Self>,
+    ) -> Result<Option<HostEvent>> {
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
         let queue = launch.transport.queue.clone();
-        queue.push(Box::new(move || {
+        let pos = queue.push(Box::new(move || {
             // SAFETY: `Backend::launch`'s caller keeps the buffers valid until the op has run.
             let r = unsafe {
                 executor::execute(
@@ -241,6 +252,8 @@ impl Backend for HostBackend {
                 .recv()
                 .unwrap_or_else(|_| Err(Error::Internal("host operation was dropped".into())))
         }));
-        Ok(())
+        Ok(Some(HostEvent {
+            mark: Mutex::new(Some((queue, pos))),
+        }))
     }
 }
