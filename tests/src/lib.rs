@@ -340,7 +340,9 @@ pub fn count_wrong(dtype: DataType, op: Option<TestOp>, got: &[u8], want: &[u8])
                 return true;
             }
             let (gv, wv) = (load_f64(dtype, got, k), load_f64(dtype, want, k));
-            !((gv - wv).abs() <= eps * wv.abs().max(1e-30) * 1.01)
+            // A NaN is never close.
+            let close = (gv - wv).abs() <= eps * wv.abs().max(1e-30) * 1.01;
+            !close
         })
         .count()
 }

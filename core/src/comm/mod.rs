@@ -622,15 +622,15 @@ impl<B: Backend> Communicator<B> {
                 a.root
             )));
         }
-        if let RedOp::PreMulSum(_) = a.op {
-            if !matches!(
+        if let RedOp::PreMulSum(_) = a.op
+            && !matches!(
                 a.kind,
                 CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
-            ) {
-                return Err(Error::Internal(
-                    "reduction operator on a non-reducing operation".into(),
-                ));
-            }
+            )
+        {
+            return Err(Error::Internal(
+                "reduction operator on a non-reducing operation".into(),
+            ));
         }
         let esize = a.dtype.size() as u64;
         let me = self.inner.rank;

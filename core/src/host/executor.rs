@@ -112,16 +112,19 @@ impl StepContext<'_> {
         let scale = if s.pre_op { self.pre_scale } else { None };
         let post = if s.post_op { red.post_div } else { None };
         // Pure copy: move bytes directly, no temporary.
-        if s.recv.is_none() && s.send.is_none() && scale.is_none() && post.is_none() {
-            if let (Some(src), Some(dst)) = (s.src, s.dst) {
-                let (from, to) = (self.addr(src)?, self.addr(dst)?);
-                if from != to {
-                    // SAFETY: both regions hold `bytes` bytes (execute's contract); `copy`
-                    // tolerates overlap.
-                    unsafe { std::ptr::copy(from, to, bytes) };
-                }
-                return Ok(());
+        if s.recv.is_none()
+            && s.send.is_none()
+            && scale.is_none()
+            && post.is_none()
+            && let (Some(src), Some(dst)) = (s.src, s.dst)
+        {
+            let (from, to) = (self.addr(src)?, self.addr(dst)?);
+            if from != to {
+                // SAFETY: both regions hold `bytes` bytes (execute's contract); `copy`
+                // tolerates overlap.
+                unsafe { std::ptr::copy(from, to, bytes) };
             }
+            return Ok(());
         }
         let mut value = vec![0u8; bytes];
         let mut have = false;

@@ -167,13 +167,13 @@ impl Backend for HostBackend {
     }
     fn stream_wait_event(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
         let mark = event.mark.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some((other, pos)) = mark {
-            if !other.same(stream) {
-                stream.push(Box::new(move || {
-                    other.wait_for(pos);
-                    Ok(())
-                }));
-            }
+        if let Some((other, pos)) = mark
+            && !other.same(stream)
+        {
+            stream.push(Box::new(move || {
+                other.wait_for(pos);
+                Ok(())
+            }));
         }
         Ok(())
     }
@@ -193,15 +193,15 @@ impl Backend for HostBackend {
     }
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         let allocs = self.allocations.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((&base, &size)) = allocs.range(..=ptr).next_back() {
-            if ptr < base + size as u64 {
-                return Ok(PointerInfo {
-                    on_device: true,
-                    device: 0,
-                    base,
-                    size,
-                });
-            }
+        if let Some((&base, &size)) = allocs.range(..=ptr).next_back()
+            && ptr < base + size as u64
+        {
+            return Ok(PointerInfo {
+                on_device: true,
+                device: 0,
+                base,
+                size,
+            });
         }
         Ok(PointerInfo {
             on_device: false,
@@ -237,10 +237,10 @@ impl Backend for HostBackend {
                     &launch.abort,
                 )
             };
-            if let Err(e) = &r {
-                if !matches!(e, Error::Aborted) {
-                    launch.abort.record(e.clone());
-                }
+            if let Err(e) = &r
+                && !matches!(e, Error::Aborted)
+            {
+                launch.abort.record(e.clone());
             }
             let _ = done_tx.send(r);
             Ok(())

@@ -164,6 +164,18 @@ fn count_for(k: CollKind, bytes: usize, es: usize, n: usize) -> usize {
     }
 }
 
+/// Per operation, one point per size.
+type Sweep = Vec<(CollKind, Vec<Point>)>;
+
+/// One rank's communicator and the call parameters that do not change per size.
+#[derive(Clone, Copy)]
+struct RankCtx {
+    comm: RawComm,
+    rank: usize,
+    n: usize,
+    dt: i32,
+}
+
 #[derive(Clone, Copy, Default)]
 struct Point {
     bytes: usize,
@@ -178,14 +190,12 @@ struct Point {
 unsafe fn call(
     lib: &NcclLib,
     k: CollKind,
-    comm: RawComm,
-    rank: usize,
-    n: usize,
+    ctx: RankCtx,
     send: *mut u8,
     recv: *mut u8,
     count: usize,
-    dt: i32,
 ) -> i32 {
+    let RankCtx { comm, rank, n, dt } = ctx;
     let (s, r) = (send as *const c_void, recv as *mut c_void);
     let stream = std::ptr::null_mut();
     // SAFETY: forwarded from the caller.
@@ -230,7 +240,7 @@ fn expected_sendrecv(dtype: DataType, n: usize, rank: usize, count: usize) -> Ve
     v
 }
 
-fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, String> {
+fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
     let lib = Arc::new(NcclLib::load(path)?);
     let n = o.ranks;
     let mut id = RawUniqueId([0; 128]);
@@ -245,16 +255,17 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
         b *= o.factor;
     }
     let barrier = Arc::new(Barrier::new(n));
-    let results: Vec<Result<Vec<(CollKind, Vec<Point>)>, String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Sweep, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 let (lib, barrier, sizes) = (lib.clone(), barrier.clone(), &sizes);
-                s.spawn(move || -> Result<Vec<(CollKind, Vec<Point>)>, String> {
+                s.spawn(move || -> Result<Sweep, String> {
                     let mut comm: RawComm = std::ptr::null_mut();
                     // SAFETY: `comm` is a valid out-pointer; the id is shared by value.
                     lib.check("ncclCommInitRank", unsafe {
                         (lib.comm_init_rank)(&mut comm, n as i32, id, rank as i32)
                     })?;
+                    let ctx = RankCtx { comm, rank, n, dt };
                     let max_elems = o.max_bytes / es + n;
                     let mut send = vec![0u8; max_elems * es];
                     let mut recv = vec![0u8; max_elems * es];
@@ -283,17 +294,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                             barrier.wait();
                             // SAFETY: both buffers hold at least the sizes `case.sizes` reports.
                             let r = unsafe {
-                                call(
-                                    &lib,
-                                    k,
-                                    comm,
-                                    rank,
-                                    n,
-                                    send.as_mut_ptr(),
-                                    recv.as_mut_ptr(),
-                                    count,
-                                    dt,
-                                )
+                                call(&lib, k, ctx, send.as_mut_ptr(), recv.as_mut_ptr(), count)
                             };
                             lib.check(op_name(k), r)?;
                             let want = if k == CollKind::SendRecv {
@@ -306,17 +307,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                             for _ in 0..o.warmup {
                                 // SAFETY: as above.
                                 lib.check(op_name(k), unsafe {
-                                    call(
-                                        &lib,
-                                        k,
-                                        comm,
-                                        rank,
-                                        n,
-                                        send.as_mut_ptr(),
-                                        recv.as_mut_ptr(),
-                                        count,
-                                        dt,
-                                    )
+                                    call(&lib, k, ctx, send.as_mut_ptr(), recv.as_mut_ptr(), count)
                                 })?;
                             }
                             barrier.wait();
@@ -324,17 +315,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
                             for _ in 0..o.iters {
                                 // SAFETY: as above.
                                 lib.check(op_name(k), unsafe {
-                                    call(
-                                        &lib,
-                                        k,
-                                        comm,
-                                        rank,
-                                        n,
-                                        send.as_mut_ptr(),
-                                        recv.as_mut_ptr(),
-                                        count,
-                                        dt,
-                                    )
+                                    call(&lib, k, ctx, send.as_mut_ptr(), recv.as_mut_ptr(), count)
                                 })?;
                             }
                             let time_us = t.elapsed().as_secs_f64() * 1e6 / o.iters.max(1) as f64;
@@ -370,7 +351,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Vec<(CollKind, Vec<Point>)>, Strin
             .collect()
     });
     // Per size: the slowest rank's time, and every rank's wrong elements.
-    let mut merged: Option<Vec<(CollKind, Vec<Point>)>> = None;
+    let mut merged: Option<Sweep> = None;
     for r in results {
         let r = r?;
         match &mut merged {
