@@ -53,6 +53,8 @@ fn main() {
         // Uncompressed: the loader needs no decompression, and tests can find the entry names.
         .arg("--no-compress")
         .args(["-O3", "-std=c++17", "-Xptxas=-warn-spills"])
+        // No a*b+c contraction: results must match the host backend's separate roundings.
+        .arg("-fmad=false")
         .arg(format!("-I{}", kernels.join("include").display()))
         .arg(format!("--threads={}", common::jobs(archs.len() + 1)));
     for a in &archs {

@@ -43,6 +43,8 @@ fn main() {
     cmd.env("HIP_PLATFORM", "amd")
         .arg("--genco")
         .args(["-O3", "-std=c++17", "-x", "hip"])
+        // No a*b+c contraction: results must match the host backend's separate roundings.
+        .arg("-ffp-contract=off")
         .arg(format!("-I{}", kernels.join("include").display()));
     for a in &archs {
         cmd.arg(format!("--offload-arch={a}"));

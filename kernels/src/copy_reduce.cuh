@@ -40,6 +40,8 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
                                  const StepMath<typename E::Bits>& m) {
   typedef typename E::Bits T;
   constexpr int kPer = 16 / sizeof(T);
+  // Two packs per source in flight per thread; pure moves take copy_packs (deeper unroll).
+  constexpr int kUnroll = 2;
   union Pack {
     OxcclPack16 p;
     T e[kPer];
@@ -51,10 +53,31 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
   uint64_t done = 0;
   if (aligned16(rcv) && aligned16(src) && aligned16(dst) && aligned16(snd)) {
     const uint64_t npacks = n / kPer;
-    for (uint64_t p = tid; p < npacks; p += nthreads) {
+    uint64_t p = tid;
+    // Several independent 16-byte loads in flight per thread: one block per channel cannot
+    // reach memory bandwidth with one outstanding load per thread.
+    for (; p + (kUnroll - 1) * nthreads < npacks; p += kUnroll * nthreads) {
+      Pack a[kUnroll], b[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        a[u].p.lo = a[u].p.hi = b[u].p.lo = b[u].p.hi = 0;
+        if (have_r) a[u].p = oxccl_load16(rcv + (p + u * nthreads) * kPer);
+        if (have_s) b[u].p = oxccl_load16(src + (p + u * nthreads) * kPer);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) a[u].e[k] = element<E, OP>(have_r, a[u].e[k], have_s, b[u].e[k], m);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (dst) oxccl_store16(dst + (p + u * nthreads) * kPer, a[u].p);
+        if (snd) oxccl_store16(snd + (p + u * nthreads) * kPer, a[u].p);
+      }
+    }
+    for (; p < npacks; p += nthreads) {
       Pack a, b;
-      a.p.lo = a.p.hi = 0;
-      b.p.lo = b.p.hi = 0;
+      a.p.lo = a.p.hi = b.p.lo = b.p.hi = 0;
       if (have_r) a.p = oxccl_load16(rcv + p * kPer);
       if (have_s) b.p = oxccl_load16(src + p * kPer);
 #pragma unroll
@@ -73,11 +96,54 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
   }
 }
 
+// Moves npacks 16-byte packs from s to d1 and/or d2 unchanged. Type-independent, so one copy of
+// this loop serves all 12 entry points' pure copies (most of what collectives move).
+OXCCL_DEVICE void copy_packs(const OxcclPack16* s, OxcclPack16* d1, OxcclPack16* d2, uint64_t npacks) {
+  constexpr int kUnroll = 4;
+  const uint64_t tid = threadIdx.x;
+  const uint64_t nthreads = blockDim.x;
+  uint64_t p = tid;
+  for (; p + (kUnroll - 1) * nthreads < npacks; p += kUnroll * nthreads) {
+    OxcclPack16 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = oxccl_load16(s + p + u * nthreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (d1) oxccl_store16(d1 + p + u * nthreads, v[u]);
+      if (d2) oxccl_store16(d2 + p + u * nthreads, v[u]);
+    }
+  }
+  for (; p < npacks; p += nthreads) {
+    const OxcclPack16 v = oxccl_load16(s + p);
+    if (d1) oxccl_store16(d1 + p, v);
+    if (d2) oxccl_store16(d2 + p, v);
+  }
+}
+
 // The combiner is a run-time value of the launch; dispatch once per chunk, not per element.
 template <class E>
 OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const typename E::Bits* src,
                               typename E::Bits* dst, typename E::Bits* snd, uint64_t n,
                               const StepMath<typename E::Bits>& m) {
+  typedef typename E::Bits T;
+  const bool one_source = (rcv == nullptr) != (src == nullptr);
+  if (one_source && !(src && m.pre) && !m.post) {
+    // A pure move: the element function is the identity.
+    const T* from = rcv ? rcv : src;
+    uint64_t done = 0;
+    if (aligned16(from) && aligned16(dst) && aligned16(snd)) {
+      constexpr uint64_t kPer = 16 / sizeof(T);
+      copy_packs(reinterpret_cast<const OxcclPack16*>(from), reinterpret_cast<OxcclPack16*>(dst),
+                 reinterpret_cast<OxcclPack16*>(snd), n / kPer);
+      done = n / kPer * kPer;
+    }
+    for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+      const T v = from[i];
+      if (dst) dst[i] = v;
+      if (snd) snd[i] = v;
+    }
+    return;
+  }
   if (rcv == nullptr || src == nullptr) {
     // Nothing is combined, so the combiner is irrelevant: one instantiation serves all ops.
     reduce_copy_op<E, OXCCL_OP_SUM>(rcv, src, dst, snd, n, m);
