@@ -1,0 +1,133 @@
+// Device mirror of the work description (core/src/plan/work.rs), as the kernels read it.
+//
+// The Rust mirror is kernels/include/oxccl/work.rs; it asserts the same sizes and alignments, so
+// a field change that is made on one side only fails to compile. Keep the two in step.
+#pragma once
+
+#include <stdint.h>
+
+// OxcclDevStep::flags.
+#define OXCCL_STEP_HAS_SRC 0x01u  // combine/copy the local operand at src_buf + src_off
+#define OXCCL_STEP_HAS_DST 0x02u  // store the value at dst_buf + dst_off
+#define OXCCL_STEP_PRE_OP 0x04u   // src is this rank's own input: apply the pre-scale
+#define OXCCL_STEP_POST_OP 0x08u  // the value is final: apply the post-division
+#define OXCCL_STEP_RECV_SELF 0x10u  // recv_peer is a loopback message index, not a rank
+#define OXCCL_STEP_SEND_SELF 0x20u  // send_peer is a loopback message index, not a rank
+
+// OxcclLaunchArgs::redop.
+#define OXCCL_OP_SUM 0u
+#define OXCCL_OP_PROD 1u
+#define OXCCL_OP_MAX 2u
+#define OXCCL_OP_MIN 3u
+
+// OxcclLaunchArgs::flags.
+#define OXCCL_ARGS_PRE_SCALE 0x01u      // pre_scale_bytes holds the scalar (ncclScalarHostImmediate)
+#define OXCCL_ARGS_PRE_SCALE_PTR 0x02u  // pre_scale_ptr points to it (ncclScalarDevice)
+
+// One primitive: v = recv(peer) (+) pre(src); v = post(v); dst = v; send(peer, v).
+// Offsets are in elements of the operation's type. A peer of -1 means "no receive"/"no send".
+struct OxcclDevStep {
+  uint64_t count;
+  uint64_t tag;  // carried for debugging; messages on a connection are matched in order
+  uint64_t src_off;
+  uint64_t dst_off;
+  int32_t recv_peer;
+  int32_t send_peer;
+  uint16_t src_buf;  // index into OxcclLaunchArgs::buffers
+  uint16_t dst_buf;
+  uint8_t flags;
+  uint8_t pad[3];
+};
+
+// The steps of one channel; one thread block runs one channel.
+struct OxcclDevChannel {
+  const struct OxcclDevStep* steps;
+  uint32_t nsteps;
+  uint32_t pad;
+};
+
+// A one-way FIFO of the Simple protocol between this rank and a peer, as seen from one side.
+// buff holds nslots slots of slot_bytes bytes and lives on the receiver. head counts slots the
+// receiver has freed, tail counts slots the sender has filled; both only grow, across launches,
+// and each is written by one side only, so each side finds its position by reading its own counter.
+// A message of n elements occupies ceil(n / (slot_bytes / elem_size)) consecutive slots.
+struct OxcclConn {
+  char* buff;
+  volatile uint64_t* head;
+  volatile uint64_t* tail;
+  uint64_t slot_bytes;
+  uint32_t nslots;
+  uint32_t pad;
+};
+
+// Everything one launch needs; the kernel gets a device pointer to it.
+struct OxcclLaunchArgs {
+  const struct OxcclDevChannel* channels;  // [nchannels]
+  char* const* buffers;                    // [nbuffers], indexed by BufId
+  const struct OxcclConn* send_conns;      // [nchannels * nranks], channel-major; unused: zeroed
+  const struct OxcclConn* recv_conns;      // same shape
+  char* loopback;                          // staging for messages a rank sends to itself
+  const uint64_t* loopback_offs;           // [loopback messages], byte offset of each in loopback
+  uint64_t* loopback_flags;                // [loopback messages], >= epoch once the message is in
+  const void* pre_scale_ptr;               // device scalar (OXCCL_ARGS_PRE_SCALE_PTR)
+  const volatile uint32_t* abort_flag;     // non-zero: every wait gives up and the kernel exits
+  uint64_t pre_scale_bytes;                // immediate scalar, little-endian element bytes
+  uint64_t epoch;                          // non-zero, larger for every launch sharing the flags
+  uint32_t nchannels;
+  uint32_t nranks;
+  uint32_t rank;
+  uint32_t nbuffers;
+  uint32_t post_div;  // divisor for OXCCL_STEP_POST_OP; 0 or 1: none
+  uint8_t dtype;      // ncclDataType_t, for debugging: the entry point fixes the type
+  uint8_t redop;      // OXCCL_OP_*
+  uint8_t flags;      // OXCCL_ARGS_*
+  uint8_t pad;
+};
+
+#ifdef __cplusplus
+#include <stddef.h>
+// The Rust mirror asserts the same numbers with size_of/align_of/offset_of.
+#define OXCCL_AT(T, F, N) static_assert(offsetof(T, F) == N, #T "." #F " offset is shared with Rust")
+OXCCL_AT(OxcclDevStep, count, 0);
+OXCCL_AT(OxcclDevStep, tag, 8);
+OXCCL_AT(OxcclDevStep, src_off, 16);
+OXCCL_AT(OxcclDevStep, dst_off, 24);
+OXCCL_AT(OxcclDevStep, recv_peer, 32);
+OXCCL_AT(OxcclDevStep, send_peer, 36);
+OXCCL_AT(OxcclDevStep, src_buf, 40);
+OXCCL_AT(OxcclDevStep, dst_buf, 42);
+OXCCL_AT(OxcclDevStep, flags, 44);
+OXCCL_AT(OxcclDevChannel, steps, 0);
+OXCCL_AT(OxcclDevChannel, nsteps, 8);
+OXCCL_AT(OxcclConn, buff, 0);
+OXCCL_AT(OxcclConn, head, 8);
+OXCCL_AT(OxcclConn, tail, 16);
+OXCCL_AT(OxcclConn, slot_bytes, 24);
+OXCCL_AT(OxcclConn, nslots, 32);
+OXCCL_AT(OxcclLaunchArgs, channels, 0);
+OXCCL_AT(OxcclLaunchArgs, buffers, 8);
+OXCCL_AT(OxcclLaunchArgs, send_conns, 16);
+OXCCL_AT(OxcclLaunchArgs, recv_conns, 24);
+OXCCL_AT(OxcclLaunchArgs, loopback, 32);
+OXCCL_AT(OxcclLaunchArgs, loopback_offs, 40);
+OXCCL_AT(OxcclLaunchArgs, loopback_flags, 48);
+OXCCL_AT(OxcclLaunchArgs, pre_scale_ptr, 56);
+OXCCL_AT(OxcclLaunchArgs, abort_flag, 64);
+OXCCL_AT(OxcclLaunchArgs, pre_scale_bytes, 72);
+OXCCL_AT(OxcclLaunchArgs, epoch, 80);
+OXCCL_AT(OxcclLaunchArgs, nchannels, 88);
+OXCCL_AT(OxcclLaunchArgs, nranks, 92);
+OXCCL_AT(OxcclLaunchArgs, rank, 96);
+OXCCL_AT(OxcclLaunchArgs, nbuffers, 100);
+OXCCL_AT(OxcclLaunchArgs, post_div, 104);
+OXCCL_AT(OxcclLaunchArgs, dtype, 108);
+OXCCL_AT(OxcclLaunchArgs, redop, 109);
+OXCCL_AT(OxcclLaunchArgs, flags, 110);
+#undef OXCCL_AT
+static_assert(sizeof(OxcclDevStep) == 48, "OxcclDevStep layout is shared with Rust");
+static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
+static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared with Rust");
+static_assert(sizeof(OxcclConn) == 40, "OxcclConn layout is shared with Rust");
+static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
+static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
+#endif

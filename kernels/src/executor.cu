@@ -1,0 +1,202 @@
+// Kernel entry points: one per data type, each interpreting a launch's work description.
+//
+// Grid: one thread block per channel (gridDim.x == nchannels), any block size up to
+// OXCCL_MAX_THREADS. A block runs its channel's steps in order; each step is the generic
+// recv-reduce-copy-send primitive over:
+// - no peer: a local copy/reduce from src to dst;
+// - this rank (RECV_SELF/SEND_SELF): a staging area in `loopback`, one message per index, with a
+//   ready flag per message so a receive in one channel may wait for a send in another;
+// - another rank: an OxcclConn FIFO (Simple protocol), split into slot-sized chunks.
+// Every wait polls the abort flag, so an aborted communicator never leaves a kernel spinning.
+#include "copy_reduce.cuh"
+
+#ifndef OXCCL_MAX_THREADS
+#define OXCCL_MAX_THREADS 512
+#endif
+
+// Reading host memory over the bus is slow; look at the abort flag once per this many polls.
+#define OXCCL_ABORT_POLL_INTERVAL 64
+
+namespace oxccl {
+
+// Thread 0 waits until *ctr >= target, every thread learns whether the wait ended by abort.
+// Must be called by the whole block (it contains a barrier).
+OXCCL_DEVICE bool block_wait_geq(const volatile uint64_t* ctr, uint64_t target,
+                                 const OxcclLaunchArgs& args, int* shared_abort) {
+  if (threadIdx.x == 0) {
+    uint32_t spins = 0;
+    while (oxccl_load_acquire_sys(ctr) < target) {
+      if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+        spins = 0;
+        if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
+          *shared_abort = 1;
+          break;
+        }
+      }
+    }
+  }
+  // The barrier also extends thread 0's acquire to the data the other threads read next.
+  oxccl_block_sync();
+  return *shared_abort == 0;
+}
+
+// Thread 0 publishes `value` after every thread's writes of this chunk. Whole block.
+OXCCL_DEVICE void block_publish(volatile uint64_t* ctr, uint64_t value) {
+  oxccl_fence_system();
+  oxccl_block_sync();
+  if (threadIdx.x == 0) oxccl_store_release_sys(ctr, value);
+}
+
+// Thread 0 reads a counter only this block writes, and shares it. Whole block.
+OXCCL_DEVICE uint64_t block_read_own(const volatile uint64_t* ctr, uint64_t* shared_slot) {
+  if (threadIdx.x == 0) *shared_slot = *ctr;
+  oxccl_block_sync();
+  const uint64_t v = *shared_slot;
+  // Nobody may overwrite the slot while a slower thread still reads it.
+  oxccl_block_sync();
+  return v;
+}
+
+// Returns false when the block must stop (abort).
+template <class E>
+OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
+                           const StepMath<typename E::Bits>& math_in, int* shared_abort,
+                           uint64_t* shared_slot) {
+  typedef typename E::Bits T;
+  const uint64_t count = st.count;
+  const uint32_t flags = st.flags;
+  const bool has_value = st.recv_peer >= 0 || (flags & OXCCL_STEP_HAS_SRC);
+  if (count == 0 || !has_value) return true;
+
+  StepMath<T> math = math_in;
+  math.pre = (flags & OXCCL_STEP_PRE_OP) && math_in.pre;
+  math.post = (flags & OXCCL_STEP_POST_OP) && math_in.post;
+
+  const T* src = (flags & OXCCL_STEP_HAS_SRC)
+                     ? reinterpret_cast<const T*>(args.buffers[st.src_buf]) + st.src_off
+                     : nullptr;
+  T* dst = (flags & OXCCL_STEP_HAS_DST) ? reinterpret_cast<T*>(args.buffers[st.dst_buf]) + st.dst_off
+                                        : nullptr;
+
+  const uint64_t kWhole = ~0ull;  // slot size of a side that is not chunked
+
+  // Receive side.
+  const T* rcv_whole = nullptr;  // contiguous source (loopback)
+  const OxcclConn* rconn = nullptr;
+  uint64_t r_slot = kWhole, r_pos = 0;
+  if (st.recv_peer >= 0) {
+    if (flags & OXCCL_STEP_RECV_SELF) {
+      const uint32_t msg = (uint32_t)st.recv_peer;
+      if (!block_wait_geq(&args.loopback_flags[msg], args.epoch, args, shared_abort)) return false;
+      rcv_whole = reinterpret_cast<const T*>(args.loopback + args.loopback_offs[msg]);
+    } else {
+      rconn = &args.recv_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.recv_peer];
+      r_slot = rconn->slot_bytes / sizeof(T);
+      r_pos = block_read_own(rconn->head, shared_slot);
+    }
+  }
+
+  // Send side.
+  T* snd_whole = nullptr;
+  const OxcclConn* sconn = nullptr;
+  uint64_t s_slot = kWhole, s_pos = 0;
+  if (st.send_peer >= 0) {
+    if (flags & OXCCL_STEP_SEND_SELF) {
+      snd_whole = reinterpret_cast<T*>(args.loopback + args.loopback_offs[(uint32_t)st.send_peer]);
+    } else {
+      sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
+      s_slot = sconn->slot_bytes / sizeof(T);
+      s_pos = block_read_own(sconn->tail, shared_slot);
+    }
+  }
+
+  uint64_t done = 0;
+  while (done < count) {
+    const uint64_t r_in = rconn ? done % r_slot : 0;
+    const uint64_t s_in = sconn ? done % s_slot : 0;
+    // Entering a new slot: wait until the peer filled it (recv) or freed it (send).
+    if (rconn && r_in == 0 && !block_wait_geq(rconn->tail, r_pos + 1, args, shared_abort)) return false;
+    if (sconn && s_in == 0 &&
+        !block_wait_geq(sconn->head, s_pos + 1 > sconn->nslots ? s_pos + 1 - sconn->nslots : 0, args,
+                        shared_abort)) {
+      return false;
+    }
+    uint64_t n = count - done;
+    if (rconn && r_slot - r_in < n) n = r_slot - r_in;
+    if (sconn && s_slot - s_in < n) n = s_slot - s_in;
+
+    const T* rcv = nullptr;
+    if (rconn) {
+      rcv = reinterpret_cast<const T*>(rconn->buff + (r_pos % rconn->nslots) * rconn->slot_bytes) + r_in;
+    } else if (rcv_whole) {
+      rcv = rcv_whole + done;
+    }
+    T* snd = nullptr;
+    if (sconn) {
+      snd = reinterpret_cast<T*>(sconn->buff + (s_pos % sconn->nslots) * sconn->slot_bytes) + s_in;
+    } else if (snd_whole) {
+      snd = snd_whole + done;
+    }
+
+    reduce_copy<E>(args.redop, rcv, src ? src + done : nullptr, dst ? dst + done : nullptr, snd, n,
+                   math);
+    done += n;
+
+    if (rconn && (r_in + n == r_slot || done == count)) {
+      // Every thread has consumed the slot before the sender may refill it.
+      oxccl_block_sync();
+      if (threadIdx.x == 0) oxccl_store_release_sys(rconn->head, r_pos + 1);
+      ++r_pos;
+    }
+    if (sconn && (s_in + n == s_slot || done == count)) {
+      block_publish(sconn->tail, s_pos + 1);
+      ++s_pos;
+    }
+  }
+  if (snd_whole) block_publish(&args.loopback_flags[(uint32_t)st.send_peer], args.epoch);
+  // The next step may read what this one wrote (dst, loopback) with other threads.
+  oxccl_block_sync();
+  return true;
+}
+
+template <class E>
+OXCCL_DEVICE void run_channel(const OxcclLaunchArgs* argp) {
+  __shared__ int shared_abort;
+  __shared__ uint64_t shared_slot;
+  const OxcclLaunchArgs& args = *argp;
+  if (blockIdx.x >= args.nchannels) return;
+  if (threadIdx.x == 0) shared_abort = 0;
+  oxccl_block_sync();
+
+  StepMath<typename E::Bits> math;
+  math.pre = (args.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+  math.scale = math.pre ? load_pre_scale<E>(args) : typename E::Bits(0);
+  math.post = args.post_div > 1;
+  math.div = args.post_div > 1 ? args.post_div : 1;
+
+  const OxcclDevChannel& ch = args.channels[blockIdx.x];
+  for (uint32_t i = 0; i < ch.nsteps; ++i) {
+    if (!run_step<E>(args, ch.steps[i], math, &shared_abort, &shared_slot)) return;
+  }
+}
+
+}  // namespace oxccl
+
+#define OXCCL_ENTRY(NAME, ELEM)                                                          \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS) NAME(const OxcclLaunchArgs* args) { \
+    oxccl::run_channel<oxccl::ELEM>(args);                                               \
+  }
+
+// Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs.
+OXCCL_ENTRY(oxccl_exec_i8, I8)
+OXCCL_ENTRY(oxccl_exec_u8, U8)
+OXCCL_ENTRY(oxccl_exec_i32, I32)
+OXCCL_ENTRY(oxccl_exec_u32, U32)
+OXCCL_ENTRY(oxccl_exec_i64, I64)
+OXCCL_ENTRY(oxccl_exec_u64, U64)
+OXCCL_ENTRY(oxccl_exec_f16, F16)
+OXCCL_ENTRY(oxccl_exec_f32, F32)
+OXCCL_ENTRY(oxccl_exec_f64, F64)
+OXCCL_ENTRY(oxccl_exec_bf16, BF16)
+OXCCL_ENTRY(oxccl_exec_f8e4m3, E4M3)
+OXCCL_ENTRY(oxccl_exec_f8e5m2, E5M2)

@@ -1,0 +1,632 @@
+// Runs the embedded kernels on a real GPU through the driver API, the way the backends will:
+// cuModuleLoadData on the fatbin, cuModuleGetFunction by name, one block per channel.
+//
+// Usage: gpu_exec_test <oxccl.fatbin>
+//
+// 1. Local steps and loopback (send-to-self) steps for all 12 types and 4 combiners, with and
+//    without pre-scale and post-division, at aligned and misaligned offsets; results must equal
+//    the host arithmetic of reduce_ops.cuh bit for bit (NaN matches any NaN).
+// 2. A two-rank ring allreduce over OxcclConn FIFOs: the ranks are two kernels running at once,
+//    on two GPUs with peer access when there are two, else on one GPU, on separate streams.
+// 3. Abort: a kernel waiting on a peer that never sends exits once the host raises the flag.
+//
+// Build: nvcc -std=c++17 -O2 -Ikernels/include -Ikernels/src kernels/tests/gpu_exec_test.cu -lcuda
+#include <cuda.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "reduce_ops.cuh"
+
+using namespace oxccl;
+
+static void ck(CUresult r, const char* what, int line) {
+  if (r != CUDA_SUCCESS) {
+    const char* s = "?";
+    cuGetErrorString(r, &s);
+    fprintf(stderr, "line %d: %s failed: %s\n", line, what, s);
+    exit(2);
+  }
+}
+#define CK(x) ck((x), #x, __LINE__)
+
+static int failures = 0;
+static int checks = 0;
+
+static const char* kNames[12] = {"oxccl_exec_i8",  "oxccl_exec_u8",   "oxccl_exec_i32",
+                                 "oxccl_exec_u32", "oxccl_exec_i64",  "oxccl_exec_u64",
+                                 "oxccl_exec_f16", "oxccl_exec_f32",  "oxccl_exec_f64",
+                                 "oxccl_exec_bf16", "oxccl_exec_f8e4m3", "oxccl_exec_f8e5m2"};
+static const char* kOps[4] = {"sum", "prod", "max", "min"};
+static const int kThreads = 512;
+
+struct Gpu {
+  CUdevice dev;
+  CUcontext ctx;
+  CUmodule mod;
+  CUfunction fn[12];
+  CUstream stream;
+  CUstream stream2;  // the second rank's, when both ranks share this GPU
+};
+static std::vector<Gpu> gpus;
+
+static CUdeviceptr dalloc(size_t bytes) {
+  CUdeviceptr p;
+  CK(cuMemAlloc(&p, bytes ? bytes : 16));
+  CK(cuMemsetD8(p, 0, bytes ? bytes : 16));
+  return p;
+}
+
+template <class T>
+static CUdeviceptr upload(const std::vector<T>& v) {
+  CUdeviceptr p = dalloc(v.size() * sizeof(T));
+  if (!v.empty()) CK(cuMemcpyHtoD(p, v.data(), v.size() * sizeof(T)));
+  return p;
+}
+
+template <class T>
+static std::vector<T> download(CUdeviceptr p, size_t n) {
+  std::vector<T> v(n);
+  CK(cuMemcpyDtoH(v.data(), p, n * sizeof(T)));
+  return v;
+}
+
+// Per-type test values and NaN test.
+template <class E>
+struct Traits {
+  typedef typename E::Bits T;
+  static bool is_nan(T b) {
+    if constexpr (std::is_same<E, F32>::value || std::is_same<E, F64>::value) return std::isnan(b);
+    if constexpr (std::is_same<E, F16>::value) return (b & 0x7fff) > 0x7c00;
+    if constexpr (std::is_same<E, BF16>::value) return (b & 0x7fff) > 0x7f80;
+    if constexpr (std::is_same<E, E4M3>::value) return (b & 0x7f) == 0x7f;
+    if constexpr (std::is_same<E, E5M2>::value) return (b & 0x7f) > 0x7c;
+    return false;
+  }
+  static T random(std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> small(-4.0f, 4.0f);
+    if constexpr (std::is_same<E, F32>::value) return std::uniform_real_distribution<float>(-1e3f, 1e3f)(rng);
+    if constexpr (std::is_same<E, F64>::value) return std::uniform_real_distribution<double>(-1e3, 1e3)(rng);
+    if constexpr (std::is_same<E, F16>::value || std::is_same<E, BF16>::value ||
+                  std::is_same<E, E4M3>::value || std::is_same<E, E5M2>::value) {
+      return E::from_f(small(rng));
+    }
+    if constexpr (std::is_integral<T>::value) return (T)rng();
+    return T(0);
+  }
+  static T scale() {
+    if constexpr (std::is_same<E, F32>::value) return 0.5f;
+    if constexpr (std::is_same<E, F64>::value) return 0.5;
+    if constexpr (std::is_same<E, F16>::value || std::is_same<E, BF16>::value ||
+                  std::is_same<E, E4M3>::value || std::is_same<E, E5M2>::value) {
+      return E::from_f(0.75f);
+    }
+    return T(3);
+  }
+  static bool same(T a, T b) {
+    if (is_nan(a) || is_nan(b)) return is_nan(a) && is_nan(b);
+    return memcmp(&a, &b, sizeof(T)) == 0;
+  }
+};
+
+template <class T>
+static unsigned long long bits(T v) {
+  unsigned long long b = 0;
+  memcpy(&b, &v, sizeof(T));
+  return b;
+}
+
+template <class E>
+static typename E::Bits combine(unsigned op, typename E::Bits a, typename E::Bits b) {
+  switch (op) {
+    case OXCCL_OP_SUM: return Combine<E, OXCCL_OP_SUM>::apply(a, b);
+    case OXCCL_OP_PROD: return Combine<E, OXCCL_OP_PROD>::apply(a, b);
+    case OXCCL_OP_MAX: return Combine<E, OXCCL_OP_MAX>::apply(a, b);
+    default: return Combine<E, OXCCL_OP_MIN>::apply(a, b);
+  }
+}
+
+// One rank's launch: builds OxcclLaunchArgs and its tables in device memory.
+struct RankLaunch {
+  std::vector<std::vector<OxcclDevStep>> channels;
+  std::vector<CUdeviceptr> buffers;
+  std::vector<OxcclConn> send_conns, recv_conns;  // [nchannels * nranks]
+  std::vector<uint64_t> loopback_offs;
+  uint64_t loopback_bytes = 0;
+  uint32_t nranks = 1, rank = 0;
+  OxcclLaunchArgs args{};
+  std::vector<CUdeviceptr> owned;
+
+  CUdeviceptr build(volatile uint32_t* abort_dev, uint64_t epoch) {
+    std::vector<OxcclDevChannel> chans;
+    for (auto& steps : channels) {
+      CUdeviceptr s = upload(steps);
+      owned.push_back(s);
+      OxcclDevChannel c{};
+      c.steps = (const OxcclDevStep*)(uintptr_t)s;
+      c.nsteps = (uint32_t)steps.size();
+      chans.push_back(c);
+    }
+    CUdeviceptr ch = upload(chans), bufs = upload(buffers);
+    CUdeviceptr sc = upload(send_conns), rc = upload(recv_conns);
+    CUdeviceptr lb = dalloc(loopback_bytes), lo = upload(loopback_offs);
+    CUdeviceptr lf = dalloc(8 * loopback_offs.size());
+    owned.insert(owned.end(), {ch, bufs, sc, rc, lb, lo, lf});
+    args.channels = (const OxcclDevChannel*)(uintptr_t)ch;
+    args.buffers = (char* const*)(uintptr_t)bufs;
+    args.send_conns = (const OxcclConn*)(uintptr_t)sc;
+    args.recv_conns = (const OxcclConn*)(uintptr_t)rc;
+    args.loopback = (char*)(uintptr_t)lb;
+    args.loopback_offs = (const uint64_t*)(uintptr_t)lo;
+    args.loopback_flags = (uint64_t*)(uintptr_t)lf;
+    args.abort_flag = abort_dev;
+    args.epoch = epoch;
+    args.nchannels = (uint32_t)channels.size();
+    args.nranks = nranks;
+    args.rank = rank;
+    args.nbuffers = (uint32_t)buffers.size();
+    std::vector<OxcclLaunchArgs> one{args};
+    CUdeviceptr a = upload(one);
+    owned.push_back(a);
+    return a;
+  }
+  void free_all() {
+    for (auto p : owned) cuMemFree(p);
+    owned.clear();
+  }
+};
+
+static void launch(Gpu& g, int dtype, CUdeviceptr args, uint32_t nchannels, CUstream s = nullptr) {
+  void* params[] = {&args};
+  CK(cuLaunchKernel(g.fn[dtype], nchannels, 1, 1, kThreads, 1, 1, 0, s ? s : g.stream, params,
+                    nullptr));
+}
+
+static OxcclDevStep step(uint64_t count, uint64_t tag) {
+  OxcclDevStep s{};
+  s.count = count;
+  s.tag = tag;
+  s.recv_peer = -1;
+  s.send_peer = -1;
+  return s;
+}
+
+// ---- 1. local and loopback steps -----------------------------------------------------------
+
+template <class E>
+static void test_local(int dtype, size_t n, size_t off) {
+  typedef typename E::Bits T;
+  Gpu& g = gpus[0];
+  CK(cuCtxSetCurrent(g.ctx));
+  std::mt19937_64 rng(1234 + dtype);
+  std::vector<T> in0(n + off), in1(n + off);
+  for (auto& x : in0) x = Traits<E>::random(rng);
+  for (auto& x : in1) x = Traits<E>::random(rng);
+  CUdeviceptr d0 = upload(in0), d1 = upload(in1), dout = dalloc((n + off) * sizeof(T));
+  const T scale = Traits<E>::scale();
+  const uint32_t div = 3;
+
+  // Plain copy: bits must survive exactly (NaN payloads included).
+  {
+    RankLaunch L;
+    L.buffers = {d0, d1, dout};
+    const size_t half = n / 2;
+    for (int c = 0; c < 2; ++c) {
+      const size_t first = c ? half : 0, count = c ? n - half : half;
+      OxcclDevStep s = step(count, 0);
+      s.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_HAS_DST;
+      s.src_buf = 0;
+      s.src_off = off + first;
+      s.dst_buf = 2;
+      s.dst_off = off + first;
+      L.channels.push_back({s});
+    }
+    L.send_conns.resize(2);
+    L.recv_conns.resize(2);
+    launch(g, dtype, L.build(nullptr, 1), 2);
+    CK(cuStreamSynchronize(g.stream));
+    auto out = download<T>(dout, n + off);
+    ++checks;
+    if (memcmp(out.data() + off, in0.data() + off, n * sizeof(T)) != 0) {
+      ++failures;
+      fprintf(stderr, "FAIL copy %s off %zu\n", kNames[dtype], off);
+    }
+    L.free_all();
+  }
+
+  // in0 -> loopback (pre-scaled) -> combined with pre(in1) -> post-divided -> out.
+  for (unsigned op = 0; op < 4; ++op) {
+    for (int prepost = 0; prepost < 2; ++prepost) {
+      RankLaunch L;
+      L.buffers = {d0, d1, dout};
+      L.args.redop = (uint8_t)op;
+      if (prepost) {
+        memcpy(&L.args.pre_scale_bytes, &scale, sizeof(T));
+        L.args.flags = OXCCL_ARGS_PRE_SCALE;
+        L.args.post_div = div;
+      }
+      const size_t half = n / 2;
+      for (int c = 0; c < 2; ++c) {
+        const size_t first = c ? half : 0, count = c ? n - half : half;
+        OxcclDevStep a = step(count, 7);
+        a.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | OXCCL_STEP_SEND_SELF;
+        a.src_buf = 0;
+        a.src_off = off + first;
+        a.send_peer = c;  // loopback message index
+        OxcclDevStep b = step(count, 7);
+        b.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | OXCCL_STEP_POST_OP | OXCCL_STEP_HAS_DST |
+                  OXCCL_STEP_RECV_SELF;
+        b.recv_peer = c;
+        b.src_buf = 1;
+        b.src_off = off + first;
+        b.dst_buf = 2;
+        b.dst_off = off + first;
+        L.channels.push_back({a, b});
+        L.loopback_offs.push_back(L.loopback_bytes);
+        L.loopback_bytes += (count * sizeof(T) + 15) / 16 * 16;
+      }
+      L.send_conns.resize(2);
+      L.recv_conns.resize(2);
+      CK(cuMemsetD8(dout, 0, (n + off) * sizeof(T)));
+      launch(g, dtype, L.build(nullptr, 1), 2);
+      CK(cuStreamSynchronize(g.stream));
+      auto out = download<T>(dout, n + off);
+      size_t bad = 0;
+      for (size_t i = off; i < n + off; ++i) {
+        T x = in0[i], y = in1[i];
+        if (prepost) {
+          x = Arith<E>::prod(x, scale);
+          y = Arith<E>::prod(y, scale);
+        }
+        T v = combine<E>(op, x, y);
+        if (prepost) v = Arith<E>::div(v, div);
+        if (!Traits<E>::same(v, out[i])) {
+          if (++bad <= 3) {
+            fprintf(stderr, "FAIL %s %s prepost=%d off=%zu at %zu: got %llx want %llx\n",
+                    kNames[dtype], kOps[op], prepost, off, i, bits(out[i]), bits(v));
+          }
+        }
+      }
+      ++checks;
+      if (bad) ++failures;
+      L.free_all();
+    }
+  }
+  cuMemFree(d0);
+  cuMemFree(d1);
+  cuMemFree(dout);
+}
+
+// ---- 2. two-rank ring allreduce over FIFOs -------------------------------------------------
+
+template <class E>
+static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint64_t slot_bytes,
+                      uint32_t nslots, volatile uint32_t* abort_host, volatile uint32_t* abort_dev) {
+  typedef typename E::Bits T;
+  const int nranks = 2;
+  Gpu* g[2] = {&gpus[0], &gpus[gpus.size() > 1 ? 1 : 0]};
+  // Two ranks on one GPU must not share a stream: the second would wait for the first forever.
+  CUstream st[2] = {g[0]->stream, gpus.size() > 1 ? g[1]->stream : g[1]->stream2};
+  const size_t n = n_per_channel * nchannels;  // elements per rank
+  std::mt19937_64 rng(99 + dtype);
+  std::vector<T> in[2];
+  CUdeviceptr din[2], dout[2];
+  for (int r = 0; r < nranks; ++r) {
+    in[r].resize(n);
+    for (auto& x : in[r]) x = Traits<E>::random(rng);
+    CK(cuCtxSetCurrent(g[r]->ctx));
+    din[r] = upload(in[r]);
+    dout[r] = dalloc(n * sizeof(T));
+  }
+  // conns[c][s]: FIFO of channel c from rank s to rank 1-s; memory lives on the receiver.
+  std::vector<OxcclConn> fifo(nchannels * 2);
+  std::vector<CUdeviceptr> fifo_mem;
+  for (uint32_t c = 0; c < nchannels; ++c) {
+    for (int s = 0; s < 2; ++s) {
+      CK(cuCtxSetCurrent(g[1 - s]->ctx));
+      CUdeviceptr buff = dalloc(slot_bytes * nslots), ctr = dalloc(16);
+      fifo_mem.push_back(buff);
+      fifo_mem.push_back(ctr);
+      OxcclConn& k = fifo[c * 2 + s];
+      k.buff = (char*)(uintptr_t)buff;
+      k.head = (volatile uint64_t*)(uintptr_t)ctr;
+      k.tail = (volatile uint64_t*)(uintptr_t)(ctr + 8);
+      k.slot_bytes = slot_bytes;
+      k.nslots = nslots;
+    }
+  }
+  RankLaunch L[2];
+  CUdeviceptr args[2];
+  for (int r = 0; r < nranks; ++r) {
+    const int p = 1 - r;
+    L[r].nranks = 2;
+    L[r].rank = r;
+    L[r].buffers = {din[r], dout[r]};
+    L[r].args.redop = OXCCL_OP_SUM;
+    L[r].args.post_div = 2;  // ncclAvg
+    L[r].send_conns.resize(nchannels * 2);
+    L[r].recv_conns.resize(nchannels * 2);
+    for (uint32_t c = 0; c < nchannels; ++c) {
+      L[r].send_conns[c * 2 + p] = fifo[c * 2 + r];
+      L[r].recv_conns[c * 2 + p] = fifo[c * 2 + p];
+      // Pipeline the channel's range in pieces of two halves, each half at most one slot short
+      // of the FIFO: a rank's send runs ahead of its peer's receive by one half, and the
+      // recv-reduce-send step needs a free slot while the peer's half still sits in the FIFO.
+      const size_t half_max = (nslots - 1) * (slot_bytes / sizeof(T));
+      const size_t base = c * n_per_channel, end = base + n_per_channel;
+      std::vector<OxcclDevStep> steps;
+      for (size_t s0 = base; s0 < end; s0 += 2 * half_max) {
+        const size_t s1 = s0 + 2 * half_max < end ? s0 + 2 * half_max : end;
+        const size_t mid = s0 + (s1 - s0) / 2;
+        const size_t start[2] = {s0, mid}, len[2] = {mid - s0, s1 - mid};
+        OxcclDevStep a = step(len[r], 1);  // send my copy of half r
+        a.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP;
+        a.src_buf = 0;
+        a.src_off = start[r];
+        a.send_peer = p;
+        OxcclDevStep b = step(len[p], 2);  // half p: peer's + mine, final, keep and send back
+        b.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | OXCCL_STEP_POST_OP | OXCCL_STEP_HAS_DST;
+        b.recv_peer = p;
+        b.src_buf = 0;
+        b.src_off = start[p];
+        b.dst_buf = 1;
+        b.dst_off = start[p];
+        b.send_peer = p;
+        OxcclDevStep d = step(len[r], 3);  // half r, final, from the peer
+        d.flags = OXCCL_STEP_HAS_DST;
+        d.recv_peer = p;
+        d.dst_buf = 1;
+        d.dst_off = start[r];
+        steps.insert(steps.end(), {a, b, d});
+      }
+      L[r].channels.push_back(steps);
+    }
+    CK(cuCtxSetCurrent(g[r]->ctx));
+    args[r] = L[r].build(abort_dev, 1);
+  }
+  *abort_host = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < nranks; ++r) {
+    CK(cuCtxSetCurrent(g[r]->ctx));
+    launch(*g[r], dtype, args[r], nchannels, st[r]);
+  }
+  // Watchdog: a hang (a protocol bug) must end as a failure, not as a stuck test.
+  bool done[2] = {false, false};
+  while (!(done[0] && done[1])) {
+    for (int r = 0; r < nranks; ++r) {
+      if (done[r]) continue;
+      CK(cuCtxSetCurrent(g[r]->ctx));
+      CUresult q = cuStreamQuery(st[r]);
+      if (q == CUDA_SUCCESS) done[r] = true;
+      else if (q != CUDA_ERROR_NOT_READY) CK(q);
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+      fprintf(stderr, "FAIL ring %s: still running after 10 s, aborting\n", kNames[dtype]);
+      *abort_host = 1;
+      ++failures;
+      for (int r = 0; r < nranks; ++r) {
+        CK(cuCtxSetCurrent(g[r]->ctx));
+        CK(cuStreamSynchronize(st[r]));
+      }
+      break;
+    }
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  size_t bad = 0;
+  for (int r = 0; r < nranks; ++r) {
+    CK(cuCtxSetCurrent(g[r]->ctx));
+    auto out = download<T>(dout[r], n);
+    for (size_t i = 0; i < n; ++i) {
+      const T v = Arith<E>::div(Combine<E, OXCCL_OP_SUM>::apply(in[0][i], in[1][i]), 2);
+      if (!Traits<E>::same(v, out[i]) && ++bad <= 3) {
+        fprintf(stderr, "FAIL ring %s rank %d at %zu: got %llx want %llx\n", kNames[dtype], r, i,
+                bits(out[i]), bits(v));
+      }
+    }
+    L[r].free_all();
+    cuMemFree(din[r]);
+    cuMemFree(dout[r]);
+  }
+  for (auto p : fifo_mem) cuMemFree(p);
+  ++checks;
+  if (bad) ++failures;
+  printf("ring allreduce %-18s %u ch x %zu elems, slots %llu B x %u: %s (%.2f ms, %.1f GB/s per rank)\n",
+         kNames[dtype], nchannels, n_per_channel, (unsigned long long)slot_bytes, nslots,
+         bad ? "FAIL" : "ok", ms, n * sizeof(T) / (ms * 1e-3) / 1e9);
+}
+
+// ---- 3. abort ------------------------------------------------------------------------------
+
+static void test_abort(volatile uint32_t* abort_host, volatile uint32_t* abort_dev) {
+  Gpu& g = gpus[0];
+  CK(cuCtxSetCurrent(g.ctx));
+  CUdeviceptr out = dalloc(4096), buff = dalloc(4096), ctr = dalloc(16);
+  RankLaunch L;
+  L.nranks = 2;
+  L.rank = 0;
+  L.buffers = {out, out};
+  L.send_conns.resize(2);
+  L.recv_conns.resize(2);
+  OxcclConn k{};
+  k.buff = (char*)(uintptr_t)buff;
+  k.head = (volatile uint64_t*)(uintptr_t)ctr;
+  k.tail = (volatile uint64_t*)(uintptr_t)(ctr + 8);
+  k.slot_bytes = 1024;
+  k.nslots = 2;
+  L.recv_conns[1] = k;
+  OxcclDevStep s = step(256, 0);
+  s.flags = OXCCL_STEP_HAS_DST;
+  s.recv_peer = 1;  // nobody ever sends
+  s.dst_buf = 1;
+  L.channels.push_back({s});
+  *abort_host = 0;
+  launch(g, 7, L.build(abort_dev, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ++checks;
+  if (cuStreamQuery(g.stream) != CUDA_ERROR_NOT_READY) {
+    ++failures;
+    fprintf(stderr, "FAIL abort: the kernel did not wait for the missing peer\n");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  *abort_host = 1;
+  CUresult r;
+  while ((r = cuStreamQuery(g.stream)) == CUDA_ERROR_NOT_READY &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ++checks;
+  if (r != CUDA_SUCCESS) {
+    ++failures;
+    fprintf(stderr, "FAIL abort: kernel still running %.0f ms after the flag (%d)\n", ms, (int)r);
+  } else {
+    printf("abort: waiting kernel exited %.3f ms after the flag was raised\n", ms);
+  }
+  *abort_host = 0;
+  L.free_all();
+  cuMemFree(out);
+  cuMemFree(buff);
+  cuMemFree(ctr);
+}
+
+// ---- copy bandwidth (informational) --------------------------------------------------------
+
+static void bench_copy() {
+  Gpu& g = gpus[0];
+  CK(cuCtxSetCurrent(g.ctx));
+  const size_t bytes = size_t(1) << 30, n = bytes / 4;
+  CUdeviceptr a = dalloc(bytes), b = dalloc(bytes);
+  for (uint32_t nch : {1u, 8u, 32u, 64u}) {
+    RankLaunch L;
+    L.buffers = {a, b};
+    for (uint32_t c = 0; c < nch; ++c) {
+      const size_t first = n * c / nch, last = n * (c + 1) / nch;
+      OxcclDevStep s = step(last - first, 0);
+      s.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_HAS_DST;
+      s.src_off = first;
+      s.dst_buf = 1;
+      s.dst_off = first;
+      L.channels.push_back({s});
+    }
+    L.send_conns.resize(nch);
+    L.recv_conns.resize(nch);
+    CUdeviceptr args = L.build(nullptr, 1);
+    launch(g, 7, args, nch);
+    CK(cuStreamSynchronize(g.stream));
+    CUevent e0, e1;
+    CK(cuEventCreate(&e0, 0));
+    CK(cuEventCreate(&e1, 0));
+    CK(cuEventRecord(e0, g.stream));
+    for (int i = 0; i < 5; ++i) launch(g, 7, args, nch);
+    CK(cuEventRecord(e1, g.stream));
+    CK(cuEventSynchronize(e1));
+    float ms;
+    CK(cuEventElapsedTime(&ms, e0, e1));
+    printf("local copy f32 1 GiB, %2u channels: %.0f GB/s (read+write %.0f GB/s)\n", nch,
+           5 * bytes / (ms * 1e-3) / 1e9, 2 * 5 * bytes / (ms * 1e-3) / 1e9);
+    L.free_all();
+    cuEventDestroy(e0);
+    cuEventDestroy(e1);
+  }
+  cuMemFree(a);
+  cuMemFree(b);
+}
+
+template <class E>
+static void local_all(int dtype) {
+  test_local<E>(dtype, 100003, 0);
+  test_local<E>(dtype, 4099, 1);  // misaligned: the scalar path
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s oxccl.fatbin\n", argv[0]);
+    return 2;
+  }
+  FILE* f = fopen(argv[1], "rb");
+  if (!f) {
+    perror(argv[1]);
+    return 2;
+  }
+  std::vector<char> blob;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) blob.insert(blob.end(), buf, buf + got);
+  fclose(f);
+
+  CK(cuInit(0));
+  int ndev = 0;
+  CK(cuDeviceGetCount(&ndev));
+  ndev = ndev > 2 ? 2 : ndev;
+  for (int d = 0; d < ndev; ++d) {
+    Gpu g{};
+    CK(cuDeviceGet(&g.dev, d));
+    CK(cuDevicePrimaryCtxRetain(&g.ctx, g.dev));
+    CK(cuCtxSetCurrent(g.ctx));
+    CK(cuModuleLoadData(&g.mod, blob.data()));
+    for (int t = 0; t < 12; ++t) CK(cuModuleGetFunction(&g.fn[t], g.mod, kNames[t]));
+    CK(cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING));
+    CK(cuStreamCreate(&g.stream2, CU_STREAM_NON_BLOCKING));
+    char name[128];
+    CK(cuDeviceGetName(name, sizeof name, g.dev));
+    int major, minor;
+    CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g.dev));
+    CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, g.dev));
+    int regs;
+    CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, g.fn[7]));
+    printf("GPU %d: %s (sm_%d%d), module loaded, 12 entry points found, f32 kernel %d registers\n", d,
+           name, major, minor, regs);
+    gpus.push_back(g);
+  }
+  if (ndev == 2) {
+    CK(cuCtxSetCurrent(gpus[0].ctx));
+    CK(cuCtxEnablePeerAccess(gpus[1].ctx, 0));
+    CK(cuCtxSetCurrent(gpus[1].ctx));
+    CK(cuCtxEnablePeerAccess(gpus[0].ctx, 0));
+    printf("two GPUs: ring ranks run on GPU 0 and GPU 1 through peer memory\n");
+  } else {
+    printf("one GPU: ring ranks run as two concurrent kernels on it\n");
+  }
+
+  // The abort flag lives in pinned host memory mapped into the device, as the backends will do.
+  CK(cuCtxSetCurrent(gpus[0].ctx));
+  void* host_flag;
+  CK(cuMemHostAlloc(&host_flag, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  CUdeviceptr dev_flag;
+  CK(cuMemHostGetDevicePointer(&dev_flag, host_flag, 0));
+  volatile uint32_t* abort_host = (volatile uint32_t*)host_flag;
+  volatile uint32_t* abort_dev = (volatile uint32_t*)(uintptr_t)dev_flag;
+  *abort_host = 0;
+
+  local_all<I8>(0);
+  local_all<U8>(1);
+  local_all<I32>(2);
+  local_all<U32>(3);
+  local_all<I64>(4);
+  local_all<U64>(5);
+  local_all<F16>(6);
+  local_all<F32>(7);
+  local_all<F64>(8);
+  local_all<BF16>(9);
+  local_all<E4M3>(10);
+  local_all<E5M2>(11);
+  printf("local and loopback steps: %d checks, %d failures\n", checks, failures);
+
+  test_ring<F32>(7, 1 << 20, 4, 64 << 10, 4, abort_host, abort_dev);
+  test_ring<BF16>(9, 100003, 2, 8192, 4, abort_host, abort_dev);
+  test_ring<I8>(0, 77777, 3, 4096, 2, abort_host, abort_dev);
+  test_ring<E4M3>(10, 50001, 2, 1024, 8, abort_host, abort_dev);
+  test_ring<F64>(8, 30011, 2, 4096, 2, abort_host, abort_dev);
+  test_ring<F32>(7, 1 << 22, 8, 512 << 10, 8, abort_host, abort_dev);
+
+  test_abort(abort_host, abort_dev);
+  bench_copy();
+
+  printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures ? 1 : 0;
+}
