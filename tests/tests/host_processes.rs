@@ -27,7 +27,11 @@ fn spawn_ranks(scenario: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
 }
 
 fn matrix(n: usize, counts: &str) {
-    let children = spawn_ranks("matrix", n, &[("OXCCL_TEST_COUNTS", counts)]);
+    matrix_with(n, &[("OXCCL_TEST_COUNTS", counts)]);
+}
+
+fn matrix_with(n: usize, env: &[(&str, &str)]) {
+    let children = spawn_ranks("matrix", n, env);
     let mut failures = Vec::new();
     for (rank, c) in children.into_iter().enumerate() {
         let out = c.wait_with_output().expect("worker output");
@@ -51,6 +55,45 @@ fn matrix_in_processes_8_16_ranks() {
     for n in [8, 16] {
         matrix(n, "0,1,7");
     }
+}
+
+/// Every algorithm and protocol the tuner can pick, forced in turn (NCCL_ALGO / NCCL_PROTO),
+/// with several channels and small chunks so pipelines have many steps.
+#[test]
+fn every_algorithm_and_protocol_forced() {
+    for (algo, proto) in [("ring", "Simple"), ("ring", "LL"), ("tree", "LL128"), ("tree", "Simple"), ("direct", "LL")] {
+        for n in [3, 4] {
+            matrix_with(
+                n,
+                &[
+                    ("OXCCL_TEST_COUNTS", "1,7,1000"),
+                    ("NCCL_ALGO", algo),
+                    ("NCCL_PROTO", proto),
+                    ("OXCCL_NCHANNELS", "2"),
+                    ("OXCCL_CHUNK_BYTES", "256"),
+                ],
+            );
+        }
+    }
+}
+
+/// `NCCL_DEBUG=INFO` with `NCCL_DEBUG_FILE` (`%p` expanded) logs init milestones to a file.
+#[test]
+fn debug_log_goes_to_nccl_debug_file() {
+    let dir = std::env::temp_dir().join(format!("oxccl-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("rank.%p.log");
+    let pattern = pattern.to_str().unwrap();
+    matrix_with(2, &[("OXCCL_TEST_COUNTS", "1"), ("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_FILE", pattern)]);
+    let logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(logs.len(), 2, "one log per process");
+    for l in &logs {
+        assert!(l.contains("oxccl") && l.contains("ready"), "log content: {l}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
