@@ -41,7 +41,7 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
   typedef typename E::Bits T;
   constexpr int kPer = 16 / sizeof(T);
   // Two packs per source in flight per thread; pure moves take copy_packs (deeper unroll).
-  constexpr int kUnroll = 2;
+  constexpr int kUnroll = sizeof(T) == 1 ? 1 : 2;
   union Pack {
     OxcclPack16 p;
     T e[kPer];
