@@ -34,89 +34,92 @@ OXCCL_DEVICE typename E::Bits element(bool have_r, typename E::Bits r, bool have
 
 OXCCL_DEVICE bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
+// Runs body.run<U>(p, stride) over this thread's packs p, p + stride, ... (stride = block size),
+// U packs per call while U fit, then one at a time. U independent 16-byte loads in flight per
+// thread: one block per channel cannot reach memory bandwidth with one outstanding load.
+template <int U, class Body>
+OXCCL_DEVICE void for_each_pack(uint64_t npacks, const Body& body) {
+  const uint64_t stride = blockDim.x;
+  uint64_t p = threadIdx.x;
+  for (; p + (U - 1) * stride < npacks; p += U * stride) body.template run<U>(p, stride);
+  for (; p < npacks; p += stride) body.template run<1>(p, stride);
+}
+
+// Pure moves, type-independent: one copy of this loop serves all 12 entry points' copies (most
+// of what collectives move).
+struct CopyPacks {
+  const OxcclPack16* s;
+  OxcclPack16* d1;
+  OxcclPack16* d2;
+  template <int U>
+  OXCCL_DEVICE void run(uint64_t p, uint64_t stride) const {
+    OxcclPack16 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = oxccl_load16(s + p + u * stride);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (d1) oxccl_store16(d1 + p + u * stride, v[u]);
+      if (d2) oxccl_store16(d2 + p + u * stride, v[u]);
+    }
+  }
+};
+
+template <class E, unsigned OP>
+struct ReducePacks {
+  typedef typename E::Bits T;
+  static constexpr int kPer = 16 / sizeof(T);
+  union Pack {
+    OxcclPack16 p;
+    T e[kPer];
+  };
+  const T* rcv;
+  const T* src;
+  T* dst;
+  T* snd;
+  StepMath<T> m;
+  template <int U>
+  OXCCL_DEVICE void run(uint64_t p, uint64_t stride) const {
+    Pack a[U], b[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      a[u].p.lo = a[u].p.hi = b[u].p.lo = b[u].p.hi = 0;
+      if (rcv) a[u].p = oxccl_load16(rcv + (p + u * stride) * kPer);
+      if (src) b[u].p = oxccl_load16(src + (p + u * stride) * kPer);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        a[u].e[k] = element<E, OP>(rcv != nullptr, a[u].e[k], src != nullptr, b[u].e[k], m);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (dst) oxccl_store16(dst + (p + u * stride) * kPer, a[u].p);
+      if (snd) oxccl_store16(snd + (p + u * stride) * kPer, a[u].p);
+    }
+  }
+};
+
 template <class E, unsigned OP>
 OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::Bits* src,
                                  typename E::Bits* dst, typename E::Bits* snd, uint64_t n,
                                  const StepMath<typename E::Bits>& m) {
   typedef typename E::Bits T;
-  constexpr int kPer = 16 / sizeof(T);
-  // Two packs per source in flight per thread; pure moves take copy_packs (deeper unroll).
-  constexpr int kUnroll = 2;
-  union Pack {
-    OxcclPack16 p;
-    T e[kPer];
-  };
-  const bool have_r = rcv != nullptr;
-  const bool have_s = src != nullptr;
-  const uint64_t tid = threadIdx.x;
-  const uint64_t nthreads = blockDim.x;
   uint64_t done = 0;
   if (aligned16(rcv) && aligned16(src) && aligned16(dst) && aligned16(snd)) {
-    const uint64_t npacks = n / kPer;
-    uint64_t p = tid;
-    // Several independent 16-byte loads in flight per thread: one block per channel cannot
-    // reach memory bandwidth with one outstanding load per thread.
-    for (; p + (kUnroll - 1) * nthreads < npacks; p += kUnroll * nthreads) {
-      Pack a[kUnroll], b[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        a[u].p.lo = a[u].p.hi = b[u].p.lo = b[u].p.hi = 0;
-        if (have_r) a[u].p = oxccl_load16(rcv + (p + u * nthreads) * kPer);
-        if (have_s) b[u].p = oxccl_load16(src + (p + u * nthreads) * kPer);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-        for (int k = 0; k < kPer; ++k) a[u].e[k] = element<E, OP>(have_r, a[u].e[k], have_s, b[u].e[k], m);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (dst) oxccl_store16(dst + (p + u * nthreads) * kPer, a[u].p);
-        if (snd) oxccl_store16(snd + (p + u * nthreads) * kPer, a[u].p);
-      }
-    }
-    for (; p < npacks; p += nthreads) {
-      Pack a, b;
-      a.p.lo = a.p.hi = b.p.lo = b.p.hi = 0;
-      if (have_r) a.p = oxccl_load16(rcv + p * kPer);
-      if (have_s) b.p = oxccl_load16(src + p * kPer);
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) a.e[k] = element<E, OP>(have_r, a.e[k], have_s, b.e[k], m);
-      if (dst) oxccl_store16(dst + p * kPer, a.p);
-      if (snd) oxccl_store16(snd + p * kPer, a.p);
-    }
-    done = npacks * kPer;
+    typedef ReducePacks<E, OP> Body;
+    // 1-byte types already carry 16 elements per pack; unrolling them costs compile time only.
+    constexpr int kUnroll = sizeof(T) == 1 ? 1 : 2;
+    for_each_pack<kUnroll>(n / Body::kPer, Body{rcv, src, dst, snd, m});
+    done = n / Body::kPer * Body::kPer;
   }
-  for (uint64_t i = done + tid; i < n; i += nthreads) {
-    const T r = have_r ? rcv[i] : T(0);
-    const T s = have_s ? src[i] : T(0);
-    const T v = element<E, OP>(have_r, r, have_s, s, m);
+  for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+    const T r = rcv ? rcv[i] : T(0);
+    const T s = src ? src[i] : T(0);
+    const T v = element<E, OP>(rcv != nullptr, r, src != nullptr, s, m);
     if (dst) dst[i] = v;
     if (snd) snd[i] = v;
-  }
-}
-
-// Moves npacks 16-byte packs from s to d1 and/or d2 unchanged. Type-independent, so one copy of
-// this loop serves all 12 entry points' pure copies (most of what collectives move).
-OXCCL_DEVICE void copy_packs(const OxcclPack16* s, OxcclPack16* d1, OxcclPack16* d2, uint64_t npacks) {
-  constexpr int kUnroll = 4;
-  const uint64_t tid = threadIdx.x;
-  const uint64_t nthreads = blockDim.x;
-  uint64_t p = tid;
-  for (; p + (kUnroll - 1) * nthreads < npacks; p += kUnroll * nthreads) {
-    OxcclPack16 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = oxccl_load16(s + p + u * nthreads);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (d1) oxccl_store16(d1 + p + u * nthreads, v[u]);
-      if (d2) oxccl_store16(d2 + p + u * nthreads, v[u]);
-    }
-  }
-  for (; p < npacks; p += nthreads) {
-    const OxcclPack16 v = oxccl_load16(s + p);
-    if (d1) oxccl_store16(d1 + p, v);
-    if (d2) oxccl_store16(d2 + p, v);
   }
 }
 
@@ -133,8 +136,9 @@ OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const ty
     uint64_t done = 0;
     if (aligned16(from) && aligned16(dst) && aligned16(snd)) {
       constexpr uint64_t kPer = 16 / sizeof(T);
-      copy_packs(reinterpret_cast<const OxcclPack16*>(from), reinterpret_cast<OxcclPack16*>(dst),
-                 reinterpret_cast<OxcclPack16*>(snd), n / kPer);
+      const CopyPacks body{reinterpret_cast<const OxcclPack16*>(from),
+                           reinterpret_cast<OxcclPack16*>(dst), reinterpret_cast<OxcclPack16*>(snd)};
+      for_each_pack<4>(n / kPer, body);
       done = n / kPer * kPer;
     }
     for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {

@@ -223,11 +223,17 @@ OXCCL_HOST_DEVICE uint16_t oxccl_float_to_bf16(float f) {
 #endif
 }
 
-// Generic software fp8 codec, used by HIP (no native fp8 in ROCm 5.2); CUDA builds use it only
-// in host tests, which check it against NVIDIA's implementation. MAN: mantissa bits, BIAS: exponent bias, MAX_CODE: encoding of the largest finite value,
+// Out of line: inlined into the unrolled loops of every instantiation, the software codec
+// dominated compile time (sm_75/sm_80 and HIP) for types rarely reduced on those GPUs.
+#define OXCCL_SW_CODEC __host__ __device__ __noinline__
+
+// Generic software fp8 codec, used by HIP (no native fp8 in ROCm 5.2) and by CUDA below sm_89,
+// which has no fp8 conversion instructions: cuda_fp8.h's own emulation goes through double and
+// multiplies compile time for those targets about tenfold. Host tests check it bit for bit
+// against NVIDIA's implementation. MAN: mantissa bits, BIAS: exponent bias, MAX_CODE: encoding of the largest finite value,
 // IEEE_SPECIALS: the format has Inf (e5m2) instead of a single NaN pattern per sign (e4m3).
 template <int MAN, int BIAS, uint32_t MAX_CODE, bool IEEE_SPECIALS>
-OXCCL_HOST_DEVICE float oxccl_fp8_decode(uint8_t v) {
+OXCCL_SW_CODEC float oxccl_fp8_decode(uint8_t v) {
   const uint32_t sign = (uint32_t)(v & 0x80u) << 24;
   const uint32_t exp = (v & 0x7fu) >> MAN;
   const uint32_t man = v & ((1u << MAN) - 1u);
@@ -247,7 +253,7 @@ OXCCL_HOST_DEVICE float oxccl_fp8_decode(uint8_t v) {
 }
 
 template <int MAN, int BIAS, uint32_t MAX_CODE>
-OXCCL_HOST_DEVICE uint8_t oxccl_fp8_encode_satfinite(float f) {
+OXCCL_SW_CODEC uint8_t oxccl_fp8_encode_satfinite(float f) {
   const uint32_t u = oxccl_float_bits(f);
   const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
@@ -274,7 +280,7 @@ OXCCL_HOST_DEVICE uint8_t oxccl_fp8_encode_satfinite(float f) {
 }
 
 OXCCL_HOST_DEVICE float oxccl_e4m3_to_float(uint8_t v) {
-#if defined(OXCCL_CUDA)
+#if defined(OXCCL_CUDA) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890)
   return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3)));
 #else
   return oxccl_fp8_decode<3, 7, 0x7eu, false>(v);
@@ -282,7 +288,7 @@ OXCCL_HOST_DEVICE float oxccl_e4m3_to_float(uint8_t v) {
 }
 
 OXCCL_HOST_DEVICE uint8_t oxccl_float_to_e4m3(float f) {
-#if defined(OXCCL_CUDA)
+#if defined(OXCCL_CUDA) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890)
   return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
 #else
   return oxccl_fp8_encode_satfinite<3, 7, 0x7eu>(f);
@@ -290,7 +296,7 @@ OXCCL_HOST_DEVICE uint8_t oxccl_float_to_e4m3(float f) {
 }
 
 OXCCL_HOST_DEVICE float oxccl_e5m2_to_float(uint8_t v) {
-#if defined(OXCCL_CUDA)
+#if defined(OXCCL_CUDA) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890)
   return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E5M2)));
 #else
   return oxccl_fp8_decode<2, 15, 0x7bu, true>(v);
@@ -298,7 +304,7 @@ OXCCL_HOST_DEVICE float oxccl_e5m2_to_float(uint8_t v) {
 }
 
 OXCCL_HOST_DEVICE uint8_t oxccl_float_to_e5m2(float f) {
-#if defined(OXCCL_CUDA)
+#if defined(OXCCL_CUDA) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890)
   return (uint8_t)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
 #else
   return oxccl_fp8_encode_satfinite<2, 15, 0x7bu>(f);
