@@ -61,7 +61,13 @@ fn matrix_in_processes_8_16_ranks() {
 /// with several channels and small chunks so pipelines have many steps.
 #[test]
 fn every_algorithm_and_protocol_forced() {
-    for (algo, proto) in [("ring", "Simple"), ("ring", "LL"), ("tree", "LL128"), ("tree", "Simple"), ("direct", "LL")] {
+    for (algo, proto) in [
+        ("ring", "Simple"),
+        ("ring", "LL"),
+        ("tree", "LL128"),
+        ("tree", "Simple"),
+        ("direct", "LL"),
+    ] {
         for n in [3, 4] {
             matrix_with(
                 n,
@@ -84,14 +90,24 @@ fn debug_log_goes_to_nccl_debug_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let pattern = dir.join("rank.%p.log");
     let pattern = pattern.to_str().unwrap();
-    matrix_with(2, &[("OXCCL_TEST_COUNTS", "1"), ("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_FILE", pattern)]);
+    matrix_with(
+        2,
+        &[
+            ("OXCCL_TEST_COUNTS", "1"),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_FILE", pattern),
+        ],
+    );
     let logs: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
         .collect();
     assert_eq!(logs.len(), 2, "one log per process");
     for l in &logs {
-        assert!(l.contains("oxccl") && l.contains("ready"), "log content: {l}");
+        assert!(
+            l.contains("oxccl") && l.contains("ready"),
+            "log content: {l}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

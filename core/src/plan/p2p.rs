@@ -18,8 +18,8 @@ use crate::datatype::{DataType, Reduction};
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
-/// Every channel issues all its sends before its receives: sends never wait, so a group in which
-/// every rank sends and receives (including to itself) cannot deadlock. `nchannels` and
+/// Sends and receives go to separate channels, which run concurrently, so a group in which every
+/// rank sends and receives (including to itself) cannot deadlock even with bounded buffers. `nchannels` and
 /// `chunk_elems` must be the same on both ends of every message. Panics if the group has more
 /// operations than buffer ids exist (65532).
 pub fn build_p2p(
@@ -56,13 +56,14 @@ pub fn build_p2p(
             }
         }
     }
+    // Sends and receives run on separate channels (concurrent blocks on a GPU): device FIFOs
+    // are bounded, so a channel that sent a large message before receiving would wait forever
+    // for a peer doing the same.
     let channels = sends
         .into_iter()
-        .zip(recvs)
-        .map(|(mut s, r)| {
-            s.extend(r);
-            ChannelWork { steps: s }
-        })
+        .chain(recvs)
+        .filter(|steps| !steps.is_empty())
+        .map(|steps| ChannelWork { steps })
         .collect();
     WorkDesc {
         kind: CollKind::SendRecv,
