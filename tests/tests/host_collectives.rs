@@ -134,3 +134,11 @@ fn count_1000003_on_8_and_16_ranks() {
         });
     }
 }
+
+/// The full type x operator x operation matrix at 1000003 elements, on 2 and 3 ranks.
+#[test]
+fn count_1000003_every_type_and_op_on_2_and_3_ranks() {
+    for n in [2, 3] {
+        run_threads(n, |_| full_matrix(n, &[1_000_003], &DataType::ALL));
+    }
+}
