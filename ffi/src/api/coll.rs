@@ -34,6 +34,38 @@ pub(crate) struct Call {
     pub layout: Option<AllToAllvLayout>,
 }
 
+impl Call {
+    /// A call without operator, root or AlltoAllv layout.
+    pub(crate) fn new(
+        kind: CollKind,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: ncclDataType_t,
+    ) -> Call {
+        Call {
+            kind,
+            send,
+            recv,
+            count,
+            dtype,
+            op: None,
+            root: None,
+            layout: None,
+        }
+    }
+    /// With a reduction operator.
+    pub(crate) fn with_op(mut self, op: ncclRedOp_t) -> Call {
+        self.op = Some(op);
+        self
+    }
+    /// With a root rank.
+    pub(crate) fn with_root(mut self, root: c_int) -> Call {
+        self.root = Some(root);
+        self
+    }
+}
+
 /// Whether this rank reads the send buffer and writes the receive buffer (when count > 0).
 fn buffers_used(kind: CollKind, me: u32, root: u32) -> (bool, bool) {
     let is_root = me == root;
@@ -103,16 +135,7 @@ unsafe fn all_reduce(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::AllReduce,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: Some(op),
-        root: None,
-        layout: None,
-    };
+    let call = Call::new(CollKind::AllReduce, sendbuff, recvbuff, count, datatype).with_op(op);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -126,16 +149,7 @@ unsafe fn broadcast(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::Broadcast,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: None,
-        root: Some(root),
-        layout: None,
-    };
+    let call = Call::new(CollKind::Broadcast, sendbuff, recvbuff, count, datatype).with_root(root);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -166,16 +180,9 @@ unsafe fn reduce(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::Reduce,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: Some(op),
-        root: Some(root),
-        layout: None,
-    };
+    let call = Call::new(CollKind::Reduce, sendbuff, recvbuff, count, datatype)
+        .with_op(op)
+        .with_root(root);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -188,16 +195,7 @@ unsafe fn all_gather(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::AllGather,
-        send: sendbuff,
-        recv: recvbuff,
-        count: sendcount,
-        dtype: datatype,
-        op: None,
-        root: None,
-        layout: None,
-    };
+    let call = Call::new(CollKind::AllGather, sendbuff, recvbuff, sendcount, datatype);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -211,16 +209,14 @@ unsafe fn reduce_scatter(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::ReduceScatter,
-        send: sendbuff,
-        recv: recvbuff,
-        count: recvcount,
-        dtype: datatype,
-        op: Some(op),
-        root: None,
-        layout: None,
-    };
+    let call = Call::new(
+        CollKind::ReduceScatter,
+        sendbuff,
+        recvbuff,
+        recvcount,
+        datatype,
+    )
+    .with_op(op);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -234,16 +230,7 @@ pub(crate) unsafe fn all_to_all(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::AllToAll,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: None,
-        root: None,
-        layout: None,
-    };
+    let call = Call::new(CollKind::AllToAll, sendbuff, recvbuff, count, datatype);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -257,16 +244,7 @@ unsafe fn gather(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::Gather,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: None,
-        root: Some(root),
-        layout: None,
-    };
+    let call = Call::new(CollKind::Gather, sendbuff, recvbuff, count, datatype).with_root(root);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
@@ -280,16 +258,7 @@ unsafe fn scatter(
     comm: ncclComm_t,
     stream: Stream,
 ) -> Result<()> {
-    let call = Call {
-        kind: CollKind::Scatter,
-        send: sendbuff,
-        recv: recvbuff,
-        count,
-        dtype: datatype,
-        op: None,
-        root: Some(root),
-        layout: None,
-    };
+    let call = Call::new(CollKind::Scatter, sendbuff, recvbuff, count, datatype).with_root(root);
     // SAFETY: forwarded from the caller.
     unsafe { collective(comm, call, stream) }
 }
