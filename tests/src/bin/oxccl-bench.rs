@@ -9,6 +9,7 @@
 
 use oxccl_core::datatype::DataType;
 use oxccl_core::plan::CollKind;
+use oxccl_tests::cudart::{Cudart, Stream};
 use oxccl_tests::nccl_lib::{NcclLib, RawComm, RawUniqueId};
 use oxccl_tests::{Case, POISON, TestOp, count_wrong, fill_input};
 use std::ffi::c_void;
@@ -27,12 +28,23 @@ struct Options {
     iters: usize,
     dtype: DataType,
     json: Option<String>,
+    mem: Mem,
+}
+
+/// Where buffers live and how ranks are driven.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mem {
+    /// Host memory, one thread per rank (the library's host backend).
+    Host,
+    /// GPU memory, one process driving every GPU through ncclCommInitAll and groups.
+    Cuda,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: oxccl-bench [--lib PATH] [--compare PATH] [-n RANKS] [--op all|allreduce,...] \
-         [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-w WARMUP] [-i ITERS] [-d float|half|bf16|int32|...] [--json FILE]"
+         [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-w WARMUP] [-i ITERS] [-d float|half|bf16|int32|...] [--json FILE] \
+         [--mem host|cuda]"
     );
     std::process::exit(2)
 }
@@ -87,7 +99,9 @@ fn parse_args() -> Options {
         iters: 10,
         dtype: DataType::Float32,
         json: None,
+        mem: Mem::Host,
     };
+    let mut mem_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
@@ -129,7 +143,24 @@ fn parse_args() -> Options {
                 }
             }
             "--json" => o.json = Some(val()),
+            "--mem" => {
+                mem_given = true;
+                o.mem = match val().as_str() {
+                    "host" => Mem::Host,
+                    "cuda" => Mem::Cuda,
+                    _ => usage(),
+                }
+            }
             _ => usage(),
+        }
+    }
+    if !mem_given && std::env::var("OXCCL_BACKEND").as_deref() != Ok("host") {
+        // GPUs when there are any: then ranks default to one per GPU.
+        if let Ok(rt) = Cudart::load()
+            && rt.device_count() > 0
+        {
+            o.mem = Mem::Cuda;
+            o.ranks = rt.device_count();
         }
     }
     if o.ranks == 0 || o.factor < 2 || o.min_bytes == 0 {
@@ -174,6 +205,19 @@ struct RankCtx {
     rank: usize,
     n: usize,
     dt: i32,
+    stream: Stream,
+}
+
+/// The message size nccl-tests reports for `count` (total bytes for the gathering operations).
+fn message_bytes(k: CollKind, count: usize, es: usize, n: usize) -> usize {
+    match k {
+        CollKind::AllGather
+        | CollKind::ReduceScatter
+        | CollKind::AllToAll
+        | CollKind::Gather
+        | CollKind::Scatter => count * es * n,
+        _ => count * es,
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -195,9 +239,14 @@ unsafe fn call(
     recv: *mut u8,
     count: usize,
 ) -> i32 {
-    let RankCtx { comm, rank, n, dt } = ctx;
+    let RankCtx {
+        comm,
+        rank,
+        n,
+        dt,
+        stream,
+    } = ctx;
     let (s, r) = (send as *const c_void, recv as *mut c_void);
-    let stream = std::ptr::null_mut();
     // SAFETY: forwarded from the caller.
     unsafe {
         match k {
@@ -248,12 +297,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
     lib.check("ncclGetUniqueId", unsafe { (lib.get_unique_id)(&mut id) })?;
     let es = o.dtype.size();
     let dt = o.dtype as i32;
-    let mut sizes = Vec::new();
-    let mut b = o.min_bytes;
-    while b <= o.max_bytes {
-        sizes.push(b);
-        b *= o.factor;
-    }
+    let sizes = sweep_sizes(o);
     let barrier = Arc::new(Barrier::new(n));
     let results: Vec<Result<Sweep, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -265,7 +309,13 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
                     lib.check("ncclCommInitRank", unsafe {
                         (lib.comm_init_rank)(&mut comm, n as i32, id, rank as i32)
                     })?;
-                    let ctx = RankCtx { comm, rank, n, dt };
+                    let ctx = RankCtx {
+                        comm,
+                        rank,
+                        n,
+                        dt,
+                        stream: std::ptr::null_mut(),
+                    };
                     let max_elems = o.max_bytes / es + n;
                     let mut send = vec![0u8; max_elems * es];
                     let mut recv = vec![0u8; max_elems * es];
@@ -273,21 +323,8 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
                     for &k in &o.ops {
                         let mut points = Vec::new();
                         for &bytes in sizes {
-                            let count = count_for(k, bytes, es, n);
-                            let case = Case {
-                                kind: k,
-                                dtype: o.dtype,
-                                op: (matches!(
-                                    k,
-                                    CollKind::AllReduce
-                                        | CollKind::Reduce
-                                        | CollKind::ReduceScatter
-                                ))
-                                .then_some(TestOp::Sum),
-                                count,
-                                root: 0,
-                                in_place: false,
-                            };
+                            let case = bench_case(k, o, bytes, n);
+                            let count = case.count;
                             let (se, re) = case.sizes(n, rank);
                             fill_input(o.dtype, case.op, rank, 0, &mut send[..se * es]);
                             recv[..re * es].fill(POISON);
@@ -297,11 +334,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
                                 call(&lib, k, ctx, send.as_mut_ptr(), recv.as_mut_ptr(), count)
                             };
                             lib.check(op_name(k), r)?;
-                            let want = if k == CollKind::SendRecv {
-                                Some(expected_sendrecv(o.dtype, n, rank, count))
-                            } else {
-                                case.expected(n, rank)
-                            };
+                            let want = expected(&case, n, rank);
                             let wrong = want
                                 .map_or(0, |w| count_wrong(o.dtype, case.op, &recv[..w.len()], &w));
                             for _ in 0..o.warmup {
@@ -320,16 +353,7 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
                             }
                             let time_us = t.elapsed().as_secs_f64() * 1e6 / o.iters.max(1) as f64;
                             points.push(Point {
-                                bytes: count
-                                    * es
-                                    * match k {
-                                        CollKind::AllGather
-                                        | CollKind::ReduceScatter
-                                        | CollKind::AllToAll
-                                        | CollKind::Gather
-                                        | CollKind::Scatter => n,
-                                        _ => 1,
-                                    },
+                                bytes: message_bytes(k, count, es, n),
                                 time_us,
                                 wrong,
                             });
@@ -369,6 +393,145 @@ fn run_lib(path: &str, o: &Options) -> Result<Sweep, String> {
     Ok(merged.unwrap_or_default())
 }
 
+/// The sizes of the sweep.
+fn sweep_sizes(o: &Options) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    let mut b = o.min_bytes;
+    while b <= o.max_bytes {
+        sizes.push(b);
+        b *= o.factor;
+    }
+    sizes
+}
+
+/// The expected output of `rank` for `case` (SendRecv: the previous rank's input).
+fn expected(case: &Case, n: usize, rank: usize) -> Option<Vec<u8>> {
+    if case.kind == CollKind::SendRecv {
+        Some(expected_sendrecv(case.dtype, n, rank, case.count))
+    } else {
+        case.expected(n, rank)
+    }
+}
+
+fn bench_case(k: CollKind, o: &Options, bytes: usize, n: usize) -> Case {
+    let es = o.dtype.size();
+    Case {
+        kind: k,
+        dtype: o.dtype,
+        op: matches!(
+            k,
+            CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+        )
+        .then_some(TestOp::Sum),
+        count: count_for(k, bytes, es, n),
+        root: 0,
+        in_place: false,
+    }
+}
+
+/// One process drives every GPU: ncclCommInitAll, every call of an iteration in one group.
+fn run_lib_cuda(path: &str, o: &Options) -> Result<Sweep, String> {
+    let lib = NcclLib::load(path)?;
+    let rt = Cudart::load()?;
+    let n = o.ranks.min(rt.device_count());
+    if n == 0 {
+        return Err("no GPU visible".into());
+    }
+    let es = o.dtype.size();
+    let dt = o.dtype as i32;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    // SAFETY: `comms` has room for `n` handles; NULL devlist means devices 0..n.
+    lib.check("ncclCommInitAll", unsafe {
+        (lib.comm_init_all)(comms.as_mut_ptr(), n as i32, std::ptr::null())
+    })?;
+    let max_bytes = o.max_bytes + n * es;
+    let mut ranks = Vec::new();
+    for (d, &comm) in comms.iter().enumerate() {
+        rt.set_device(d)?;
+        let ctx = RankCtx {
+            comm,
+            rank: d,
+            n,
+            dt,
+            stream: rt.stream()?,
+        };
+        ranks.push((ctx, rt.alloc(max_bytes)?, rt.alloc(max_bytes)?));
+    }
+    let run_all = |count: usize, k: CollKind| -> Result<(), String> {
+        // SAFETY: group calls take no pointers.
+        lib.check("ncclGroupStart", unsafe { (lib.group_start)() })?;
+        for &(ctx, send, recv) in &ranks {
+            // SAFETY: both device buffers hold `max_bytes`, enough for every case of the sweep.
+            let r = unsafe { call(&lib, k, ctx, send, recv, count) };
+            lib.check(op_name(k), r)?;
+        }
+        // SAFETY: as above.
+        lib.check("ncclGroupEnd", unsafe { (lib.group_end)() })
+    };
+    let sync_all = || -> Result<(), String> {
+        for (d, (ctx, _, _)) in ranks.iter().enumerate() {
+            rt.set_device(d)?;
+            // SAFETY: the stream was created on device `d` above.
+            unsafe { rt.sync(ctx.stream)? };
+        }
+        Ok(())
+    };
+    let mut out = Vec::new();
+    for &k in &o.ops {
+        let mut points = Vec::new();
+        for &bytes in &sweep_sizes(o) {
+            let case = bench_case(k, o, bytes, n);
+            let mut host = vec![0u8; max_bytes];
+            for (r, &(_, send, recv)) in ranks.iter().enumerate() {
+                let (se, re) = case.sizes(n, r);
+                fill_input(o.dtype, case.op, r, 0, &mut host[..se * es]);
+                // SAFETY: device buffers hold `max_bytes` >= these sizes.
+                unsafe { rt.copy(send, host.as_ptr(), se * es)? };
+                host[..re * es].fill(POISON);
+                // SAFETY: as above.
+                unsafe { rt.copy(recv, host.as_ptr(), re * es)? };
+            }
+            run_all(case.count, k)?;
+            sync_all()?;
+            let mut wrong = 0;
+            for (r, &(_, _, recv)) in ranks.iter().enumerate() {
+                if let Some(want) = expected(&case, n, r) {
+                    // SAFETY: the device buffer holds at least `want.len()` bytes.
+                    unsafe { rt.copy(host.as_mut_ptr(), recv, want.len())? };
+                    wrong += count_wrong(o.dtype, case.op, &host[..want.len()], &want);
+                }
+            }
+            for _ in 0..o.warmup {
+                run_all(case.count, k)?;
+            }
+            sync_all()?;
+            let t = Instant::now();
+            for _ in 0..o.iters {
+                run_all(case.count, k)?;
+            }
+            sync_all()?;
+            let time_us = t.elapsed().as_secs_f64() * 1e6 / o.iters.max(1) as f64;
+            points.push(Point {
+                bytes: message_bytes(k, case.count, es, n),
+                time_us,
+                wrong,
+            });
+        }
+        out.push((k, points));
+    }
+    for (d, (ctx, send, recv)) in ranks.into_iter().enumerate() {
+        rt.set_device(d)?;
+        // SAFETY: the buffers are no longer used; every stream was synchronised.
+        unsafe {
+            rt.free(send);
+            rt.free(recv);
+        }
+        // SAFETY: the communicator came from ncclCommInitAll and is not used afterwards.
+        lib.check("ncclCommDestroy", unsafe { (lib.comm_destroy)(ctx.comm) })?;
+    }
+    Ok(out)
+}
+
 fn gbps(bytes: usize, us: f64) -> f64 {
     if us > 0.0 {
         bytes as f64 / us / 1e3
@@ -379,12 +542,16 @@ fn gbps(bytes: usize, us: f64) -> f64 {
 
 fn main() {
     let o = parse_args();
-    let ours = run_lib(&o.lib, &o).unwrap_or_else(|e| {
+    let run = |p: &str| match o.mem {
+        Mem::Host => run_lib(p, &o),
+        Mem::Cuda => run_lib_cuda(p, &o),
+    };
+    let ours = run(&o.lib).unwrap_or_else(|e| {
         eprintln!("oxccl-bench: {e}");
         std::process::exit(1)
     });
     let theirs = o.compare.as_ref().map(|p| {
-        run_lib(p, &o).unwrap_or_else(|e| {
+        run(p).unwrap_or_else(|e| {
             eprintln!("oxccl-bench: {p}: {e}");
             std::process::exit(1)
         })
