@@ -135,6 +135,7 @@ mod tests {
         assert!(fatbin_entries(&hdr).is_err(), "declared body past the end");
     }
 
+    #[cfg(oxccl_cuda_kernels)]
     fn contains(hay: &[u8], needle: &[u8]) -> bool {
         hay.windows(needle.len()).any(|w| w == needle)
     }

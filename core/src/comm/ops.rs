@@ -1,0 +1,423 @@
+//! Operations: argument checks, planning, launch, and their deferral inside groups.
+
+use super::group::{self, Deferred, Waiter};
+use super::{Communicator, P2P_TUNING_BYTES};
+use crate::backend::{Backend, DevicePtr, Launch};
+use crate::datatype::{DataType, RedOp, Reduction};
+use crate::error::{Error, Result};
+use crate::plan::tuner::Topology;
+use crate::plan::{self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tracing::debug;
+
+/// Arguments of one collective, as the C API passes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollArgs {
+    /// The operation.
+    pub kind: CollKind,
+    /// Send buffer.
+    pub send: DevicePtr,
+    /// Receive buffer.
+    pub recv: DevicePtr,
+    /// The API's count argument (see [`CollRequest::count`]).
+    pub count: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator (ignored by non-reducing operations).
+    pub op: RedOp,
+    /// Root rank where the operation has one.
+    pub root: u32,
+    /// AlltoAllv counts and displacements.
+    pub layout: Option<AllToAllvLayout>,
+}
+
+impl<B: Backend> Communicator<B> {
+    /// Queues a collective on `stream` (recorded until `group_end` inside a group).
+    ///
+    /// # Safety
+    /// The buffers named in `args` are valid backend memory for the sizes the operation implies
+    /// until it has run.
+    pub unsafe fn collective(&self, args: CollArgs, stream: &B::Stream) -> Result<()> {
+        let r = self.validate(&args).and_then(|()| {
+            let op = Box::new(PendingColl {
+                comm: self.clone(),
+                args,
+                stream: stream.clone(),
+            });
+            run_or_defer(op)
+        });
+        if let Err(e) = &r {
+            group::record_error(e);
+        }
+        r
+    }
+
+    /// Queues an `ncclSend` (`dir = Send`) or `ncclRecv` of `count` elements with `peer`.
+    ///
+    /// # Safety
+    /// `buf` is valid backend memory of `count` elements until the operation has run.
+    pub unsafe fn p2p(
+        &self,
+        dir: P2pDir,
+        buf: DevicePtr,
+        count: u64,
+        dtype: DataType,
+        peer: u32,
+        stream: &B::Stream,
+    ) -> Result<()> {
+        let r = (|| {
+            self.connected()?;
+            if peer >= self.inner.nranks {
+                return Err(Error::arg(format!(
+                    "invalid peer {peer}: communicator has {} ranks",
+                    self.inner.nranks
+                )));
+            }
+            let bytes = count
+                .checked_mul(dtype.size() as u64)
+                .ok_or_else(|| Error::arg("count overflows the address space"))?;
+            if buf == 0 && bytes > 0 {
+                return Err(Error::arg(format!(
+                    "{} buffer is NULL",
+                    if dir == P2pDir::Send {
+                        "send"
+                    } else {
+                        "receive"
+                    }
+                )));
+            }
+            run_or_defer(Box::new(PendingP2p {
+                comm: self.clone(),
+                dir,
+                buf,
+                bytes,
+                peer,
+                stream: stream.clone(),
+            }))
+        })();
+        if let Err(e) = &r {
+            group::record_error(e);
+        }
+        r
+    }
+
+    fn validate(&self, a: &CollArgs) -> Result<()> {
+        self.connected()?;
+        let n = self.inner.nranks as u64;
+        let has_root = matches!(
+            a.kind,
+            CollKind::Broadcast | CollKind::Reduce | CollKind::Gather | CollKind::Scatter
+        );
+        if has_root && a.root >= self.inner.nranks {
+            return Err(Error::arg(format!(
+                "invalid root {}: communicator has {n} ranks",
+                a.root
+            )));
+        }
+        if let RedOp::PreMulSum(_) = a.op
+            && !matches!(
+                a.kind,
+                CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+            )
+        {
+            return Err(Error::Internal(
+                "reduction operator on a non-reducing operation".into(),
+            ));
+        }
+        let esize = a.dtype.size() as u64;
+        let me = self.inner.rank;
+        // Elements of the send and receive buffers this rank touches.
+        let (send_elems, recv_elems) = match a.kind {
+            CollKind::AllReduce => (a.count, a.count),
+            CollKind::Broadcast => (if me == a.root { a.count } else { 0 }, a.count),
+            CollKind::Reduce => (a.count, if me == a.root { a.count } else { 0 }),
+            CollKind::AllGather => (a.count, a.count.saturating_mul(n)),
+            CollKind::ReduceScatter => (a.count.saturating_mul(n), a.count),
+            CollKind::AllToAll => (a.count.saturating_mul(n), a.count.saturating_mul(n)),
+            CollKind::Gather => (
+                a.count,
+                if me == a.root {
+                    a.count.saturating_mul(n)
+                } else {
+                    0
+                },
+            ),
+            CollKind::Scatter => (
+                if me == a.root {
+                    a.count.saturating_mul(n)
+                } else {
+                    0
+                },
+                a.count,
+            ),
+            CollKind::AllToAllv => {
+                let l = a
+                    .layout
+                    .as_ref()
+                    .ok_or_else(|| Error::arg("AlltoAllv needs counts and displacements"))?;
+                if [
+                    &l.send_counts,
+                    &l.send_displs,
+                    &l.recv_counts,
+                    &l.recv_displs,
+                ]
+                .iter()
+                .any(|v| v.len() != n as usize)
+                {
+                    return Err(Error::arg(
+                        "AlltoAllv counts and displacements need one entry per rank",
+                    ));
+                }
+                let end = |c: &[u64], d: &[u64]| {
+                    c.iter()
+                        .zip(d)
+                        .filter(|(c, _)| **c > 0)
+                        .map(|(c, d)| c.checked_add(*d).unwrap_or(u64::MAX))
+                        .max()
+                        .unwrap_or(0)
+                };
+                (
+                    end(&l.send_counts, &l.send_displs),
+                    end(&l.recv_counts, &l.recv_displs),
+                )
+            }
+            CollKind::SendRecv => {
+                return Err(Error::Internal("send/recv is not a collective".into()));
+            }
+        };
+        let limit = (isize::MAX as u64) / esize;
+        if send_elems >= limit || recv_elems >= limit || a.count >= limit {
+            return Err(Error::arg(format!(
+                "count {} of {} overflows the address space",
+                a.count,
+                a.dtype.name()
+            )));
+        }
+        if send_elems > 0 && a.send == 0 {
+            return Err(Error::arg("send buffer is NULL"));
+        }
+        if recv_elems > 0 && a.recv == 0 {
+            return Err(Error::arg("receive buffer is NULL"));
+        }
+        Ok(())
+    }
+
+    fn topology(&self) -> Topology {
+        if self.inner.backend.name() == "host" {
+            Topology::Host
+        } else {
+            Topology::SingleNodeGpu { nvlink: true }
+        }
+    }
+
+    fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
+        let c = self.connected()?;
+        let inner = &self.inner;
+        let seq = inner.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let n = inner.nranks as u64;
+        let empty = match &a.layout {
+            Some(l) => l.send_counts.iter().chain(&l.recv_counts).all(|&c| c == 0),
+            None => a.count == 0,
+        };
+        if empty {
+            return Ok(None);
+        }
+        let esize = a.dtype.size() as u64;
+        // nccl-tests' message size for each operation, which the tuner's tables are keyed by.
+        let bytes = match a.kind {
+            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
+                a.count * n * esize
+            }
+            CollKind::Gather | CollKind::Scatter => a.count * n * esize,
+            CollKind::AllToAllv => a
+                .layout
+                .as_ref()
+                .map(|l| l.send_counts.iter().sum::<u64>() * esize)
+                .unwrap_or(0),
+            _ => a.count * esize,
+        };
+        let choice = inner
+            .tuner
+            .choose(a.kind, bytes, a.dtype, inner.nranks, self.topology());
+        let req = CollRequest {
+            kind: a.kind,
+            rank: inner.rank,
+            nranks: inner.nranks,
+            count: a.count,
+            root: a.root,
+            layout: a.layout.clone(),
+            dtype: a.dtype,
+            reduction: Reduction::lower(a.op, inner.nranks as usize),
+            seq,
+            algo: choice.algo,
+            proto: choice.proto,
+            nchannels: choice.nchannels,
+            chunk_elems: choice.chunk_elems,
+        };
+        let work = Arc::new(plan::build_coll(&req)?);
+        debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {}",
+            inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq);
+        let launch = Launch {
+            work,
+            buffers: vec![a.send, a.recv, 0],
+            transport: c.transport.clone(),
+            abort: inner.abort.clone(),
+        };
+        // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
+        let done = unsafe { inner.backend.launch(stream, launch)? };
+        Ok(self.waiter(done))
+    }
+
+    fn launch_p2p(&self, ops: &[PendingP2p<B>]) -> Result<Option<Waiter>> {
+        let c = self.connected()?;
+        let inner = &self.inner;
+        let mut seqs = inner.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let planned: Vec<P2pOp> = ops
+            .iter()
+            .map(|o| {
+                let table = match o.dir {
+                    P2pDir::Send => &mut seqs.send,
+                    P2pDir::Recv => &mut seqs.recv,
+                };
+                let peer_seq = table[o.peer as usize];
+                table[o.peer as usize] += 1;
+                P2pOp {
+                    dir: o.dir,
+                    peer: o.peer,
+                    count: o.bytes,
+                    peer_seq,
+                }
+            })
+            .collect();
+        drop(seqs);
+        // Both ends of a message must chunk it identically, and they only share the message
+        // itself: the choice must not depend on the rest of either side's group.
+        let choice = inner.tuner.choose(
+            CollKind::SendRecv,
+            P2P_TUNING_BYTES,
+            DataType::Uint8,
+            inner.nranks,
+            self.topology(),
+        );
+        let work = Arc::new(plan::build_p2p(
+            inner.rank,
+            inner.nranks,
+            &planned,
+            DataType::Uint8,
+            choice.nchannels,
+            choice.chunk_elems,
+        ));
+        let mut buffers = vec![0, 0, 0];
+        buffers.extend(ops.iter().map(|o| o.buf));
+        let launch = Launch {
+            work,
+            buffers,
+            transport: c.transport.clone(),
+            abort: inner.abort.clone(),
+        };
+        let stream = &ops[0].stream;
+        // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
+        let done = unsafe { inner.backend.launch(stream, launch)? };
+        Ok(self.waiter(done))
+    }
+
+    /// For synchronous-API backends, a closure waiting for the operation whose completion
+    /// event `launch` returned. It waits for that operation only: ranks of one process may
+    /// share a stream, and waiting for the stream would wait for other ranks' later operations.
+    fn waiter(&self, done: Option<B::Event>) -> Option<Waiter> {
+        let done = done?;
+        let (backend, abort) = (self.inner.backend.clone(), self.inner.abort.clone());
+        Some(Box::new(move || {
+            backend.event_synchronize(&done)?;
+            // Failed operations record their error on the communicator.
+            if let Some(e) = abort.error() {
+                return Err(e);
+            }
+            abort.check()
+        }))
+    }
+}
+
+/// Runs `op` now (waiting for synchronous backends) or records it in the open group.
+fn run_or_defer(op: Box<dyn Deferred>) -> Result<()> {
+    match group::defer(op) {
+        None => Ok(()),
+        Some(op) => match op.launch(Vec::new())? {
+            Some(wait) => wait(),
+            None => Ok(()),
+        },
+    }
+}
+
+struct PendingColl<B: Backend> {
+    comm: Communicator<B>,
+    args: CollArgs,
+    stream: B::Stream,
+}
+
+impl<B: Backend> Deferred for PendingColl<B> {
+    fn comm_key(&self) -> usize {
+        Arc::as_ptr(&self.comm.inner) as *const () as usize
+    }
+    fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
+        self.comm.launch_coll(&self.args, &self.stream)
+    }
+    fn is_p2p(&self) -> bool {
+        false
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+struct PendingP2p<B: Backend> {
+    comm: Communicator<B>,
+    dir: P2pDir,
+    buf: DevicePtr,
+    bytes: u64,
+    peer: u32,
+    stream: B::Stream,
+}
+
+impl<B: Backend> Deferred for PendingP2p<B> {
+    fn comm_key(&self) -> usize {
+        Arc::as_ptr(&self.comm.inner) as *const () as usize
+    }
+    fn launch(self: Box<Self>, merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
+        let mut ops = vec![*self];
+        for m in merged {
+            let p = m.into_any().downcast::<PendingP2p<B>>().map_err(|_| {
+                Error::Internal("mixed backends in one communicator's group".into())
+            })?;
+            ops.push(*p);
+        }
+        let comm = ops[0].comm.clone();
+        comm.launch_p2p(&ops)
+    }
+    fn is_p2p(&self) -> bool {
+        true
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// A blocking init started inside a group: `group_end` waits for it.
+pub(super) struct PendingInit<B: Backend>(pub(super) Communicator<B>);
+
+impl<B: Backend> Deferred for PendingInit<B> {
+    fn comm_key(&self) -> usize {
+        Arc::as_ptr(&self.0.inner) as *const () as usize
+    }
+    fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
+        let comm = self.0;
+        Ok(Some(Box::new(move || comm.wait_ready())))
+    }
+    fn is_p2p(&self) -> bool {
+        false
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
