@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
 # The main job: build libnccl.so.2 and the benchmark, then run the benchmark on the best backend
-# present: NVIDIA GPUs when nvidia-smi sees any (and the CUDA backend is built), else the host
-# backend with 8 ranks (threads), AllReduce from 8 B to 64 MiB.
+# present. With NVIDIA GPUs: every operation, one process driving every GPU, 8 B to 256 MiB,
+# side by side with NVIDIA's NCCL when PyTorch's copy of it is found (or NCCL_REF=<libnccl.so.2>).
+# Without GPUs: the host backend, 8 ranks (threads), AllReduce from 8 B to 64 MiB.
+# Extra arguments go to oxccl-bench (see `oxccl-bench --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p oxccl-tests --bin oxccl-bench
-cargo xtask install --prefix dist >/dev/null
-args=("$@")
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "${OXCCL_BACKEND:-}" != host ]; then
-  echo "# GPUs found; the CUDA backend is not built yet, running the host backend" >&2
+if [ -z "${OXCCL_PREBUILT:-}" ]; then
+  cargo build --release -p oxccl-tests --bin oxccl-bench
+  cargo xtask install --prefix dist >/dev/null
+fi
+bench=${OXCCL_BENCH:-target/release/oxccl-bench}
+lib=${OXCCL_LIB:-dist/lib/libnccl.so.2}
+export NCCL_NVLS_ENABLE=0
+if [ "${OXCCL_BACKEND:-}" != host ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  ref=${NCCL_REF:-}
+  if [ -z "$ref" ]; then
+    dir=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+    [ -n "$dir" ] && [ -f "$dir/lib/libnccl.so.2" ] && ref="$dir/lib/libnccl.so.2"
+  fi
+  args=(--mem cuda --op all -b 8 -e 256M -f 4 -w 5 -i 20)
+  [ -n "$ref" ] && args+=(--compare "$ref")
+  exec "$bench" --lib "$lib" "${args[@]}" "$@"
 fi
 export OXCCL_BACKEND=host
-[ ${#args[@]} -eq 0 ] && args=(-n 8 --op allreduce -b 8 -e 64M -f 4 -w 2 -i 5)
-exec target/release/oxccl-bench --lib dist/lib/libnccl.so.2 "${args[@]}"
+if [ $# -eq 0 ]; then set -- -n 8 --op allreduce -b 8 -e 64M -f 4 -w 2 -i 5; fi
+exec "$bench" --lib "$lib" --mem host "$@"
