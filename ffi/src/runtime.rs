@@ -40,6 +40,18 @@ impl FfiBackend for HostBackend {
     }
 }
 
+// HIP BACKEND (rccl feature).
+#[cfg(feature = "rccl")]
+impl FfiBackend for oxccl_hip::HipBackend {
+    unsafe fn comm_stream(&self, raw: usize) -> Result<oxccl_hip::HipStream> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.stream_from_raw(raw) }
+    }
+    fn wrap(comm: GenComm<Self>) -> AnyComm {
+        AnyComm::Hip(comm)
+    }
+}
+
 // DEVICE BACKENDS: `impl FfiBackend for oxccl_cuda::CudaBackend` (nccl feature) and
 // `impl FfiBackend for oxccl_hip::HipBackend` (rccl feature) go here; their `comm_stream` is
 // `stream_from_raw(raw)`.
@@ -122,6 +134,9 @@ impl<B: FfiBackend> RuntimeBackend for Runtime<B> {
 pub enum AnyBackend {
     /// CPU memory and threads; always available.
     Host(Runtime<HostBackend>),
+    /// AMD GPUs through the HIP runtime (RCCL flavour).
+    #[cfg(feature = "rccl")]
+    Hip(Runtime<oxccl_hip::HipBackend>),
     // DEVICE BACKENDS: `Cuda(Runtime<oxccl_cuda::CudaBackend>)` under the nccl feature,
     // `Hip(Runtime<oxccl_hip::HipBackend>)` under the rccl feature.
 }
@@ -297,6 +312,9 @@ impl<B: FfiBackend> CommOps for GenComm<B> {
 pub enum AnyComm {
     /// On the host backend.
     Host(GenComm<HostBackend>),
+    /// On the HIP backend (RCCL flavour).
+    #[cfg(feature = "rccl")]
+    Hip(GenComm<oxccl_hip::HipBackend>),
     // DEVICE BACKENDS: `Cuda(GenComm<oxccl_cuda::CudaBackend>)`, `Hip(GenComm<oxccl_hip::HipBackend>)`.
 }
 
@@ -309,18 +327,45 @@ fn choose() -> Result<AnyBackend> {
     let host = || AnyBackend::from(Runtime(Arc::new(HostBackend::new())));
     match wanted.as_str() {
         "host" => Ok(host()),
+        // HIP BACKEND (rccl feature): forced, its load error is the answer.
+        #[cfg(feature = "rccl")]
+        "hip" => Ok(AnyBackend::from(Runtime(Arc::new(
+            oxccl_hip::HipBackend::load()?,
+        )))),
         "" | "auto" => {
-            // DEVICE BACKENDS: probe CUDA (nccl) or HIP (rccl) here and return it when a device
-            // exists; fall through to the host backend otherwise.
-            tracing::info!(target: "oxccl::init", "using the host backend (no device backend compiled in)");
+            // HIP BACKEND (rccl feature): a runtime with at least one device wins.
+            #[cfg(feature = "rccl")]
+            if let Some(b) = probe_hip() {
+                return Ok(b);
+            }
+            // DEVICE BACKENDS: probe CUDA (nccl) here and return it when a device exists; fall
+            // through to the host backend otherwise.
+            tracing::info!(target: "oxccl::init", "using the host backend (no device backend available)");
             Ok(host())
         }
+        // HIP BACKEND (rccl feature): "hip" is matched above in that flavour.
+        #[cfg_attr(feature = "rccl", allow(unreachable_patterns))]
         "cuda" | "hip" => Err(Error::usage(format!(
             "OXCCL_BACKEND={wanted}: this build of oxccl has no {wanted} backend yet; use OXCCL_BACKEND=host"
         ))),
         other => Err(Error::arg(format!(
             "OXCCL_BACKEND={other} is not one of host, cuda, hip, auto"
         ))),
+    }
+}
+
+/// HIP BACKEND (rccl feature): the HIP backend when its runtime loads and sees a device.
+#[cfg(feature = "rccl")]
+fn probe_hip() -> Option<AnyBackend> {
+    match oxccl_hip::HipBackend::load() {
+        Ok(b) => {
+            tracing::info!(target: "oxccl::init", "using the HIP backend ({:?})", b.runtime());
+            Some(AnyBackend::from(Runtime(Arc::new(b))))
+        }
+        Err(e) => {
+            tracing::info!(target: "oxccl::init", "not using the HIP backend: {e}");
+            None
+        }
     }
 }
 
