@@ -6,7 +6,7 @@ use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
 use crate::plan::tuner::Topology;
-use crate::plan::{self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp};
+use crate::plan::{self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, WorkDesc};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::debug;
@@ -269,6 +269,57 @@ impl<B: Backend> Communicator<B> {
         Ok(self.waiter(done))
     }
 
+    /// Runs a caller-built plan as one collective (custom algorithms such as MSCCL's).
+    ///
+    /// `build` receives the collective sequence number, identical on every rank, from which
+    /// message tags must be derived (see [`plan::coll_tag`]), and returns this rank's plan over
+    /// the buffer table `[send, recv, scratch]`. Inside a group it runs at `group_end`.
+    ///
+    /// # Safety
+    /// `send` and `recv` are valid backend memory for every region the plan touches until the
+    /// operation has run.
+    pub unsafe fn run_plan(
+        &self,
+        build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>,
+        send: DevicePtr,
+        recv: DevicePtr,
+        stream: &B::Stream,
+    ) -> Result<()> {
+        let r = self.connected().and_then(|_| {
+            run_or_defer(Box::new(PendingPlan {
+                comm: self.clone(),
+                build,
+                buffers: [send, recv],
+                stream: stream.clone(),
+            }))
+        });
+        if let Err(e) = &r {
+            group::record_error(e);
+        }
+        r
+    }
+
+    fn launch_plan(
+        &self,
+        build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>,
+        [send, recv]: [DevicePtr; 2],
+        stream: &B::Stream,
+    ) -> Result<Option<Waiter>> {
+        let c = self.connected()?;
+        let inner = &self.inner;
+        let seq = inner.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let work = Arc::new(build(seq)?);
+        let launch = Launch {
+            work,
+            buffers: vec![send, recv, 0],
+            transport: c.transport.clone(),
+            abort: inner.abort.clone(),
+        };
+        // SAFETY: `run_plan`'s caller guarantees the buffers stay valid until the op has run.
+        let done = unsafe { inner.backend.launch(stream, launch)? };
+        Ok(self.waiter(done))
+    }
+
     fn launch_p2p(&self, ops: &[PendingP2p<B>]) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
@@ -397,6 +448,31 @@ impl<B: Backend> Deferred for PendingP2p<B> {
     }
     fn is_p2p(&self) -> bool {
         true
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// A caller-built plan, launched in call order like a collective.
+struct PendingPlan<B: Backend> {
+    comm: Communicator<B>,
+    build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>,
+    buffers: [DevicePtr; 2],
+    stream: B::Stream,
+}
+
+impl<B: Backend> Deferred for PendingPlan<B> {
+    fn comm_key(&self) -> usize {
+        Arc::as_ptr(&self.comm.inner) as *const () as usize
+    }
+    fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
+        let this = *self;
+        this.comm
+            .launch_plan(this.build, this.buffers, &this.stream)
+    }
+    fn is_p2p(&self) -> bool {
+        false
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
