@@ -40,9 +40,19 @@ impl FfiBackend for HostBackend {
     }
 }
 
-// DEVICE BACKENDS: `impl FfiBackend for oxccl_cuda::CudaBackend` (nccl feature) and
-// `impl FfiBackend for oxccl_hip::HipBackend` (rccl feature) go here; their `comm_stream` is
-// `stream_from_raw(raw)`.
+#[cfg(feature = "nccl")]
+impl FfiBackend for oxccl_cuda::CudaBackend {
+    unsafe fn comm_stream(&self, raw: usize) -> Result<oxccl_cuda::CudaStream> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.stream_from_raw(raw) }
+    }
+    fn wrap(comm: GenComm<Self>) -> AnyComm {
+        AnyComm::Cuda(comm)
+    }
+}
+
+// DEVICE BACKENDS: `impl FfiBackend for oxccl_hip::HipBackend` (rccl feature) goes here; its
+// `comm_stream` is `stream_from_raw(raw)`.
 
 /// Operations on the process-wide backend.
 #[enum_dispatch]
@@ -122,8 +132,10 @@ impl<B: FfiBackend> RuntimeBackend for Runtime<B> {
 pub enum AnyBackend {
     /// CPU memory and threads; always available.
     Host(Runtime<HostBackend>),
-    // DEVICE BACKENDS: `Cuda(Runtime<oxccl_cuda::CudaBackend>)` under the nccl feature,
-    // `Hip(Runtime<oxccl_hip::HipBackend>)` under the rccl feature.
+    /// NVIDIA GPUs through the CUDA driver.
+    #[cfg(feature = "nccl")]
+    Cuda(Runtime<oxccl_cuda::CudaBackend>),
+    // DEVICE BACKENDS: `Hip(Runtime<oxccl_hip::HipBackend>)` under the rccl feature.
 }
 
 /// Operations on one communicator, whatever its backend.
@@ -297,7 +309,10 @@ impl<B: FfiBackend> CommOps for GenComm<B> {
 pub enum AnyComm {
     /// On the host backend.
     Host(GenComm<HostBackend>),
-    // DEVICE BACKENDS: `Cuda(GenComm<oxccl_cuda::CudaBackend>)`, `Hip(GenComm<oxccl_hip::HipBackend>)`.
+    /// On the CUDA backend.
+    #[cfg(feature = "nccl")]
+    Cuda(GenComm<oxccl_cuda::CudaBackend>),
+    // DEVICE BACKENDS: `Hip(GenComm<oxccl_hip::HipBackend>)`.
 }
 
 /// Picks the backend from `OXCCL_BACKEND` (`host`, `cuda`, `hip`, `auto` or unset).
@@ -310,11 +325,34 @@ fn choose() -> Result<AnyBackend> {
     match wanted.as_str() {
         "host" => Ok(host()),
         "" | "auto" => {
-            // DEVICE BACKENDS: probe CUDA (nccl) or HIP (rccl) here and return it when a device
-            // exists; fall through to the host backend otherwise.
-            tracing::info!(target: "oxccl::init", "using the host backend (no device backend compiled in)");
+            #[cfg(feature = "nccl")]
+            match oxccl_cuda::CudaBackend::load() {
+                Ok(b) if b.device_count().unwrap_or(0) > 0 => {
+                    tracing::info!(target: "oxccl::init", "using the CUDA backend ({} devices)",
+                        b.device_count().unwrap_or(0));
+                    return Ok(AnyBackend::from(Runtime(Arc::new(b))));
+                }
+                Ok(_) => {
+                    tracing::info!(target: "oxccl::init", "no CUDA device: using the host backend")
+                }
+                Err(e) => {
+                    tracing::info!(target: "oxccl::init", "CUDA unavailable ({e}): using the host backend")
+                }
+            }
+            // DEVICE BACKENDS: probe HIP (rccl) here.
+            tracing::info!(target: "oxccl::init", "using the host backend");
             Ok(host())
         }
+        #[cfg(feature = "nccl")]
+        "cuda" => {
+            let b = oxccl_cuda::CudaBackend::load()?;
+            if b.device_count()? == 0 {
+                return Err(Error::usage("OXCCL_BACKEND=cuda: no CUDA device"));
+            }
+            Ok(AnyBackend::from(Runtime(Arc::new(b))))
+        }
+        // With the nccl feature "cuda" is handled above and only "hip" reaches this arm.
+        #[allow(unreachable_patterns)]
         "cuda" | "hip" => Err(Error::usage(format!(
             "OXCCL_BACKEND={wanted}: this build of oxccl has no {wanted} backend yet; use OXCCL_BACKEND=host"
         ))),
