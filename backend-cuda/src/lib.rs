@@ -1,3 +1,271 @@
-//! oxccl backend for NVIDIA GPUs (filled by the CUDA backend issue).
+//! oxccl backend for NVIDIA GPUs: the CUDA driver API, loaded at run time through cudarc.
+//!
+//! [`CudaBackend::load`] fails cleanly (no panic) where no driver or no device exists. Memory is
+//! VMM memory shareable with peers ([`memory`]), connections are P2P FIFOs in peer-mapped memory
+//! ([`transport`]), and operations run as the kernels of `kernels/src` embedded as a fatbin
+//! ([`kernels`]).
 
+pub mod driver;
 pub mod kernels;
+pub mod memory;
+pub mod modules;
+pub mod transport;
+
+use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
+use crate::memory::Memory;
+use crate::modules::Modules;
+use cudarc::driver::sys;
+use oxccl_core::backend::{
+    Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
+};
+use oxccl_core::error::{Error, Result};
+use std::sync::Arc;
+pub use transport::{CudaStream, CudaTransport, MAX_CHANNELS};
+
+/// The CUDA backend: one primary context per device, retained for the process lifetime.
+pub struct CudaBackend {
+    mem: Arc<Memory>,
+    modules: Arc<Modules>,
+    devices: Vec<CUdevice>,
+}
+
+/// A CUDA event (timing disabled), destroyed on drop.
+pub struct CudaEvent(Shared<CUevent>);
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event is ours; the driver defers destruction until recorded work is done.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.0.0) };
+    }
+}
+
+impl CudaBackend {
+    /// Loads the driver, initialises it and retains every device's primary context.
+    ///
+    /// Fails with an error (never a panic) when no driver library exists or it has no device.
+    pub fn load() -> Result<CudaBackend> {
+        if !driver::driver_present() {
+            return Err(Error::Backend {
+                api: "dlopen(libcuda.so)",
+                code: 0,
+                detail: "no CUDA driver".into(),
+            });
+        }
+        // SAFETY: first driver call; the library is present.
+        unsafe { call!(cuInit(0)) }?;
+        let mut n = 0i32;
+        // SAFETY: writes the device count.
+        unsafe { call!(cuDeviceGetCount(&mut n)) }?;
+        let mut devices = Vec::new();
+        let mut ctxs = Vec::new();
+        for i in 0..n {
+            let mut d: CUdevice = 0;
+            // SAFETY: `i` is below the device count.
+            unsafe { call!(cuDeviceGet(&mut d, i)) }?;
+            let mut c: CUcontext = std::ptr::null_mut();
+            // SAFETY: retains the primary context of a valid device (never released: the
+            // backend lives as long as the process).
+            unsafe { call!(cuDevicePrimaryCtxRetain(&mut c, d)) }?;
+            devices.push(d);
+            ctxs.push(Shared(c));
+        }
+        let mut peer = vec![vec![false; devices.len()]; devices.len()];
+        for (a, &da) in devices.iter().enumerate() {
+            for (b, &db) in devices.iter().enumerate() {
+                if a != b {
+                    let mut can = 0i32;
+                    // SAFETY: both devices are valid.
+                    unsafe { call!(cuDeviceCanAccessPeer(&mut can, da, db)) }?;
+                    peer[a][b] = can != 0;
+                }
+            }
+        }
+        Ok(CudaBackend {
+            mem: Arc::new(Memory::new(ctxs, peer)),
+            modules: Arc::new(Modules::default()),
+            devices,
+        })
+    }
+
+    /// Memory management, for tests and tools that need device buffers.
+    pub fn memory(&self) -> &Memory {
+        &self.mem
+    }
+
+    /// Copies `src` to memory of `device` at `dst` (synchronous; for tests and tools).
+    ///
+    /// # Safety
+    /// `dst` is device memory of at least `src.len()` bytes.
+    pub unsafe fn copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let _g = self.mem.bind(device)?;
+        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes.
+        unsafe { call!(cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len())) }
+    }
+
+    /// Copies memory of `device` at `src` into `dst` (synchronous; for tests and tools).
+    ///
+    /// # Safety
+    /// `src` is device memory of at least `dst.len()` bytes.
+    pub unsafe fn copy_from_device(
+        &self,
+        device: i32,
+        dst: &mut [u8],
+        src: DevicePtr,
+    ) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let _g = self.mem.bind(device)?;
+        // SAFETY: the caller guarantees `src` holds `dst.len()` bytes.
+        unsafe { call!(cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len())) }
+    }
+
+    /// `cuMemAlloc` on `device` (plain device memory, as `cudaMalloc`; for tests and tools).
+    pub fn plain_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
+        let _g = self.mem.bind(device)?;
+        let mut p = 0;
+        // SAFETY: allocates in `device`'s context.
+        unsafe { call!(cuMemAlloc_v2(&mut p, bytes.max(1))) }?;
+        Ok(p)
+    }
+
+    /// Frees [`CudaBackend::plain_alloc`] memory.
+    ///
+    /// # Safety
+    /// `ptr` came from `plain_alloc` and no work uses it.
+    pub unsafe fn plain_free(&self, device: i32, ptr: DevicePtr) -> Result<()> {
+        let _g = self.mem.bind(device)?;
+        // SAFETY: forwarded from the caller.
+        unsafe { call!(cuMemFree_v2(ptr)) }
+    }
+
+    /// A new non-blocking stream on `device` (for tests and tools).
+    pub fn stream_create(&self, device: i32) -> Result<CudaStream> {
+        let _g = self.mem.bind(device)?;
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: creates a stream in `device`'s context.
+        unsafe {
+            call!(cuStreamCreate(
+                &mut s,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
+            ))
+        }?;
+        Ok(CudaStream(Shared(s)))
+    }
+}
+
+impl Backend for CudaBackend {
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+    type Transport = CudaTransport;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+    fn device_count(&self) -> Result<usize> {
+        Ok(self.devices.len())
+    }
+    fn current_device(&self) -> Result<i32> {
+        let mut c: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes the calling thread's current context.
+        unsafe { call!(cuCtxGetCurrent(&mut c)) }?;
+        if c.is_null() {
+            return Ok(0);
+        }
+        let mut d: CUdevice = 0;
+        // SAFETY: a context is current.
+        unsafe { call!(cuCtxGetDevice(&mut d)) }?;
+        Ok(self.devices.iter().position(|&x| x == d).unwrap_or(0) as i32)
+    }
+    fn set_device(&self, device: i32) -> Result<()> {
+        let g = self.mem.bind(device)?;
+        // Keep the new context current.
+        std::mem::forget(g);
+        Ok(())
+    }
+    fn granularity(&self, device: i32) -> Result<usize> {
+        self.mem.granularity(device)
+    }
+    fn mem_alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
+        self.mem.alloc(device, size)
+    }
+    unsafe fn mem_free(&self, ptr: DevicePtr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.mem.free(ptr) }
+    }
+    unsafe fn export_handle(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
+        self.mem.export(ptr)
+    }
+    unsafe fn import_handle(&self, handle: &ShareableHandle, _size: usize) -> Result<DevicePtr> {
+        let d = self.current_device()?;
+        self.mem.import(handle, d)
+    }
+    unsafe fn stream_from_raw(&self, raw: usize) -> Result<CudaStream> {
+        Ok(CudaStream(Shared(raw as sys::CUstream)))
+    }
+    fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: the stream is live (`stream_from_raw`'s contract).
+        unsafe { call!(cuStreamSynchronize(stream.raw())) }
+    }
+    fn is_capturing(&self, stream: &CudaStream) -> Result<bool> {
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; writes its capture status.
+        unsafe { call!(cuStreamIsCapturing(stream.raw(), &mut st)) }?;
+        Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+    fn event_create(&self) -> Result<CudaEvent> {
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: creates an event in the current context.
+        unsafe {
+            call!(cuEventCreate(
+                &mut e,
+                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+            ))
+        }?;
+        Ok(CudaEvent(Shared(e)))
+    }
+    fn event_record(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { call!(cuEventRecord(event.0.0, stream.raw())) }
+    }
+    fn event_synchronize(&self, event: &CudaEvent) -> Result<()> {
+        // SAFETY: the event is live.
+        unsafe { call!(cuEventSynchronize(event.0.0)) }
+    }
+    fn stream_wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { call!(cuStreamWaitEvent(stream.raw(), event.0.0, 0)) }
+    }
+    unsafe fn memcpy_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges; unified addressing resolves their kinds.
+        unsafe { call!(cuMemcpyAsync(dst, src, bytes, stream.raw())) }
+    }
+    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
+        self.mem.pointer_info(ptr)
+    }
+    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
+        CudaTransport::connect(self.mem.clone(), self.modules.clone(), ctx)
+    }
+    unsafe fn launch(
+        &self,
+        stream: &CudaStream,
+        launch: Launch<Self>,
+    ) -> Result<Option<CudaEvent>> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            launch
+                .transport
+                .launch(stream, &launch.work, &launch.buffers, &launch.abort)
+        }?;
+        Ok(None)
+    }
+}

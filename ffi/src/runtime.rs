@@ -52,9 +52,16 @@ impl FfiBackend for oxccl_hip::HipBackend {
     }
 }
 
-// DEVICE BACKENDS: `impl FfiBackend for oxccl_cuda::CudaBackend` (nccl feature) and
-// `impl FfiBackend for oxccl_hip::HipBackend` (rccl feature) go here; their `comm_stream` is
-// `stream_from_raw(raw)`.
+#[cfg(feature = "nccl")]
+impl FfiBackend for oxccl_cuda::CudaBackend {
+    unsafe fn comm_stream(&self, raw: usize) -> Result<oxccl_cuda::CudaStream> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.stream_from_raw(raw) }
+    }
+    fn wrap(comm: GenComm<Self>) -> AnyComm {
+        AnyComm::Cuda(comm)
+    }
+}
 
 /// Operations on the process-wide backend.
 #[enum_dispatch]
@@ -137,8 +144,9 @@ pub enum AnyBackend {
     /// AMD GPUs through the HIP runtime (RCCL flavour).
     #[cfg(feature = "rccl")]
     Hip(Runtime<oxccl_hip::HipBackend>),
-    // DEVICE BACKENDS: `Cuda(Runtime<oxccl_cuda::CudaBackend>)` under the nccl feature,
-    // `Hip(Runtime<oxccl_hip::HipBackend>)` under the rccl feature.
+    /// NVIDIA GPUs through the CUDA driver.
+    #[cfg(feature = "nccl")]
+    Cuda(Runtime<oxccl_cuda::CudaBackend>),
 }
 
 /// Operations on one communicator, whatever its backend.
@@ -315,7 +323,9 @@ pub enum AnyComm {
     /// On the HIP backend (RCCL flavour).
     #[cfg(feature = "rccl")]
     Hip(GenComm<oxccl_hip::HipBackend>),
-    // DEVICE BACKENDS: `Cuda(GenComm<oxccl_cuda::CudaBackend>)`, `Hip(GenComm<oxccl_hip::HipBackend>)`.
+    /// On the CUDA backend.
+    #[cfg(feature = "nccl")]
+    Cuda(GenComm<oxccl_cuda::CudaBackend>),
 }
 
 /// Picks the backend from `OXCCL_BACKEND` (`host`, `cuda`, `hip`, `auto` or unset).
@@ -338,13 +348,33 @@ fn choose() -> Result<AnyBackend> {
             if let Some(b) = probe_hip() {
                 return Ok(b);
             }
-            // DEVICE BACKENDS: probe CUDA (nccl) here and return it when a device exists; fall
-            // through to the host backend otherwise.
-            tracing::info!(target: "oxccl::init", "using the host backend (no device backend available)");
+            #[cfg(feature = "nccl")]
+            match oxccl_cuda::CudaBackend::load() {
+                Ok(b) if b.device_count().unwrap_or(0) > 0 => {
+                    tracing::info!(target: "oxccl::init", "using the CUDA backend ({} devices)",
+                        b.device_count().unwrap_or(0));
+                    return Ok(AnyBackend::from(Runtime(Arc::new(b))));
+                }
+                Ok(_) => {
+                    tracing::info!(target: "oxccl::init", "no CUDA device: using the host backend")
+                }
+                Err(e) => {
+                    tracing::info!(target: "oxccl::init", "CUDA unavailable ({e}): using the host backend")
+                }
+            }
+            tracing::info!(target: "oxccl::init", "using the host backend");
             Ok(host())
         }
-        // HIP BACKEND (rccl feature): "hip" is matched above in that flavour.
-        #[cfg_attr(feature = "rccl", allow(unreachable_patterns))]
+        #[cfg(feature = "nccl")]
+        "cuda" => {
+            let b = oxccl_cuda::CudaBackend::load()?;
+            if b.device_count()? == 0 {
+                return Err(Error::usage("OXCCL_BACKEND=cuda: no CUDA device"));
+            }
+            Ok(AnyBackend::from(Runtime(Arc::new(b))))
+        }
+        // Each flavour matches its own device backend above; only the other one reaches here.
+        #[allow(unreachable_patterns)]
         "cuda" | "hip" => Err(Error::usage(format!(
             "OXCCL_BACKEND={wanted}: this build of oxccl has no {wanted} backend yet; use OXCCL_BACKEND=host"
         ))),

@@ -1,0 +1,422 @@
+//! Device memory through the VMM API (create / reserve / map / set-access), the allocation table
+//! behind `pointer_info`, and sharing with other processes of the same host.
+//!
+//! Sharing: an allocation is created with a POSIX file-descriptor handle type and exported with
+//! `cuMemExportToShareableHandle`. The exporting process keeps the descriptor open until the
+//! memory is freed; an importer in another process of the same host (and pid namespace) copies it
+//! with `pidfd_open` + `pidfd_getfd`, which needs ptrace permission over the exporter (same user
+//! under Yama `ptrace_scope` 0, or `CAP_SYS_PTRACE`, as root has). Importers in the same process
+//! use the address directly: VMM mappings are process wide.
+
+use crate::call;
+use crate::driver::{CUcontext, CUdeviceptr, CUmemGenericAllocationHandle, Shared};
+use cudarc::driver::sys;
+use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
+use oxccl_core::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+
+/// Magic of our shareable handles ("OXCU").
+const HANDLE_MAGIC: u32 = 0x5543_584f;
+/// Bytes of a serialized handle: magic, pid, fd, base address, size, offset.
+const HANDLE_LEN: usize = 4 + 4 + 4 + 8 + 8 + 8;
+
+/// One mapping made by [`Memory::alloc`] or [`Memory::import`].
+#[derive(Debug)]
+struct Alloc {
+    size: usize,
+    handle: CUmemGenericAllocationHandle,
+    device: i32,
+    exportable: bool,
+    /// Descriptor returned by the export, kept open for importers until the memory is freed.
+    exported_fd: Option<i32>,
+}
+
+/// Per-process memory state shared by the backend and its transports.
+pub struct Memory {
+    pub(crate) ctxs: Vec<Shared<CUcontext>>,
+    /// `peer[a][b]`: device `a` can access memory of device `b`.
+    pub(crate) peer: Vec<Vec<bool>>,
+    gran: Vec<OnceLock<usize>>,
+    allocs: Mutex<BTreeMap<DevicePtr, Alloc>>,
+}
+
+/// Makes a device's primary context current for a scope and restores the previous one.
+pub struct CtxGuard {
+    prev: CUcontext,
+    changed: bool,
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        if self.changed {
+            // SAFETY: `prev` was the current context (possibly null) when the guard was made.
+            let _ = unsafe { sys::cuCtxSetCurrent(self.prev) };
+        }
+    }
+}
+
+fn prop(device: i32, handle: sys::CUmemAllocationHandleType) -> sys::CUmemAllocationProp {
+    // SAFETY: the struct is plain C data for which all-zero is a valid (default) value.
+    let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.requestedHandleTypes = handle;
+    p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = device;
+    p
+}
+
+const FD_HANDLE: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+impl Memory {
+    pub(crate) fn new(ctxs: Vec<Shared<CUcontext>>, peer: Vec<Vec<bool>>) -> Memory {
+        let gran = ctxs.iter().map(|_| OnceLock::new()).collect();
+        Memory {
+            ctxs,
+            peer,
+            gran,
+            allocs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn check_device(&self, device: i32) -> Result<usize> {
+        usize::try_from(device)
+            .ok()
+            .filter(|&d| d < self.ctxs.len())
+            .ok_or_else(|| {
+                Error::arg(format!(
+                    "device {device} does not exist ({} CUDA devices)",
+                    self.ctxs.len()
+                ))
+            })
+    }
+
+    /// Makes `device`'s primary context current until the guard drops.
+    pub fn bind(&self, device: i32) -> Result<CtxGuard> {
+        let d = self.check_device(device)?;
+        let mut prev: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes the calling thread's current context into `prev`.
+        unsafe { call!(cuCtxGetCurrent(&mut prev)) }?;
+        let want = self.ctxs[d].0;
+        if prev == want {
+            return Ok(CtxGuard {
+                prev,
+                changed: false,
+            });
+        }
+        // SAFETY: `want` is a primary context retained for the process lifetime.
+        unsafe { call!(cuCtxSetCurrent(want)) }?;
+        Ok(CtxGuard {
+            prev,
+            changed: true,
+        })
+    }
+
+    /// Minimum VMM granularity of `device`.
+    pub fn granularity(&self, device: i32) -> Result<usize> {
+        let d = self.check_device(device)?;
+        if let Some(g) = self.gran[d].get() {
+            return Ok(*g);
+        }
+        let p = prop(device, FD_HANDLE);
+        let mut g = 0usize;
+        // SAFETY: `p` is a valid allocation property; `g` receives the granularity.
+        unsafe {
+            call!(cuMemGetAllocationGranularity(
+                &mut g,
+                &p,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+            ))
+        }?;
+        let g = g.max(1);
+        Ok(*self.gran[d].get_or_init(|| g))
+    }
+
+    /// Devices that may access memory of `owner`: itself and its P2P-capable peers.
+    fn accessors(&self, owner: usize) -> Vec<i32> {
+        (0..self.ctxs.len())
+            .filter(|&a| a == owner || self.peer[a][owner])
+            .map(|a| a as i32)
+            .collect()
+    }
+
+    /// Reserves a range, maps `handle` there and grants read/write to `devices`; on failure
+    /// releases what it did (not the handle).
+    fn map(
+        &self,
+        handle: CUmemGenericAllocationHandle,
+        size: usize,
+        align: usize,
+        devices: &[i32],
+    ) -> Result<CUdeviceptr> {
+        let mut va: CUdeviceptr = 0;
+        // SAFETY: reserves `size` bytes of virtual addresses; `va` receives the start.
+        unsafe { call!(cuMemAddressReserve(&mut va, size, align, 0, 0)) }?;
+        // SAFETY: `va` is a fresh reservation of `size` bytes and `handle` a live allocation of
+        // at least `size` bytes.
+        if let Err(e) = unsafe { call!(cuMemMap(va, size, 0, handle, 0)) } {
+            // SAFETY: undoes the reservation above.
+            let _ = unsafe { sys::cuMemAddressFree(va, size) };
+            return Err(e);
+        }
+        let descs: Vec<sys::CUmemAccessDesc> = devices
+            .iter()
+            .map(|&d| {
+                // SAFETY: plain C data; all-zero is valid.
+                let mut a: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+                a.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+                a.location.id = d;
+                a.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+                a
+            })
+            .collect();
+        // SAFETY: `va..va+size` is mapped above; `descs` holds `descs.len()` valid entries.
+        if let Err(e) = unsafe { call!(cuMemSetAccess(va, size, descs.as_ptr(), descs.len())) } {
+            // SAFETY: undoes the mapping and reservation above.
+            unsafe {
+                let _ = sys::cuMemUnmap(va, size);
+                let _ = sys::cuMemAddressFree(va, size);
+            }
+            return Err(e);
+        }
+        Ok(va)
+    }
+
+    /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
+    pub fn alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
+        let d = self.check_device(device)?;
+        let _g = self.bind(device)?;
+        let gran = self.granularity(device)?;
+        let size = size.max(1).next_multiple_of(gran);
+        let mut handle: CUmemGenericAllocationHandle = 0;
+        let mut exportable = true;
+        let p = prop(device, FD_HANDLE);
+        // SAFETY: `p` describes pinned memory on `device`; `handle` receives the allocation.
+        if unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }.is_err() {
+            exportable = false;
+            let p = prop(
+                device,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            );
+            // SAFETY: as above, without a shareable handle type.
+            unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }?;
+        }
+        let va = match self.map(handle, size, gran, &self.accessors(d)) {
+            Ok(va) => va,
+            Err(e) => {
+                // SAFETY: the handle is unused after the failed mapping.
+                let _ = unsafe { sys::cuMemRelease(handle) };
+                return Err(e);
+            }
+        };
+        self.table().insert(
+            va,
+            Alloc {
+                size,
+                handle,
+                device,
+                exportable,
+                exported_fd: None,
+            },
+        );
+        Ok(va)
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<DevicePtr, Alloc>> {
+        self.allocs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `mem_free`.
+    ///
+    /// # Safety
+    /// `ptr` came from [`Memory::alloc`] or [`Memory::import`] and nothing uses it any more.
+    pub unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let a = self
+            .table()
+            .remove(&ptr)
+            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
+        let _g = self.bind(a.device.max(0))?;
+        // SAFETY: the caller guarantees nothing uses the mapping; it was made with these sizes.
+        let r1 = unsafe { call!(cuMemUnmap(ptr, a.size)) };
+        // SAFETY: the range was reserved with this size and is unmapped now.
+        let r2 = unsafe { call!(cuMemAddressFree(ptr, a.size)) };
+        // SAFETY: the handle's only mapping is gone.
+        let r3 = unsafe { call!(cuMemRelease(a.handle)) };
+        if let Some(fd) = a.exported_fd {
+            // SAFETY: the descriptor came from the export and is owned by the table.
+            unsafe { libc::close(fd) };
+        }
+        r1.and(r2).and(r3)
+    }
+
+    /// `export_handle`: a handle naming this process, the allocation's descriptor and address.
+    pub fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
+        let mut t = self.table();
+        let (&base, a) = t
+            .range_mut(..=ptr)
+            .next_back()
+            .filter(|(b, a)| ptr < **b + a.size as u64)
+            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by oxccl")))?;
+        if !a.exportable {
+            return Err(Error::usage(format!(
+                "memory at {ptr:#x} cannot be shared with other processes (the driver refused a POSIX file descriptor handle)"
+            )));
+        }
+        let fd = match a.exported_fd {
+            Some(fd) => fd,
+            None => {
+                let mut fd: libc::c_int = -1;
+                // SAFETY: `fd` receives the descriptor for the live allocation `a.handle`.
+                unsafe {
+                    call!(cuMemExportToShareableHandle(
+                        (&mut fd as *mut libc::c_int).cast(),
+                        a.handle,
+                        FD_HANDLE,
+                        0
+                    ))
+                }?;
+                a.exported_fd = Some(fd);
+                fd
+            }
+        };
+        let mut h = Vec::with_capacity(HANDLE_LEN);
+        h.extend_from_slice(&HANDLE_MAGIC.to_le_bytes());
+        h.extend_from_slice(&std::process::id().to_le_bytes());
+        h.extend_from_slice(&fd.to_le_bytes());
+        h.extend_from_slice(&base.to_le_bytes());
+        h.extend_from_slice(&(a.size as u64).to_le_bytes());
+        h.extend_from_slice(&(ptr - base).to_le_bytes());
+        Ok(ShareableHandle(h))
+    }
+
+    /// `import_handle`: maps a peer's allocation for `device` (same process: its address).
+    pub fn import(&self, handle: &ShareableHandle, device: i32) -> Result<DevicePtr> {
+        let b = &handle.0;
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if b.len() != HANDLE_LEN || u32_at(0) != HANDLE_MAGIC {
+            return Err(Error::arg("malformed CUDA memory handle"));
+        }
+        let (pid, fd, base, size, off) = (
+            u32_at(4),
+            u32_at(8) as i32,
+            u64_at(12),
+            u64_at(20),
+            u64_at(28),
+        );
+        if pid == std::process::id() {
+            return Ok(base + off);
+        }
+        let size = usize::try_from(size).map_err(|_| Error::arg("memory handle size"))?;
+        let local_fd = fetch_fd(pid, fd)?;
+        let _g = self.bind(device)?;
+        let mut h: CUmemGenericAllocationHandle = 0;
+        // SAFETY: `local_fd` is a descriptor of an exported allocation; for POSIX descriptors
+        // the driver takes the descriptor value itself in the pointer argument.
+        let r = unsafe {
+            call!(cuMemImportFromShareableHandle(
+                &mut h,
+                local_fd as usize as *mut std::ffi::c_void,
+                FD_HANDLE
+            ))
+        };
+        // SAFETY: our copy of the descriptor is no longer needed once imported (or on failure).
+        unsafe { libc::close(local_fd) };
+        r?;
+        let gran = self.granularity(device)?;
+        let va = match self.map(h, size, gran, &[device]) {
+            Ok(va) => va,
+            Err(e) => {
+                // SAFETY: the imported handle is unused.
+                let _ = unsafe { sys::cuMemRelease(h) };
+                return Err(e);
+            }
+        };
+        self.table().insert(
+            va,
+            Alloc {
+                size,
+                handle: h,
+                device,
+                exportable: false,
+                exported_fd: None,
+            },
+        );
+        Ok(va + off)
+    }
+
+    /// `pointer_info`: our table first, then the driver's attributes.
+    pub fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
+        if let Some((&base, a)) = self.table().range(..=ptr).next_back()
+            && ptr < base + a.size as u64
+        {
+            return Ok(PointerInfo {
+                on_device: true,
+                device: a.device,
+                base,
+                size: a.size,
+            });
+        }
+        let mut mtype: u32 = 0;
+        // SAFETY: the attribute is a 32-bit memory type written into `mtype`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut mtype as *mut u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+        };
+        let host = PointerInfo {
+            on_device: false,
+            device: -1,
+            base: ptr,
+            size: 0,
+        };
+        if r != sys::CUresult::CUDA_SUCCESS
+            || mtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        {
+            return Ok(host);
+        }
+        let mut dev: i32 = -1;
+        // SAFETY: the attribute is a 32-bit device ordinal written into `dev`.
+        unsafe {
+            call!(cuPointerGetAttribute(
+                (&mut dev as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr
+            ))
+        }?;
+        let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+        // SAFETY: writes the range of the allocation containing `ptr`.
+        unsafe { call!(cuMemGetAddressRange_v2(&mut base, &mut size, ptr)) }?;
+        Ok(PointerInfo {
+            on_device: true,
+            device: dev,
+            base,
+            size,
+        })
+    }
+}
+
+/// Copies descriptor `fd` of process `pid` into this process (`pidfd_open` + `pidfd_getfd`).
+fn fetch_fd(pid: u32, fd: i32) -> Result<i32> {
+    let err = |what: &str| Error::System {
+        context: format!("{what} (fetching memory descriptor {fd} of process {pid})"),
+        message: std::io::Error::last_os_error().to_string(),
+    };
+    // SAFETY: plain system call with integer arguments.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if pidfd < 0 {
+        return Err(err("pidfd_open"));
+    }
+    // SAFETY: plain system call; `pidfd` is ours.
+    let local = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, fd, 0) };
+    let e = (local < 0).then(|| err("pidfd_getfd (needs ptrace permission over the peer)"));
+    // SAFETY: closes the pidfd opened above.
+    unsafe { libc::close(pidfd as i32) };
+    match e {
+        Some(e) => Err(e),
+        None => Ok(local as i32),
+    }
+}

@@ -1,0 +1,555 @@
+//! Per-communicator connections (P2P FIFOs through peer-mapped VMM memory) and the launch of
+//! plan executors.
+//!
+//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for up to
+//! [`MAX_CHANNELS`] channels: `NSLOTS` slots of `SLOT_BYTES` plus a head and a tail counter, each
+//! on its own 64-byte line. The allocation is published through the bootstrap; peers of the same
+//! process use its address directly (VMM access was granted to every P2P-capable device), peers in
+//! other processes of the same host import its exported descriptor. There is no SHM or NET
+//! fallback yet: a pair of devices without P2P access, or ranks on different hosts, fail at init.
+
+use crate::call;
+use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
+use crate::kernels::{self, DevChannel, DevConn, LaunchArgs};
+use crate::memory::Memory;
+use crate::modules::Modules;
+use cudarc::driver::sys;
+use oxccl_core::abort::AbortFlag;
+use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::{BufId, WorkDesc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Channels a transport has FIFOs for; plans with more channels are refused.
+pub const MAX_CHANNELS: usize = 16;
+/// Bytes per FIFO slot (a multiple of 16 and of every element size).
+const SLOT_BYTES: u64 = 64 << 10;
+/// Slots per FIFO.
+const NSLOTS: u32 = 4;
+/// Bytes of counters per FIFO: head at 0, tail at 64.
+const CTR_BYTES: u64 = 128;
+/// Thread-block size of the executor kernels.
+const BLOCK_THREADS: u32 = 512;
+/// Launch-argument arenas per transport, reused round-robin once their launch has completed.
+const ARENAS: usize = 16;
+
+/// A CUDA stream handle (0 is the legacy default stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaStream(pub Shared<CUstream>);
+
+impl CudaStream {
+    /// The raw handle.
+    pub fn raw(&self) -> CUstream {
+        self.0.0
+    }
+}
+
+/// One launch-argument arena: pinned host staging and its device copy.
+struct Arena {
+    host: *mut u8,
+    dev: CUdeviceptr,
+    cap: usize,
+    event: CUevent,
+}
+
+/// What launches of one transport share; guarded by the transport's mutex.
+struct LaunchState {
+    epoch: u64,
+    scratch: (CUdeviceptr, usize),
+    loopback: (CUdeviceptr, usize),
+    flags: (CUdeviceptr, usize),
+    arenas: Vec<Arena>,
+    next: usize,
+    /// Index of the arena of the latest launch (its event marks this communicator's tail).
+    last: Option<usize>,
+}
+
+/// One communicator's connections on the CUDA backend.
+pub struct CudaTransport {
+    mem: Arc<Memory>,
+    modules: Arc<Modules>,
+    device: i32,
+    rank: u32,
+    nranks: u32,
+    fifo: DevicePtr,
+    imported: Vec<DevicePtr>,
+    /// `send_conns` then `recv_conns`, `MAX_CHANNELS * nranks` each.
+    conns: CUdeviceptr,
+    abort_host: *mut u32,
+    abort_dev: CUdeviceptr,
+    stop: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+    state: Mutex<LaunchState>,
+}
+
+// SAFETY: the raw pointers are pinned host memory and device addresses owned by the transport,
+// written only under its mutex (arenas) or with single volatile stores (abort flag).
+unsafe impl Send for CudaTransport {}
+// SAFETY: as above.
+unsafe impl Sync for CudaTransport {}
+
+fn fifo_bytes(nranks: u32) -> u64 {
+    let n = MAX_CHANNELS as u64 * u64::from(nranks);
+    (n * CTR_BYTES).next_multiple_of(4096) + n * SLOT_BYTES * u64::from(NSLOTS)
+}
+
+/// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
+fn fifo_conn(base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
+    let n = MAX_CHANNELS as u64 * u64::from(nranks);
+    let k = channel as u64 * u64::from(nranks) + u64::from(from);
+    let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
+    DevConn {
+        buff: slots + k * SLOT_BYTES * u64::from(NSLOTS),
+        head: base + k * CTR_BYTES,
+        tail: base + k * CTR_BYTES + 64,
+        slot_bytes: SLOT_BYTES,
+        nslots: NSLOTS,
+        pad: 0,
+    }
+}
+
+fn dev_alloc(bytes: usize) -> Result<CUdeviceptr> {
+    let mut p: CUdeviceptr = 0;
+    // SAFETY: allocates in the current context; `p` receives the address.
+    unsafe { call!(cuMemAlloc_v2(&mut p, bytes.max(16))) }?;
+    Ok(p)
+}
+
+fn dev_free(p: CUdeviceptr) {
+    if p != 0 {
+        // SAFETY: `p` came from cuMemAlloc and the caller ensured no work uses it.
+        let _ = unsafe { sys::cuMemFree_v2(p) };
+    }
+}
+
+fn host_alloc(bytes: usize) -> Result<*mut u8> {
+    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: allocates pinned, device-mapped host memory; `p` receives the address.
+    unsafe {
+        call!(cuMemHostAlloc(
+            &mut p,
+            bytes.max(16),
+            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
+        ))
+    }?;
+    Ok(p.cast())
+}
+
+fn host_free(p: *mut u8) {
+    if !p.is_null() {
+        // SAFETY: `p` came from cuMemHostAlloc and no work uses it.
+        let _ = unsafe { sys::cuMemFreeHost(p.cast()) };
+    }
+}
+
+/// Bytes a peer publishes at connect.
+fn publish(pid: u32, device: i32, fifo: DevicePtr, handle: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&pid.to_le_bytes());
+    v.extend_from_slice(&device.to_le_bytes());
+    v.extend_from_slice(&fifo.to_le_bytes());
+    v.extend_from_slice(handle);
+    v
+}
+
+impl CudaTransport {
+    /// Connects this rank to every peer (`Backend::connect`).
+    pub(crate) fn connect(
+        mem: Arc<Memory>,
+        modules: Arc<Modules>,
+        ctx: &ConnectContext<'_>,
+    ) -> Result<CudaTransport> {
+        let bs = ctx.bootstrap;
+        let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
+        let _g = mem.bind(device)?;
+        let bytes = fifo_bytes(nranks);
+        let fifo = mem.alloc(device, bytes as usize)?;
+        let mut t = CudaTransport {
+            mem: mem.clone(),
+            modules,
+            device,
+            rank,
+            nranks,
+            fifo,
+            imported: Vec::new(),
+            conns: 0,
+            abort_host: std::ptr::null_mut(),
+            abort_dev: 0,
+            stop: Arc::new(AtomicBool::new(false)),
+            watcher: None,
+            state: Mutex::new(LaunchState {
+                epoch: 0,
+                scratch: (0, 0),
+                loopback: (0, 0),
+                flags: (0, 0),
+                arenas: Vec::new(),
+                next: 0,
+                last: None,
+            }),
+        };
+        // Zero the counters (slots need no initialisation).
+        let n = MAX_CHANNELS as u64 * u64::from(nranks);
+        let zeros = vec![0u8; (n * CTR_BYTES) as usize];
+        // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
+        unsafe { call!(cuMemcpyHtoD_v2(fifo, zeros.as_ptr().cast(), zeros.len())) }?;
+
+        let handle = if nranks > 1 {
+            mem.export(fifo).map(|h| h.0).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let all = bs.all_gather(&publish(std::process::id(), device, fifo, &handle))?;
+        let me = &bs.peers()[rank as usize];
+        let mut peer_fifo = vec![0u64; nranks as usize];
+        for p in 0..nranks as usize {
+            if p == rank as usize {
+                peer_fifo[p] = fifo;
+                continue;
+            }
+            let b = &all[p];
+            if b.len() < 16 {
+                return Err(Error::Internal(format!(
+                    "rank {p} published a short FIFO record"
+                )));
+            }
+            let pdev = i32::from_le_bytes(b[4..8].try_into().expect("4"));
+            let pfifo = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+            let info = &bs.peers()[p];
+            if !info.same_host(me) {
+                return Err(Error::usage(format!(
+                    "{} is on another host: the CUDA backend has no network transport yet",
+                    info.describe()
+                )));
+            }
+            if info.pid == std::process::id() && info.shares_proc_with_caller() {
+                let pd = usize::try_from(pdev).unwrap_or(usize::MAX);
+                let md = device as usize;
+                if pd != md
+                    && !mem
+                        .peer
+                        .get(md)
+                        .and_then(|r| r.get(pd))
+                        .copied()
+                        .unwrap_or(false)
+                {
+                    return Err(Error::usage(format!(
+                        "GPU {device} cannot access GPU {pdev} peer to peer; the CUDA backend has no SHM fallback yet"
+                    )));
+                }
+                peer_fifo[p] = pfifo;
+            } else {
+                if b.len() <= 16 {
+                    return Err(Error::usage(format!(
+                        "{} could not export its FIFO memory for other processes",
+                        info.describe()
+                    )));
+                }
+                let va = mem.import(&ShareableHandle(b[16..].to_vec()), device)?;
+                t.imported.push(va);
+                peer_fifo[p] = va;
+            }
+        }
+
+        // Connection tables: send to p = p's FIFO for (c, me); receive from p = mine for (c, p).
+        let mut table = Vec::new();
+        for send in [true, false] {
+            for c in 0..MAX_CHANNELS {
+                for p in 0..nranks {
+                    let conn = if p == rank {
+                        DevConn::default()
+                    } else if send {
+                        fifo_conn(peer_fifo[p as usize], nranks, c, rank)
+                    } else {
+                        fifo_conn(fifo, nranks, c, p)
+                    };
+                    table.extend_from_slice(&conn.to_bytes());
+                }
+            }
+        }
+        t.conns = dev_alloc(table.len())?;
+        // SAFETY: `conns` holds `table.len()` bytes.
+        unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
+
+        // Abort flag in mapped pinned memory, mirrored from the communicator's flag.
+        t.abort_host = host_alloc(64)?.cast();
+        // SAFETY: `abort_host` points to at least 4 writable bytes of pinned memory.
+        unsafe { std::ptr::write_volatile(t.abort_host, 0) };
+        let mut dptr: CUdeviceptr = 0;
+        // SAFETY: `abort_host` was allocated with DEVICEMAP; `dptr` receives its device address.
+        unsafe {
+            call!(cuMemHostGetDevicePointer_v2(
+                &mut dptr,
+                t.abort_host.cast(),
+                0
+            ))
+        }?;
+        t.abort_dev = dptr;
+        let (stop, flag, abort) = (t.stop.clone(), t.abort_host as usize, ctx.abort.clone());
+        t.watcher = Some(
+            std::thread::Builder::new()
+                .name(format!("oxccl-abort-r{rank}"))
+                .spawn(move || watch_abort(&stop, flag, &abort))
+                .map_err(|e| Error::System {
+                    context: "spawning the abort watcher".into(),
+                    message: e.to_string(),
+                })?,
+        );
+        Ok(t)
+    }
+
+    /// Queues `work` on `stream` (`Backend::launch`).
+    ///
+    /// # Safety
+    /// `buffers` are valid for the plan's regions until the kernel has run; `stream` is live.
+    pub(crate) unsafe fn launch(
+        &self,
+        stream: &CudaStream,
+        work: &WorkDesc,
+        buffers: &[DevicePtr],
+        abort: &AbortFlag,
+    ) -> Result<()> {
+        abort.check()?;
+        if !kernels::kernels_built() {
+            return Err(Error::usage(
+                "oxccl was built without device kernels (no nvcc at build time)",
+            ));
+        }
+        let nch = work.channels.len();
+        if nch == 0 || work.step_count() == 0 {
+            return Ok(());
+        }
+        if nch > MAX_CHANNELS {
+            return Err(Error::usage(format!(
+                "the plan uses {nch} channels; the CUDA backend supports at most {MAX_CHANNELS} (lower OXCCL_NCHANNELS)"
+            )));
+        }
+        let _g = self.mem.bind(self.device)?;
+        let func = self.modules.function(self.device, work.dtype)?;
+        let enc = kernels::encode(work, self.rank)?;
+        let red = kernels::reduction_args(&work.reduction);
+        let esize = work.dtype.size();
+        let s = stream.raw();
+
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *st;
+        let last_event = st.last.map(|i| st.arenas[i].event);
+        // Grow shared buffers after every earlier launch of this communicator has finished.
+        let scratch_need = (work.scratch_elems as usize).saturating_mul(esize);
+        let lb_need = enc.loopback_bytes as usize;
+        let fl_need = enc.loopback_offsets.len() * 8;
+        if scratch_need > st.scratch.1 || lb_need > st.loopback.1 || fl_need > st.flags.1 {
+            if let Some(ev) = last_event {
+                // SAFETY: `ev` is a live event of this transport.
+                unsafe { call!(cuEventSynchronize(ev)) }?;
+            }
+            if scratch_need > st.scratch.1 {
+                dev_free(st.scratch.0);
+                st.scratch = (0, 0);
+                let n = scratch_need.next_power_of_two();
+                st.scratch = (dev_alloc(n)?, n);
+            }
+            if lb_need > st.loopback.1 {
+                dev_free(st.loopback.0);
+                st.loopback = (0, 0);
+                let n = lb_need.next_power_of_two();
+                st.loopback = (dev_alloc(n)?, n);
+            }
+            if fl_need > st.flags.1 {
+                dev_free(st.flags.0);
+                st.flags = (0, 0);
+                let n = fl_need.next_power_of_two().max(256);
+                let p = dev_alloc(n)?;
+                st.flags = (p, n);
+                // SAFETY: `p` holds `n` bytes; ordered before the kernel on the same stream.
+                unsafe { call!(cuMemsetD8Async(p, 0, n, s)) }?;
+            }
+        }
+
+        // Arena layout: args | channels | steps | buffers | loopback offsets.
+        let a16 = |x: usize| x.next_multiple_of(16);
+        let off_ch = a16(size_of::<LaunchArgs>());
+        let off_steps = off_ch + a16(nch * size_of::<DevChannel>());
+        let off_bufs = off_steps + a16(enc.steps.len() * 48);
+        let off_lb = off_bufs + a16(buffers.len() * 8);
+        let need = off_lb + a16(enc.loopback_offsets.len() * 8);
+
+        if st.arenas.len() < ARENAS {
+            let mut ev: CUevent = std::ptr::null_mut();
+            // SAFETY: creates an event in the current (the device's) context.
+            unsafe {
+                call!(cuEventCreate(
+                    &mut ev,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+                ))
+            }?;
+            st.arenas.push(Arena {
+                host: std::ptr::null_mut(),
+                dev: 0,
+                cap: 0,
+                event: ev,
+            });
+            st.next = st.arenas.len() - 1;
+        }
+        let idx = st.next;
+        st.next = (st.next + 1) % ARENAS;
+        let arena = &mut st.arenas[idx];
+        // The arena's previous launch must have read its arguments before they are rewritten.
+        // SAFETY: a live event (recorded or not: an unrecorded event is complete).
+        unsafe { call!(cuEventSynchronize(arena.event)) }?;
+        if arena.cap < need {
+            host_free(arena.host);
+            dev_free(arena.dev);
+            arena.host = std::ptr::null_mut();
+            arena.dev = 0;
+            arena.cap = 0;
+            let cap = need.next_power_of_two().max(4096);
+            arena.host = host_alloc(cap)?;
+            arena.dev = match dev_alloc(cap) {
+                Ok(d) => d,
+                Err(e) => {
+                    host_free(arena.host);
+                    arena.host = std::ptr::null_mut();
+                    return Err(e);
+                }
+            };
+            arena.cap = cap;
+        }
+        let dev = arena.dev;
+        let mut bytes = vec![0u8; need];
+        st.epoch += 1;
+        let mut table: Vec<u64> = buffers.to_vec();
+        if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
+            *slot = st.scratch.0;
+        }
+        let nr = u64::from(self.nranks);
+        let args = LaunchArgs {
+            channels: dev + off_ch as u64,
+            buffers: dev + off_bufs as u64,
+            send_conns: self.conns,
+            recv_conns: self.conns + MAX_CHANNELS as u64 * nr * size_of::<DevConn>() as u64,
+            loopback: st.loopback.0,
+            loopback_offs: dev + off_lb as u64,
+            loopback_flags: st.flags.0,
+            pre_scale_ptr: red.pre_scale_ptr,
+            abort_flag: self.abort_dev,
+            pre_scale_bytes: red.pre_scale_bytes,
+            epoch: st.epoch,
+            nchannels: nch as u32,
+            nranks: self.nranks,
+            rank: self.rank,
+            nbuffers: table.len() as u32,
+            post_div: red.post_div,
+            dtype: work.dtype as u8,
+            redop: red.redop,
+            flags: red.flags,
+            pad: 0,
+        };
+        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        for (c, r) in enc.channels.iter().enumerate() {
+            let ch = DevChannel {
+                steps: dev + (off_steps + r.start * 48) as u64,
+                nsteps: r.len() as u32,
+                pad: 0,
+            };
+            let at = off_ch + c * size_of::<DevChannel>();
+            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
+        }
+        for (i, step) in enc.steps.iter().enumerate() {
+            let at = off_steps + i * 48;
+            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
+        }
+        for (i, b) in table.iter().enumerate() {
+            let at = off_bufs + i * 8;
+            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
+        }
+        for (i, o) in enc.loopback_offsets.iter().enumerate() {
+            let at = off_lb + i * 8;
+            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
+        }
+        let arena = &mut st.arenas[idx];
+        // SAFETY: `arena.host` holds `cap >= need` bytes, and its previous launch has completed.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arena.host, need) };
+        // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
+        unsafe { call!(cuMemcpyHtoDAsync_v2(dev, arena.host.cast(), need, s)) }?;
+        if let Some(ev) = last_event {
+            // Operations of one communicator run in issue order, whatever streams they use.
+            // SAFETY: `ev` is a live event of this transport.
+            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
+        }
+        let mut argp: u64 = dev;
+        let mut params = [(&mut argp as *mut u64).cast::<std::ffi::c_void>()];
+        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
+        // until the kernel has run (caller for user buffers, this transport for the rest).
+        unsafe {
+            call!(cuLaunchKernel(
+                func.0,
+                nch as u32,
+                1,
+                1,
+                BLOCK_THREADS,
+                1,
+                1,
+                0,
+                s,
+                params.as_mut_ptr(),
+                std::ptr::null_mut()
+            ))
+        }?;
+        // SAFETY: records the arena's event after the kernel on the same stream.
+        unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
+        st.last = Some(idx);
+        Ok(())
+    }
+}
+
+fn watch_abort(stop: &AtomicBool, flag: usize, abort: &AbortFlag) {
+    let mut raised = false;
+    while !stop.load(Ordering::Acquire) {
+        if !raised && abort.is_aborted() {
+            // SAFETY: `flag` is the transport's pinned abort word, freed only after this thread
+            // has been joined.
+            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
+            raised = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for CudaTransport {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        let Ok(_g) = self.mem.bind(self.device) else {
+            return;
+        };
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Nothing may run on our memory any more: wait for the last launch.
+        if let Some(i) = st.last {
+            // SAFETY: a live event of this transport.
+            let _ = unsafe { sys::cuEventSynchronize(st.arenas[i].event) };
+        }
+        for a in st.arenas.drain(..) {
+            host_free(a.host);
+            dev_free(a.dev);
+            // SAFETY: the event is ours and complete.
+            let _ = unsafe { sys::cuEventDestroy_v2(a.event) };
+        }
+        dev_free(st.scratch.0);
+        dev_free(st.loopback.0);
+        dev_free(st.flags.0);
+        dev_free(self.conns);
+        host_free(self.abort_host.cast());
+        for &va in &self.imported {
+            // SAFETY: imported mappings are used only by this transport's kernels, all complete.
+            let _ = unsafe { self.mem.free(va) };
+        }
+        // SAFETY: our FIFOs; peers' kernels that wrote to them belong to operations that
+        // completed before the communicator was destroyed.
+        let _ = unsafe { self.mem.free(self.fifo) };
+    }
+}
