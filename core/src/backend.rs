@@ -130,6 +130,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Largest message one step may send before its peer receives (bounded device FIFOs): plans
+    /// send a chunk and only then receive, so a chunk must fit. `None`: unbounded.
+    fn max_chunk_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// Most channels one operation may use (connections are set up per channel). `None`: any.
+    fn max_channels(&self) -> Option<u32> {
+        None
+    }
+
     /// Connects this rank to its peers for one communicator.
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<Self::Transport>;
     /// Queues one operation on `stream`; failures during execution go to `launch.abort`.

@@ -5,7 +5,7 @@ use super::{Communicator, P2P_TUNING_BYTES};
 use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
-use crate::plan::tuner::Topology;
+use crate::plan::tuner::{Choice, Topology};
 use crate::plan::{self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, WorkDesc};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -211,6 +211,22 @@ impl<B: Backend> Communicator<B> {
         }
     }
 
+    /// The tuner's choice for `kind`, within what the backend's connections can carry.
+    fn choose(&self, kind: CollKind, bytes: u64, dtype: DataType) -> Choice {
+        let backend = &self.inner.backend;
+        let mut c = self
+            .inner
+            .tuner
+            .choose(kind, bytes, dtype, self.inner.nranks, self.topology());
+        if let Some(max) = backend.max_channels() {
+            c.nchannels = c.nchannels.clamp(1, max);
+        }
+        if let Some(max) = backend.max_chunk_bytes() {
+            c.chunk_elems = c.chunk_elems.min((max / dtype.size() as u64).max(1));
+        }
+        c
+    }
+
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
@@ -237,9 +253,7 @@ impl<B: Backend> Communicator<B> {
                 .unwrap_or(0),
             _ => a.count * esize,
         };
-        let choice = inner
-            .tuner
-            .choose(a.kind, bytes, a.dtype, inner.nranks, self.topology());
+        let choice = self.choose(a.kind, bytes, a.dtype);
         let req = CollRequest {
             kind: a.kind,
             rank: inner.rank,
@@ -344,13 +358,7 @@ impl<B: Backend> Communicator<B> {
         drop(seqs);
         // Both ends of a message must chunk it identically, and they only share the message
         // itself: the choice must not depend on the rest of either side's group.
-        let choice = inner.tuner.choose(
-            CollKind::SendRecv,
-            P2P_TUNING_BYTES,
-            DataType::Uint8,
-            inner.nranks,
-            self.topology(),
-        );
+        let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);
         let work = Arc::new(plan::build_p2p(
             inner.rank,
             inner.nranks,

@@ -33,13 +33,15 @@ pub unsafe fn execute(
         abort,
         pre_scale: pre_scale_of(&work.reduction, esize),
     };
-    let result = match work.channels.as_slice() {
+    // Empty channels only keep channel indices aligned between ranks (device FIFOs).
+    let busy: Vec<&ChannelWork> = work.channels.iter().filter(|c| !c.steps.is_empty()).collect();
+    let result = match busy.as_slice() {
         [] => Ok(()),
         [one] => ctx.run_channel(one),
         many => std::thread::scope(|s| {
             let handles: Vec<_> = many
                 .iter()
-                .map(|ch| {
+                .map(|&ch| {
                     let ctx = &ctx;
                     s.spawn(move || ctx.run_channel(ch))
                 })

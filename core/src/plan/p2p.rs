@@ -18,8 +18,10 @@ use crate::datatype::{DataType, Reduction};
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
-/// Sends and receives go to separate channels, which run concurrently, so a group in which every
-/// rank sends and receives (including to itself) cannot deadlock even with bounded buffers. `nchannels` and
+/// A message uses the same channel index at both ends, one channel per rank distance, with sends
+/// and receives alternating (see the body), so a group in which every rank sends and receives
+/// (including to itself) cannot deadlock even with bounded device buffers. Uses
+/// `max(1, nchannels / nranks) * nranks` channels. `nchannels` and
 /// `chunk_elems` must be the same on both ends of every message. Panics if the group has more
 /// operations than buffer ids exist (65532).
 pub fn build_p2p(
@@ -30,11 +32,23 @@ pub fn build_p2p(
     nchannels: u32,
     chunk_elems: u64,
 ) -> WorkDesc {
-    let nch = nchannels.clamp(1, MAX_CHANNELS);
+    let n = nranks.max(1);
+    // Executing channels: `nch` logical channels times one per rank distance d = (to - from)
+    // mod n. Both ends of a message compute the same index (device FIFOs are per channel), and
+    // channel (ch, d) of rank x only sends to x+d and only receives from x-d.
+    let nch = (nchannels / n).clamp(1, MAX_CHANNELS);
     let chunk = clamp_chunk(chunk_elems, grain(dtype));
-    let mut sends: Vec<Vec<Step>> = vec![Vec::new(); nch as usize];
-    let mut recvs: Vec<Vec<Step>> = vec![Vec::new(); nch as usize];
-    for (i, op) in ops.iter().enumerate() {
+    let index =
+        |sender: u32, receiver: u32, ch: u32| (ch * n + (receiver + n - sender) % n) as usize;
+    let total = (nch * n) as usize;
+    let mut sends: Vec<Vec<Step>> = vec![Vec::new(); total];
+    let mut recvs: Vec<Vec<Step>> = vec![Vec::new(); total];
+    // Device FIFOs carry no tags: both ends must queue a pair's messages in the same order,
+    // which `peer_seq` gives whatever order the group listed them in.
+    let mut order: Vec<usize> = (0..ops.len()).collect();
+    order.sort_by_key(|&i| (ops[i].peer, ops[i].peer_seq));
+    for i in order {
+        let op = &ops[i];
         debug_assert!(op.peer < nranks, "peer {} of {nranks} ranks", op.peer);
         let id = u16::try_from(usize::from(BufId::FIRST_P2P.0) + i)
             .expect("too many operations in one send/receive group");
@@ -50,21 +64,35 @@ pub fn build_p2p(
             let ch = ((first + j as u64) % u64::from(nch)) as u32;
             let at = Region { buf, offset: o };
             let step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
+            let c = index(sender, receiver, ch);
             match op.dir {
-                P2pDir::Send => sends[ch as usize].push(step.src(at).send(op.peer)),
-                P2pDir::Recv => recvs[ch as usize].push(step.recv(op.peer).dst(at)),
+                P2pDir::Send => sends[c].push(step.src(at).send(op.peer)),
+                P2pDir::Recv => recvs[c].push(step.recv(op.peer).dst(at)),
             }
         }
     }
-    // Sends and receives run on separate channels (concurrent blocks on a GPU): device FIFOs
-    // are bounded, so a channel that sent a large message before receiving would wait forever
-    // for a peer doing the same.
-    let channels = sends
+    // Alternate sends and receives within a channel: with every rank doing so, a blocked send
+    // waits on a peer that is blocked at an earlier position, so no wait cycle can form even
+    // when FIFOs hold a single chunk (a self-send precedes its receive, as loopback needs).
+    // Indices stay stable on both ends, so empty channels are kept, except a trailing run.
+    let mut channels: Vec<ChannelWork> = sends
         .into_iter()
-        .chain(recvs)
-        .filter(|steps| !steps.is_empty())
-        .map(|steps| ChannelWork { steps })
+        .zip(recvs)
+        .map(|(s, r)| {
+            let mut steps = Vec::with_capacity(s.len() + r.len());
+            let (mut s, mut r) = (s.into_iter(), r.into_iter());
+            loop {
+                match (s.next(), r.next()) {
+                    (None, None) => break,
+                    (a, b) => steps.extend(a.into_iter().chain(b)),
+                }
+            }
+            ChannelWork { steps }
+        })
         .collect();
+    while channels.last().is_some_and(|c| c.steps.is_empty()) {
+        channels.pop();
+    }
     WorkDesc {
         kind: CollKind::SendRecv,
         algo: Algorithm::Direct,

@@ -236,10 +236,15 @@ fn divide(dtype: DataType, a: &mut [u8], n: u32) {
     }
 }
 
-type Mailbox = HashMap<(u32, u32, u64), VecDeque<Vec<u8>>>;
+/// Messages a device FIFO is modelled to hold per (sender, receiver, channel).
+const FIFO_MESSAGES: usize = 2;
+
+/// Messages in flight per (sender, receiver, tag), each with the sender's channel index.
+type Mailbox = HashMap<(u32, u32, u64), VecDeque<(usize, Vec<u8>)>>;
 
 fn exec(
     rank: u32,
+    channel: usize,
     d: &WorkDesc,
     mem: &mut RankMem,
     s: &Step,
@@ -249,10 +254,19 @@ fn exec(
     let nbytes = s.count as usize * es;
     let received = match s.recv {
         Some(p) => {
-            let m = mail
+            let (sent_on, m) = mail
                 .get_mut(&(p, rank, s.tag))
                 .and_then(VecDeque::pop_front)
                 .ok_or("receive scheduled without a message")?;
+            // Device transports have one FIFO per (peer, channel): a message between two ranks
+            // must travel on the same channel index at both ends (self-messages use loopback).
+            if p != rank && sent_on != channel {
+                return Err(format!(
+                    "rank {rank} receives on channel {channel} a message rank {p} sent on channel \
+                     {sent_on} (tag {:#x}): device FIFOs are per channel",
+                    s.tag
+                ));
+            }
             if m.len() != nbytes {
                 return Err(format!(
                     "rank {rank} receives {} elements from {p} with tag {:#x}, but the matching \
@@ -301,7 +315,9 @@ fn exec(
         mem.arena[range].copy_from_slice(&v);
     }
     if let Some(p) = s.send {
-        mail.entry((rank, p, s.tag)).or_default().push_back(v);
+        mail.entry((rank, p, s.tag))
+            .or_default()
+            .push_back((channel, v));
     }
     Ok(())
 }
@@ -361,7 +377,22 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
                 {
                     break;
                 }
-                exec(r as u32, &descs[r], &mut mems[r], s, &mut mail)
+                // Bounded FIFOs, as on devices: at most FIFO_MESSAGES messages in flight per
+                // (sender, receiver, channel). Device FIFOs hold one chunk with a slot to spare
+                // and stream slot by slot, which this atomic model approximates with two
+                // messages; a plan that queues more (many sends before a receive) hangs a GPU.
+                if let Some(p) = s.send
+                    && p != r as u32
+                    && mail
+                        .iter()
+                        .filter(|&(&(f, t, _), _)| f == r as u32 && t == p)
+                        .map(|(_, q)| q.iter().filter(|(ch, _)| *ch == c).count())
+                        .sum::<usize>()
+                        >= FIFO_MESSAGES
+                {
+                    break;
+                }
+                exec(r as u32, c, &descs[r], &mut mems[r], s, &mut mail)
                     .map_err(|e| format!("rank {r} channel {c} step {i} {s:?}: {e}"))?;
                 stats.steps += 1;
                 stats.messages += usize::from(s.send.is_some());
