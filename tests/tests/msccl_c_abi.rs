@@ -161,10 +161,8 @@ fn msccl_algorithms_run_through_the_rccl_c_abi() {
     };
     let mut raw = vec![std::ptr::null_mut(); N];
     // SAFETY: room for N communicators; NULL device list.
-    assert_eq!(
-        unsafe { (nccl.comm_init_all)(raw.as_mut_ptr(), N as c_int, std::ptr::null()) },
-        0
-    );
+    let rc = unsafe { (nccl.comm_init_all)(raw.as_mut_ptr(), N as c_int, std::ptr::null()) };
+    assert_eq!(rc, 0);
     let comms: Vec<SendComm> = raw.iter().map(|&c| SendComm(c)).collect();
     let dir = workspace_root().join("tests/msccl");
 

@@ -167,8 +167,8 @@ impl MscclAlgo {
             .collect();
         let mut signals: Vec<Vec<Vec<usize>>> = waits.clone();
         let mut seen: HashMap<(usize, usize), usize> = HashMap::new();
-        for b in 0..ntb {
-            for (si, st) in g.tbs[b].steps.iter().enumerate() {
+        for (b, t) in g.tbs.iter().enumerate() {
+            for (si, st) in t.steps.iter().enumerate() {
                 for &(a, sa) in &st.deps {
                     if seen.get(&(a, b)).is_some_and(|&m| m >= sa) {
                         continue;

@@ -631,9 +631,11 @@ impl MscclAlgo {
                     .enumerate()
                     .flat_map(|(r, chans)| {
                         let pos = &pos;
-                        chans.iter().enumerate().filter_map(move |(c, st)| {
-                            (pos[r][c] < st.len()).then(|| format!("gpu {r} thread block {c}"))
-                        })
+                        chans
+                            .iter()
+                            .enumerate()
+                            .filter(move |&(c, st)| pos[r][c] < st.len())
+                            .map(move |(c, _)| format!("gpu {r} thread block {c}"))
                     })
                     .take(8)
                     .collect();
