@@ -220,6 +220,9 @@ fn malformed_files_are_refused_with_a_sentence() {
     let m = parse_err(&cyclic.join("\n"));
     assert!(m.contains("deadlocks"), "{m}");
 
+    let m = parse_err(&GOOD_2.replacen("allreduce", "allscatter", 1));
+    assert!(m.contains("coll=\"allscatter\" is not supported"), "{m}");
+
     let m = parse_err(&GOOD_2.replacen("ngpus=\"2\"", "ngpus=\"3\"", 1));
     assert!(m.contains("3 but the file has 2"), "{m}");
 

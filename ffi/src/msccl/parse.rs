@@ -308,6 +308,25 @@ impl MscclAlgo {
             p => return Err(cx.err(root, format!("unknown proto \"{p}\" (Simple, LL or LL128)"))),
         };
         let coll = cx.raw(root, "coll")?.trim().to_ascii_lowercase();
+        const COLLS: [&str; 8] = [
+            "allreduce",
+            "allgather",
+            "reduce_scatter",
+            "reducescatter",
+            "alltoall",
+            "broadcast",
+            "reduce",
+            "custom",
+        ];
+        if !COLLS.contains(&coll.as_str()) {
+            return Err(cx.err(
+                root,
+                format!(
+                    "coll=\"{coll}\" is not supported (one of {})",
+                    COLLS.join(", ")
+                ),
+            ));
+        }
         let inplace = cx.int_or(root, "inplace", 0)? != 0;
         let outofplace = cx.int_or(root, "outofplace", 1)? != 0;
 
