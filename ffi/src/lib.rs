@@ -28,6 +28,7 @@ pub mod decl;
 pub mod group;
 pub mod handles;
 pub mod last_error;
+pub mod msccl;
 pub mod result;
 pub mod runtime;
 

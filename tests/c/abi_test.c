@@ -848,7 +848,22 @@ static int section_static(void) {
          "device");
 #ifdef OXCCL_TEST_RCCL
   mscclAlgoHandle_t h = -1;
-  NCCLCHECK(mscclLoadAlgo("/proc/self/exe", &h, 0));
+  /* A one-GPU copy algorithm; the MSCCL runs themselves are tested by tests/msccl_c_abi.rs. */
+  char algo_path[] = "/tmp/oxccl-msccl-XXXXXX";
+  int algo_fd = mkstemp(algo_path);
+  CHECK(algo_fd >= 0, "mkstemp");
+  if (algo_fd < 0) return 1;
+  FILE *algo = fdopen(algo_fd, "w");
+  fputs("<algo name=\"c\" nchunksperloop=\"1\" ngpus=\"1\" coll=\"allreduce\">"
+        "<gpu id=\"0\" i_chunks=\"1\" o_chunks=\"1\"><tb id=\"0\" send=\"-1\" recv=\"-1\">"
+        "<step s=\"0\" type=\"cpy\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\"/>"
+        "</tb></gpu></algo>\n",
+        algo);
+  fclose(algo);
+  NCCLCHECK(mscclLoadAlgo(algo_path, &h, 0));
+  unlink(algo_path);
+  expect("msccl not XML", mscclLoadAlgo("/proc/self/exe", &h, 0), ncclInvalidArgument,
+         "/proc/self/exe");
   NCCLCHECK(mscclUnloadAlgo(h));
   expect("msccl unload twice", mscclUnloadAlgo(h), ncclInvalidArgument, "mscclLoadAlgo");
   expect("msccl missing file", mscclLoadAlgo("/nonexistent/algo.xml", &h, 0),

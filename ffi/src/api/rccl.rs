@@ -12,9 +12,7 @@ use crate::runtime::CommOps;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Error, Result};
-use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::sync::Mutex;
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 unsafe fn all_to_all(
     sendbuff: *const c_void,
@@ -173,9 +171,6 @@ unsafe fn all_reduce_with_bias(
     }))
 }
 
-/// Algorithm files loaded by `mscclLoadAlgo`, by handle.
-static MSCCL_ALGOS: Mutex<Option<HashMap<c_int, String>>> = Mutex::new(None);
-
 unsafe fn msccl_load_algo(
     path: *const c_char,
     handle: *mut mscclAlgoHandle_t,
@@ -183,65 +178,38 @@ unsafe fn msccl_load_algo(
 ) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(handle, "mscclAlgoHandle") }?;
-    if path.is_null() {
-        return Err(Error::arg("mscclAlgoFilePath argument is NULL"));
-    }
-    // SAFETY: non-NULL and NUL-terminated per the caller.
-    let path = unsafe { CStr::from_ptr(path) }
-        .to_string_lossy()
-        .into_owned();
-    std::fs::metadata(&path)
-        .map_err(|e| Error::arg(format!("cannot read MSCCL algorithm file {path}: {e}")))?;
-    let mut algos = MSCCL_ALGOS.lock().unwrap_or_else(|p| p.into_inner());
-    let algos = algos.get_or_insert_with(HashMap::new);
-    let id = (0..).find(|i| !algos.contains_key(i)).unwrap_or(0);
-    algos.insert(id, path);
-    *slot = id;
+    // SAFETY: forwarded from the caller.
+    *slot = unsafe { crate::msccl::capi::load(path) }?;
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe fn msccl_run_algo(
-    _send_buff: *const c_void,
+    send_buff: *const c_void,
     _send_counts: *const usize,
     _s_dis_pls: *const usize,
-    _recv_buff: *mut c_void,
+    recv_buff: *mut c_void,
     _recv_counts: *const usize,
     _r_dis_pls: *const usize,
-    _count: usize,
-    _data_type: ncclDataType_t,
+    count: usize,
+    data_type: ncclDataType_t,
     _root: c_int,
     _peer: c_int,
-    _op: ncclRedOp_t,
+    op: ncclRedOp_t,
     handle: mscclAlgoHandle_t,
     comm: ncclComm_t,
-    _stream: Stream,
+    stream: Stream,
 ) -> Result<()> {
-    handles::lookup(comm, Need::Ops)?;
-    let known = MSCCL_ALGOS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .is_some_and(|a| a.contains_key(&handle));
-    if !known {
-        return Err(Error::arg(format!(
-            "MSCCL algorithm handle {handle} was not returned by mscclLoadAlgo"
-        )));
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::msccl::capi::run_c(
+            send_buff, recv_buff, count, data_type, op, handle, comm, stream,
+        )
     }
-    // Refusing is safer than RCCL's silent no-op: a caller would read an untouched buffer.
-    Err(Error::usage(
-        "mscclRunAlgo is not supported by oxccl yet: run the equivalent standard collective",
-    ))
 }
 
 unsafe fn msccl_unload_algo(handle: mscclAlgoHandle_t) -> Result<()> {
-    let mut algos = MSCCL_ALGOS.lock().unwrap_or_else(|p| p.into_inner());
-    match algos.as_mut().and_then(|a| a.remove(&handle)) {
-        Some(_) => Ok(()),
-        None => Err(Error::arg(format!(
-            "MSCCL algorithm handle {handle} was not returned by mscclLoadAlgo"
-        ))),
-    }
+    crate::msccl::capi::unload(handle)
 }
 
 fn one_sided(what: &str) -> Error {
@@ -313,13 +281,13 @@ nccl_api! {
     ) => all_reduce_with_bias;
 }
 nccl_api! {
-    /// `mscclLoadAlgo`: records the algorithm file and returns a handle.
+    /// `mscclLoadAlgo`: parses and checks an MSCCL algorithm file and returns a handle.
     fn mscclLoadAlgo, pmscclLoadAlgo(
         msccl_algo_file_path: *const c_char, msccl_algo_handle: *mut mscclAlgoHandle_t, rank: c_int
     ) => msccl_load_algo;
 }
 nccl_api! {
-    /// `mscclRunAlgo`: refused with `ncclInvalidUsage` (MSCCL execution is not implemented).
+    /// `mscclRunAlgo`: runs a loaded algorithm through our plan format (docs/msccl.md).
     fn mscclRunAlgo, pmscclRunAlgo(
         send_buff: *const c_void, send_counts: *const usize, s_dis_pls: *const usize,
         recv_buff: *mut c_void, recv_counts: *const usize, r_dis_pls: *const usize,

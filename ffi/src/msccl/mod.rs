@@ -1,0 +1,120 @@
+//! MSCCL algorithm files run through our own plan format: custom collectives as data.
+//!
+//! [`MscclAlgo::load`] / [`MscclAlgo::parse`] read and check an algorithm (every rank's part), and
+//! [`MscclAlgo::lower`] turns one rank's part into a [`WorkDesc`](oxccl_core::plan::WorkDesc)
+//! that [`Communicator::run_plan`] runs like any collective. [`run`] does both for embedders;
+//! `mscclLoadAlgo` / `mscclRunAlgo` / `mscclUnloadAlgo` (RCCL flavour) go through the handle
+//! table here. The supported subset and the mapping are in `docs/msccl.md`.
+
+use oxccl_core::backend::{Backend, DevicePtr};
+use oxccl_core::datatype::{DataType, RedOp, Reduction};
+use oxccl_core::{Communicator, Error, Result};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+#[cfg(feature = "rccl")]
+pub(crate) mod capi;
+mod lower;
+mod parse;
+
+pub use lower::Sizes;
+pub use parse::{Buf, ChunkRef, Gpu, MStep, MscclAlgo, StepType, Tb};
+
+/// Runs `algo` as one collective on `comm`: `count` as [`MscclAlgo::sizes`] explains, `op` where
+/// steps reduce (Sum, Prod, Max, Min, PreMulSum; Avg is refused). A count of 0 does nothing.
+///
+/// # Safety
+/// `send` and `recv` are backend memory valid for the sizes [`MscclAlgo::sizes`] gives (in
+/// elements of `dtype`) until the operation has run, as for [`Communicator::run_plan`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn run<B: Backend>(
+    comm: &Communicator<B>,
+    algo: &Arc<MscclAlgo>,
+    send: DevicePtr,
+    recv: DevicePtr,
+    count: u64,
+    dtype: DataType,
+    op: RedOp,
+    stream: &B::Stream,
+) -> Result<()> {
+    let nranks = comm.nranks();
+    let sizes = algo.sizes(count, nranks)?;
+    let reduction = if algo.reduces() {
+        if op == RedOp::Avg {
+            return Err(Error::arg(format!(
+                "MSCCL algorithm {}: ncclAvg is not supported (where the division belongs is not \
+                 expressed in MSCCL files); use ncclSum and divide",
+                algo.source
+            )));
+        }
+        Reduction::lower(op, nranks)
+    } else {
+        Reduction::none()
+    };
+    if count == 0 {
+        return Ok(());
+    }
+    let esize = dtype.size() as u64;
+    let (s_end, r_end) = (
+        send.saturating_add(sizes.input * esize),
+        recv.saturating_add(sizes.output * esize),
+    );
+    let aliased = send < r_end && recv < s_end;
+    if aliased && !algo.inplace {
+        return Err(Error::arg(format!(
+            "MSCCL algorithm {} is not marked inplace=\"1\" but the send and receive buffers overlap",
+            algo.source
+        )));
+    }
+    if !aliased && !algo.outofplace {
+        return Err(Error::arg(format!(
+            "MSCCL algorithm {} is marked outofplace=\"0\": pass overlapping (in-place) buffers",
+            algo.source
+        )));
+    }
+    let rank = comm.rank() as u32;
+    let algo = algo.clone();
+    let build = Box::new(move |seq| algo.lower(rank, sizes.chunk, dtype, reduction, seq));
+    // SAFETY: forwarded from the caller.
+    unsafe { comm.run_plan(build, send, recv, stream) }
+}
+
+/// Algorithms loaded by [`load_handle`], by handle (`mscclAlgoHandle_t`).
+static HANDLES: Mutex<BTreeMap<i32, Arc<MscclAlgo>>> = Mutex::new(BTreeMap::new());
+
+/// Loads the algorithm file at `path` and returns a new handle for it (the lowest free one).
+pub fn load_handle(path: &str) -> Result<i32> {
+    let algo = Arc::new(MscclAlgo::load(path)?);
+    let mut h = HANDLES.lock().unwrap_or_else(|p| p.into_inner());
+    let id = (0..=i32::MAX)
+        .find(|i| !h.contains_key(i))
+        .ok_or_else(|| Error::Internal("no free MSCCL algorithm handle".into()))?;
+    h.insert(id, algo);
+    Ok(id)
+}
+
+/// The algorithm behind `handle`.
+pub fn handle_algo(handle: i32) -> Result<Arc<MscclAlgo>> {
+    HANDLES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&handle)
+        .cloned()
+        .ok_or_else(|| unknown(handle))
+}
+
+/// Forgets `handle` (runs in flight keep their own reference).
+pub fn unload_handle(handle: i32) -> Result<()> {
+    HANDLES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&handle)
+        .map(drop)
+        .ok_or_else(|| unknown(handle))
+}
+
+fn unknown(handle: i32) -> Error {
+    Error::arg(format!(
+        "MSCCL algorithm handle {handle} was not returned by mscclLoadAlgo (or was unloaded)"
+    ))
+}
