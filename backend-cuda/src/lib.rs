@@ -252,6 +252,12 @@ impl Backend for CudaBackend {
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         self.mem.pointer_info(ptr)
     }
+    fn max_chunk_bytes(&self) -> Option<u64> {
+        Some(transport::FIFO_MESSAGE_BYTES)
+    }
+    fn max_channels(&self) -> Option<u32> {
+        Some(transport::MAX_CHANNELS as u32)
+    }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), ctx)
     }

@@ -28,7 +28,11 @@ pub const MAX_CHANNELS: usize = 16;
 /// Bytes per FIFO slot (a multiple of 16 and of every element size).
 const SLOT_BYTES: u64 = 64 << 10;
 /// Slots per FIFO.
-const NSLOTS: u32 = 4;
+const NSLOTS: u32 = 8;
+
+/// Largest message a step may send before its peer receives: the sender can fill every slot
+/// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
+pub const FIFO_MESSAGE_BYTES: u64 = (NSLOTS as u64 - 1) * SLOT_BYTES;
 /// Bytes of counters per FIFO: head at 0, tail at 64.
 const CTR_BYTES: u64 = 128;
 /// Thread-block size of the executor kernels.

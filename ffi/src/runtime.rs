@@ -2,9 +2,9 @@
 //! macro cannot cross crates), so the exports stay backend-agnostic while every call is a `match`
 //! rather than a virtual call.
 //!
-//! Adding a device backend means: a `Cuda`/`Hip` variant in [`AnyBackend`] and [`AnyComm`], an
-//! [`FfiBackend`] impl for its `Backend` type, and a probe in [`choose`]. The places are marked
-//! `DEVICE BACKENDS`.
+//! Each device backend has a variant in [`AnyBackend`] and [`AnyComm`] (CUDA under the `nccl`
+//! feature, HIP under `rccl`), an [`FfiBackend`] impl for its `Backend` type, and a probe in
+//! [`choose`].
 
 use enum_dispatch::enum_dispatch;
 use oxccl_core::backend::{Backend, DevicePtr};
