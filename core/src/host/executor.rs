@@ -34,7 +34,11 @@ pub unsafe fn execute(
         pre_scale: pre_scale_of(&work.reduction, esize),
     };
     // Empty channels only keep channel indices aligned between ranks (device FIFOs).
-    let busy: Vec<&ChannelWork> = work.channels.iter().filter(|c| !c.steps.is_empty()).collect();
+    let busy: Vec<&ChannelWork> = work
+        .channels
+        .iter()
+        .filter(|c| !c.steps.is_empty())
+        .collect();
     let result = match busy.as_slice() {
         [] => Ok(()),
         [one] => ctx.run_channel(one),
