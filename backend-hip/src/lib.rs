@@ -3,14 +3,15 @@
 //!
 //! What is here: device selection, VMM memory (with a `hipMalloc` fallback), export and import of
 //! memory for other processes (POSIX file descriptors of VMM allocations, `hipIpc*` handles of
-//! `hipMalloc` ones), streams, events, async copies, pointer queries, capture status and loading
-//! the embedded code objects. Not yet: the device transport and the kernel launch ([`Backend::connect`]
-//! and [`Backend::launch`] return a clear error). None of it has run on an AMD GPU.
+//! `hipMalloc` ones), streams, events, async copies, pointer queries, capture status, loading
+//! the embedded code objects, and the device transport and kernel launch ([`transport`], the
+//! twin of the CUDA backend's). None of it has run on an AMD GPU.
 
 pub mod kernels;
 pub mod runtime;
 #[rustfmt::skip]
 pub mod sys;
+pub mod transport;
 
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
@@ -21,10 +22,7 @@ use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The message of [`Backend::connect`] until the HIP transport exists.
-pub const NOT_IMPLEMENTED: &str = "HIP collectives are not implemented yet (the HIP backend has \
-     memory, streams and events but no device transport or kernel launch)";
+pub use transport::{HipTransport, MAX_CHANNELS};
 
 /// Granularity reported when the runtime has no VMM (`hipMalloc` aligns to at least this).
 const FALLBACK_GRANULARITY: usize = 4096;
@@ -62,12 +60,6 @@ impl Drop for HipEvent {
     }
 }
 
-/// Per-communicator connections (none yet: see [`NOT_IMPLEMENTED`]).
-#[derive(Debug)]
-pub struct HipTransport {
-    _private: (),
-}
-
 /// How an allocation in the table was made, which decides how it is freed.
 #[derive(Debug)]
 enum AllocKind {
@@ -91,15 +83,17 @@ struct Alloc {
     kind: AllocKind,
 }
 
-/// The HIP backend.
+/// The HIP backend. Clones share the runtime and every table (transports keep one to free
+/// their memory and find their kernels).
+#[derive(Clone)]
 pub struct HipBackend {
     hip: Arc<Hip>,
     /// Memory this backend allocated or imported, by base address.
-    allocs: Mutex<BTreeMap<DevicePtr, Alloc>>,
+    allocs: Arc<Mutex<BTreeMap<DevicePtr, Alloc>>>,
     /// VMM granularity per device (`None`: VMM unsupported there, use hipMalloc).
-    granularity: Mutex<HashMap<i32, Option<usize>>>,
+    granularity: Arc<Mutex<HashMap<i32, Option<usize>>>>,
     /// The kernels' module per device (`hipModule_t`).
-    modules: Mutex<HashMap<i32, usize>>,
+    modules: Arc<Mutex<HashMap<i32, usize>>>,
 }
 
 impl std::fmt::Debug for HipBackend {
@@ -138,9 +132,9 @@ impl HipBackend {
     pub fn with_runtime(hip: Hip) -> HipBackend {
         HipBackend {
             hip: Arc::new(hip),
-            allocs: Mutex::new(BTreeMap::new()),
-            granularity: Mutex::new(HashMap::new()),
-            modules: Mutex::new(HashMap::new()),
+            allocs: Arc::new(Mutex::new(BTreeMap::new())),
+            granularity: Arc::new(Mutex::new(HashMap::new())),
+            modules: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -756,19 +750,24 @@ impl Backend for HipBackend {
         }
     }
 
-    fn connect(&self, _ctx: &ConnectContext<'_>) -> Result<HipTransport> {
-        Err(Error::usage(format!(
-            "{NOT_IMPLEMENTED}; OXCCL_BACKEND=host runs collectives on the CPU when the buffers are host-accessible"
-        )))
+    fn max_chunk_bytes(&self) -> Option<u64> {
+        Some(transport::FIFO_MESSAGE_BYTES)
+    }
+    fn max_channels(&self) -> Option<u32> {
+        Some(transport::MAX_CHANNELS as u32)
+    }
+    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
+        HipTransport::connect(self, ctx)
     }
 
-    unsafe fn launch(
-        &self,
-        _stream: &HipStream,
-        _launch: Launch<Self>,
-    ) -> Result<Option<HipEvent>> {
-        // Unreachable in practice: no communicator gets a HipTransport until connect works.
-        Err(Error::usage(NOT_IMPLEMENTED))
+    unsafe fn launch(&self, stream: &HipStream, launch: Launch<Self>) -> Result<Option<HipEvent>> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            launch
+                .transport
+                .launch(stream, &launch.work, &launch.buffers, &launch.abort)
+        }?;
+        Ok(None)
     }
 }
 

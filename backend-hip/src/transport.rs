@@ -1,0 +1,792 @@
+//! Per-communicator connections (P2P FIFOs through peer-mapped device memory) and the launch of
+//! plan executors: the HIP twin of `backend-cuda/src/transport.rs`, with the same layout, the
+//! same bootstrap record and the same launch ABI (`kernels/include/oxccl/work.h`).
+//!
+//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for up to
+//! [`MAX_CHANNELS`] channels: `NSLOTS` slots of `SLOT_BYTES` plus a head and a tail counter, each
+//! on its own 64-byte line. The allocation is published through the bootstrap; peers of the same
+//! process use its address directly (VMM access was granted to every peer-capable device, and
+//! peer access is enabled for `hipMalloc` memory), peers in other processes of the same host
+//! import its exported handle (a POSIX file descriptor, or a `hipIpcMemHandle_t`). There is no
+//! SHM or network fallback: a pair of devices without peer access, or ranks on different hosts,
+//! fail at init.
+//!
+//! None of this has run on an AMD GPU.
+
+use crate::kernels::{self, DevChannel, DevConn, DevStep, LaunchArgs};
+use crate::runtime::hip_call;
+use crate::{HipBackend, HipStream, sys, with_device};
+use oxccl_core::abort::AbortFlag;
+use oxccl_core::backend::{Backend, ConnectContext, DevicePtr, ShareableHandle};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::{BufId, WorkDesc};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Channels a transport has FIFOs for; plans with more channels are refused.
+pub const MAX_CHANNELS: usize = 16;
+/// Bytes per FIFO slot (a multiple of 16 and of every element size).
+const SLOT_BYTES: u64 = 64 << 10;
+/// Slots per FIFO.
+const NSLOTS: u32 = 8;
+
+/// Largest message a step may send before its peer receives: the sender can fill every slot
+/// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
+pub const FIFO_MESSAGE_BYTES: u64 = (NSLOTS as u64 - 1) * SLOT_BYTES;
+/// Bytes of counters per FIFO: head at 0, tail at 64.
+const CTR_BYTES: u64 = 128;
+/// Thread-block size of the executor kernels: four 64-lane wavefronts on CDNA (eight 32-lane
+/// ones on RDNA), below the kernels' `__launch_bounds__`.
+pub const BLOCK_THREADS: u32 = 256;
+/// Launch-argument arenas per transport, reused round-robin once their launch has completed.
+const ARENAS: usize = 16;
+/// Bytes of the fixed part of a published record: pid, device, FIFO address.
+const RECORD_HEADER: usize = 16;
+
+const _: () = assert!(BLOCK_THREADS.is_multiple_of(64));
+const _: () = assert!(BLOCK_THREADS <= kernels::MAX_THREADS_PER_BLOCK);
+
+/// Bytes of one rank's FIFO allocation: the counters (page-aligned), then the slots.
+fn fifo_bytes(nranks: u32) -> u64 {
+    let n = MAX_CHANNELS as u64 * u64::from(nranks);
+    (n * CTR_BYTES).next_multiple_of(4096) + n * SLOT_BYTES * u64::from(NSLOTS)
+}
+
+/// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
+fn fifo_conn(base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
+    let n = MAX_CHANNELS as u64 * u64::from(nranks);
+    let k = channel as u64 * u64::from(nranks) + u64::from(from);
+    let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
+    DevConn {
+        buff: slots + k * SLOT_BYTES * u64::from(NSLOTS),
+        head: base + k * CTR_BYTES,
+        tail: base + k * CTR_BYTES + 64,
+        slot_bytes: SLOT_BYTES,
+        nslots: NSLOTS,
+        pad: 0,
+    }
+}
+
+/// The connection table: `MAX_CHANNELS * nranks` send connections (to p: p's FIFO for
+/// `(c, rank)`), then as many receive connections (from p: ours for `(c, p)`); self is empty.
+fn conn_table(rank: u32, nranks: u32, own: DevicePtr, peer_fifo: &[DevicePtr]) -> Vec<u8> {
+    let mut table = Vec::with_capacity(2 * MAX_CHANNELS * nranks as usize * size_of::<DevConn>());
+    for send in [true, false] {
+        for c in 0..MAX_CHANNELS {
+            for p in 0..nranks {
+                let conn = if p == rank {
+                    DevConn::default()
+                } else if send {
+                    fifo_conn(peer_fifo[p as usize], nranks, c, rank)
+                } else {
+                    fifo_conn(own, nranks, c, p)
+                };
+                table.extend_from_slice(&conn.to_bytes());
+            }
+        }
+    }
+    table
+}
+
+/// What a rank publishes at connect: pid, device, FIFO address, then its export handle (empty
+/// when it could not export, or for a single rank).
+fn publish(pid: u32, device: i32, fifo: DevicePtr, handle: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(RECORD_HEADER + handle.len());
+    v.extend_from_slice(&pid.to_le_bytes());
+    v.extend_from_slice(&device.to_le_bytes());
+    v.extend_from_slice(&fifo.to_le_bytes());
+    v.extend_from_slice(handle);
+    v
+}
+
+/// A peer's published record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PeerRecord<'a> {
+    device: i32,
+    fifo: DevicePtr,
+    handle: &'a [u8],
+}
+
+fn parse_record(b: &[u8]) -> Option<PeerRecord<'_>> {
+    let device = i32::from_le_bytes(b.get(4..8)?.try_into().ok()?);
+    let fifo = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+    Some(PeerRecord {
+        device,
+        fifo,
+        handle: &b[RECORD_HEADER..],
+    })
+}
+
+/// Byte offsets inside one launch-argument arena: args | channels | steps | buffers | loopback
+/// offsets, each 16-byte aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ArenaLayout {
+    channels: usize,
+    steps: usize,
+    buffers: usize,
+    loopback: usize,
+    total: usize,
+}
+
+impl ArenaLayout {
+    fn new(nchannels: usize, nsteps: usize, nbuffers: usize, nloopback: usize) -> ArenaLayout {
+        let a16 = |x: usize| x.next_multiple_of(16);
+        let channels = a16(size_of::<LaunchArgs>());
+        let steps = channels + a16(nchannels * size_of::<DevChannel>());
+        let buffers = steps + a16(nsteps * size_of::<DevStep>());
+        let loopback = buffers + a16(nbuffers * 8);
+        let total = loopback + a16(nloopback * 8);
+        ArenaLayout {
+            channels,
+            steps,
+            buffers,
+            loopback,
+            total,
+        }
+    }
+}
+
+/// One launch-argument arena: pinned host staging and its device copy.
+struct Arena {
+    host: *mut u8,
+    dev: DevicePtr,
+    cap: usize,
+    /// `hipEvent_t` recorded after the arena's latest launch.
+    event: usize,
+}
+
+/// What launches of one transport share; guarded by the transport's mutex.
+struct LaunchState {
+    epoch: u64,
+    scratch: (DevicePtr, usize),
+    loopback: (DevicePtr, usize),
+    flags: (DevicePtr, usize),
+    arenas: Vec<Arena>,
+    next: usize,
+    /// Index of the arena of the latest launch (its event marks this communicator's tail).
+    last: Option<usize>,
+}
+
+/// One communicator's connections on the HIP backend.
+pub struct HipTransport {
+    be: HipBackend,
+    device: i32,
+    rank: u32,
+    nranks: u32,
+    fifo: DevicePtr,
+    imported: Vec<DevicePtr>,
+    /// `send_conns` then `recv_conns`, `MAX_CHANNELS * nranks` each (hipMalloc).
+    conns: DevicePtr,
+    abort_host: *mut u32,
+    abort_dev: DevicePtr,
+    stop: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+    state: Mutex<LaunchState>,
+}
+
+impl std::fmt::Debug for HipTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HipTransport")
+            .field("device", &self.device)
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the raw pointers are pinned host memory and device addresses owned by the transport,
+// written only under its mutex (arenas) or with single volatile stores (abort flag).
+unsafe impl Send for HipTransport {}
+// SAFETY: as above.
+unsafe impl Sync for HipTransport {}
+
+impl HipBackend {
+    /// `hipMalloc` on the current device.
+    fn dev_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer.
+        unsafe { hip_call!(self.hip, hipMalloc(&mut p, bytes.max(16))) }?;
+        Ok(p as DevicePtr)
+    }
+
+    /// Frees [`HipBackend::dev_alloc`] memory (0 is ignored).
+    fn dev_free(&self, p: DevicePtr) {
+        if p != 0 {
+            // SAFETY: `p` came from hipMalloc and the caller ensured no work uses it.
+            let _ = unsafe { hip_call!(self.hip, hipFree(p as *mut c_void)) };
+        }
+    }
+
+    /// Synchronous host-to-device copy on the null stream.
+    fn copy_h2d(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the caller passes device memory of at least `src.len()` bytes; the copy is
+        // complete (the stream synchronised) before `src` can be dropped.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemcpyAsync(
+                    dst as *mut c_void,
+                    src.as_ptr().cast(),
+                    src.len(),
+                    sys::hipMemcpyKind::hipMemcpyHostToDevice,
+                    std::ptr::null_mut()
+                )
+            )?;
+            hip_call!(self.hip, hipStreamSynchronize(std::ptr::null_mut()))
+        }
+    }
+
+    /// A timing-less event (raw handle), destroyed by [`HipBackend::event_destroy_raw`].
+    fn event_create_raw(&self) -> Result<usize> {
+        let mut e: sys::hipEvent_t = std::ptr::null_mut();
+        // SAFETY: `e` is a valid out-pointer; the flag is a defined value.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipEventCreateWithFlags(&mut e, sys::hipEventDisableTiming)
+            )
+        }?;
+        Ok(e as usize)
+    }
+
+    fn event_sync_raw(&self, e: usize) -> Result<()> {
+        // SAFETY: `e` is a live event of a transport (an unrecorded event is complete).
+        unsafe { hip_call!(self.hip, hipEventSynchronize(e as sys::hipEvent_t)) }
+    }
+
+    fn event_destroy_raw(&self, e: usize) {
+        // SAFETY: `e` came from hipEventCreateWithFlags and is destroyed once.
+        let _ = unsafe { hip_call!(self.hip, hipEventDestroy(e as sys::hipEvent_t)) };
+    }
+
+    /// Lets the current device `device` write memory of `peer` allocated with `hipMalloc`
+    /// (VMM memory got its access at allocation); fails when the pair has no peer access.
+    fn ensure_peer_access(&self, device: i32, peer: i32) -> Result<()> {
+        if device == peer {
+            return Ok(());
+        }
+        let mut can = 0;
+        // SAFETY: `can` is a valid out-pointer; HIP validates both ordinals.
+        unsafe { hip_call!(self.hip, hipDeviceCanAccessPeer(&mut can, device, peer)) }?;
+        if can == 0 {
+            return Err(Error::usage(format!(
+                "GPU {device} cannot access GPU {peer} peer to peer; the HIP backend has no SHM fallback yet"
+            )));
+        }
+        // SAFETY: `peer` is a valid ordinal (checked above); the flags must be 0.
+        match unsafe { hip_call!(self.hip, hipDeviceEnablePeerAccess(peer, 0)) } {
+            Ok(()) => {}
+            Err(Error::Backend { code, .. })
+                if code == i64::from(sys::hipError_t::hipErrorPeerAccessAlreadyEnabled.0) => {}
+            Err(e) => {
+                tracing::debug!(target: "oxccl::hip", "hipDeviceEnablePeerAccess({peer}): {e}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HipTransport {
+    /// Connects this rank to every peer (`Backend::connect`).
+    pub(crate) fn connect(be: &HipBackend, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
+        with_device(be, ctx.device, || HipTransport::connect_current(be, ctx))
+    }
+
+    fn connect_current(be: &HipBackend, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
+        let bs = ctx.bootstrap;
+        let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
+        let fifo = be.mem_alloc(device, fifo_bytes(nranks) as usize)?;
+        // From here on Drop frees what the transport holds.
+        let mut t = HipTransport {
+            be: be.clone(),
+            device,
+            rank,
+            nranks,
+            fifo,
+            imported: Vec::new(),
+            conns: 0,
+            abort_host: std::ptr::null_mut(),
+            abort_dev: 0,
+            stop: Arc::new(AtomicBool::new(false)),
+            watcher: None,
+            state: Mutex::new(LaunchState {
+                epoch: 0,
+                scratch: (0, 0),
+                loopback: (0, 0),
+                flags: (0, 0),
+                arenas: Vec::new(),
+                next: 0,
+                last: None,
+            }),
+        };
+        // Zero the counters (slots need no initialisation).
+        let n = MAX_CHANNELS as u64 * u64::from(nranks);
+        be.copy_h2d(fifo, &vec![0u8; (n * CTR_BYTES) as usize])?;
+
+        let handle = if nranks > 1 {
+            // SAFETY: `fifo` is our live allocation.
+            match unsafe { be.export_handle(fifo) } {
+                Ok(h) => h.0,
+                Err(e) => {
+                    tracing::info!(target: "oxccl::hip", "rank {rank}: FIFO not exportable: {e}");
+                    Vec::new()
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let all = bs.all_gather(&publish(std::process::id(), device, fifo, &handle))?;
+        let me = &bs.peers()[rank as usize];
+        let mut peer_fifo = vec![0u64; nranks as usize];
+        for p in 0..nranks as usize {
+            if p == rank as usize {
+                peer_fifo[p] = fifo;
+                continue;
+            }
+            let rec = parse_record(&all[p]).ok_or_else(|| {
+                Error::Internal(format!("rank {p} published a short FIFO record"))
+            })?;
+            let info = &bs.peers()[p];
+            if !info.same_host(me) {
+                return Err(Error::usage(format!(
+                    "{} is on another host: the HIP backend has no network transport yet",
+                    info.describe()
+                )));
+            }
+            if info.pid == std::process::id() && info.shares_proc_with_caller() {
+                be.ensure_peer_access(device, rec.device)?;
+                peer_fifo[p] = rec.fifo;
+            } else {
+                if rec.handle.is_empty() {
+                    return Err(Error::usage(format!(
+                        "{} could not export its FIFO memory for other processes",
+                        info.describe()
+                    )));
+                }
+                let h = ShareableHandle(rec.handle.to_vec());
+                // SAFETY: the handle is a peer's export of its FIFO allocation of this size.
+                let va = unsafe { be.import_handle(&h, fifo_bytes(nranks) as usize) }?;
+                t.imported.push(va);
+                peer_fifo[p] = va;
+            }
+        }
+
+        let table = conn_table(rank, nranks, fifo, &peer_fifo);
+        t.conns = be.dev_alloc(table.len())?;
+        be.copy_h2d(t.conns, &table)?;
+
+        // Abort flag in mapped pinned memory, mirrored from the communicator's flag.
+        let (host, dev) = be.host_alloc(64)?;
+        t.abort_host = host.cast();
+        t.abort_dev = dev;
+        // SAFETY: `abort_host` points to at least 4 writable bytes of pinned memory.
+        unsafe { std::ptr::write_volatile(t.abort_host, 0) };
+        let (stop, flag, abort) = (t.stop.clone(), t.abort_host as usize, ctx.abort.clone());
+        t.watcher = Some(
+            std::thread::Builder::new()
+                .name(format!("oxccl-abort-r{rank}"))
+                .spawn(move || watch_abort(&stop, flag, &abort))
+                .map_err(|e| Error::System {
+                    context: "spawning the abort watcher".into(),
+                    message: e.to_string(),
+                })?,
+        );
+        Ok(t)
+    }
+
+    /// Queues `work` on `stream` (`Backend::launch`).
+    ///
+    /// # Safety
+    /// `buffers` are valid for the plan's regions until the kernel has run; `stream` is live.
+    pub(crate) unsafe fn launch(
+        &self,
+        stream: &HipStream,
+        work: &WorkDesc,
+        buffers: &[DevicePtr],
+        abort: &AbortFlag,
+    ) -> Result<()> {
+        abort.check()?;
+        if !kernels::kernels_built() {
+            return Err(Error::usage(
+                "the HIP backend was built without device kernels (no hipcc at build time; see docs/hip.md)",
+            ));
+        }
+        let nch = work.channels.len();
+        if nch == 0 || work.step_count() == 0 {
+            return Ok(());
+        }
+        if nch > MAX_CHANNELS {
+            return Err(Error::usage(format!(
+                "the plan uses {nch} channels; the HIP backend supports at most {MAX_CHANNELS} (lower OXCCL_NCHANNELS)"
+            )));
+        }
+        // SAFETY: forwarded from the caller.
+        with_device(&self.be, self.device, || unsafe {
+            self.launch_current(stream, work, buffers)
+        })
+    }
+
+    /// [`HipTransport::launch`] with the transport's device current.
+    ///
+    /// # Safety
+    /// As [`HipTransport::launch`].
+    unsafe fn launch_current(
+        &self,
+        stream: &HipStream,
+        work: &WorkDesc,
+        buffers: &[DevicePtr],
+    ) -> Result<()> {
+        let be = &self.be;
+        let hip = &*be.hip;
+        let nch = work.channels.len();
+        let func = be.function(self.device, work.dtype)?;
+        let enc = kernels::encode(work, self.rank)?;
+        let red = kernels::reduction_args(&work.reduction);
+        let esize = work.dtype.size();
+        let s = stream.raw();
+
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *st;
+        let last_event = st.last.map(|i| st.arenas[i].event);
+        // Grow shared buffers after every earlier launch of this communicator has finished.
+        let scratch_need = (work.scratch_elems as usize).saturating_mul(esize);
+        let lb_need = enc.loopback_bytes as usize;
+        let fl_need = enc.loopback_offsets.len() * 8;
+        if scratch_need > st.scratch.1 || lb_need > st.loopback.1 || fl_need > st.flags.1 {
+            if let Some(ev) = last_event {
+                be.event_sync_raw(ev)?;
+            }
+            if scratch_need > st.scratch.1 {
+                be.dev_free(st.scratch.0);
+                st.scratch = (0, 0);
+                let n = scratch_need.next_power_of_two();
+                st.scratch = (be.dev_alloc(n)?, n);
+            }
+            if lb_need > st.loopback.1 {
+                be.dev_free(st.loopback.0);
+                st.loopback = (0, 0);
+                let n = lb_need.next_power_of_two();
+                st.loopback = (be.dev_alloc(n)?, n);
+            }
+            if fl_need > st.flags.1 {
+                be.dev_free(st.flags.0);
+                st.flags = (0, 0);
+                let n = fl_need.next_power_of_two().max(256);
+                let p = be.dev_alloc(n)?;
+                st.flags = (p, n);
+                // SAFETY: `p` holds `n` bytes; ordered before the kernel on the same stream.
+                unsafe { hip_call!(hip, hipMemsetAsync(p as *mut c_void, 0, n, s)) }?;
+            }
+        }
+
+        let lay = ArenaLayout::new(
+            nch,
+            enc.steps.len(),
+            buffers.len(),
+            enc.loopback_offsets.len(),
+        );
+        if st.arenas.len() < ARENAS {
+            let event = be.event_create_raw()?;
+            st.arenas.push(Arena {
+                host: std::ptr::null_mut(),
+                dev: 0,
+                cap: 0,
+                event,
+            });
+            st.next = st.arenas.len() - 1;
+        }
+        let idx = st.next;
+        st.next = (st.next + 1) % ARENAS;
+        let arena = &mut st.arenas[idx];
+        // The arena's previous launch must have read its arguments before they are rewritten.
+        be.event_sync_raw(arena.event)?;
+        if arena.cap < lay.total {
+            if !arena.host.is_null() {
+                // SAFETY: the staging came from host_alloc; its last copy has completed.
+                let _ = unsafe { be.host_free(arena.host) };
+            }
+            be.dev_free(arena.dev);
+            arena.host = std::ptr::null_mut();
+            arena.dev = 0;
+            arena.cap = 0;
+            let cap = lay.total.next_power_of_two().max(4096);
+            arena.host = be.host_alloc(cap)?.0;
+            arena.dev = match be.dev_alloc(cap) {
+                Ok(d) => d,
+                Err(e) => {
+                    // SAFETY: allocated just above, never used.
+                    let _ = unsafe { be.host_free(arena.host) };
+                    arena.host = std::ptr::null_mut();
+                    return Err(e);
+                }
+            };
+            arena.cap = cap;
+        }
+        let dev = arena.dev;
+        let mut bytes = vec![0u8; lay.total];
+        st.epoch += 1;
+        let mut table: Vec<u64> = buffers.to_vec();
+        if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
+            *slot = st.scratch.0;
+        }
+        let nr = u64::from(self.nranks);
+        let args = LaunchArgs {
+            channels: dev + lay.channels as u64,
+            buffers: dev + lay.buffers as u64,
+            send_conns: self.conns,
+            recv_conns: self.conns + MAX_CHANNELS as u64 * nr * size_of::<DevConn>() as u64,
+            loopback: st.loopback.0,
+            loopback_offs: dev + lay.loopback as u64,
+            loopback_flags: st.flags.0,
+            pre_scale_ptr: red.pre_scale_ptr,
+            abort_flag: self.abort_dev,
+            pre_scale_bytes: red.pre_scale_bytes,
+            epoch: st.epoch,
+            nchannels: nch as u32,
+            nranks: self.nranks,
+            rank: self.rank,
+            nbuffers: table.len() as u32,
+            post_div: red.post_div,
+            dtype: work.dtype as u8,
+            redop: red.redop,
+            flags: red.flags,
+            pad: 0,
+        };
+        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        let step_bytes = size_of::<DevStep>();
+        for (c, r) in enc.channels.iter().enumerate() {
+            let ch = DevChannel {
+                steps: dev + (lay.steps + r.start * step_bytes) as u64,
+                nsteps: r.len() as u32,
+                pad: 0,
+            };
+            let at = lay.channels + c * size_of::<DevChannel>();
+            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
+        }
+        for (i, step) in enc.steps.iter().enumerate() {
+            let at = lay.steps + i * step_bytes;
+            bytes[at..at + step_bytes].copy_from_slice(&step.to_bytes());
+        }
+        for (i, b) in table.iter().enumerate() {
+            let at = lay.buffers + i * 8;
+            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
+        }
+        for (i, o) in enc.loopback_offsets.iter().enumerate() {
+            let at = lay.loopback + i * 8;
+            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
+        }
+        let arena = &st.arenas[idx];
+        // SAFETY: `arena.host` holds `cap >= total` bytes, and its previous launch has completed.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arena.host, lay.total) };
+        // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
+        unsafe {
+            hip_call!(
+                hip,
+                hipMemcpyAsync(
+                    dev as *mut c_void,
+                    arena.host.cast(),
+                    lay.total,
+                    sys::hipMemcpyKind::hipMemcpyHostToDevice,
+                    s
+                )
+            )
+        }?;
+        if let Some(ev) = last_event {
+            // Operations of one communicator run in issue order, whatever streams they use.
+            // SAFETY: `ev` is a live event of this transport; the stream is live.
+            unsafe { hip_call!(hip, hipStreamWaitEvent(s, ev as sys::hipEvent_t, 0)) }?;
+        }
+        let mut argp: u64 = dev;
+        let mut params = [(&mut argp as *mut u64).cast::<c_void>()];
+        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
+        // until the kernel has run (caller for user buffers, this transport for the rest).
+        unsafe {
+            hip_call!(
+                hip,
+                hipModuleLaunchKernel(
+                    func,
+                    nch as u32,
+                    1,
+                    1,
+                    BLOCK_THREADS,
+                    1,
+                    1,
+                    0,
+                    s,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut()
+                )
+            )
+        }?;
+        // SAFETY: records the arena's event after the kernel on the same stream.
+        unsafe {
+            hip_call!(
+                hip,
+                hipEventRecord(st.arenas[idx].event as sys::hipEvent_t, s)
+            )
+        }?;
+        st.last = Some(idx);
+        Ok(())
+    }
+}
+
+fn watch_abort(stop: &AtomicBool, flag: usize, abort: &AbortFlag) {
+    let mut raised = false;
+    while !stop.load(Ordering::Acquire) {
+        if !raised && abort.is_aborted() {
+            // SAFETY: `flag` is the transport's pinned abort word, freed only after this thread
+            // has been joined.
+            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
+            raised = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Drop for HipTransport {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        let be = self.be.clone();
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let _ = with_device(&be, self.device, || {
+            // Nothing may run on our memory any more: wait for the last launch.
+            if let Some(i) = st.last {
+                let _ = be.event_sync_raw(st.arenas[i].event);
+            }
+            for a in st.arenas.drain(..) {
+                if !a.host.is_null() {
+                    // SAFETY: from host_alloc; the arena's launches are complete.
+                    let _ = unsafe { be.host_free(a.host) };
+                }
+                be.dev_free(a.dev);
+                be.event_destroy_raw(a.event);
+            }
+            be.dev_free(st.scratch.0);
+            be.dev_free(st.loopback.0);
+            be.dev_free(st.flags.0);
+            be.dev_free(self.conns);
+            if !self.abort_host.is_null() {
+                // SAFETY: from host_alloc; the watcher is joined and every kernel is complete.
+                let _ = unsafe { be.host_free(self.abort_host.cast()) };
+            }
+            for &va in &self.imported {
+                // SAFETY: imported mappings are used only by this transport's kernels, all
+                // complete.
+                let _ = unsafe { be.mem_free(va) };
+            }
+            // SAFETY: our FIFOs; peers' kernels that wrote to them belong to operations that
+            // completed before the communicator was destroyed.
+            let _ = unsafe { be.mem_free(self.fifo) };
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_layout_is_disjoint_and_in_bounds() {
+        for nranks in [1u32, 2, 3, 8] {
+            let base = 0x7000_0000_0000u64;
+            let bytes = fifo_bytes(nranks);
+            let mut lines = std::collections::HashSet::new();
+            let mut bufs = Vec::new();
+            for c in 0..MAX_CHANNELS {
+                for from in 0..nranks {
+                    let f = fifo_conn(base, nranks, c, from);
+                    assert_eq!(f.head % 64, 0);
+                    assert_eq!(f.tail, f.head + 64);
+                    assert!(lines.insert(f.head) && lines.insert(f.tail));
+                    assert_eq!(f.buff % 16, 0);
+                    assert!(f.buff + SLOT_BYTES * u64::from(NSLOTS) <= base + bytes);
+                    assert!(
+                        f.tail + 64
+                            <= base
+                                + (bytes
+                                    - MAX_CHANNELS as u64
+                                        * u64::from(nranks)
+                                        * SLOT_BYTES
+                                        * u64::from(NSLOTS))
+                    );
+                    bufs.push(f.buff);
+                }
+            }
+            bufs.sort_unstable();
+            for w in bufs.windows(2) {
+                assert!(w[1] - w[0] >= SLOT_BYTES * u64::from(NSLOTS));
+            }
+        }
+    }
+
+    #[test]
+    fn conn_table_pairs_senders_with_receivers() {
+        let nranks = 3u32;
+        let fifos = [0x1000_0000u64, 0x2000_0000, 0x3000_0000];
+        let one = size_of::<DevConn>();
+        let half = MAX_CHANNELS * nranks as usize * one;
+        let t1 = conn_table(1, nranks, fifos[1], &fifos);
+        assert_eq!(t1.len(), 2 * half);
+        let t2 = conn_table(2, nranks, fifos[2], &fifos);
+        // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5.
+        let at = |c: usize, p: usize| (c * nranks as usize + p) * one;
+        let send = &t1[at(5, 2)..at(5, 2) + one];
+        let recv = &t2[half + at(5, 1)..half + at(5, 1) + one];
+        assert_eq!(send, recv);
+        assert_eq!(send, fifo_conn(fifos[2], nranks, 5, 1).to_bytes());
+        // Self connections are empty.
+        assert_eq!(&t1[at(0, 1)..at(0, 1) + one], DevConn::default().to_bytes());
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let b = publish(42, 3, 0xdead_beef_0000, &[1, 2, 3]);
+        let r = parse_record(&b).unwrap();
+        assert_eq!(
+            r,
+            PeerRecord {
+                device: 3,
+                fifo: 0xdead_beef_0000,
+                handle: &[1, 2, 3]
+            }
+        );
+        assert!(
+            parse_record(&publish(1, 0, 0, &[]))
+                .unwrap()
+                .handle
+                .is_empty()
+        );
+        assert!(parse_record(&b[..15]).is_none());
+    }
+
+    #[test]
+    fn arena_layout_is_aligned_and_fits() {
+        let l = ArenaLayout::new(3, 7, 5, 1);
+        for off in [l.channels, l.steps, l.buffers, l.loopback, l.total] {
+            assert_eq!(off % 16, 0);
+        }
+        assert!(l.channels >= size_of::<LaunchArgs>());
+        assert!(l.steps >= l.channels + 3 * size_of::<DevChannel>());
+        assert!(l.buffers >= l.steps + 7 * size_of::<DevStep>());
+        assert!(l.loopback >= l.buffers + 5 * 8);
+        assert!(l.total >= l.loopback + 8);
+        let empty = ArenaLayout::new(0, 0, 0, 0);
+        assert_eq!(empty.total, size_of::<LaunchArgs>().next_multiple_of(16));
+    }
+
+    #[test]
+    fn chunk_bound_leaves_one_slot() {
+        assert_eq!(FIFO_MESSAGE_BYTES, 7 * 64 * 1024);
+        assert_eq!(BLOCK_THREADS % 64, 0);
+    }
+}
