@@ -14,14 +14,11 @@ use crate::kernels::{self, DevChannel, DevConn, LaunchArgs};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
-use oxccl_core::abort::AbortFlag;
+use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{BufId, WorkDesc};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// Channels a transport has FIFOs for; plans with more channels are refused.
 pub const MAX_CHANNELS: usize = 16;
@@ -84,8 +81,7 @@ pub struct CudaTransport {
     conns: CUdeviceptr,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,
-    stop: Arc<AtomicBool>,
-    watcher: Option<JoinHandle<()>>,
+    watcher: Option<AbortWatcher>,
     state: Mutex<LaunchState>,
 }
 
@@ -182,7 +178,6 @@ impl CudaTransport {
             conns: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
-            stop: Arc::new(AtomicBool::new(false)),
             watcher: None,
             state: Mutex::new(LaunchState {
                 epoch: 0,
@@ -291,16 +286,12 @@ impl CudaTransport {
             ))
         }?;
         t.abort_dev = dptr;
-        let (stop, flag, abort) = (t.stop.clone(), t.abort_host as usize, ctx.abort.clone());
-        t.watcher = Some(
-            std::thread::Builder::new()
-                .name(format!("oxccl-abort-r{rank}"))
-                .spawn(move || watch_abort(&stop, flag, &abort))
-                .map_err(|e| Error::System {
-                    context: "spawning the abort watcher".into(),
-                    message: e.to_string(),
-                })?,
-        );
+        let flag = t.abort_host as usize;
+        t.watcher = Some(ctx.abort.watch(format!("oxccl-abort-r{rank}"), move || {
+            // SAFETY: `flag` is the transport's pinned abort word, freed only after the watcher
+            // has been dropped (and so joined).
+            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
+        })?);
         Ok(t)
     }
 
@@ -509,25 +500,10 @@ impl CudaTransport {
     }
 }
 
-fn watch_abort(stop: &AtomicBool, flag: usize, abort: &AbortFlag) {
-    let mut raised = false;
-    while !stop.load(Ordering::Acquire) {
-        if !raised && abort.is_aborted() {
-            // SAFETY: `flag` is the transport's pinned abort word, freed only after this thread
-            // has been joined.
-            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
-            raised = true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 impl Drop for CudaTransport {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
-        }
+        // Joins the watcher before the abort word it writes is freed.
+        drop(self.watcher.take());
         let Ok(_g) = self.mem.bind(self.device) else {
             return;
         };

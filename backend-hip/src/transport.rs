@@ -16,15 +16,12 @@
 use crate::kernels::{self, DevChannel, DevConn, DevStep, LaunchArgs};
 use crate::runtime::hip_call;
 use crate::{HipBackend, HipStream, sys, with_device};
-use oxccl_core::abort::AbortFlag;
+use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{Backend, ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{BufId, WorkDesc};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::Mutex;
 
 /// Channels a transport has FIFOs for; plans with more channels are refused.
 pub const MAX_CHANNELS: usize = 16;
@@ -182,8 +179,7 @@ pub struct HipTransport {
     conns: DevicePtr,
     abort_host: *mut u32,
     abort_dev: DevicePtr,
-    stop: Arc<AtomicBool>,
-    watcher: Option<JoinHandle<()>>,
+    watcher: Option<AbortWatcher>,
     state: Mutex<LaunchState>,
 }
 
@@ -313,7 +309,6 @@ impl HipTransport {
             conns: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
-            stop: Arc::new(AtomicBool::new(false)),
             watcher: None,
             state: Mutex::new(LaunchState {
                 epoch: 0,
@@ -387,16 +382,12 @@ impl HipTransport {
         t.abort_dev = dev;
         // SAFETY: `abort_host` points to at least 4 writable bytes of pinned memory.
         unsafe { std::ptr::write_volatile(t.abort_host, 0) };
-        let (stop, flag, abort) = (t.stop.clone(), t.abort_host as usize, ctx.abort.clone());
-        t.watcher = Some(
-            std::thread::Builder::new()
-                .name(format!("oxccl-abort-r{rank}"))
-                .spawn(move || watch_abort(&stop, flag, &abort))
-                .map_err(|e| Error::System {
-                    context: "spawning the abort watcher".into(),
-                    message: e.to_string(),
-                })?,
-        );
+        let flag = t.abort_host as usize;
+        t.watcher = Some(ctx.abort.watch(format!("oxccl-abort-r{rank}"), move || {
+            // SAFETY: `flag` is the transport's pinned abort word, freed only after the watcher
+            // has been dropped (and so joined).
+            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
+        })?);
         Ok(t)
     }
 
@@ -636,25 +627,10 @@ impl HipTransport {
     }
 }
 
-fn watch_abort(stop: &AtomicBool, flag: usize, abort: &AbortFlag) {
-    let mut raised = false;
-    while !stop.load(Ordering::Acquire) {
-        if !raised && abort.is_aborted() {
-            // SAFETY: `flag` is the transport's pinned abort word, freed only after this thread
-            // has been joined.
-            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
-            raised = true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 impl Drop for HipTransport {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
-        }
+        // Joins the watcher before the abort word it writes is freed.
+        drop(self.watcher.take());
         let be = self.be.clone();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         let _ = with_device(&be, self.device, || {

@@ -6,6 +6,7 @@
 use crate::error::Error;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often blocking waits look at the abort flag.
@@ -64,6 +65,85 @@ impl AbortFlag {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+/// How often an [`AbortWatcher`] looks at its flag.
+const WATCH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A thread that runs a callback once its [`AbortFlag`] is raised; stopped and joined on drop.
+///
+/// Device backends use it to mirror the flag into memory their kernels poll, so an abort also
+/// stops kernels spinning on a dead peer.
+pub struct AbortWatcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AbortFlag {
+    /// Starts a thread named `name` that calls `on_abort` once this flag is raised.
+    pub fn watch(
+        &self,
+        name: String,
+        on_abort: impl FnOnce() + Send + 'static,
+    ) -> Result<AbortWatcher, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, halt) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let mut on_abort = Some(on_abort);
+                while !halt.load(Ordering::Acquire) {
+                    if flag.is_aborted()
+                        && let Some(f) = on_abort.take()
+                    {
+                        f();
+                    }
+                    std::thread::sleep(WATCH_INTERVAL);
+                }
+            })
+            .map_err(|e| Error::io("spawning the abort watcher", e))?;
+        Ok(AbortWatcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for AbortWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn watcher_fires_once_and_joins_on_drop() {
+        let flag = AbortFlag::new();
+        let hits = Arc::new(AtomicU32::new(0));
+        let h = hits.clone();
+        let w = flag
+            .watch("test-watch".into(), move || {
+                h.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "fired before the abort");
+        flag.abort();
+        let t = Instant::now();
+        while hits.load(Ordering::SeqCst) == 0 && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+        drop(w);
     }
 }
 
