@@ -8,6 +8,10 @@
 #[path = "../../kernels/include/oxccl/work.rs"]
 mod work;
 
+#[path = "../../kernels/include/oxccl/fifo.rs"]
+mod fifo;
+
+pub use fifo::*;
 pub use work::*;
 
 /// Keeps the embedded blob 16-byte aligned: the loader parses its headers in place.

@@ -15,12 +15,13 @@ use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
+pub use kernels::MAX_CHANNELS;
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
 use oxccl_core::error::{Error, Result};
 use std::sync::Arc;
-pub use transport::{CudaStream, CudaTransport, MAX_CHANNELS};
+pub use transport::{CudaStream, CudaTransport};
 
 /// The CUDA backend: one primary context per device, retained for the process lifetime.
 pub struct CudaBackend {
@@ -253,10 +254,10 @@ impl Backend for CudaBackend {
         self.mem.pointer_info(ptr)
     }
     fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(transport::FIFO_MESSAGE_BYTES)
+        Some(kernels::FIFO_MESSAGE_BYTES)
     }
     fn max_channels(&self) -> Option<u32> {
-        Some(transport::MAX_CHANNELS as u32)
+        Some(kernels::MAX_CHANNELS as u32)
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), ctx)

@@ -10,7 +10,10 @@
 
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
-use crate::kernels::{self, DevChannel, DevConn, LaunchArgs};
+use crate::kernels::{
+    self, DevChannel, DevConn, LaunchArgs, MAX_CHANNELS, conn_table, fifo_bytes,
+    fifo_counter_bytes, parse_record, publish,
+};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
@@ -20,18 +23,6 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{BufId, WorkDesc};
 use std::sync::{Arc, Mutex};
 
-/// Channels a transport has FIFOs for; plans with more channels are refused.
-pub const MAX_CHANNELS: usize = 16;
-/// Bytes per FIFO slot (a multiple of 16 and of every element size).
-const SLOT_BYTES: u64 = 64 << 10;
-/// Slots per FIFO.
-const NSLOTS: u32 = 8;
-
-/// Largest message a step may send before its peer receives: the sender can fill every slot
-/// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
-pub const FIFO_MESSAGE_BYTES: u64 = (NSLOTS as u64 - 1) * SLOT_BYTES;
-/// Bytes of counters per FIFO: head at 0, tail at 64.
-const CTR_BYTES: u64 = 128;
 /// Thread-block size of the executor kernels.
 const BLOCK_THREADS: u32 = 512;
 /// Launch-argument arenas per transport, reused round-robin once their launch has completed.
@@ -91,26 +82,6 @@ unsafe impl Send for CudaTransport {}
 // SAFETY: as above.
 unsafe impl Sync for CudaTransport {}
 
-fn fifo_bytes(nranks: u32) -> u64 {
-    let n = MAX_CHANNELS as u64 * u64::from(nranks);
-    (n * CTR_BYTES).next_multiple_of(4096) + n * SLOT_BYTES * u64::from(NSLOTS)
-}
-
-/// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
-fn fifo_conn(base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
-    let n = MAX_CHANNELS as u64 * u64::from(nranks);
-    let k = channel as u64 * u64::from(nranks) + u64::from(from);
-    let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
-    DevConn {
-        buff: slots + k * SLOT_BYTES * u64::from(NSLOTS),
-        head: base + k * CTR_BYTES,
-        tail: base + k * CTR_BYTES + 64,
-        slot_bytes: SLOT_BYTES,
-        nslots: NSLOTS,
-        pad: 0,
-    }
-}
-
 fn dev_alloc(bytes: usize) -> Result<CUdeviceptr> {
     let mut p: CUdeviceptr = 0;
     // SAFETY: allocates in the current context; `p` receives the address.
@@ -143,16 +114,6 @@ fn host_free(p: *mut u8) {
         // SAFETY: `p` came from cuMemHostAlloc and no work uses it.
         let _ = unsafe { sys::cuMemFreeHost(p.cast()) };
     }
-}
-
-/// Bytes a peer publishes at connect.
-fn publish(pid: u32, device: i32, fifo: DevicePtr, handle: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    v.extend_from_slice(&pid.to_le_bytes());
-    v.extend_from_slice(&device.to_le_bytes());
-    v.extend_from_slice(&fifo.to_le_bytes());
-    v.extend_from_slice(handle);
-    v
 }
 
 impl CudaTransport {
@@ -190,8 +151,7 @@ impl CudaTransport {
             }),
         };
         // Zero the counters (slots need no initialisation).
-        let n = MAX_CHANNELS as u64 * u64::from(nranks);
-        let zeros = vec![0u8; (n * CTR_BYTES) as usize];
+        let zeros = vec![0u8; fifo_counter_bytes(nranks)];
         // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
         unsafe { call!(cuMemcpyHtoD_v2(fifo, zeros.as_ptr().cast(), zeros.len())) }?;
 
@@ -208,14 +168,10 @@ impl CudaTransport {
                 peer_fifo[p] = fifo;
                 continue;
             }
-            let b = &all[p];
-            if b.len() < 16 {
-                return Err(Error::Internal(format!(
-                    "rank {p} published a short FIFO record"
-                )));
-            }
-            let pdev = i32::from_le_bytes(b[4..8].try_into().expect("4"));
-            let pfifo = u64::from_le_bytes(b[8..16].try_into().expect("8"));
+            let rec = parse_record(&all[p]).ok_or_else(|| {
+                Error::Internal(format!("rank {p} published a short FIFO record"))
+            })?;
+            let (pdev, pfifo) = (rec.device, rec.fifo);
             let info = &bs.peers()[p];
             if !info.same_host(me) {
                 return Err(Error::usage(format!(
@@ -240,34 +196,19 @@ impl CudaTransport {
                 }
                 peer_fifo[p] = pfifo;
             } else {
-                if b.len() <= 16 {
+                if rec.handle.is_empty() {
                     return Err(Error::usage(format!(
                         "{} could not export its FIFO memory for other processes",
                         info.describe()
                     )));
                 }
-                let va = mem.import(&ShareableHandle(b[16..].to_vec()), device)?;
+                let va = mem.import(&ShareableHandle(rec.handle.to_vec()), device)?;
                 t.imported.push(va);
                 peer_fifo[p] = va;
             }
         }
 
-        // Connection tables: send to p = p's FIFO for (c, me); receive from p = mine for (c, p).
-        let mut table = Vec::new();
-        for send in [true, false] {
-            for c in 0..MAX_CHANNELS {
-                for p in 0..nranks {
-                    let conn = if p == rank {
-                        DevConn::default()
-                    } else if send {
-                        fifo_conn(peer_fifo[p as usize], nranks, c, rank)
-                    } else {
-                        fifo_conn(fifo, nranks, c, p)
-                    };
-                    table.extend_from_slice(&conn.to_bytes());
-                }
-            }
-        }
+        let table = conn_table(rank, nranks, fifo, &peer_fifo);
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
         unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;

@@ -13,6 +13,7 @@ pub mod runtime;
 pub mod sys;
 pub mod transport;
 
+pub use kernels::MAX_CHANNELS;
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
@@ -22,7 +23,7 @@ use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
-pub use transport::{HipTransport, MAX_CHANNELS};
+pub use transport::HipTransport;
 
 /// Granularity reported when the runtime has no VMM (`hipMalloc` aligns to at least this).
 const FALLBACK_GRANULARITY: usize = 4096;
@@ -751,10 +752,10 @@ impl Backend for HipBackend {
     }
 
     fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(transport::FIFO_MESSAGE_BYTES)
+        Some(kernels::FIFO_MESSAGE_BYTES)
     }
     fn max_channels(&self) -> Option<u32> {
-        Some(transport::MAX_CHANNELS as u32)
+        Some(kernels::MAX_CHANNELS as u32)
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
         HipTransport::connect(self, ctx)
