@@ -335,7 +335,7 @@ impl PeerNet {
         self.mailbox.close_local();
         let all = std::mem::take(&mut lock(&self.reg).all);
         for c in all {
-            wire::close_with_goodbye(&c.stream, &c.write);
+            wire::close_with_goodbye(&c.stream, &c.write, &[]);
         }
     }
 }

@@ -26,6 +26,8 @@ pub(crate) const FRAME_HEADER_BYTES: usize = 16;
 pub const MAX_BOOTSTRAP_MSG: usize = 16 << 20;
 /// Tag of the frame a rank sends before closing a connection on purpose.
 pub(crate) const GOODBYE_TAG: u64 = u64::MAX;
+/// Longest reason a goodbye frame carries (why a rank left after a failure).
+pub(crate) const MAX_GOODBYE_REASON: usize = 1024;
 
 /// The shared secret of one communicator, taken from its unique id.
 ///
@@ -383,7 +385,7 @@ const GOODBYE_BUDGET: Duration = Duration::from_secs(1);
 
 /// Sends a goodbye frame (bounded in time) and shuts the socket down, so the peer can tell a
 /// deliberate close from a crash.
-pub(crate) fn close_with_goodbye(stream: &TcpStream, write: &Mutex<()>) {
+pub(crate) fn close_with_goodbye(stream: &TcpStream, write: &Mutex<()>, reason: &[u8]) {
     let until = Instant::now() + GOODBYE_BUDGET;
     // A sender stuck on a dead peer may hold the lock; skip the goodbye then.
     let guard = loop {
@@ -397,8 +399,9 @@ pub(crate) fn close_with_goodbye(stream: &TcpStream, write: &Mutex<()>) {
         }
     };
     if guard.is_some() {
-        let hdr = frame_header(GOODBYE_TAG, 0);
-        let _ = write_all_checked(stream, &[&hdr], &|| {
+        let reason = &reason[..reason.len().min(MAX_GOODBYE_REASON)];
+        let hdr = frame_header(GOODBYE_TAG, reason.len());
+        let _ = write_all_checked(stream, &[&hdr, reason], &|| {
             if Instant::now() < until {
                 Ok(())
             } else {

@@ -4,6 +4,7 @@
 pub mod executor;
 pub mod stream;
 
+use crate::abort::AbortFlag;
 use crate::backend::{Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle};
 use crate::error::{Error, Result};
 use crate::transport::socket::SocketMesh;
@@ -55,6 +56,15 @@ pub struct HostTransport {
     pub mesh: SocketMesh,
     /// Runs this communicator's operations in issue order.
     pub queue: HostStream,
+    /// The communicator's flag: its first error travels with the goodbye when it closes.
+    abort: AbortFlag,
+}
+
+impl Drop for HostTransport {
+    fn drop(&mut self) {
+        let reason = self.abort.error().map(|e| e.to_string());
+        self.mesh.close_after(reason.as_deref());
+    }
 }
 
 /// A marker on a host stream: the stream and the number of jobs queued when it was recorded.
@@ -218,6 +228,7 @@ impl Backend for HostBackend {
         Ok(HostTransport {
             mesh: SocketMesh::connect(ctx.bootstrap, ctx.abort, ctx.timeout)?,
             queue: HostStream::new(&format!("comm-r{rank}"))?,
+            abort: ctx.abort.clone(),
         })
     }
     unsafe fn launch(

@@ -323,12 +323,20 @@ impl SocketMesh {
     /// Says goodbye to every peer and shuts the sockets down; reader threads then exit. Peers do
     /// not treat this rank as dead afterwards. Idempotent; also run on drop.
     pub fn close(&self) {
+        self.close_after(None);
+    }
+
+    /// Like [`SocketMesh::close`], but when this rank leaves because of a failure (`reason`),
+    /// peers still waiting on it fail with that reason, so they name the rank that really died
+    /// rather than this one.
+    pub fn close_after(&self, reason: Option<&str>) {
         if self.shared.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         self.shared.mailbox.close_local();
+        let reason = reason.unwrap_or_default().as_bytes();
         for l in self.links.iter().flatten() {
-            wire::close_with_goodbye(&l.stream, &l.write);
+            wire::close_with_goodbye(&l.stream, &l.write, reason);
         }
         tracing::debug!(target: "oxccl::net", "rank {}: socket mesh closed", self.rank);
     }
@@ -399,7 +407,7 @@ fn dial(
 }
 
 fn read_loop(shared: Arc<Shared>, peer: u32, mut stream: TcpStream) {
-    let mut goodbye = false;
+    let mut goodbye = None;
     let why = loop {
         let mut h = [0u8; FRAME_HEADER_BYTES];
         if let Err(e) = stream.read_exact(&mut h) {
@@ -409,7 +417,11 @@ fn read_loop(shared: Arc<Shared>, peer: u32, mut stream: TcpStream) {
         }
         let (tag, len) = wire::parse_header(&h);
         if tag == GOODBYE_TAG {
-            goodbye = true;
+            let mut reason = vec![0u8; (len as usize).min(wire::MAX_GOODBYE_REASON)];
+            if stream.read_exact(&mut reason).is_err() {
+                reason.clear();
+            }
+            goodbye = Some(String::from_utf8_lossy(&reason).into_owned());
             continue;
         }
         if len > MAX_DATA_MSG {
@@ -426,11 +438,16 @@ fn read_loop(shared: Arc<Shared>, peer: u32, mut stream: TcpStream) {
     if shared.closed.load(Ordering::Acquire) {
         return;
     }
-    if goodbye {
-        tracing::debug!(target: "oxccl::net", "rank {}: rank {peer} closed its data connection", shared.rank);
-        shared.mailbox.mark_closed(peer);
-    } else {
-        shared.mailbox.mark_dead(peer, &why);
+    match goodbye {
+        Some(reason) if reason.is_empty() => {
+            tracing::debug!(target: "oxccl::net", "rank {}: rank {peer} closed its data connection", shared.rank);
+            shared.mailbox.mark_closed(peer);
+        }
+        // It left because of a failure elsewhere: everyone waiting must fail, and say why.
+        Some(reason) => shared
+            .mailbox
+            .mark_dead(peer, &format!("it left after: {reason}")),
+        None => shared.mailbox.mark_dead(peer, &why),
     }
 }
 
@@ -592,6 +609,26 @@ mod tests {
                 }
             }
             // Nobody closes before everyone checked, or a clean close could be seen first.
+            sync.wait();
+        });
+    }
+
+    /// A rank leaving because of a failure elsewhere passes the reason on: a peer waiting on
+    /// it fails naming the rank that really died, not the one that left.
+    #[test]
+    fn leaving_after_a_failure_passes_the_reason_on() {
+        let sync = Arc::new(Barrier::new(2));
+        run_ranks(2, move |b| {
+            let m = mesh(&b);
+            sync.wait();
+            if m.rank() == 0 {
+                let e = m.recv(1, 9, &mut [0u8; 4], &AbortFlag::new()).unwrap_err();
+                assert!(matches!(e, Error::Remote(_)), "{e:?}");
+                assert!(e.to_string().contains("rank 7 died: test"), "{e}");
+            } else {
+                thread::sleep(Duration::from_millis(100));
+                m.close_after(Some("rank 7 died: test"));
+            }
             sync.wait();
         });
     }
