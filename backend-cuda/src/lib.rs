@@ -15,7 +15,7 @@ use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
-pub use kernels::MAX_CHANNELS;
+pub use kernels::{FifoGeometry, MAX_CHANNELS};
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
@@ -28,6 +28,7 @@ pub struct CudaBackend {
     mem: Arc<Memory>,
     modules: Arc<Modules>,
     devices: Vec<CUdevice>,
+    geometry: FifoGeometry,
 }
 
 /// A CUDA event (timing disabled), destroyed on drop.
@@ -45,6 +46,7 @@ impl CudaBackend {
     ///
     /// Fails with an error (never a panic) when no driver library exists or it has no device.
     pub fn load() -> Result<CudaBackend> {
+        let geometry = FifoGeometry::from_env()?;
         if !driver::driver_present() {
             return Err(Error::Backend {
                 api: "dlopen(libcuda.so)",
@@ -85,6 +87,7 @@ impl CudaBackend {
             mem: Arc::new(Memory::new(ctxs, peer)),
             modules: Arc::new(Modules::default()),
             devices,
+            geometry,
         })
     }
 
@@ -254,13 +257,13 @@ impl Backend for CudaBackend {
         self.mem.pointer_info(ptr)
     }
     fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(kernels::FIFO_MESSAGE_BYTES)
+        Some(self.geometry.message_bytes())
     }
     fn max_channels(&self) -> Option<u32> {
-        Some(kernels::MAX_CHANNELS as u32)
+        Some(self.geometry.channels as u32)
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
-        CudaTransport::connect(self.mem.clone(), self.modules.clone(), ctx)
+        CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
     }
     unsafe fn launch(
         &self,

@@ -1,19 +1,16 @@
 //! Per-communicator connections (P2P FIFOs through peer-mapped VMM memory) and the launch of
 //! plan executors.
 //!
-//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for up to
-//! [`MAX_CHANNELS`] channels: `NSLOTS` slots of `SLOT_BYTES` plus a head and a tail counter, each
-//! on its own 64-byte line. The allocation is published through the bootstrap; peers of the same
+//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for the
+//! channels of its [`FifoGeometry`]: slots plus a head and a tail counter, each on its own
+//! 64-byte line. The allocation is published through the bootstrap; peers of the same
 //! process use its address directly (VMM access was granted to every P2P-capable device), peers in
 //! other processes of the same host import its exported descriptor. There is no SHM or NET
 //! fallback yet: a pair of devices without P2P access, or ranks on different hosts, fail at init.
 
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
-use crate::kernels::{
-    self, DevChannel, DevConn, LaunchArgs, MAX_CHANNELS, conn_table, fifo_bytes,
-    fifo_counter_bytes, parse_record, publish,
-};
+use crate::kernels::{self, DevChannel, FifoGeometry, LaunchArgs, parse_record, publish};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
@@ -57,6 +54,11 @@ struct LaunchState {
     next: usize,
     /// Index of the arena of the latest launch (its event marks this communicator's tail).
     last: Option<usize>,
+    /// Shared buffers replaced by larger ones, freed with the transport.
+    retired: Vec<CUdeviceptr>,
+    /// Argument blocks and loopback flags of launches captured into graphs, freed with the
+    /// transport (a graph may be replayed as long as its communicator lives).
+    captured: Vec<CUdeviceptr>,
 }
 
 /// One communicator's connections on the CUDA backend.
@@ -68,11 +70,15 @@ pub struct CudaTransport {
     nranks: u32,
     fifo: DevicePtr,
     imported: Vec<DevicePtr>,
-    /// `send_conns` then `recv_conns`, `MAX_CHANNELS * nranks` each.
+    /// How the FIFOs are cut (the same on every rank).
+    geometry: FifoGeometry,
+    /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each.
     conns: CUdeviceptr,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,
     watcher: Option<AbortWatcher>,
+    /// Our own non-blocking stream for set-up copies, never captured.
+    setup: Shared<CUstream>,
     state: Mutex<LaunchState>,
 }
 
@@ -121,12 +127,13 @@ impl CudaTransport {
     pub(crate) fn connect(
         mem: Arc<Memory>,
         modules: Arc<Modules>,
+        geometry: FifoGeometry,
         ctx: &ConnectContext<'_>,
     ) -> Result<CudaTransport> {
         let bs = ctx.bootstrap;
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
         let _g = mem.bind(device)?;
-        let bytes = fifo_bytes(nranks);
+        let bytes = geometry.fifo_bytes(nranks);
         let fifo = mem.alloc(device, bytes as usize)?;
         let mut t = CudaTransport {
             mem: mem.clone(),
@@ -136,10 +143,12 @@ impl CudaTransport {
             nranks,
             fifo,
             imported: Vec::new(),
+            geometry,
             conns: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
+            setup: Shared(std::ptr::null_mut()),
             state: Mutex::new(LaunchState {
                 epoch: 0,
                 scratch: (0, 0),
@@ -148,10 +157,21 @@ impl CudaTransport {
                 arenas: Vec::new(),
                 next: 0,
                 last: None,
+                retired: Vec::new(),
+                captured: Vec::new(),
             }),
         };
+        let mut setup: CUstream = std::ptr::null_mut();
+        // SAFETY: creates a stream in the device's (current) context.
+        unsafe {
+            call!(cuStreamCreate(
+                &mut setup,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
+            ))
+        }?;
+        t.setup = Shared(setup);
         // Zero the counters (slots need no initialisation).
-        let zeros = vec![0u8; fifo_counter_bytes(nranks)];
+        let zeros = vec![0u8; geometry.counter_bytes(nranks)];
         // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
         unsafe { call!(cuMemcpyHtoD_v2(fifo, zeros.as_ptr().cast(), zeros.len())) }?;
 
@@ -160,7 +180,13 @@ impl CudaTransport {
         } else {
             Vec::new()
         };
-        let all = bs.all_gather(&publish(std::process::id(), device, fifo, &handle))?;
+        let all = bs.all_gather(&publish(
+            std::process::id(),
+            device,
+            fifo,
+            &geometry,
+            &handle,
+        ))?;
         let me = &bs.peers()[rank as usize];
         let mut peer_fifo = vec![0u64; nranks as usize];
         for p in 0..nranks as usize {
@@ -172,6 +198,12 @@ impl CudaTransport {
                 Error::Internal(format!("rank {p} published a short FIFO record"))
             })?;
             let (pdev, pfifo) = (rec.device, rec.fifo);
+            if rec.geometry != geometry {
+                return Err(Error::usage(format!(
+                    "rank {p} cut its FIFOs as {:?}, this rank as {geometry:?}: set OXCCL_FIFO_* alike on every rank",
+                    rec.geometry
+                )));
+            }
             let info = &bs.peers()[p];
             if !info.same_host(me) {
                 return Err(Error::usage(format!(
@@ -208,7 +240,7 @@ impl CudaTransport {
             }
         }
 
-        let table = conn_table(rank, nranks, fifo, &peer_fifo);
+        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo);
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
         unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
@@ -238,6 +270,11 @@ impl CudaTransport {
 
     /// Queues `work` on `stream` (`Backend::launch`).
     ///
+    /// While `stream` is capturing a CUDA graph the launch becomes graph nodes that replay
+    /// correctly: its arguments live in device memory of their own (never reused), its loopback
+    /// flags are reset by a memset node at every replay, and it does not join the eager
+    /// launches' cross-stream ordering (a captured stream may not wait on outside events).
+    ///
     /// # Safety
     /// `buffers` are valid for the plan's regions until the kernel has run; `stream` is live.
     pub(crate) unsafe fn launch(
@@ -257,62 +294,299 @@ impl CudaTransport {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
-        if nch > MAX_CHANNELS {
+        if nch > self.geometry.channels {
             return Err(Error::usage(format!(
-                "the plan uses {nch} channels; the CUDA backend supports at most {MAX_CHANNELS} (lower OXCCL_NCHANNELS)"
+                "the plan uses {nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
+                self.geometry.channels
             )));
         }
+        let s = stream.raw();
+        let capturing = capture_status(s)?;
+        // Allocations and host waits below are "unsafe during capture" in global mode; they
+        // touch only our own memory and our setup stream, never the captured stream.
+        let _relaxed = capturing.then(RelaxedCapture::enter).transpose()?;
         let _g = self.mem.bind(self.device)?;
         let func = self.modules.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
         let red = kernels::reduction_args(&work.reduction);
         let esize = work.dtype.size();
-        let s = stream.raw();
 
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *st;
-        let last_event = st.last.map(|i| st.arenas[i].event);
-        // Grow shared buffers after every earlier launch of this communicator has finished.
         let scratch_need = (work.scratch_elems as usize).saturating_mul(esize);
-        let lb_need = enc.loopback_bytes as usize;
-        let fl_need = enc.loopback_offsets.len() * 8;
-        if scratch_need > st.scratch.1 || lb_need > st.loopback.1 || fl_need > st.flags.1 {
-            if let Some(ev) = last_event {
-                // SAFETY: `ev` is a live event of this transport.
-                unsafe { call!(cuEventSynchronize(ev)) }?;
+        let flags_need = enc.loopback_offsets.len() * 8;
+        st.grow(
+            self.setup.0,
+            scratch_need,
+            enc.loopback_bytes as usize,
+            flags_need,
+        )?;
+
+        let layout = ArgsLayout::new(
+            nch,
+            enc.steps.len(),
+            buffers.len(),
+            enc.loopback_offsets.len(),
+        );
+        let (scratch, loopback) = (st.scratch.0, st.loopback.0);
+        let args_for = |dev: CUdeviceptr, flags: CUdeviceptr, epoch: u64| {
+            let mut table: Vec<u64> = buffers.to_vec();
+            if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
+                *slot = scratch;
             }
-            if scratch_need > st.scratch.1 {
-                dev_free(st.scratch.0);
-                st.scratch = (0, 0);
-                let n = scratch_need.next_power_of_two();
-                st.scratch = (dev_alloc(n)?, n);
+            let args = LaunchArgs {
+                channels: dev + layout.channels as u64,
+                buffers: dev + layout.buffers as u64,
+                send_conns: self.conns,
+                recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
+                loopback,
+                loopback_offs: dev + layout.loopback_offs as u64,
+                loopback_flags: flags,
+                pre_scale_ptr: red.pre_scale_ptr,
+                abort_flag: self.abort_dev,
+                pre_scale_bytes: red.pre_scale_bytes,
+                epoch,
+                nchannels: nch as u32,
+                nranks: self.nranks,
+                rank: self.rank,
+                nbuffers: table.len() as u32,
+                post_div: red.post_div,
+                dtype: work.dtype as u8,
+                redop: red.redop,
+                flags: red.flags,
+                pad: 0,
+            };
+            layout.image(dev, &args, &enc, &table)
+        };
+
+        if capturing {
+            // One argument block per captured launch, alive as long as the communicator, and
+            // private loopback flags that a memset node clears before every replay (epoch 1).
+            let dev = dev_alloc(layout.total)?;
+            st.captured.push(dev);
+            let flags = if flags_need > 0 {
+                let f = dev_alloc(flags_need)?;
+                st.captured.push(f);
+                f
+            } else {
+                0
+            };
+            let bytes = args_for(dev, flags, 1);
+            upload_now(self.setup.0, dev, &bytes)?;
+            if flags != 0 {
+                // SAFETY: `flags` holds `flags_need` bytes; captured as a node before the kernel.
+                unsafe { call!(cuMemsetD8Async(flags, 0, flags_need, s)) }?;
             }
-            if lb_need > st.loopback.1 {
-                dev_free(st.loopback.0);
-                st.loopback = (0, 0);
-                let n = lb_need.next_power_of_two();
-                st.loopback = (dev_alloc(n)?, n);
-            }
-            if fl_need > st.flags.1 {
-                dev_free(st.flags.0);
-                st.flags = (0, 0);
-                let n = fl_need.next_power_of_two().max(256);
-                let p = dev_alloc(n)?;
-                st.flags = (p, n);
-                // SAFETY: `p` holds `n` bytes; ordered before the kernel on the same stream.
-                unsafe { call!(cuMemsetD8Async(p, 0, n, s)) }?;
-            }
+            // SAFETY: as for the eager launch below; the argument block is never rewritten.
+            return unsafe { launch_kernel(func.0, nch, dev, s) };
         }
 
-        // Arena layout: args | channels | steps | buffers | loopback offsets.
-        let a16 = |x: usize| x.next_multiple_of(16);
-        let off_ch = a16(size_of::<LaunchArgs>());
-        let off_steps = off_ch + a16(nch * size_of::<DevChannel>());
-        let off_bufs = off_steps + a16(enc.steps.len() * 48);
-        let off_lb = off_bufs + a16(buffers.len() * 8);
-        let need = off_lb + a16(enc.loopback_offsets.len() * 8);
+        let last_event = st.last.map(|i| st.arenas[i].event);
+        let idx = st.take_arena(layout.total)?;
+        let arena = &st.arenas[idx];
+        let (dev, host) = (arena.dev, arena.host);
+        st.epoch += 1;
+        let bytes = args_for(dev, st.flags.0, st.epoch);
+        // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch has
+        // completed (`take_arena`).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host, bytes.len()) };
+        // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
+        unsafe { call!(cuMemcpyHtoDAsync_v2(dev, host.cast(), bytes.len(), s)) }?;
+        if let Some(ev) = last_event {
+            // Operations of one communicator run in issue order, whatever streams they use.
+            // SAFETY: `ev` is a live event of this transport.
+            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
+        }
+        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
+        // until the kernel has run (caller for user buffers, this transport for the rest).
+        unsafe { launch_kernel(func.0, nch, dev, s) }?;
+        // SAFETY: records the arena's event after the kernel on the same stream.
+        unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
+        st.last = Some(idx);
+        Ok(())
+    }
+}
 
-        if st.arenas.len() < ARENAS {
+/// True while `s` is capturing a graph (an invalidated capture is an error: NCCL fails too).
+fn capture_status(s: CUstream) -> Result<bool> {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `s` is a live stream; writes its capture status.
+    unsafe { call!(cuStreamIsCapturing(s, &mut st)) }?;
+    match st {
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(false),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(true),
+        _ => Err(Error::usage(
+            "the stream's graph capture was invalidated before this operation",
+        )),
+    }
+}
+
+/// This thread's stream-capture mode switched to relaxed, restored on drop (as NCCL does around
+/// its own allocations while a user's stream captures).
+struct RelaxedCapture(sys::CUstreamCaptureMode);
+
+impl RelaxedCapture {
+    fn enter() -> Result<RelaxedCapture> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: swaps this thread's capture mode; the previous one is written back to `mode`.
+        unsafe { call!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
+        Ok(RelaxedCapture(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        // SAFETY: restores the mode `enter` replaced.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
+    }
+}
+
+/// Copies `bytes` to `dev` through the transport's private stream and waits for it.
+fn upload_now(setup: CUstream, dev: CUdeviceptr, bytes: &[u8]) -> Result<()> {
+    // SAFETY: `dev` holds at least `bytes.len()` bytes; the copy completes before we return.
+    unsafe {
+        call!(cuMemcpyHtoDAsync_v2(
+            dev,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            setup
+        ))
+    }?;
+    // SAFETY: `setup` is the transport's live stream.
+    unsafe { call!(cuStreamSynchronize(setup)) }
+}
+
+/// Launches an executor kernel: one block per channel, its argument block at `args`.
+///
+/// # Safety
+/// `args` holds a complete `OxcclLaunchArgs` image valid until the kernel has run.
+unsafe fn launch_kernel(
+    func: sys::CUfunction,
+    nch: usize,
+    args: CUdeviceptr,
+    s: CUstream,
+) -> Result<()> {
+    let mut argp: u64 = args;
+    let mut params = [(&mut argp as *mut u64).cast::<std::ffi::c_void>()];
+    // SAFETY: `func` takes one pointer argument, passed by value from `params`.
+    unsafe {
+        call!(cuLaunchKernel(
+            func,
+            nch as u32,
+            1,
+            1,
+            BLOCK_THREADS,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut()
+        ))
+    }
+}
+
+/// Where each part of a launch's argument block sits: args | channels | steps | buffers |
+/// loopback offsets, each 16-byte aligned.
+struct ArgsLayout {
+    channels: usize,
+    steps: usize,
+    buffers: usize,
+    loopback_offs: usize,
+    total: usize,
+}
+
+impl ArgsLayout {
+    fn new(nch: usize, nsteps: usize, nbuffers: usize, nloopback: usize) -> ArgsLayout {
+        let a16 = |x: usize| x.next_multiple_of(16);
+        let channels = a16(size_of::<LaunchArgs>());
+        let steps = channels + a16(nch * size_of::<DevChannel>());
+        let buffers = steps + a16(nsteps * 48);
+        let loopback_offs = buffers + a16(nbuffers * 8);
+        let total = loopback_offs + a16(nloopback * 8);
+        ArgsLayout {
+            channels,
+            steps,
+            buffers,
+            loopback_offs,
+            total,
+        }
+    }
+
+    /// The argument block for device address `dev`.
+    fn image(
+        &self,
+        dev: CUdeviceptr,
+        args: &LaunchArgs,
+        enc: &kernels::EncodedWork,
+        table: &[u64],
+    ) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.total];
+        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        for (c, r) in enc.channels.iter().enumerate() {
+            let ch = DevChannel {
+                steps: dev + (self.steps + r.start * 48) as u64,
+                nsteps: r.len() as u32,
+                pad: 0,
+            };
+            let at = self.channels + c * size_of::<DevChannel>();
+            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
+        }
+        for (i, step) in enc.steps.iter().enumerate() {
+            let at = self.steps + i * 48;
+            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
+        }
+        for (i, b) in table.iter().enumerate() {
+            let at = self.buffers + i * 8;
+            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
+        }
+        for (i, o) in enc.loopback_offsets.iter().enumerate() {
+            let at = self.loopback_offs + i * 8;
+            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
+        }
+        bytes
+    }
+}
+
+impl LaunchState {
+    /// Makes the shared buffers large enough. A replaced buffer is retired, not freed: captured
+    /// graphs may still reference it, and in-flight launches still use it.
+    fn grow(
+        &mut self,
+        setup: CUstream,
+        scratch: usize,
+        loopback: usize,
+        flags: usize,
+    ) -> Result<()> {
+        if scratch > self.scratch.1 {
+            let n = scratch.next_power_of_two();
+            let p = dev_alloc(n)?;
+            self.retired
+                .push(std::mem::replace(&mut self.scratch, (p, n)).0);
+        }
+        if loopback > self.loopback.1 {
+            let n = loopback.next_power_of_two();
+            let p = dev_alloc(n)?;
+            self.retired
+                .push(std::mem::replace(&mut self.loopback, (p, n)).0);
+        }
+        if flags > self.flags.1 {
+            let n = flags.next_power_of_two().max(256);
+            let p = dev_alloc(n)?;
+            // Zero before first use; no launch can reference the new memory yet.
+            // SAFETY: `p` holds `n` bytes; `setup` is the transport's live stream.
+            unsafe { call!(cuMemsetD8Async(p, 0, n, setup)) }?;
+            // SAFETY: as above.
+            unsafe { call!(cuStreamSynchronize(setup)) }?;
+            self.retired
+                .push(std::mem::replace(&mut self.flags, (p, n)).0);
+        }
+        Ok(())
+    }
+
+    /// The next launch-argument arena, at least `need` bytes, once its previous launch is done.
+    fn take_arena(&mut self, need: usize) -> Result<usize> {
+        if self.arenas.len() < ARENAS {
             let mut ev: CUevent = std::ptr::null_mut();
             // SAFETY: creates an event in the current (the device's) context.
             unsafe {
@@ -321,17 +595,17 @@ impl CudaTransport {
                     sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
                 ))
             }?;
-            st.arenas.push(Arena {
+            self.arenas.push(Arena {
                 host: std::ptr::null_mut(),
                 dev: 0,
                 cap: 0,
                 event: ev,
             });
-            st.next = st.arenas.len() - 1;
+            self.next = self.arenas.len() - 1;
         }
-        let idx = st.next;
-        st.next = (st.next + 1) % ARENAS;
-        let arena = &mut st.arenas[idx];
+        let idx = self.next;
+        self.next = (self.next + 1) % ARENAS;
+        let arena = &mut self.arenas[idx];
         // The arena's previous launch must have read its arguments before they are rewritten.
         // SAFETY: a live event (recorded or not: an unrecorded event is complete).
         unsafe { call!(cuEventSynchronize(arena.event)) }?;
@@ -353,91 +627,7 @@ impl CudaTransport {
             };
             arena.cap = cap;
         }
-        let dev = arena.dev;
-        let mut bytes = vec![0u8; need];
-        st.epoch += 1;
-        let mut table: Vec<u64> = buffers.to_vec();
-        if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
-            *slot = st.scratch.0;
-        }
-        let nr = u64::from(self.nranks);
-        let args = LaunchArgs {
-            channels: dev + off_ch as u64,
-            buffers: dev + off_bufs as u64,
-            send_conns: self.conns,
-            recv_conns: self.conns + MAX_CHANNELS as u64 * nr * size_of::<DevConn>() as u64,
-            loopback: st.loopback.0,
-            loopback_offs: dev + off_lb as u64,
-            loopback_flags: st.flags.0,
-            pre_scale_ptr: red.pre_scale_ptr,
-            abort_flag: self.abort_dev,
-            pre_scale_bytes: red.pre_scale_bytes,
-            epoch: st.epoch,
-            nchannels: nch as u32,
-            nranks: self.nranks,
-            rank: self.rank,
-            nbuffers: table.len() as u32,
-            post_div: red.post_div,
-            dtype: work.dtype as u8,
-            redop: red.redop,
-            flags: red.flags,
-            pad: 0,
-        };
-        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
-        for (c, r) in enc.channels.iter().enumerate() {
-            let ch = DevChannel {
-                steps: dev + (off_steps + r.start * 48) as u64,
-                nsteps: r.len() as u32,
-                pad: 0,
-            };
-            let at = off_ch + c * size_of::<DevChannel>();
-            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
-        }
-        for (i, step) in enc.steps.iter().enumerate() {
-            let at = off_steps + i * 48;
-            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
-        }
-        for (i, b) in table.iter().enumerate() {
-            let at = off_bufs + i * 8;
-            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
-        }
-        for (i, o) in enc.loopback_offsets.iter().enumerate() {
-            let at = off_lb + i * 8;
-            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
-        }
-        let arena = &mut st.arenas[idx];
-        // SAFETY: `arena.host` holds `cap >= need` bytes, and its previous launch has completed.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arena.host, need) };
-        // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
-        unsafe { call!(cuMemcpyHtoDAsync_v2(dev, arena.host.cast(), need, s)) }?;
-        if let Some(ev) = last_event {
-            // Operations of one communicator run in issue order, whatever streams they use.
-            // SAFETY: `ev` is a live event of this transport.
-            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
-        }
-        let mut argp: u64 = dev;
-        let mut params = [(&mut argp as *mut u64).cast::<std::ffi::c_void>()];
-        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
-        // until the kernel has run (caller for user buffers, this transport for the rest).
-        unsafe {
-            call!(cuLaunchKernel(
-                func.0,
-                nch as u32,
-                1,
-                1,
-                BLOCK_THREADS,
-                1,
-                1,
-                0,
-                s,
-                params.as_mut_ptr(),
-                std::ptr::null_mut()
-            ))
-        }?;
-        // SAFETY: records the arena's event after the kernel on the same stream.
-        unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
-        st.last = Some(idx);
-        Ok(())
+        Ok(idx)
     }
 }
 
@@ -463,6 +653,13 @@ impl Drop for CudaTransport {
         dev_free(st.scratch.0);
         dev_free(st.loopback.0);
         dev_free(st.flags.0);
+        for p in st.retired.drain(..).chain(st.captured.drain(..)) {
+            dev_free(p);
+        }
+        if !self.setup.0.is_null() {
+            // SAFETY: our stream; everything queued on it was waited for.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.setup.0) };
+        }
         dev_free(self.conns);
         host_free(self.abort_host.cast());
         for &va in &self.imported {

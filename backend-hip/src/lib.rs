@@ -13,7 +13,7 @@ pub mod runtime;
 pub mod sys;
 pub mod transport;
 
-pub use kernels::MAX_CHANNELS;
+pub use kernels::{FifoGeometry, MAX_CHANNELS};
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
@@ -95,6 +95,8 @@ pub struct HipBackend {
     granularity: Arc<Mutex<HashMap<i32, Option<usize>>>>,
     /// The kernels' module per device (`hipModule_t`).
     modules: Arc<Mutex<HashMap<i32, usize>>>,
+    /// How communicators' FIFOs are cut (`OXCCL_FIFO_*`).
+    geometry: FifoGeometry,
 }
 
 impl std::fmt::Debug for HipBackend {
@@ -126,7 +128,10 @@ impl HipBackend {
     /// Loads the HIP runtime and checks that a device exists ("no HIP runtime ..." / "no HIP
     /// device" otherwise).
     pub fn load() -> Result<HipBackend> {
-        Ok(HipBackend::with_runtime(Hip::load()?))
+        let geometry = FifoGeometry::from_env()?;
+        let mut be = HipBackend::with_runtime(Hip::load()?);
+        be.geometry = geometry;
+        Ok(be)
     }
 
     /// A backend over an already loaded runtime.
@@ -136,7 +141,13 @@ impl HipBackend {
             allocs: Arc::new(Mutex::new(BTreeMap::new())),
             granularity: Arc::new(Mutex::new(HashMap::new())),
             modules: Arc::new(Mutex::new(HashMap::new())),
+            geometry: FifoGeometry::default(),
         }
+    }
+
+    /// How this backend's communicators cut their FIFOs.
+    pub fn geometry(&self) -> FifoGeometry {
+        self.geometry
     }
 
     /// The loaded runtime.
@@ -752,10 +763,10 @@ impl Backend for HipBackend {
     }
 
     fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(kernels::FIFO_MESSAGE_BYTES)
+        Some(self.geometry.message_bytes())
     }
     fn max_channels(&self) -> Option<u32> {
-        Some(kernels::MAX_CHANNELS as u32)
+        Some(self.geometry.channels as u32)
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
         HipTransport::connect(self, ctx)

@@ -2,9 +2,9 @@
 //! plan executors: the HIP twin of `backend-cuda/src/transport.rs`, with the same layout, the
 //! same bootstrap record and the same launch ABI (`kernels/include/oxccl/work.h`).
 //!
-//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for up to
-//! [`MAX_CHANNELS`] channels: `NSLOTS` slots of `SLOT_BYTES` plus a head and a tail counter, each
-//! on its own 64-byte line. The allocation is published through the bootstrap; peers of the same
+//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for the
+//! channels of its [`FifoGeometry`]: slots plus a head and a tail counter, each on its own
+//! 64-byte line. The allocation is published through the bootstrap; peers of the same
 //! process use its address directly (VMM access was granted to every peer-capable device, and
 //! peer access is enabled for `hipMalloc` memory), peers in other processes of the same host
 //! import its exported handle (a POSIX file descriptor, or a `hipIpcMemHandle_t`). There is no
@@ -13,10 +13,7 @@
 //!
 //! None of this has run on an AMD GPU.
 
-use crate::kernels::{
-    self, DevChannel, DevConn, DevStep, LaunchArgs, MAX_CHANNELS, conn_table, fifo_bytes,
-    fifo_counter_bytes, parse_record, publish,
-};
+use crate::kernels::{self, DevChannel, DevStep, FifoGeometry, LaunchArgs, parse_record, publish};
 use crate::runtime::hip_call;
 use crate::{HipBackend, HipStream, sys, with_device};
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
@@ -92,7 +89,9 @@ pub struct HipTransport {
     nranks: u32,
     fifo: DevicePtr,
     imported: Vec<DevicePtr>,
-    /// `send_conns` then `recv_conns`, `MAX_CHANNELS * nranks` each (hipMalloc).
+    /// How the FIFOs are cut (the same on every rank).
+    geometry: FifoGeometry,
+    /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each (hipMalloc).
     conns: DevicePtr,
     abort_host: *mut u32,
     abort_dev: DevicePtr,
@@ -214,7 +213,8 @@ impl HipTransport {
     fn connect_current(be: &HipBackend, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
         let bs = ctx.bootstrap;
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
-        let fifo = be.mem_alloc(device, fifo_bytes(nranks) as usize)?;
+        let geometry = be.geometry();
+        let fifo = be.mem_alloc(device, geometry.fifo_bytes(nranks) as usize)?;
         // From here on Drop frees what the transport holds.
         let mut t = HipTransport {
             be: be.clone(),
@@ -223,6 +223,7 @@ impl HipTransport {
             nranks,
             fifo,
             imported: Vec::new(),
+            geometry,
             conns: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
@@ -238,7 +239,7 @@ impl HipTransport {
             }),
         };
         // Zero the counters (slots need no initialisation).
-        be.copy_h2d(fifo, &vec![0u8; fifo_counter_bytes(nranks)])?;
+        be.copy_h2d(fifo, &vec![0u8; geometry.counter_bytes(nranks)])?;
 
         let handle = if nranks > 1 {
             // SAFETY: `fifo` is our live allocation.
@@ -252,7 +253,13 @@ impl HipTransport {
         } else {
             Vec::new()
         };
-        let all = bs.all_gather(&publish(std::process::id(), device, fifo, &handle))?;
+        let all = bs.all_gather(&publish(
+            std::process::id(),
+            device,
+            fifo,
+            &geometry,
+            &handle,
+        ))?;
         let me = &bs.peers()[rank as usize];
         let mut peer_fifo = vec![0u64; nranks as usize];
         for p in 0..nranks as usize {
@@ -263,6 +270,12 @@ impl HipTransport {
             let rec = parse_record(&all[p]).ok_or_else(|| {
                 Error::Internal(format!("rank {p} published a short FIFO record"))
             })?;
+            if rec.geometry != geometry {
+                return Err(Error::usage(format!(
+                    "rank {p} cut its FIFOs as {:?}, this rank as {geometry:?}: set OXCCL_FIFO_* alike on every rank",
+                    rec.geometry
+                )));
+            }
             let info = &bs.peers()[p];
             if !info.same_host(me) {
                 return Err(Error::usage(format!(
@@ -282,13 +295,13 @@ impl HipTransport {
                 }
                 let h = ShareableHandle(rec.handle.to_vec());
                 // SAFETY: the handle is a peer's export of its FIFO allocation of this size.
-                let va = unsafe { be.import_handle(&h, fifo_bytes(nranks) as usize) }?;
+                let va = unsafe { be.import_handle(&h, geometry.fifo_bytes(nranks) as usize) }?;
                 t.imported.push(va);
                 peer_fifo[p] = va;
             }
         }
 
-        let table = conn_table(rank, nranks, fifo, &peer_fifo);
+        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo);
         t.conns = be.dev_alloc(table.len())?;
         be.copy_h2d(t.conns, &table)?;
 
@@ -328,9 +341,10 @@ impl HipTransport {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
-        if nch > MAX_CHANNELS {
+        if nch > self.geometry.channels {
             return Err(Error::usage(format!(
-                "the plan uses {nch} channels; the HIP backend supports at most {MAX_CHANNELS} (lower OXCCL_NCHANNELS)"
+                "the plan uses {nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
+                self.geometry.channels
             )));
         }
         // SAFETY: forwarded from the caller.
@@ -442,12 +456,11 @@ impl HipTransport {
         if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
             *slot = st.scratch.0;
         }
-        let nr = u64::from(self.nranks);
         let args = LaunchArgs {
             channels: dev + lay.channels as u64,
             buffers: dev + lay.buffers as u64,
             send_conns: self.conns,
-            recv_conns: self.conns + MAX_CHANNELS as u64 * nr * size_of::<DevConn>() as u64,
+            recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
             loopback: st.loopback.0,
             loopback_offs: dev + lay.loopback as u64,
             loopback_flags: st.flags.0,
@@ -604,7 +617,7 @@ mod tests {
 
     #[test]
     fn chunk_bound_leaves_one_slot() {
-        assert_eq!(kernels::FIFO_MESSAGE_BYTES, 7 * 64 * 1024);
+        assert_eq!(FifoGeometry::default().message_bytes(), 7 * 64 * 1024);
         assert_eq!(BLOCK_THREADS % 64, 0);
     }
 }

@@ -93,11 +93,17 @@ impl AbortFlag {
             .name(name)
             .spawn(move || {
                 let mut on_abort = Some(on_abort);
-                while !halt.load(Ordering::Acquire) {
+                loop {
+                    // Read `halt` first: an abort raised just before the owner stops the watcher
+                    // (abort then destroy) must still reach the device, or kernels keep spinning.
+                    let halted = halt.load(Ordering::Acquire);
                     if flag.is_aborted()
                         && let Some(f) = on_abort.take()
                     {
                         f();
+                    }
+                    if halted {
+                        break;
                     }
                     std::thread::sleep(WATCH_INTERVAL);
                 }
@@ -144,6 +150,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(hits.load(Ordering::SeqCst), 1);
         drop(w);
+    }
+
+    /// Abort immediately followed by teardown (what `ncclCommAbort` does) still fires.
+    #[test]
+    fn watcher_fires_when_dropped_right_after_the_abort() {
+        for _ in 0..20 {
+            let flag = AbortFlag::new();
+            let hits = Arc::new(AtomicU32::new(0));
+            let h = hits.clone();
+            let w = flag
+                .watch("test-watch".into(), move || {
+                    h.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            flag.abort();
+            drop(w);
+            assert_eq!(hits.load(Ordering::SeqCst), 1);
+        }
     }
 }
 

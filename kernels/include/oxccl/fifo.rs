@@ -4,79 +4,160 @@
 //
 // One rank's FIFO allocation holds, for every (channel, sending peer), the head and tail
 // counters (page-aligned block first), then the slots. At connect every rank publishes a record
-// (pid, device, FIFO address, export handle) through the bootstrap network.
+// (pid, device, FIFO address, geometry, export handle) through the bootstrap network.
 
 use super::DevConn;
 use oxccl_core::backend::DevicePtr;
+use oxccl_core::error::{Error, Result};
 
-/// Channels a transport has FIFOs for; plans with more channels are refused.
-pub const MAX_CHANNELS: usize = 16;
-/// Bytes per FIFO slot (a multiple of 16 and of every element size).
-pub const SLOT_BYTES: u64 = 64 << 10;
-/// Slots per FIFO.
-pub const NSLOTS: u32 = 8;
-/// Largest message a step may send before its peer receives: the sender can fill every slot
-/// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
-pub const FIFO_MESSAGE_BYTES: u64 = (NSLOTS as u64 - 1) * SLOT_BYTES;
+/// Most channels a transport can be built with (`OXCCL_FIFO_CHANNELS`).
+pub const MAX_CHANNELS: usize = 32;
 /// Bytes of counters per FIFO: head at 0, tail at 64.
 pub const CTR_BYTES: u64 = 128;
-/// Bytes of the fixed part of a published record: pid, device, FIFO address.
-pub const RECORD_HEADER: usize = 16;
+/// Bytes of the fixed part of a published record: pid, device, FIFO address, geometry.
+pub const RECORD_HEADER: usize = 32;
 
-/// Bytes of one rank's FIFO allocation: the counters (page-aligned), then the slots.
-pub fn fifo_bytes(nranks: u32) -> u64 {
-    let n = MAX_CHANNELS as u64 * u64::from(nranks);
-    (n * CTR_BYTES).next_multiple_of(4096) + n * SLOT_BYTES * u64::from(NSLOTS)
+/// How one rank's FIFOs are cut: channels, slots per FIFO, bytes per slot. Every rank of a
+/// communicator must use the same geometry (checked at connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FifoGeometry {
+    /// Channels with FIFOs; plans with more channels are refused.
+    pub channels: usize,
+    /// Slots per FIFO.
+    pub nslots: u32,
+    /// Bytes per slot (a multiple of 16 and so of every element size).
+    pub slot_bytes: u64,
 }
 
-/// Bytes at the start of a FIFO allocation that hold counters (zeroed at connect).
-pub fn fifo_counter_bytes(nranks: u32) -> usize {
-    (MAX_CHANNELS as u64 * u64::from(nranks) * CTR_BYTES) as usize
-}
-
-/// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
-pub fn fifo_conn(base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
-    let n = MAX_CHANNELS as u64 * u64::from(nranks);
-    let k = channel as u64 * u64::from(nranks) + u64::from(from);
-    let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
-    DevConn {
-        buff: slots + k * SLOT_BYTES * u64::from(NSLOTS),
-        head: base + k * CTR_BYTES,
-        tail: base + k * CTR_BYTES + 64,
-        slot_bytes: SLOT_BYTES,
-        nslots: NSLOTS,
-        pad: 0,
-    }
-}
-
-/// The connection table: `MAX_CHANNELS * nranks` send connections (to p: p's FIFO for
-/// `(c, rank)`), then as many receive connections (from p: ours for `(c, p)`); self is empty.
-pub fn conn_table(rank: u32, nranks: u32, own: DevicePtr, peer_fifo: &[DevicePtr]) -> Vec<u8> {
-    let mut table = Vec::with_capacity(2 * MAX_CHANNELS * nranks as usize * size_of::<DevConn>());
-    for send in [true, false] {
-        for c in 0..MAX_CHANNELS {
-            for p in 0..nranks {
-                let conn = if p == rank {
-                    DevConn::default()
-                } else if send {
-                    fifo_conn(peer_fifo[p as usize], nranks, c, rank)
-                } else {
-                    fifo_conn(own, nranks, c, p)
-                };
-                table.extend_from_slice(&conn.to_bytes());
-            }
+impl Default for FifoGeometry {
+    fn default() -> FifoGeometry {
+        FifoGeometry {
+            channels: 16,
+            nslots: 8,
+            slot_bytes: 64 << 10,
         }
     }
-    table
 }
 
-/// What a rank publishes at connect: pid, device, FIFO address, then its export handle (empty
-/// when it could not export, or for a single rank).
-pub fn publish(pid: u32, device: i32, fifo: DevicePtr, handle: &[u8]) -> Vec<u8> {
+impl FifoGeometry {
+    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-32), `OXCCL_FIFO_SLOTS` (2-64) and
+    /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB, a multiple of 16): knobs for tuning runs.
+    pub fn from_env() -> Result<FifoGeometry> {
+        let get = |name: &str, lo: u64, hi: u64, default: u64| -> Result<u64> {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|x| (lo..=hi).contains(x))
+                    .ok_or_else(|| {
+                        Error::usage(format!("{name}={v} is not a number from {lo} to {hi}"))
+                    }),
+            }
+        };
+        let d = FifoGeometry::default();
+        let g = FifoGeometry {
+            channels: get(
+                "OXCCL_FIFO_CHANNELS",
+                1,
+                MAX_CHANNELS as u64,
+                d.channels as u64,
+            )? as usize,
+            nslots: get("OXCCL_FIFO_SLOTS", 2, 64, u64::from(d.nslots))? as u32,
+            slot_bytes: get("OXCCL_FIFO_SLOT_BYTES", 4 << 10, 16 << 20, d.slot_bytes)?,
+        };
+        if g.slot_bytes % 16 != 0 {
+            return Err(Error::usage(format!(
+                "OXCCL_FIFO_SLOT_BYTES={} is not a multiple of 16",
+                g.slot_bytes
+            )));
+        }
+        Ok(g)
+    }
+
+    /// Largest message a step may send before its peer receives: the sender can fill every slot
+    /// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
+    pub fn message_bytes(&self) -> u64 {
+        (u64::from(self.nslots) - 1) * self.slot_bytes
+    }
+
+    /// Bytes of one rank's FIFO allocation: the counters (page-aligned), then the slots.
+    pub fn fifo_bytes(&self, nranks: u32) -> u64 {
+        let n = self.channels as u64 * u64::from(nranks);
+        (n * CTR_BYTES).next_multiple_of(4096) + n * self.slot_bytes * u64::from(self.nslots)
+    }
+
+    /// Bytes at the start of a FIFO allocation that hold counters (zeroed at connect).
+    pub fn counter_bytes(&self, nranks: u32) -> usize {
+        (self.channels as u64 * u64::from(nranks) * CTR_BYTES) as usize
+    }
+
+    /// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
+    pub fn conn(&self, base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
+        let n = self.channels as u64 * u64::from(nranks);
+        let k = channel as u64 * u64::from(nranks) + u64::from(from);
+        let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
+        DevConn {
+            buff: slots + k * self.slot_bytes * u64::from(self.nslots),
+            head: base + k * CTR_BYTES,
+            tail: base + k * CTR_BYTES + 64,
+            slot_bytes: self.slot_bytes,
+            nslots: self.nslots,
+            pad: 0,
+        }
+    }
+
+    /// Byte offset of the receive connections in the table of [`FifoGeometry::conn_table`].
+    pub fn recv_table_offset(&self, nranks: u32) -> u64 {
+        self.channels as u64 * u64::from(nranks) * size_of::<DevConn>() as u64
+    }
+
+    /// The connection table: `channels * nranks` send connections (to p: p's FIFO for
+    /// `(c, rank)`), then as many receive connections (from p: ours for `(c, p)`); self is empty.
+    pub fn conn_table(
+        &self,
+        rank: u32,
+        nranks: u32,
+        own: DevicePtr,
+        peer_fifo: &[DevicePtr],
+    ) -> Vec<u8> {
+        let mut table =
+            Vec::with_capacity(2 * self.channels * nranks as usize * size_of::<DevConn>());
+        for send in [true, false] {
+            for c in 0..self.channels {
+                for p in 0..nranks {
+                    let conn = if p == rank {
+                        DevConn::default()
+                    } else if send {
+                        self.conn(peer_fifo[p as usize], nranks, c, rank)
+                    } else {
+                        self.conn(own, nranks, c, p)
+                    };
+                    table.extend_from_slice(&conn.to_bytes());
+                }
+            }
+        }
+        table
+    }
+}
+
+/// What a rank publishes at connect: pid, device, FIFO address, geometry, then its export
+/// handle (empty when it could not export, or for a single rank).
+pub fn publish(
+    pid: u32,
+    device: i32,
+    fifo: DevicePtr,
+    geom: &FifoGeometry,
+    handle: &[u8],
+) -> Vec<u8> {
     let mut v = Vec::with_capacity(RECORD_HEADER + handle.len());
     v.extend_from_slice(&pid.to_le_bytes());
     v.extend_from_slice(&device.to_le_bytes());
     v.extend_from_slice(&fifo.to_le_bytes());
+    v.extend_from_slice(&(geom.channels as u32).to_le_bytes());
+    v.extend_from_slice(&geom.nslots.to_le_bytes());
+    v.extend_from_slice(&geom.slot_bytes.to_le_bytes());
     v.extend_from_slice(handle);
     v
 }
@@ -88,6 +169,8 @@ pub struct PeerRecord<'a> {
     pub device: i32,
     /// Its FIFO allocation's address in its own process.
     pub fifo: DevicePtr,
+    /// How its FIFOs are cut.
+    pub geometry: FifoGeometry,
     /// Its export handle (empty when it could not export).
     pub handle: &'a [u8],
 }
@@ -96,9 +179,15 @@ pub struct PeerRecord<'a> {
 pub fn parse_record(b: &[u8]) -> Option<PeerRecord<'_>> {
     let device = i32::from_le_bytes(b.get(4..8)?.try_into().ok()?);
     let fifo = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+    let geometry = FifoGeometry {
+        channels: u32::from_le_bytes(b.get(16..20)?.try_into().ok()?) as usize,
+        nslots: u32::from_le_bytes(b.get(20..24)?.try_into().ok()?),
+        slot_bytes: u64::from_le_bytes(b.get(24..32)?.try_into().ok()?),
+    };
     Some(PeerRecord {
         device,
         fifo,
+        geometry,
         handle: &b[RECORD_HEADER..],
     })
 }
@@ -109,70 +198,92 @@ mod tests {
 
     #[test]
     fn fifo_layout_is_disjoint_and_in_bounds() {
-        for nranks in [1u32, 2, 3, 8] {
-            let base = 0x7000_0000_0000u64;
-            let bytes = fifo_bytes(nranks);
-            let slots_start =
-                bytes - MAX_CHANNELS as u64 * u64::from(nranks) * SLOT_BYTES * u64::from(NSLOTS);
-            let mut lines = std::collections::HashSet::new();
-            let mut bufs = Vec::new();
-            for c in 0..MAX_CHANNELS {
-                for from in 0..nranks {
-                    let f = fifo_conn(base, nranks, c, from);
-                    assert_eq!(f.head % 64, 0);
-                    assert_eq!(f.tail, f.head + 64);
-                    assert!(lines.insert(f.head) && lines.insert(f.tail));
-                    assert_eq!(f.buff % 16, 0);
-                    assert!(f.buff + SLOT_BYTES * u64::from(NSLOTS) <= base + bytes);
-                    assert!(f.tail + 64 <= base + slots_start);
-                    assert!(f.tail + 64 <= base + fifo_counter_bytes(nranks) as u64);
-                    bufs.push(f.buff);
+        let small = FifoGeometry {
+            channels: 3,
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        for g in [FifoGeometry::default(), small] {
+            for nranks in [1u32, 2, 3, 8] {
+                let base = 0x7000_0000_0000u64;
+                let bytes = g.fifo_bytes(nranks);
+                let per_fifo = g.slot_bytes * u64::from(g.nslots);
+                let slots_start = bytes - g.channels as u64 * u64::from(nranks) * per_fifo;
+                let mut lines = std::collections::HashSet::new();
+                let mut bufs = Vec::new();
+                for c in 0..g.channels {
+                    for from in 0..nranks {
+                        let f = g.conn(base, nranks, c, from);
+                        assert_eq!(f.head % 64, 0);
+                        assert_eq!(f.tail, f.head + 64);
+                        assert!(lines.insert(f.head) && lines.insert(f.tail));
+                        assert_eq!(f.buff % 16, 0);
+                        assert!(f.buff + per_fifo <= base + bytes);
+                        assert!(f.tail + 64 <= base + slots_start);
+                        assert!(f.tail + 64 <= base + g.counter_bytes(nranks) as u64);
+                        bufs.push(f.buff);
+                    }
                 }
-            }
-            bufs.sort_unstable();
-            for w in bufs.windows(2) {
-                assert!(w[1] - w[0] >= SLOT_BYTES * u64::from(NSLOTS));
+                bufs.sort_unstable();
+                for w in bufs.windows(2) {
+                    assert!(w[1] - w[0] >= per_fifo);
+                }
             }
         }
     }
 
     #[test]
     fn conn_table_pairs_senders_with_receivers() {
+        let g = FifoGeometry::default();
         let nranks = 3u32;
         let fifos = [0x1000_0000u64, 0x2000_0000, 0x3000_0000];
         let one = size_of::<DevConn>();
-        let half = MAX_CHANNELS * nranks as usize * one;
-        let t1 = conn_table(1, nranks, fifos[1], &fifos);
+        let half = g.recv_table_offset(nranks) as usize;
+        assert_eq!(half, g.channels * nranks as usize * one);
+        let t1 = g.conn_table(1, nranks, fifos[1], &fifos);
         assert_eq!(t1.len(), 2 * half);
-        let t2 = conn_table(2, nranks, fifos[2], &fifos);
+        let t2 = g.conn_table(2, nranks, fifos[2], &fifos);
         // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5.
         let at = |c: usize, p: usize| (c * nranks as usize + p) * one;
         let send = &t1[at(5, 2)..at(5, 2) + one];
         let recv = &t2[half + at(5, 1)..half + at(5, 1) + one];
         assert_eq!(send, recv);
-        assert_eq!(send, fifo_conn(fifos[2], nranks, 5, 1).to_bytes());
+        assert_eq!(send, g.conn(fifos[2], nranks, 5, 1).to_bytes());
         // Self connections are empty.
         assert_eq!(&t1[at(0, 1)..at(0, 1) + one], DevConn::default().to_bytes());
     }
 
     #[test]
     fn record_round_trips() {
-        let b = publish(42, 3, 0xdead_beef_0000, &[1, 2, 3]);
+        let g = FifoGeometry {
+            channels: 7,
+            nslots: 3,
+            slot_bytes: 8192,
+        };
+        let b = publish(42, 3, 0xdead_beef_0000, &g, &[1, 2, 3]);
         let r = parse_record(&b).unwrap();
         assert_eq!(
             r,
             PeerRecord {
                 device: 3,
                 fifo: 0xdead_beef_0000,
+                geometry: g,
                 handle: &[1, 2, 3]
             }
         );
         assert!(
-            parse_record(&publish(1, 0, 0, &[]))
+            parse_record(&publish(1, 0, 0, &g, &[]))
                 .unwrap()
                 .handle
                 .is_empty()
         );
-        assert!(parse_record(&b[..15]).is_none());
+        assert!(parse_record(&b[..RECORD_HEADER - 1]).is_none());
+    }
+
+    #[test]
+    fn geometry_defaults_and_limits() {
+        let d = FifoGeometry::default();
+        assert_eq!(d.message_bytes(), 7 * 64 * 1024);
+        assert!(d.channels <= MAX_CHANNELS);
     }
 }
