@@ -11,6 +11,10 @@ mod work;
 #[path = "../../kernels/include/oxccl/fifo.rs"]
 mod fifo;
 
+#[path = "../../kernels/include/oxccl/args_block.rs"]
+mod args_block;
+
+pub use args_block::*;
 pub use fifo::*;
 pub use work::*;
 

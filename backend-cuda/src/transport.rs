@@ -10,7 +10,10 @@
 
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
-use crate::kernels::{self, DevChannel, FifoGeometry, LaunchArgs, parse_record, publish};
+use crate::kernels::{
+    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, FifoGeometry, LaunchArgs, kernel_params,
+    parse_record, publish,
+};
 use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
@@ -79,6 +82,8 @@ pub struct CudaTransport {
     watcher: Option<AbortWatcher>,
     /// Our own non-blocking stream for set-up copies, never captured.
     setup: Shared<CUstream>,
+    /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
+    inline_args: bool,
     state: Mutex<LaunchState>,
 }
 
@@ -149,6 +154,7 @@ impl CudaTransport {
             abort_dev: 0,
             watcher: None,
             setup: Shared(std::ptr::null_mut()),
+            inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
             state: Mutex::new(LaunchState {
                 epoch: 0,
                 scratch: (0, 0),
@@ -328,78 +334,85 @@ impl CudaTransport {
             buffers.len(),
             enc.loopback_offsets.len(),
         );
-        let (scratch, loopback) = (st.scratch.0, st.loopback.0);
-        let args_for = |dev: CUdeviceptr, flags: CUdeviceptr, epoch: u64| {
-            let mut table: Vec<u64> = buffers.to_vec();
-            if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
-                *slot = scratch;
-            }
-            let args = LaunchArgs {
-                channels: dev + layout.channels as u64,
-                buffers: dev + layout.buffers as u64,
-                send_conns: self.conns,
-                recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
-                loopback,
-                loopback_offs: dev + layout.loopback_offs as u64,
-                loopback_flags: flags,
-                pre_scale_ptr: red.pre_scale_ptr,
-                abort_flag: self.abort_dev,
-                pre_scale_bytes: red.pre_scale_bytes,
-                epoch,
-                nchannels: nch as u32,
-                nranks: self.nranks,
-                rank: self.rank,
-                nbuffers: table.len() as u32,
-                post_div: red.post_div,
-                dtype: work.dtype as u8,
-                redop: red.redop,
-                flags: red.flags,
-                pad: 0,
-            };
-            layout.image(dev, &args, &enc, &table)
+        let mut table: Vec<u64> = buffers.to_vec();
+        if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
+            *slot = st.scratch.0;
+        }
+        let mut args = LaunchArgs {
+            send_conns: self.conns,
+            recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
+            loopback: st.loopback.0,
+            loopback_flags: st.flags.0,
+            pre_scale_ptr: red.pre_scale_ptr,
+            abort_flag: self.abort_dev,
+            pre_scale_bytes: red.pre_scale_bytes,
+            nchannels: nch as u32,
+            nranks: self.nranks,
+            rank: self.rank,
+            post_div: red.post_div,
+            dtype: work.dtype as u8,
+            redop: red.redop,
+            flags: red.flags,
+            ..LaunchArgs::default()
         };
+        let inline = self.inline_args && layout.total <= CUDA_INLINE_ARGS_BYTES;
 
         if capturing {
-            // One argument block per captured launch, alive as long as the communicator, and
-            // private loopback flags that a memset node clears before every replay (epoch 1).
-            let dev = dev_alloc(layout.total)?;
-            st.captured.push(dev);
-            let flags = if flags_need > 0 {
+            // Captured parameters are copied into the graph. A block too large for them gets
+            // device memory of its own (never reused), and loopback flags of their own that a
+            // memset node clears before every replay (so epoch 1 is always new).
+            if flags_need > 0 {
                 let f = dev_alloc(flags_need)?;
                 st.captured.push(f);
-                f
-            } else {
-                0
-            };
-            let bytes = args_for(dev, flags, 1);
-            upload_now(self.setup.0, dev, &bytes)?;
-            if flags != 0 {
-                // SAFETY: `flags` holds `flags_need` bytes; captured as a node before the kernel.
-                unsafe { call!(cuMemsetD8Async(flags, 0, flags_need, s)) }?;
+                args.loopback_flags = f;
+                // SAFETY: `f` holds `flags_need` bytes; captured as a node before the kernel.
+                unsafe { call!(cuMemsetD8Async(f, 0, flags_need, s)) }?;
             }
-            // SAFETY: as for the eager launch below; the argument block is never rewritten.
-            return unsafe { launch_kernel(func.0, nch, dev, s) };
+            args.epoch = 1;
+            let image = layout.image(&args, &enc, &table);
+            let params = if inline {
+                kernel_params(CUDA_INLINE_ARGS_BYTES, Some(&image), 0)
+            } else {
+                let dev = dev_alloc(image.len())?;
+                st.captured.push(dev);
+                upload_now(self.setup.0, dev, &image)?;
+                kernel_params(CUDA_INLINE_ARGS_BYTES, None, dev)
+            };
+            // SAFETY: as for the eager launch below; nothing the parameters reach is reused.
+            return unsafe { launch_kernel(func.0, nch, params, s) };
         }
 
         let last_event = st.last.map(|i| st.arenas[i].event);
-        let idx = st.take_arena(layout.total)?;
-        let arena = &st.arenas[idx];
-        let (dev, host) = (arena.dev, arena.host);
+        let idx = st.take_arena(if inline { 0 } else { layout.total })?;
         st.epoch += 1;
-        let bytes = args_for(dev, st.flags.0, st.epoch);
-        // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch has
-        // completed (`take_arena`).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host, bytes.len()) };
-        // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
-        unsafe { call!(cuMemcpyHtoDAsync_v2(dev, host.cast(), bytes.len(), s)) }?;
+        args.epoch = st.epoch;
+        let image = layout.image(&args, &enc, &table);
+        let params = if inline {
+            kernel_params(CUDA_INLINE_ARGS_BYTES, Some(&image), 0)
+        } else {
+            let arena = &st.arenas[idx];
+            // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch
+            // has completed (`take_arena`).
+            unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), arena.host, image.len()) };
+            // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
+            unsafe {
+                call!(cuMemcpyHtoDAsync_v2(
+                    arena.dev,
+                    arena.host.cast(),
+                    image.len(),
+                    s
+                ))
+            }?;
+            kernel_params(CUDA_INLINE_ARGS_BYTES, None, arena.dev)
+        };
         if let Some(ev) = last_event {
             // Operations of one communicator run in issue order, whatever streams they use.
             // SAFETY: `ev` is a live event of this transport.
             unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
         }
-        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
-        // until the kernel has run (caller for user buffers, this transport for the rest).
-        unsafe { launch_kernel(func.0, nch, dev, s) }?;
+        // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays valid
+        // until it has run (caller for user buffers, this transport for the rest).
+        unsafe { launch_kernel(func.0, nch, params, s) }?;
         // SAFETY: records the arena's event after the kernel on the same stream.
         unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
         st.last = Some(idx);
@@ -456,19 +469,20 @@ fn upload_now(setup: CUstream, dev: CUdeviceptr, bytes: &[u8]) -> Result<()> {
     unsafe { call!(cuStreamSynchronize(setup)) }
 }
 
-/// Launches an executor kernel: one block per channel, its argument block at `args`.
+/// Launches an executor kernel: one block per channel, `params` its `OxcclKernelParams`.
 ///
 /// # Safety
-/// `args` holds a complete `OxcclLaunchArgs` image valid until the kernel has run.
+/// `params` is a complete parameter block whose argument block (inline or not) and everything
+/// it references stay valid until the kernel has run.
 unsafe fn launch_kernel(
     func: sys::CUfunction,
     nch: usize,
-    args: CUdeviceptr,
+    mut params: Vec<u8>,
     s: CUstream,
 ) -> Result<()> {
-    let mut argp: u64 = args;
-    let mut params = [(&mut argp as *mut u64).cast::<std::ffi::c_void>()];
-    // SAFETY: `func` takes one pointer argument, passed by value from `params`.
+    let mut ptrs = [params.as_mut_ptr().cast::<std::ffi::c_void>()];
+    // SAFETY: `func` takes one parameter of `params.len()` bytes; the driver copies it before
+    // returning.
     unsafe {
         call!(cuLaunchKernel(
             func,
@@ -480,71 +494,9 @@ unsafe fn launch_kernel(
             1,
             0,
             s,
-            params.as_mut_ptr(),
+            ptrs.as_mut_ptr(),
             std::ptr::null_mut()
         ))
-    }
-}
-
-/// Where each part of a launch's argument block sits: args | channels | steps | buffers |
-/// loopback offsets, each 16-byte aligned.
-struct ArgsLayout {
-    channels: usize,
-    steps: usize,
-    buffers: usize,
-    loopback_offs: usize,
-    total: usize,
-}
-
-impl ArgsLayout {
-    fn new(nch: usize, nsteps: usize, nbuffers: usize, nloopback: usize) -> ArgsLayout {
-        let a16 = |x: usize| x.next_multiple_of(16);
-        let channels = a16(size_of::<LaunchArgs>());
-        let steps = channels + a16(nch * size_of::<DevChannel>());
-        let buffers = steps + a16(nsteps * 48);
-        let loopback_offs = buffers + a16(nbuffers * 8);
-        let total = loopback_offs + a16(nloopback * 8);
-        ArgsLayout {
-            channels,
-            steps,
-            buffers,
-            loopback_offs,
-            total,
-        }
-    }
-
-    /// The argument block for device address `dev`.
-    fn image(
-        &self,
-        dev: CUdeviceptr,
-        args: &LaunchArgs,
-        enc: &kernels::EncodedWork,
-        table: &[u64],
-    ) -> Vec<u8> {
-        let mut bytes = vec![0u8; self.total];
-        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
-        for (c, r) in enc.channels.iter().enumerate() {
-            let ch = DevChannel {
-                steps: dev + (self.steps + r.start * 48) as u64,
-                nsteps: r.len() as u32,
-                pad: 0,
-            };
-            let at = self.channels + c * size_of::<DevChannel>();
-            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
-        }
-        for (i, step) in enc.steps.iter().enumerate() {
-            let at = self.steps + i * 48;
-            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
-        }
-        for (i, b) in table.iter().enumerate() {
-            let at = self.buffers + i * 8;
-            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
-        }
-        for (i, o) in enc.loopback_offsets.iter().enumerate() {
-            let at = self.loopback_offs + i * 8;
-            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
-        }
-        bytes
     }
 }
 

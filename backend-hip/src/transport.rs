@@ -13,7 +13,10 @@
 //!
 //! None of this has run on an AMD GPU.
 
-use crate::kernels::{self, DevChannel, DevStep, FifoGeometry, LaunchArgs, parse_record, publish};
+use crate::kernels::{
+    self, ArgsLayout, FifoGeometry, HIP_INLINE_ARGS_BYTES, LaunchArgs, kernel_params, parse_record,
+    publish,
+};
 use crate::runtime::hip_call;
 use crate::{HipBackend, HipStream, sys, with_device};
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
@@ -30,35 +33,6 @@ pub const BLOCK_THREADS: u32 = 256;
 const ARENAS: usize = 16;
 const _: () = assert!(BLOCK_THREADS.is_multiple_of(64));
 const _: () = assert!(BLOCK_THREADS <= kernels::MAX_THREADS_PER_BLOCK);
-
-/// Byte offsets inside one launch-argument arena: args | channels | steps | buffers | loopback
-/// offsets, each 16-byte aligned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ArenaLayout {
-    channels: usize,
-    steps: usize,
-    buffers: usize,
-    loopback: usize,
-    total: usize,
-}
-
-impl ArenaLayout {
-    fn new(nchannels: usize, nsteps: usize, nbuffers: usize, nloopback: usize) -> ArenaLayout {
-        let a16 = |x: usize| x.next_multiple_of(16);
-        let channels = a16(size_of::<LaunchArgs>());
-        let steps = channels + a16(nchannels * size_of::<DevChannel>());
-        let buffers = steps + a16(nsteps * size_of::<DevStep>());
-        let loopback = buffers + a16(nbuffers * 8);
-        let total = loopback + a16(nloopback * 8);
-        ArenaLayout {
-            channels,
-            steps,
-            buffers,
-            loopback,
-            total,
-        }
-    }
-}
 
 /// One launch-argument arena: pinned host staging and its device copy.
 struct Arena {
@@ -406,7 +380,7 @@ impl HipTransport {
             }
         }
 
-        let lay = ArenaLayout::new(
+        let lay = ArgsLayout::new(
             nch,
             enc.steps.len(),
             buffers.len(),
@@ -450,19 +424,15 @@ impl HipTransport {
             arena.cap = cap;
         }
         let dev = arena.dev;
-        let mut bytes = vec![0u8; lay.total];
         st.epoch += 1;
         let mut table: Vec<u64> = buffers.to_vec();
         if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
             *slot = st.scratch.0;
         }
         let args = LaunchArgs {
-            channels: dev + lay.channels as u64,
-            buffers: dev + lay.buffers as u64,
             send_conns: self.conns,
             recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
             loopback: st.loopback.0,
-            loopback_offs: dev + lay.loopback as u64,
             loopback_flags: st.flags.0,
             pre_scale_ptr: red.pre_scale_ptr,
             abort_flag: self.abort_dev,
@@ -471,36 +441,13 @@ impl HipTransport {
             nchannels: nch as u32,
             nranks: self.nranks,
             rank: self.rank,
-            nbuffers: table.len() as u32,
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
             flags: red.flags,
-            pad: 0,
+            ..LaunchArgs::default()
         };
-        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
-        let step_bytes = size_of::<DevStep>();
-        for (c, r) in enc.channels.iter().enumerate() {
-            let ch = DevChannel {
-                steps: dev + (lay.steps + r.start * step_bytes) as u64,
-                nsteps: r.len() as u32,
-                pad: 0,
-            };
-            let at = lay.channels + c * size_of::<DevChannel>();
-            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
-        }
-        for (i, step) in enc.steps.iter().enumerate() {
-            let at = lay.steps + i * step_bytes;
-            bytes[at..at + step_bytes].copy_from_slice(&step.to_bytes());
-        }
-        for (i, b) in table.iter().enumerate() {
-            let at = lay.buffers + i * 8;
-            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
-        }
-        for (i, o) in enc.loopback_offsets.iter().enumerate() {
-            let at = lay.loopback + i * 8;
-            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
-        }
+        let bytes = lay.image(&args, &enc, &table);
         let arena = &st.arenas[idx];
         // SAFETY: `arena.host` holds `cap >= total` bytes, and its previous launch has completed.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arena.host, lay.total) };
@@ -522,10 +469,11 @@ impl HipTransport {
             // SAFETY: `ev` is a live event of this transport; the stream is live.
             unsafe { hip_call!(hip, hipStreamWaitEvent(s, ev as sys::hipEvent_t, 0)) }?;
         }
-        let mut argp: u64 = dev;
-        let mut params = [(&mut argp as *mut u64).cast::<c_void>()];
-        // SAFETY: `func` takes one `const OxcclLaunchArgs*`; everything it reaches stays valid
-        // until the kernel has run (caller for user buffers, this transport for the rest).
+        // HIP passes the block by address only (work.h: OXCCL_INLINE_ARGS_BYTES).
+        let mut block = kernel_params(HIP_INLINE_ARGS_BYTES, None, dev);
+        let mut params = [block.as_mut_ptr().cast::<c_void>()];
+        // SAFETY: `func` takes one `OxcclKernelParams`; everything it reaches stays valid until
+        // the kernel has run (caller for user buffers, this transport for the rest).
         unsafe {
             hip_call!(
                 hip,
@@ -599,21 +547,6 @@ impl Drop for HipTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn arena_layout_is_aligned_and_fits() {
-        let l = ArenaLayout::new(3, 7, 5, 1);
-        for off in [l.channels, l.steps, l.buffers, l.loopback, l.total] {
-            assert_eq!(off % 16, 0);
-        }
-        assert!(l.channels >= size_of::<LaunchArgs>());
-        assert!(l.steps >= l.channels + 3 * size_of::<DevChannel>());
-        assert!(l.buffers >= l.steps + 7 * size_of::<DevStep>());
-        assert!(l.loopback >= l.buffers + 5 * 8);
-        assert!(l.total >= l.loopback + 8);
-        let empty = ArenaLayout::new(0, 0, 0, 0);
-        assert_eq!(empty.total, size_of::<LaunchArgs>().next_multiple_of(16));
-    }
 
     #[test]
     fn chunk_bound_leaves_one_slot() {

@@ -160,13 +160,24 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
 }
 
 template <class E>
-OXCCL_DEVICE void run_channel(const OxcclLaunchArgs* argp) {
+OXCCL_DEVICE void run_channel(const OxcclKernelParams& params) {
   __shared__ int shared_abort;
   __shared__ uint64_t shared_slot;
-  const OxcclLaunchArgs& args = *argp;
-  if (blockIdx.x >= args.nchannels) return;
-  if (threadIdx.x == 0) shared_abort = 0;
+  __shared__ OxcclLaunchArgs shared_args;
+  // The argument block: inline in the parameters, or in device memory for large launches.
+  const char* base =
+      params.indirect != nullptr ? params.indirect : reinterpret_cast<const char*>(params.block);
+  if (threadIdx.x == 0) {
+    OxcclLaunchArgs a = *reinterpret_cast<const OxcclLaunchArgs*>(base);
+    a.channels = reinterpret_cast<const OxcclDevChannel*>(base + (uintptr_t)a.channels);
+    a.buffers = reinterpret_cast<char* const*>(base + (uintptr_t)a.buffers);
+    a.loopback_offs = reinterpret_cast<const uint64_t*>(base + (uintptr_t)a.loopback_offs);
+    shared_args = a;
+    shared_abort = 0;
+  }
   oxccl_block_sync();
+  const OxcclLaunchArgs& args = shared_args;
+  if (blockIdx.x >= args.nchannels) return;
 
   StepMath<typename E::Bits> math;
   math.pre = (args.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
@@ -175,16 +186,18 @@ OXCCL_DEVICE void run_channel(const OxcclLaunchArgs* argp) {
   math.div = args.post_div > 1 ? args.post_div : 1;
 
   const OxcclDevChannel& ch = args.channels[blockIdx.x];
+  const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(base + (uintptr_t)ch.steps);
   for (uint32_t i = 0; i < ch.nsteps; ++i) {
-    if (!run_step<E>(args, ch.steps[i], math, &shared_abort, &shared_slot)) return;
+    if (!run_step<E>(args, steps[i], math, &shared_abort, &shared_slot)) return;
   }
 }
 
 }  // namespace oxccl
 
-#define OXCCL_ENTRY(NAME, ELEM)                                                          \
-  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS) NAME(const OxcclLaunchArgs* args) { \
-    oxccl::run_channel<oxccl::ELEM>(args);                                               \
+#define OXCCL_ENTRY(NAME, ELEM)                                                       \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
+      NAME(const OXCCL_GRID_CONSTANT OxcclKernelParams params) {                        \
+    oxccl::run_channel<oxccl::ELEM>(params);                                            \
   }
 
 // Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs.

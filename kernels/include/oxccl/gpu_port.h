@@ -38,6 +38,14 @@
 #define OXCCL_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #endif
 
+// A by-value kernel parameter whose address the kernel takes without a per-thread copy (CUDA
+// 11.7+, sm_70+). HIP has no equivalent; its launches pass the argument block by address.
+#if defined(OXCCL_CUDA)
+#define OXCCL_GRID_CONSTANT __grid_constant__
+#else
+#define OXCCL_GRID_CONSTANT
+#endif
+
 // Warp (CUDA) or wavefront (AMD) width. Kept symbolic: CDNA is wave64, RDNA is wave32.
 #if defined(OXCCL_CUDA)
 #define OXCCL_WARP_SIZE 32

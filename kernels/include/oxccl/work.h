@@ -60,7 +60,9 @@ struct OxcclConn {
   uint32_t pad;
 };
 
-// Everything one launch needs; the kernel gets a device pointer to it.
+// Everything one launch needs, at the start of its argument block (args_block.rs). The block is
+// position independent: `channels`, `buffers`, `loopback_offs` and each channel's `steps` hold
+// byte offsets from the block's start, which the kernel turns into addresses.
 struct OxcclLaunchArgs {
   const struct OxcclDevChannel* channels;  // [nchannels]
   char* const* buffers;                    // [nbuffers], indexed by BufId
@@ -82,6 +84,22 @@ struct OxcclLaunchArgs {
   uint8_t redop;      // OXCCL_OP_*
   uint8_t flags;      // OXCCL_ARGS_*
   uint8_t pad;
+};
+
+// Bytes of argument block a launch may carry inline in its parameters (args_block.rs has the
+// same numbers). HIP always passes the block by address: taking the address of a large by-value
+// kernel argument may copy it per thread there, and CUDA's __grid_constant__ has no HIP twin.
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
+#define OXCCL_INLINE_ARGS_BYTES 16
+#else
+#define OXCCL_INLINE_ARGS_BYTES 4000
+#endif
+
+// The kernels' only parameter: the argument block inline, or (indirect != 0) its address.
+struct OxcclKernelParams {
+  const char* indirect;
+  uint64_t pad;
+  unsigned char block[OXCCL_INLINE_ARGS_BYTES];
 };
 
 #ifdef __cplusplus
@@ -130,4 +148,5 @@ static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared w
 static_assert(sizeof(OxcclConn) == 40, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
+static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");
 #endif

@@ -96,7 +96,7 @@ pub struct DevStep {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DevChannel {
-    /// Device address of `nsteps` [`DevStep`]s.
+    /// Block offset of `nsteps` [`DevStep`]s.
     pub steps: u64,
     /// Number of steps.
     pub nsteps: u32,
@@ -122,13 +122,14 @@ pub struct DevConn {
     pub pad: u32,
 }
 
-/// Everything one launch reads (`OxcclLaunchArgs`); the kernel gets its device address.
+/// Everything one launch reads (`OxcclLaunchArgs`), at the start of its argument block
+/// (`args_block.rs`); `channels`, `buffers` and `loopback_offs` are offsets within that block.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LaunchArgs {
-    /// Device address of `nchannels` [`DevChannel`]s.
+    /// Block offset of `nchannels` [`DevChannel`]s.
     pub channels: u64,
-    /// Device address of `nbuffers` buffer addresses, indexed by `BufId`.
+    /// Block offset of `nbuffers` buffer addresses, indexed by `BufId`.
     pub buffers: u64,
     /// Device address of `nchannels * nranks` send [`DevConn`]s, channel-major.
     pub send_conns: u64,
@@ -136,7 +137,7 @@ pub struct LaunchArgs {
     pub recv_conns: u64,
     /// Device address of [`EncodedWork::loopback_bytes`] bytes of staging.
     pub loopback: u64,
-    /// Device address of the `u64` byte offsets [`EncodedWork::loopback_offsets`].
+    /// Block offset of the `u64` byte offsets [`EncodedWork::loopback_offsets`].
     pub loopback_offs: u64,
     /// Device address of one `u64` ready flag per loopback message (zero-initialised once).
     pub loopback_flags: u64,

@@ -1,0 +1,138 @@
+// The argument block of one launch, built the same way by both GPU backends (included with
+// `#[path]` like `work.rs` and `fifo.rs`), and the kernel parameters that carry it.
+//
+// The block is position independent: its channel table, buffer table and loopback offsets are
+// stored as byte offsets from the block's start (`OxcclLaunchArgs` in work.h), so the same bytes
+// work inline in the kernel parameters (small launches: no copy before the kernel) or in device
+// memory (large ones: the parameters then hold its address).
+
+use super::{DevChannel, EncodedWork, LaunchArgs};
+
+/// Bytes of argument block the CUDA kernels accept inline (`OXCCL_INLINE_ARGS_BYTES` of work.h
+/// for nvcc); the whole parameter struct stays under the classic 4 KiB limit.
+pub const CUDA_INLINE_ARGS_BYTES: usize = 4000;
+/// The same for HIP, whose launches always pass the block by address (`OXCCL_INLINE_ARGS_BYTES`
+/// of work.h for hipcc).
+pub const HIP_INLINE_ARGS_BYTES: usize = 16;
+/// Bytes before the inline block in the kernel parameters: the indirect address and padding.
+pub const PARAMS_HEADER_BYTES: usize = 16;
+
+/// Where each part of an argument block sits: args | channels | steps | buffers | loopback
+/// offsets, each 16-byte aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgsLayout {
+    /// Offset of the `DevChannel` table.
+    pub channels: usize,
+    /// Offset of the steps.
+    pub steps: usize,
+    /// Offset of the buffer table.
+    pub buffers: usize,
+    /// Offset of the loopback message offsets.
+    pub loopback_offs: usize,
+    /// Bytes of the whole block.
+    pub total: usize,
+}
+
+impl ArgsLayout {
+    /// The layout for a launch of `nch` channels, `nsteps` steps, `nbuffers` buffer table
+    /// entries and `nloopback` loopback messages.
+    pub fn new(nch: usize, nsteps: usize, nbuffers: usize, nloopback: usize) -> ArgsLayout {
+        let a16 = |x: usize| x.next_multiple_of(16);
+        let channels = a16(size_of::<LaunchArgs>());
+        let steps = channels + a16(nch * size_of::<DevChannel>());
+        let buffers = steps + a16(nsteps * 48);
+        let loopback_offs = buffers + a16(nbuffers * 8);
+        let total = loopback_offs + a16(nloopback * 8);
+        ArgsLayout {
+            channels,
+            steps,
+            buffers,
+            loopback_offs,
+            total,
+        }
+    }
+
+    /// The block: `args` (its `channels`, `buffers` and `loopback_offs` are set here, as
+    /// offsets), the channels with their steps' offsets, the buffer table and loopback offsets.
+    pub fn image(&self, args: &LaunchArgs, enc: &EncodedWork, table: &[u64]) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.total];
+        let args = LaunchArgs {
+            channels: self.channels as u64,
+            buffers: self.buffers as u64,
+            loopback_offs: self.loopback_offs as u64,
+            nbuffers: table.len() as u32,
+            ..*args
+        };
+        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        for (c, r) in enc.channels.iter().enumerate() {
+            let ch = DevChannel {
+                steps: (self.steps + r.start * 48) as u64,
+                nsteps: r.len() as u32,
+                pad: 0,
+            };
+            let at = self.channels + c * size_of::<DevChannel>();
+            bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
+        }
+        for (i, step) in enc.steps.iter().enumerate() {
+            let at = self.steps + i * 48;
+            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
+        }
+        for (i, b) in table.iter().enumerate() {
+            let at = self.buffers + i * 8;
+            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
+        }
+        for (i, o) in enc.loopback_offsets.iter().enumerate() {
+            let at = self.loopback_offs + i * 8;
+            bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
+        }
+        bytes
+    }
+}
+
+/// The kernel parameters (`OxcclKernelParams` of work.h, `inline_cap` bytes of inline block):
+/// `image` inline when given (it must fit), else the device address `indirect` of the block.
+pub fn kernel_params(inline_cap: usize, image: Option<&[u8]>, indirect: u64) -> Vec<u8> {
+    let mut p = vec![0u8; PARAMS_HEADER_BYTES + inline_cap];
+    match image {
+        Some(img) => {
+            assert!(
+                img.len() <= inline_cap,
+                "argument block too large to pass inline"
+            );
+            p[PARAMS_HEADER_BYTES..PARAMS_HEADER_BYTES + img.len()].copy_from_slice(img);
+        }
+        None => p[..8].copy_from_slice(&indirect.to_le_bytes()),
+    }
+    p
+}
+
+#[cfg(test)]
+mod args_block_tests {
+    use super::*;
+
+    #[test]
+    fn layout_orders_and_aligns_the_parts() {
+        let l = ArgsLayout::new(3, 7, 5, 2);
+        assert!(l.channels >= size_of::<LaunchArgs>());
+        assert!(l.steps >= l.channels + 3 * size_of::<DevChannel>());
+        assert!(l.buffers >= l.steps + 7 * 48);
+        assert!(l.loopback_offs >= l.buffers + 5 * 8);
+        assert!(l.total >= l.loopback_offs + 2 * 8);
+        for o in [l.channels, l.steps, l.buffers, l.loopback_offs, l.total] {
+            assert_eq!(o % 16, 0);
+        }
+        let empty = ArgsLayout::new(0, 0, 0, 0);
+        assert_eq!(empty.total, size_of::<LaunchArgs>().next_multiple_of(16));
+    }
+
+    #[test]
+    fn params_carry_the_block_or_its_address() {
+        let inline = kernel_params(64, Some(&[7u8; 40]), 0);
+        assert_eq!(inline.len(), PARAMS_HEADER_BYTES + 64);
+        assert_eq!(&inline[..8], &[0u8; 8], "no indirect address");
+        assert_eq!(&inline[16..56], &[7u8; 40]);
+        let indirect = kernel_params(16, None, 0xabcd_0000);
+        assert_eq!(&indirect[..8], &0xabcd_0000u64.to_le_bytes());
+        assert_eq!(indirect.len(), PARAMS_HEADER_BYTES + 16);
+    }
+}
