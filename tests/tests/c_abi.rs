@@ -1,7 +1,8 @@
 //! Builds and installs each flavour, compiles `tests/c/abi_test.c` against the installed header
 //! and links it with `-lnccl` / `-lrccl` as an `NCCL_HOME=<prefix>` build would, then runs it on
 //! the host backend: 4 ranks in processes and in threads, every collective checked, bad
-//! arguments, old configs, non-blocking init. It must print "ALL PASS".
+//! arguments, old configs, non-blocking init. It must print "ALL PASS". (The same program runs
+//! on GPUs with OXCCL_TEST_GPU=1: tests/gpu/c_test.sh.)
 
 use std::io::Read;
 use std::path::Path;
@@ -23,6 +24,9 @@ fn run_c_test(flavour: Flavour) {
         .arg(format!("-L{}", inst.lib_dir.display()))
         .arg(flavour.lib_flag())
         .arg("-lpthread")
+        // The program dlopens the CUDA driver in its GPU mode; glibc before 2.34 keeps dlopen
+        // in libdl.
+        .arg("-ldl")
         .arg("-o")
         .arg(&exe);
     if flavour == Flavour::Rccl {
