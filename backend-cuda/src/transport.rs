@@ -57,6 +57,8 @@ struct LaunchState {
     next: usize,
     /// Index of the arena of the latest launch (its event marks this communicator's tail).
     last: Option<usize>,
+    /// The stream of the latest launch.
+    last_stream: Option<Shared<CUstream>>,
     /// Shared buffers replaced by larger ones, freed with the transport.
     retired: Vec<CUdeviceptr>,
     /// Argument blocks and loopback flags of launches captured into graphs, freed with the
@@ -163,6 +165,7 @@ impl CudaTransport {
                 arenas: Vec::new(),
                 next: 0,
                 last: None,
+                last_stream: None,
                 retired: Vec::new(),
                 captured: Vec::new(),
             }),
@@ -382,7 +385,11 @@ impl CudaTransport {
             return unsafe { launch_kernel(func.0, nch, params, s) };
         }
 
-        let last_event = st.last.map(|i| st.arenas[i].event);
+        // Launches on the stream of the previous one are ordered already.
+        let last_event = st
+            .last
+            .filter(|_| st.last_stream != Some(Shared(s)))
+            .map(|i| st.arenas[i].event);
         let idx = st.take_arena(if inline { 0 } else { layout.total })?;
         st.epoch += 1;
         args.epoch = st.epoch;
@@ -416,6 +423,7 @@ impl CudaTransport {
         // SAFETY: records the arena's event after the kernel on the same stream.
         unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
         st.last = Some(idx);
+        st.last_stream = Some(Shared(s));
         Ok(())
     }
 }

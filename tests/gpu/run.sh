@@ -3,7 +3,17 @@
 #
 # Usage: tests/gpu/run.sh [BIN_DIR] [LOG_DIR]
 #   BIN_DIR holds gpu-check (default: target/release). Each configuration runs under a time limit
-#   so a hang costs one configuration, not the run. Set QUICK=1 for small counts only.
+#   so a hang costs one configuration, not the run. Set QUICK=1 for small counts only (no
+#   1M-element cases, no 256M-element case).
+#
+# Configurations (2 GPUs; about 6 minutes in all):
+#   r*-initall/threads/procs-auto  every operation x type x operator, tuner's choice
+#   r2-initall-{ring,tree,direct}  each algorithm forced, one process driving both GPUs
+#   r2-procs-{ring,tree,direct}    each algorithm forced, one process per GPU
+#   g*-graph                       every case captured into a CUDA graph, replayed 100 times
+#   s2-*-split                     on a communicator split from the world one, ranks reversed
+#   o2-*-offsets-vmm               ncclMemAlloc (VMM) arenas, buffer addresses moving inside them
+#   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -26,12 +36,30 @@ run() { # name, env..., -- args...
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && f=$((f+1)) && line="TIMEOUT after ${LIMIT}s"
   TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
   SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' "$name" "$rc" "$p" "$f" $((t1-t0)))")
-  grep -m5 -E '^(FAIL|HANG|\[proc)' "$LOG/$name.log" | cut -c1-300
+  grep -m5 -E '^(FAIL|HANG|GUARD|\[proc)' "$LOG/$name.log" | cut -c1-300
+}
+
+# `run` under another time limit (bash's dynamic scoping: `run` sees this LIMIT).
+run_limit() { # seconds, then run's arguments
+  local LIMIT=$1; shift
+  run "$@"
 }
 
 SMALL="--counts 0,1,7 --types all"
-if [ "${QUICK:-0}" = 1 ]; then BIG="--big-count 0"; else BIG="--big-count 1048579 --big-types f32,bf16,i8,f64"; fi
+if [ "${QUICK:-0}" = 1 ]; then
+  BIG="--big-count 0"; BIG1="--big-count 0"; BIG2="--big-count 0"
+else
+  BIG="--big-count 1048579 --big-types f32,bf16,i8,f64"
+  BIG1="--big-count 1048579 --big-types f32"
+  BIG2="--big-count 1048579 --big-types f32,bf16"
+fi
+GRAPH="--graph 100"
+HUGE="--counts none --p2p-counts none --big-count 268435456 --big-types f32
+  --big-ops allreduce,allgather,reducescatter,broadcast,reduce,alltoall,sendrecv
+  --big-redops sum,premulsum"
+
 run r1-initall -- --mode initall --ranks 1 $SMALL $BIG
+run g1-initall-graph -- --mode initall --ranks 1 $SMALL $BIG1 $GRAPH
 if [ "$NGPU" -ge 2 ]; then
   run r2-initall-auto   -- --mode initall --ranks 2 $SMALL $BIG
   for a in ring tree direct; do
@@ -39,10 +67,20 @@ if [ "$NGPU" -ge 2 ]; then
   done
   run r2-threads-auto   -- --mode threads --ranks 2 $SMALL $BIG
   run r2-procs-auto     -- --mode procs --ranks 2 $SMALL $BIG
+  # Each algorithm forced across processes; the threads variants duplicated these and the
+  # initall ones and were dropped to make room for the configurations below.
   for a in ring tree direct; do
     run r2-procs-$a NCCL_ALGO=$a -- --mode procs --ranks 2 $SMALL --big-count 0
-    run r2-threads-$a NCCL_ALGO=$a -- --mode threads --ranks 2 $SMALL --big-count 0
   done
+  run g2-initall-graph  -- --mode initall --ranks 2 $SMALL $BIG1 $GRAPH
+  run g2-procs-graph    -- --mode procs --ranks 2 $SMALL $BIG1 $GRAPH
+  run s2-threads-split  -- --mode threads --ranks 2 $SMALL $BIG1 --split
+  run s2-procs-split    -- --mode procs --ranks 2 $SMALL $BIG1 --split
+  run o2-initall-offsets-vmm -- --mode initall --ranks 2 $SMALL $BIG2 --offsets --vmm
+  run o2-procs-offsets-vmm   -- --mode procs --ranks 2 $SMALL $BIG2 --offsets --vmm
+  if [ "${QUICK:-0}" != 1 ]; then
+    run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
+  fi
 fi
 echo "==== summary ($NGPU GPUs) ===="
 printf '%s\n' "${SUMMARY[@]}"

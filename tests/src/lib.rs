@@ -347,3 +347,151 @@ pub fn count_wrong(dtype: DataType, op: Option<TestOp>, got: &[u8], want: &[u8])
         })
         .count()
 }
+
+/// [`reduce_ref`] without its per-call allocation (for references over hundreds of millions of
+/// elements); returns bit-identical results (tested against `reduce_ref`).
+pub fn reduce_ref_fast(dtype: DataType, op: TestOp, nranks: usize, i: usize) -> f64 {
+    const MAX: usize = 64;
+    if nranks == 0 || nranks > MAX {
+        return reduce_ref(dtype, op, nranks, i);
+    }
+    let mut buf = [0f64; MAX];
+    for (r, v) in buf[..nranks].iter_mut().enumerate() {
+        *v = input_value(dtype, Some(op), r, i);
+    }
+    let vals = &buf[..nranks];
+    if dtype.is_float() {
+        return match op {
+            TestOp::Sum => vals.iter().sum(),
+            TestOp::Avg => vals.iter().sum::<f64>() / nranks as f64,
+            TestOp::PreMulSum => vals.iter().map(|v| v * 2.0).sum(),
+            TestOp::Prod => vals.iter().product(),
+            TestOp::Max => vals.iter().cloned().fold(f64::MIN, f64::max),
+            TestOp::Min => vals.iter().cloned().fold(f64::MAX, f64::min),
+        };
+    }
+    let ints = vals.iter().map(|&v| v as i128);
+    match op {
+        TestOp::Sum => wrap(dtype, ints.sum()),
+        TestOp::PreMulSum => wrap(dtype, ints.map(|v| wrap(dtype, v * 2) as i128).sum()),
+        TestOp::Avg => {
+            let s = wrap(dtype, ints.sum()) as i128;
+            (s / nranks as i128) as f64
+        }
+        TestOp::Prod => {
+            let mut acc: i128 = 1;
+            for v in ints {
+                acc = wrap(dtype, acc * v) as i128;
+            }
+            acc as f64
+        }
+        TestOp::Max => ints.max().expect("nranks >= 1") as f64,
+        TestOp::Min => ints.min().expect("nranks >= 1") as f64,
+    }
+}
+
+impl Case {
+    /// Writes output elements `first..first + out.len() / size` of what [`Case::expected`]
+    /// returns into `out`, without building the whole output (for outputs of gigabytes, checked
+    /// chunk by chunk). Returns false, writing nothing, where `expected` returns None.
+    pub fn expected_into(&self, nranks: usize, rank: usize, first: usize, out: &mut [u8]) -> bool {
+        let t = self.dtype;
+        let es = t.size();
+        let len = out.len() / es;
+        let c = self.count;
+        let op = self.op;
+        let data = |r: usize, i: usize| input_value(t, op, r, i);
+        let mut fill = |f: &dyn Fn(usize) -> f64| {
+            for j in 0..len {
+                store_f64(t, out, j, f(first + j));
+            }
+        };
+        match self.kind {
+            CollKind::AllReduce => {
+                let Some(op) = op else { return false };
+                fill(&|k| reduce_ref_fast(t, op, nranks, k));
+            }
+            CollKind::Reduce => {
+                let Some(op) = op else { return false };
+                if rank != self.root {
+                    return false;
+                }
+                fill(&|k| reduce_ref_fast(t, op, nranks, k));
+            }
+            CollKind::Broadcast => fill(&|k| data(self.root, k)),
+            CollKind::AllGather => fill(&|k| data(k / c, k % c)),
+            CollKind::ReduceScatter => {
+                let Some(op) = op else { return false };
+                fill(&|k| reduce_ref_fast(t, op, nranks, rank * c + k));
+            }
+            CollKind::AllToAll => fill(&|k| data(k / c, rank * c + k % c)),
+            CollKind::Gather => {
+                if rank != self.root {
+                    return false;
+                }
+                fill(&|k| data(k / c, k % c));
+            }
+            CollKind::Scatter => fill(&|k| data(self.root, rank * c + k)),
+            CollKind::AllToAllv => {
+                out[..len * es].fill(POISON);
+                let mine = alltoallv_layout(c, nranks, rank);
+                for p in 0..nranks {
+                    let theirs = alltoallv_layout(c, nranks, p);
+                    let n = mine.recv_counts[p] as usize;
+                    let src = theirs.send_displs[rank] as usize;
+                    let dst = mine.recv_displs[p] as usize;
+                    let (lo, hi) = (dst.max(first), (dst + n).min(first + len));
+                    for k in lo..hi {
+                        store_f64(t, out, k - first, data(p, src + k - dst));
+                    }
+                }
+            }
+            CollKind::SendRecv => return false,
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod fast_reference_tests {
+    use super::*;
+
+    #[test]
+    fn reduce_ref_fast_is_bit_identical() {
+        for &t in &DataType::ALL {
+            for op in TestOp::ALL {
+                for n in 1..=9 {
+                    for i in 0..600 {
+                        let (a, b) = (reduce_ref(t, op, n, i), reduce_ref_fast(t, op, n, i));
+                        assert_eq!(a.to_bits(), b.to_bits(), "{t:?} {op:?} n={n} i={i}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expected_into_matches_expected_at_any_split() {
+        for n in 1..=4 {
+            for case in crate::suite::full_matrix(n, &[0, 1, 7, 33], &DataType::ALL) {
+                for rank in 0..n {
+                    let es = case.dtype.size();
+                    let want = case.expected(n, rank);
+                    let total = case.sizes(n, rank).1;
+                    for cut in [0, 1, total / 3, total] {
+                        let cut = cut.min(total);
+                        let mut got = vec![0u8; total * es];
+                        let (a, b) = got.split_at_mut(cut * es);
+                        let da = case.expected_into(n, rank, 0, a);
+                        let db = case.expected_into(n, rank, cut, b);
+                        assert_eq!(da, want.is_some(), "{case:?} rank {rank}");
+                        assert_eq!(db, want.is_some(), "{case:?} rank {rank}");
+                        if let Some(w) = &want {
+                            assert_eq!(&got, w, "{case:?} rank {rank} cut {cut}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -67,7 +67,7 @@ impl FifoGeometry {
             nslots: get("OXCCL_FIFO_SLOTS", 2, 64, u64::from(d.nslots))? as u32,
             slot_bytes: get("OXCCL_FIFO_SLOT_BYTES", 4 << 10, 16 << 20, d.slot_bytes)?,
         };
-        if g.slot_bytes % 16 != 0 {
+        if !g.slot_bytes.is_multiple_of(16) {
             return Err(Error::usage(format!(
                 "OXCCL_FIFO_SLOT_BYTES={} is not a multiple of 16",
                 g.slot_bytes

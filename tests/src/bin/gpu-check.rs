@@ -1,27 +1,50 @@
-//! Checks every collective on the CUDA backend with device buffers (`cuMemAlloc`), on real GPUs.
+//! Checks every collective on the CUDA backend with device buffers, on real GPUs.
 //!
 //! ```text
-//! gpu-check --mode initall|threads|procs --ranks N [--counts 0,1,7] [--types all|f32,bf16]
-//!           [--big-types f32] [--big-count 1048579]
+//! gpu-check --mode initall|threads|procs --ranks N [--counts 0,1,7|none] [--types all|f32,bf16]
+//!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
+//!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
+//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--list]
 //! ```
 //! Every rank `r` runs on device `r % devices`. `initall` drives every rank from one thread
 //! (`ncclCommInitAll` + group calls), `threads` runs one thread per rank, `procs` one process per
 //! rank (this program re-executed with `--worker`). Prints one `FAIL` line per wrong case and
 //! `RESULT pass=P fail=F`; exits 1 on a failure, 2 when no GPU is present, 3 on a hang.
+//! `--list` prints the cases the other arguments select and exits.
+//!
+//! Variants, combinable:
+//! - `--graph N`: every operation is captured into a CUDA graph on the rank's stream instead of
+//!   being issued eagerly, the graph is replayed N-1 times, the inputs are refilled and the
+//!   outputs poisoned, and one last replay is checked element by element.
+//! - `--split`: the cases run on a communicator split from the world one with the ranks reversed
+//!   (one color, key `nranks - 1 - rank`), and are checked with the new rank numbers.
+//! - `--offsets`: each rank allocates one send and one receive arena once, and case `i` uses
+//!   buffers at element offsets that change from case to case (`3i + rank` and `5i + 2 rank + 1`
+//!   modulo a few thousand, so neither 16-byte nor even element-pair aligned in general); 64
+//!   poisoned guard bytes on each side of both buffers must survive the operation.
+//! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
+//!   returns) instead of `cuMemAlloc`.
+//! - `--big-ops` / `--big-redops`: restrict the `--big-count` cases to some operations and
+//!   reduction operators (`sendrecv` adds a ring shift of `--big-count` elements per big type).
+//!   Inputs are generated and outputs checked in 64 MiB chunks on every core, so counts of 256M
+//!   elements (1 GiB per f32 buffer) need little host memory and seconds per case.
 
+use cudarc::driver::sys;
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::comm::CollArgs;
 use oxccl_core::comm::group::{group_end, group_start};
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
+use oxccl_core::error::Error;
 use oxccl_core::plan::{CollKind, P2pDir};
 use oxccl_core::{Communicator, Result};
+use oxccl_cuda::driver::{Shared, check};
 use oxccl_cuda::{CudaBackend, CudaStream};
 use oxccl_tests::suite::full_matrix;
-use oxccl_tests::{Case, POISON, alltoallv_layout, count_wrong, fill_input};
+use oxccl_tests::{Case, POISON, TestOp, count_wrong, fill_input};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 struct Opts {
@@ -31,6 +54,19 @@ struct Opts {
     types: Vec<DataType>,
     big_types: Vec<DataType>,
     big_count: usize,
+    /// Operations of the big cases (None: every collective, no send/recv).
+    big_ops: Option<Vec<CollKind>>,
+    /// Reduction operators of the big cases (None: all).
+    big_redops: Option<Vec<TestOp>>,
+    /// Byte counts of the grouped send/recv ring shifts.
+    p2p_counts: Vec<usize>,
+    /// Graph replays per case (0: issue eagerly).
+    graph: usize,
+    split: bool,
+    offsets: bool,
+    vmm: bool,
+    /// Print the cases and exit (no GPU needed).
+    list: bool,
     worker: Option<usize>,
 }
 
@@ -38,13 +74,53 @@ fn parse_types(s: &str) -> Vec<DataType> {
     if s == "all" {
         return DataType::ALL.to_vec();
     }
-    s.split(',')
-        .filter(|x| !x.is_empty())
+    list(s)
         .map(|x| {
             *DataType::ALL
                 .iter()
                 .find(|t| t.name() == x || short(**t) == x)
                 .unwrap_or_else(|| panic!("unknown type {x}"))
+        })
+        .collect()
+}
+
+/// The items of a comma-separated list ("none" or "" is the empty list).
+fn list(s: &str) -> impl Iterator<Item = &str> {
+    s.split(',').filter(|x| !x.is_empty() && *x != "none")
+}
+
+fn parse_counts(s: &str) -> Vec<usize> {
+    list(s).map(|x| x.parse().expect("count")).collect()
+}
+
+fn parse_ops(s: &str) -> Vec<CollKind> {
+    list(s)
+        .map(|x| match x.to_ascii_lowercase().as_str() {
+            "allreduce" => CollKind::AllReduce,
+            "broadcast" => CollKind::Broadcast,
+            "reduce" => CollKind::Reduce,
+            "allgather" => CollKind::AllGather,
+            "reducescatter" => CollKind::ReduceScatter,
+            "alltoall" => CollKind::AllToAll,
+            "alltoallv" => CollKind::AllToAllv,
+            "gather" => CollKind::Gather,
+            "scatter" => CollKind::Scatter,
+            "sendrecv" => CollKind::SendRecv,
+            other => panic!("unknown operation {other}"),
+        })
+        .collect()
+}
+
+fn parse_redops(s: &str) -> Vec<TestOp> {
+    list(s)
+        .map(|x| match x.to_ascii_lowercase().as_str() {
+            "sum" => TestOp::Sum,
+            "prod" => TestOp::Prod,
+            "max" => TestOp::Max,
+            "min" => TestOp::Min,
+            "avg" => TestOp::Avg,
+            "premulsum" => TestOp::PreMulSum,
+            other => panic!("unknown reduction operator {other}"),
         })
         .collect()
 }
@@ -66,6 +142,11 @@ fn short(t: DataType) -> &'static str {
     }
 }
 
+// Send/recv sizes in bytes. Sends of 1 MiB and more deadlocked before the p2p plans alternated
+// sends and receives per channel (bounded device FIFOs); `--p2p-counts` or
+// `--big-ops sendrecv` exercise larger ones.
+const P2P_COUNTS: [usize; 4] = [1, 7, 4099, 200_000];
+
 fn opts() -> Opts {
     let mut o = Opts {
         mode: "initall".into(),
@@ -74,214 +155,617 @@ fn opts() -> Opts {
         types: DataType::ALL.to_vec(),
         big_types: vec![DataType::Float32],
         big_count: 1_048_579,
+        big_ops: None,
+        big_redops: None,
+        p2p_counts: P2P_COUNTS.to_vec(),
+        graph: 0,
+        split: false,
+        offsets: false,
+        vmm: false,
+        list: false,
         worker: None,
     };
     let a: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < a.len() {
         let v = a.get(i + 1).cloned().unwrap_or_default();
+        let mut flag = false;
         match a[i].as_str() {
             "--mode" => o.mode = v,
             "--ranks" => o.ranks = v.parse().expect("--ranks N"),
-            "--counts" => {
-                o.counts = v
-                    .split(',')
-                    .filter(|x| !x.is_empty())
-                    .map(|x| x.parse().expect("count"))
-                    .collect()
-            }
+            "--counts" => o.counts = parse_counts(&v),
             "--types" => o.types = parse_types(&v),
             "--big-types" => o.big_types = parse_types(&v),
             "--big-count" => o.big_count = v.parse().expect("--big-count N"),
+            "--big-ops" => o.big_ops = Some(parse_ops(&v)),
+            "--big-redops" => o.big_redops = Some(parse_redops(&v)),
+            "--p2p-counts" => o.p2p_counts = parse_counts(&v),
+            "--graph" => o.graph = v.parse().expect("--graph REPLAYS"),
             "--worker" => o.worker = Some(v.parse().expect("--worker RANK")),
+            "--split" => (o.split, flag) = (true, true),
+            "--offsets" => (o.offsets, flag) = (true, true),
+            "--vmm" => (o.vmm, flag) = (true, true),
+            "--list" => (o.list, flag) = (true, true),
             other => panic!("unknown argument {other}"),
         }
-        i += 2;
+        i += if flag { 1 } else { 2 };
     }
     o
 }
 
+/// Every case of the run, in order: the full matrix at the small counts, the big cases, then
+/// the send/recv ring shifts (kind `SendRecv`: send to rank + 1, receive from rank - 1).
 fn cases(o: &Opts) -> Vec<Case> {
     let mut v = full_matrix(o.ranks, &o.counts, &o.types);
-    if o.big_count > 0 && !o.big_types.is_empty() {
-        v.extend(full_matrix(o.ranks, &[o.big_count], &o.big_types));
+    let big = o.big_count > 0 && !o.big_types.is_empty();
+    if big {
+        v.extend(
+            full_matrix(o.ranks, &[o.big_count], &o.big_types)
+                .into_iter()
+                .filter(|c| o.big_ops.as_ref().is_none_or(|ops| ops.contains(&c.kind)))
+                .filter(|c| match (c.op, &o.big_redops) {
+                    (Some(op), Some(ops)) => ops.contains(&op),
+                    _ => true,
+                }),
+        );
+    }
+    let ring_shift = |dtype, count| Case {
+        kind: CollKind::SendRecv,
+        dtype,
+        op: None,
+        count,
+        root: 0,
+        in_place: false,
+    };
+    v.extend(o.p2p_counts.iter().map(|&c| ring_shift(DataType::Uint8, c)));
+    if big
+        && o.big_ops
+            .as_ref()
+            .is_some_and(|ops| ops.contains(&CollKind::SendRecv))
+    {
+        v.extend(o.big_types.iter().map(|&t| ring_shift(t, o.big_count)));
     }
     v
 }
 
-/// A case's device buffers on one rank and what to compare afterwards.
-struct Prep {
-    dev: i32,
-    dsend: DevicePtr,
-    drecv: DevicePtr,
-    args: CollArgs,
-    out_is_send: bool,
-    out_off: usize,
-    send_len: usize,
-    recv_len: usize,
-    want: Option<Vec<u8>>,
+/// Bytes of poison checked on each side of every buffer with `--offsets`.
+const GUARD: usize = 64;
+
+/// Element offsets of case `idx`'s send and receive buffers inside the arenas (`--offsets`):
+/// different for consecutive cases and ranks, and rarely a multiple of 16 bytes.
+fn offsets(idx: usize, rank: usize) -> (usize, usize) {
+    ((idx * 3 + rank) % 3001, (idx * 5 + 2 * rank + 1) % 2999)
 }
 
-fn prepare(b: &CudaBackend, dev: i32, n: usize, rank: usize, case: &Case) -> Result<Prep> {
+/// One send and one receive allocation a rank reuses for every case (`--offsets`).
+struct Arena {
+    send: DevicePtr,
+    recv: DevicePtr,
+}
+
+/// One rank driven by the calling thread.
+struct RankCtx {
+    comm: Communicator<CudaBackend>,
+    stream: CudaStream,
+    dev: i32,
+    arena: Option<Arena>,
+}
+
+fn dalloc(b: &CudaBackend, dev: i32, bytes: usize, vmm: bool) -> Result<DevicePtr> {
+    if vmm {
+        b.mem_alloc(dev, bytes.max(1))
+    } else {
+        b.plain_alloc(dev, bytes)
+    }
+}
+
+/// # Safety
+/// `p` came from [`dalloc`] with the same `vmm` and no work uses it any more.
+unsafe fn dfree(b: &CudaBackend, dev: i32, p: DevicePtr, vmm: bool) -> Result<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if vmm {
+            b.mem_free(p)
+        } else {
+            b.plain_free(dev, p)
+        }
+    }
+}
+
+fn make_arena(b: &CudaBackend, o: &Opts, dev: i32, n: usize, rank: usize) -> Result<Arena> {
+    let (mut send, mut recv) = (0, 0);
+    for (idx, case) in cases(o).iter().enumerate() {
+        let es = case.dtype.size();
+        let (se, re) = case.sizes(n, rank);
+        let (so, ro) = offsets(idx, rank);
+        send = send.max((so + se) * es + GUARD);
+        recv = recv.max((ro + re) * es + GUARD);
+    }
+    let s = dalloc(b, dev, send, o.vmm)?;
+    match dalloc(b, dev, recv, o.vmm) {
+        Ok(r) => Ok(Arena { send: s, recv: r }),
+        Err(e) => {
+            // SAFETY: just allocated, unused.
+            let _ = unsafe { dfree(b, dev, s, o.vmm) };
+            Err(e)
+        }
+    }
+}
+
+fn free_arena(b: &CudaBackend, o: &Opts, rc: &mut RankCtx) {
+    if let Some(a) = rc.arena.take() {
+        // SAFETY: every case's operation completed (its stream was synchronised).
+        unsafe {
+            let _ = dfree(b, rc.dev, a.send, o.vmm);
+            let _ = dfree(b, rc.dev, a.recv, o.vmm);
+        }
+    }
+}
+
+/// A case's device buffers on one rank.
+struct Prep {
+    dev: i32,
+    /// Rank in the communicator the case runs on.
+    rank: usize,
+    nranks: usize,
+    dsend: DevicePtr,
+    drecv: DevicePtr,
+    send_len: usize,
+    recv_len: usize,
+    /// Allocated for this case alone (freed afterwards), not inside an arena.
+    owned: bool,
+    vmm: bool,
+    args: CollArgs,
+    /// Where the output to check starts, and its bytes.
+    out: DevicePtr,
+    out_len: usize,
+    /// Elements `(at, len)` of the receive buffer that start as this rank's input (in place).
+    seg: Option<(usize, usize)>,
+    /// Poisoned ranges around the buffers that nothing may write (`--offsets`).
+    guards: Vec<(DevicePtr, usize)>,
+}
+
+/// Places (and allocates, without `--offsets`) case `idx`'s buffers for `rc`'s rank.
+fn prepare(b: &CudaBackend, o: &Opts, rc: &RankCtx, idx: usize, case: &Case) -> Result<Prep> {
+    let (n, rank) = (rc.comm.nranks(), rc.comm.rank());
     let t = case.dtype;
     let es = t.size();
-    let (send_elems, recv_elems) = case.sizes(n, rank);
-    let mut send = vec![POISON; send_elems * es];
-    fill_input(t, case.op, rank, 0, &mut send);
-    let mut recv = vec![POISON; recv_elems * es];
-    let op = match case.op {
-        Some(o) => o.red_op(t),
-        None => RedOp::Sum,
+    let (se, re) = case.sizes(n, rank);
+    let (send_len, recv_len) = (se * es, re * es);
+    let (dsend, drecv, owned, guards) = match &rc.arena {
+        Some(a) => {
+            let (so, ro) = offsets(idx, rank);
+            let (sb, rb) = (so * es, ro * es);
+            let (ds, dr) = (a.send + sb as u64, a.recv + rb as u64);
+            let guards = vec![
+                (ds - sb.min(GUARD) as u64, sb.min(GUARD)),
+                (ds + send_len as u64, GUARD),
+                (dr - rb.min(GUARD) as u64, rb.min(GUARD)),
+                (dr + recv_len as u64, GUARD),
+            ];
+            (ds, dr, false, guards)
+        }
+        None => {
+            let s = dalloc(b, rc.dev, send_len, o.vmm)?;
+            let r = match dalloc(b, rc.dev, recv_len, o.vmm) {
+                Ok(r) => r,
+                Err(e) => {
+                    // SAFETY: just allocated, unused.
+                    let _ = unsafe { dfree(b, rc.dev, s, o.vmm) };
+                    return Err(e);
+                }
+            };
+            (s, r, true, Vec::new())
+        }
     };
-    // Offsets (bytes) of the pointers inside (send, recv): (in send?, offset).
-    let (s_at, r_at, out_is_send) = if case.in_place {
+    let c = case.count;
+    // The pointers as NCCL's in-place convention for the operation places them.
+    let mut seg = None;
+    let (sp, rp) = if case.in_place {
         match case.kind {
             CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => {
-                recv.copy_from_slice(&send);
-                ((false, 0), (false, 0), false)
+                seg = Some((0, c));
+                (drecv, drecv)
             }
-            CollKind::AllGather | CollKind::Gather => {
-                let off = case.in_place_offset(rank) * es;
-                if case.kind == CollKind::AllGather || rank == case.root {
-                    recv[off..off + send.len()].copy_from_slice(&send);
-                    ((false, off), (false, 0), false)
-                } else {
-                    ((true, 0), (false, 0), false)
-                }
+            CollKind::AllGather | CollKind::Gather
+                if case.kind == CollKind::AllGather || rank == case.root =>
+            {
+                let off = case.in_place_offset(rank);
+                seg = Some((off, c));
+                (drecv + (off * es) as u64, drecv)
             }
-            CollKind::ReduceScatter => ((true, 0), (true, rank * case.count * es), true),
-            CollKind::Scatter if rank == case.root => {
-                ((true, 0), (true, case.root * case.count * es), true)
-            }
-            _ => ((true, 0), (false, 0), false),
+            CollKind::ReduceScatter => (dsend, dsend + (rank * c * es) as u64),
+            CollKind::Scatter if rank == case.root => (dsend, dsend + (case.root * c * es) as u64),
+            _ => (dsend, drecv),
         }
     } else {
-        ((true, 0), (false, 0), false)
+        (dsend, drecv)
     };
-    let dsend = b.plain_alloc(dev, send.len())?;
-    let drecv = b.plain_alloc(dev, recv.len())?;
-    // SAFETY: both allocations hold the host vectors' sizes.
-    unsafe {
-        b.copy_to_device(dev, dsend, &send)?;
-        b.copy_to_device(dev, drecv, &recv)?;
-    }
-    let at = |(in_send, off): (bool, usize)| (if in_send { dsend } else { drecv }) + off as u64;
     let args = CollArgs {
         kind: case.kind,
-        send: at(s_at),
-        recv: at(r_at),
-        count: case.count as u64,
+        send: sp,
+        recv: rp,
+        count: c as u64,
         dtype: t,
-        op,
+        op: case.op.map_or(RedOp::Sum, |op| op.red_op(t)),
         root: case.root as u32,
-        layout: (case.kind == CollKind::AllToAllv).then(|| alltoallv_layout(case.count, n, rank)),
+        layout: (case.kind == CollKind::AllToAllv)
+            .then(|| oxccl_tests::alltoallv_layout(c, n, rank)),
     };
     Ok(Prep {
-        dev,
+        dev: rc.dev,
+        rank,
+        nranks: n,
         dsend,
         drecv,
-        out_off: if out_is_send { r_at.1 } else { 0 },
+        send_len,
+        recv_len,
+        owned,
+        vmm: o.vmm,
         args,
-        out_is_send,
-        send_len: send.len(),
-        recv_len: recv.len(),
-        want: case.expected(n, rank),
+        out: rp,
+        out_len: recv_len,
+        seg,
+        guards,
     })
 }
 
-/// Compares and frees; returns the number of wrong elements.
-fn finish(b: &CudaBackend, p: Prep, case: &Case) -> Result<usize> {
-    let mut wrong = 0;
-    if let Some(want) = &p.want {
-        let (src, len) = if p.out_is_send {
-            (p.dsend, p.send_len)
-        } else {
-            (p.drecv, p.recv_len)
-        };
-        let mut host = vec![0u8; len];
-        // SAFETY: the allocation holds `len` bytes.
-        unsafe { b.copy_from_device(p.dev, &mut host, src)? };
-        let got = &host[p.out_off..p.out_off + want.len()];
-        wrong = count_wrong(case.dtype, case.op, got, want);
+/// Host staging per copy: inputs are generated and outputs checked this much at a time.
+const CHUNK_BYTES: usize = 64 << 20;
+
+/// Generator of `buf` = the elements from `first` on of some buffer.
+type Gen<'a> = &'a (dyn Fn(usize, &mut [u8]) + Sync);
+
+fn threads_for(bytes: usize) -> usize {
+    if bytes < (1 << 20) {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(4, |n| n.get().min(16))
     }
-    // SAFETY: the operation has completed (its stream was synchronised).
-    unsafe {
-        b.plain_free(p.dev, p.dsend)?;
-        b.plain_free(p.dev, p.drecv)?;
-    }
-    Ok(wrong)
 }
 
-/// Grouped ring shift: every rank sends `count` bytes to the next and receives from the previous.
-fn sendrecv_prepare(
+/// Whole elements per thread for `bytes` bytes of `es`-byte elements.
+fn piece_bytes(bytes: usize, es: usize) -> usize {
+    ((bytes / es).div_ceil(threads_for(bytes)) * es).max(es)
+}
+
+/// Fills `buf` (elements `first`..) with `make`, on several threads when it is large.
+fn gen_par(buf: &mut [u8], es: usize, first: usize, make: Gen) {
+    if threads_for(buf.len()) == 1 {
+        make(first, buf);
+        return;
+    }
+    let piece = piece_bytes(buf.len(), es);
+    std::thread::scope(|s| {
+        for (i, p) in buf.chunks_mut(piece).enumerate() {
+            s.spawn(move || make(first + i * piece / es, p));
+        }
+    });
+}
+
+/// Writes `len` bytes generated by `make` to device memory at `dst`, chunk by chunk.
+fn upload(
     b: &CudaBackend,
     dev: i32,
-    rank: usize,
-    count: usize,
-) -> Result<(DevicePtr, DevicePtr)> {
-    let mut send = vec![0u8; count];
-    fill_input(DataType::Uint8, None, rank, 0, &mut send);
-    let s = b.plain_alloc(dev, count)?;
-    let r = b.plain_alloc(dev, count)?;
-    // SAFETY: sized above.
-    unsafe {
-        b.copy_to_device(dev, s, &send)?;
-        b.copy_to_device(dev, r, &vec![POISON; count])?;
-    }
-    Ok((s, r))
-}
-
-fn sendrecv_issue(
-    comm: &Communicator<CudaBackend>,
-    stream: &CudaStream,
-    bufs: (DevicePtr, DevicePtr),
-    count: usize,
+    dst: DevicePtr,
+    len: usize,
+    es: usize,
+    make: Gen,
 ) -> Result<()> {
-    let (n, r) = (comm.nranks(), comm.rank());
-    // SAFETY: the buffers hold `count` bytes and live until the stream is synchronised.
-    unsafe {
-        comm.p2p(
-            P2pDir::Send,
-            bufs.0,
-            count as u64,
-            DataType::Uint8,
-            ((r + 1) % n) as u32,
-            stream,
-        )?;
-        comm.p2p(
-            P2pDir::Recv,
-            bufs.1,
-            count as u64,
-            DataType::Uint8,
-            ((r + n - 1) % n) as u32,
-            stream,
-        )?;
+    if len == 0 {
+        return Ok(());
+    }
+    let mut host = vec![0u8; CHUNK_BYTES.min(len)];
+    let mut at = 0;
+    while at < len {
+        let m = host.len().min(len - at);
+        gen_par(&mut host[..m], es, at / es, make);
+        // SAFETY: the caller's allocation holds `len` bytes at `dst`.
+        unsafe { b.copy_to_device(dev, dst + at as u64, &host[..m])? };
+        at += m;
+        tick();
     }
     Ok(())
 }
 
-fn sendrecv_finish(
+/// Counts the elements of the `len` bytes at `src` that differ from what `want` generates.
+fn verify(
     b: &CudaBackend,
     dev: i32,
-    n: usize,
-    rank: usize,
-    bufs: (DevicePtr, DevicePtr),
-    count: usize,
+    src: DevicePtr,
+    len: usize,
+    t: DataType,
+    op: Option<TestOp>,
+    want: Gen,
 ) -> Result<usize> {
-    let mut want = vec![0u8; count];
-    fill_input(DataType::Uint8, None, (rank + n - 1) % n, 0, &mut want);
-    let mut got = vec![0u8; count];
-    // SAFETY: sized at prepare; the operation completed.
-    unsafe {
-        b.copy_from_device(dev, &mut got, bufs.1)?;
-        b.plain_free(dev, bufs.0)?;
-        b.plain_free(dev, bufs.1)?;
+    let es = t.size();
+    if len == 0 {
+        return Ok(0);
     }
-    Ok(got.iter().zip(&want).filter(|(a, b)| a != b).count())
+    let mut got = vec![0u8; CHUNK_BYTES.min(len)];
+    let mut exp = vec![0u8; got.len()];
+    let (mut at, mut wrong) = (0, 0);
+    while at < len {
+        let m = got.len().min(len - at);
+        // SAFETY: the caller's allocation holds `len` bytes at `src`.
+        unsafe { b.copy_from_device(dev, &mut got[..m], src + at as u64)? };
+        let (g, e) = (&got[..m], &mut exp[..m]);
+        let first = at / es;
+        wrong += if threads_for(m) == 1 {
+            want(first, e);
+            count_wrong(t, op, g, e)
+        } else {
+            let piece = piece_bytes(m, es);
+            std::thread::scope(|s| {
+                let hs: Vec<_> = g
+                    .chunks(piece)
+                    .zip(e.chunks_mut(piece))
+                    .enumerate()
+                    .map(|(i, (g, e))| {
+                        s.spawn(move || {
+                            want(first + i * piece / es, e);
+                            count_wrong(t, op, g, e)
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("check thread"))
+                    .sum::<usize>()
+            })
+        };
+        at += m;
+        tick();
+    }
+    Ok(wrong)
+}
+
+/// Writes the case's inputs and poisons its outputs and guards (synchronous copies).
+fn fill(b: &CudaBackend, p: &Prep, case: &Case) -> Result<()> {
+    let (t, op, rank) = (case.dtype, case.op, p.rank);
+    let es = t.size();
+    upload(b, p.dev, p.dsend, p.send_len, es, &|first, buf| {
+        fill_input(t, op, rank, first, buf)
+    })?;
+    let seg = p.seg;
+    upload(b, p.dev, p.drecv, p.recv_len, es, &|first, buf| {
+        buf.fill(POISON);
+        if let Some((at, n)) = seg {
+            let (lo, hi) = (at.max(first), (at + n).min(first + buf.len() / es));
+            if lo < hi {
+                fill_input(
+                    t,
+                    op,
+                    rank,
+                    lo - at,
+                    &mut buf[(lo - first) * es..(hi - first) * es],
+                );
+            }
+        }
+    })?;
+    for &(g, len) in &p.guards {
+        // SAFETY: guards lie inside the arena (see `make_arena`).
+        unsafe { b.copy_to_device(p.dev, g, &[POISON; GUARD][..len])? };
+    }
+    // A synchronous copy from pageable memory may return before its last DMA has landed, and
+    // it runs on the legacy stream, which the ranks' non-blocking streams do not wait for.
+    let _g = b.memory().bind(p.dev)?;
+    b.stream_synchronize(&CudaStream(Shared(std::ptr::null_mut())))
+}
+
+/// Wrong output elements plus overwritten guard bytes of a completed case.
+fn check_prep(b: &CudaBackend, p: &Prep, case: &Case) -> Result<usize> {
+    let (t, n, rank) = (case.dtype, p.nranks, p.rank);
+    let mut wrong = 0;
+    if case.kind == CollKind::SendRecv {
+        let from = (rank + n - 1) % n;
+        wrong += verify(b, p.dev, p.out, p.out_len, t, None, &|first, buf| {
+            fill_input(t, None, from, first, buf)
+        })?;
+    } else if case.expected_into(n, rank, 0, &mut []) {
+        wrong += verify(b, p.dev, p.out, p.out_len, t, case.op, &|first, buf| {
+            case.expected_into(n, rank, first, buf);
+        })?;
+    }
+    for &(g, len) in &p.guards {
+        let mut host = [0u8; GUARD];
+        // SAFETY: guards lie inside the arena.
+        unsafe { b.copy_from_device(p.dev, &mut host[..len], g)? };
+        let bad = host[..len].iter().filter(|&&x| x != POISON).count();
+        if bad > 0 {
+            println!(
+                "GUARD rank {rank} {case:?}: {bad} bytes written at {:#x} (outside the buffers)",
+                g
+            );
+            wrong += bad;
+        }
+    }
+    Ok(wrong)
+}
+
+/// Frees a case's own buffers (arena buffers stay).
+fn release(b: &CudaBackend, p: &Prep) {
+    if p.owned {
+        // SAFETY: the operation completed (its stream was synchronised).
+        unsafe {
+            let _ = dfree(b, p.dev, p.dsend, p.vmm);
+            let _ = dfree(b, p.dev, p.drecv, p.vmm);
+        }
+    }
+}
+
+/// Issues one rank's part of the case on its stream (inside the caller's group, if any).
+///
+/// # Safety
+/// The buffers live until the stream has run the operation.
+unsafe fn issue(rc: &RankCtx, p: &Prep, case: &Case) -> Result<()> {
+    let comm = &rc.comm;
+    if case.kind != CollKind::SendRecv {
+        // SAFETY: forwarded from the caller.
+        return unsafe { comm.collective(p.args.clone(), &rc.stream) };
+    }
+    let (n, r) = (comm.nranks(), comm.rank());
+    let count = case.count as u64;
+    // SAFETY: both buffers hold `count` elements (forwarded from the caller).
+    unsafe {
+        comm.p2p(
+            P2pDir::Send,
+            p.dsend,
+            count,
+            case.dtype,
+            ((r + 1) % n) as u32,
+            &rc.stream,
+        )?;
+        comm.p2p(
+            P2pDir::Recv,
+            p.drecv,
+            count,
+            case.dtype,
+            ((r + n - 1) % n) as u32,
+            &rc.stream,
+        )
+    }
+}
+
+/// Issues the case on every rank of `ctxs`: in one group in initall mode (this thread drives
+/// every rank) and for the send/recv pair, as applications do; a lone collective eagerly.
+fn issue_all(o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Case) -> Result<()> {
+    let grouped = o.mode == "initall" || case.kind == CollKind::SendRecv;
+    if grouped {
+        group_start()?;
+    }
+    let mut res = Ok(());
+    for (rc, p) in ctxs.iter().zip(preps) {
+        // SAFETY: the buffers are freed only after the streams have been synchronised.
+        res = res.and(unsafe { issue(rc, p, case) });
+    }
+    if grouped {
+        res = res.and(group_end());
+    }
+    res
+}
+
+/// Runs the case: eagerly, or captured into one graph per stream and replayed (`--graph`).
+fn run_op(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Case) -> Result<()> {
+    if o.graph == 0 {
+        issue_all(o, ctxs, preps, case)?;
+        for rc in ctxs {
+            b.stream_synchronize(&rc.stream)?;
+        }
+        return Ok(());
+    }
+    // Global capture mode, as PyTorch uses by default: the capturing thread (and every other
+    // thread of the process) may not make unsafe calls such as cuMemAlloc or synchronous copies
+    // while it captures. In `threads` mode the other ranks' threads keep preparing their cases
+    // meanwhile, which global mode would forbid, so there each thread captures thread-locally.
+    let mode = if o.mode == "threads" {
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    } else {
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+    };
+    // Every stream starts capturing before the group and stops after group_end.
+    let mut res = Ok(());
+    let mut begun = 0;
+    for rc in ctxs {
+        let r = b.memory().bind(rc.dev).and_then(|_g| {
+            // SAFETY: a live stream of this device.
+            check("cuStreamBeginCapture_v2", unsafe {
+                sys::cuStreamBeginCapture_v2(rc.stream.raw(), mode)
+            })
+        });
+        if let Err(e) = r {
+            res = Err(e);
+            break;
+        }
+        begun += 1;
+    }
+    if res.is_ok() {
+        res = issue_all(o, ctxs, preps, case);
+    }
+    // One graph per stream (null where ending the capture failed).
+    let mut graphs: Vec<sys::CUgraph> = Vec::new();
+    for rc in &ctxs[..begun] {
+        let mut g: sys::CUgraph = std::ptr::null_mut();
+        let r = b.memory().bind(rc.dev).and_then(|_g| {
+            // SAFETY: the stream is capturing (begun above); ends it even after a failure.
+            check("cuStreamEndCapture", unsafe {
+                sys::cuStreamEndCapture(rc.stream.raw(), &mut g)
+            })
+        });
+        res = res.and(r);
+        graphs.push(g);
+    }
+    // One exec per stream whose graph has nodes: a rank with nothing to do (count 0) captures
+    // an empty graph, which is not replayed. A rank that should have captured work but did not
+    // (it ran eagerly, or not at all) is caught by the check: its outputs are poisoned before
+    // the checked replay.
+    let mut execs: Vec<sys::CUgraphExec> = vec![std::ptr::null_mut(); graphs.len()];
+    let res = res.and_then(|()| {
+        if graphs.len() != ctxs.len() || graphs.iter().any(|g| g.is_null()) {
+            return Err(Error::Internal("capture produced no graph".into()));
+        }
+        for ((rc, &g), e) in ctxs.iter().zip(&graphs).zip(execs.iter_mut()) {
+            let _g = b.memory().bind(rc.dev)?;
+            let mut nodes = 0usize;
+            // SAFETY: `g` is a complete graph captured above; only the count is written.
+            check("cuGraphGetNodes", unsafe {
+                sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut nodes)
+            })?;
+            if nodes > 0 {
+                // SAFETY: `g` is a complete graph captured above.
+                check("cuGraphInstantiateWithFlags", unsafe {
+                    sys::cuGraphInstantiateWithFlags(e, g, 0)
+                })?;
+            }
+        }
+        let launch_all = |execs: &[sys::CUgraphExec]| -> Result<()> {
+            for (rc, &e) in ctxs.iter().zip(execs) {
+                if e.is_null() {
+                    continue;
+                }
+                let _g = b.memory().bind(rc.dev)?;
+                // SAFETY: an instantiated graph of this device; its buffers outlive the replay.
+                check("cuGraphLaunch", unsafe {
+                    sys::cuGraphLaunch(e, rc.stream.raw())
+                })?;
+            }
+            Ok(())
+        };
+        for _ in 1..o.graph {
+            launch_all(&execs)?;
+        }
+        for rc in ctxs {
+            b.stream_synchronize(&rc.stream)?;
+        }
+        tick();
+        // In-place reductions compound over replays: the checked replay starts afresh.
+        for p in preps {
+            fill(b, p, case)?;
+        }
+        launch_all(&execs)?;
+        for rc in ctxs {
+            b.stream_synchronize(&rc.stream)?;
+        }
+        Ok(())
+    });
+    for ((rc, &g), &e) in ctxs.iter().zip(&graphs).zip(&execs) {
+        let _g = b.memory().bind(rc.dev);
+        if !e.is_null() {
+            // SAFETY: instantiated above and launched no more (one still running is freed when
+            // it completes).
+            unsafe { sys::cuGraphExecDestroy(e) };
+        }
+        if !g.is_null() {
+            // SAFETY: captured above; its exec is destroyed.
+            unsafe { sys::cuGraphDestroy(g) };
+        }
+    }
+    res
 }
 
 static PROGRESS: AtomicU64 = AtomicU64::new(0);
 static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+static PASSED: AtomicUsize = AtomicUsize::new(0);
+static FAILED: AtomicUsize = AtomicUsize::new(0);
 
 static CURRENT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
@@ -296,7 +780,8 @@ fn tick() {
     PROGRESS.store(now, Ordering::Relaxed);
 }
 
-/// Exits with 3 when no case finished for 30 s (a hang would otherwise eat the whole run).
+/// Exits with 3 when nothing progressed for 30 s (a hang would otherwise eat the whole run);
+/// the cases finished so far still count.
 fn watchdog(what: String) {
     tick();
     std::thread::spawn(move || {
@@ -306,7 +791,11 @@ fn watchdog(what: String) {
             if now.saturating_sub(PROGRESS.load(Ordering::Relaxed)) > 30_000 {
                 let cur = CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 println!("HANG {what}: no progress for 30 s; last step: {cur}");
-                println!("RESULT pass=0 fail=1 (hang)");
+                println!(
+                    "RESULT pass={} fail={} (hang)",
+                    PASSED.load(Ordering::Relaxed),
+                    FAILED.load(Ordering::Relaxed) + 1
+                );
                 std::process::exit(3);
             }
         }
@@ -322,79 +811,156 @@ impl Tally {
     fn add(&mut self, what: &str, r: Result<usize>) {
         tick();
         match r {
-            Ok(0) => self.pass += 1,
-            Ok(w) => {
-                self.fail += 1;
-                println!("FAIL {what}: {w} wrong elements");
+            Ok(0) => {
+                self.pass += 1;
+                PASSED.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            Err(e) => {
-                self.fail += 1;
-                println!("FAIL {what}: error {e}");
-            }
+            Ok(w) => println!("FAIL {what}: {w} wrong elements"),
+            Err(e) => println!("FAIL {what}: error {e}"),
         }
+        self.fail += 1;
+        FAILED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-// 1 MiB+ sends deadlock for now: build_p2p queues all of a channel's sends before its receives,
-// and a send larger than the FIFO (256 KiB) waits for a receive queued behind it.
-const P2P_COUNTS: [usize; 4] = [1, 7, 4099, 200_000];
-
-fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize) -> Result<Tally> {
-    let devs: Vec<i32> = (0..o.ranks).map(|r| (r % ndev) as i32).collect();
-    step("initall init");
-    let comms = Communicator::init_all(b.clone(), &devs)?;
-    let streams: Vec<CudaStream> = devs
-        .iter()
-        .map(|&d| b.stream_create(d))
-        .collect::<Result<_>>()?;
+/// Runs every case on the ranks this thread drives (all of them in initall mode, one otherwise).
+fn run_cases(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], label: &str) -> Tally {
     let mut t = Tally { pass: 0, fail: 0 };
-    let n = o.ranks;
-    for case in cases(o) {
-        step(&format!("initall {case:?}"));
-        let preps: Result<Vec<Prep>> = (0..n).map(|r| prepare(b, devs[r], n, r, &case)).collect();
-        let preps = preps?;
-        group_start()?;
+    for (idx, case) in cases(o).iter().enumerate() {
+        let who = if ctxs.len() == 1 {
+            format!("rank {}", ctxs[0].comm.rank())
+        } else {
+            "all ranks".to_string()
+        };
+        step(&format!("{label} {who} #{idx} {case:?}"));
+        let mut preps: Vec<Prep> = Vec::new();
         let mut err = None;
-        for r in 0..n {
-            // SAFETY: the buffers live until the streams are synchronised below.
-            if let Err(e) = unsafe { comms[r].collective(preps[r].args.clone(), &streams[r]) } {
-                err = Some(e);
+        for rc in ctxs {
+            match prepare(b, o, rc, idx, case) {
+                Ok(p) => {
+                    let r = fill(b, &p, case);
+                    preps.push(p);
+                    if let Err(e) = r {
+                        err = Some(e);
+                        break;
+                    }
+                }
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
             }
         }
-        let ge = group_end();
-        for (r, p) in preps.into_iter().enumerate() {
-            let res = err
-                .clone()
-                .map_or(Ok(()), Err)
-                .and(ge.clone())
-                .and_then(|_| b.stream_synchronize(&streams[r]))
-                .and_then(|_| finish(b, p, &case));
-            t.add(&format!("initall rank {r} {case:?}"), res);
+        if let Some(e) = err {
+            preps.iter().for_each(|p| release(b, p));
+            for rc in ctxs {
+                let what = format!("{label} rank {} {case:?} (preparing)", rc.comm.rank());
+                t.add(&what, Err(e.clone()));
+            }
+            continue;
+        }
+        let res = run_op(b, o, ctxs, &preps, case);
+        // Buffers may be freed only once nothing can still be using them.
+        let idle = res.is_ok()
+            || ctxs
+                .iter()
+                .all(|rc| b.stream_synchronize(&rc.stream).is_ok());
+        for p in &preps {
+            let r = res.clone().and_then(|()| check_prep(b, p, case));
+            t.add(&format!("{label} rank {} {case:?}", p.rank), r);
+            if idle {
+                release(b, p);
+            }
         }
     }
-    for &count in &P2P_COUNTS {
-        step(&format!("initall sendrecv {count}"));
-        let bufs: Vec<_> = (0..n)
-            .map(|r| sendrecv_prepare(b, devs[r], r, count))
-            .collect::<Result<_>>()?;
-        group_start()?;
-        let mut res = Ok(());
-        for r in 0..n {
-            res = res.and(sendrecv_issue(&comms[r], &streams[r], bufs[r], count));
-        }
-        res = res.and(group_end());
-        for r in 0..n {
-            let x = res
-                .clone()
-                .and_then(|_| b.stream_synchronize(&streams[r]))
-                .and_then(|_| sendrecv_finish(b, devs[r], n, r, bufs[r], count));
-            t.add(&format!("initall rank {r} sendrecv {count}"), x);
-        }
+    t
+}
+
+/// Ranks reversed: one color, key `nranks - 1 - rank`.
+fn split_key(n: usize, rank: usize) -> i32 {
+    (n - 1 - rank) as i32
+}
+
+fn split_one(comm: &Communicator<CudaBackend>) -> Result<Communicator<CudaBackend>> {
+    let key = split_key(comm.nranks(), comm.rank());
+    let c = comm
+        .split(0, key, None)?
+        .ok_or_else(|| Error::Internal("split with a color returned no communicator".into()))?;
+    if c.rank() != key as usize || c.nranks() != comm.nranks() {
+        return Err(Error::Internal(format!(
+            "split: rank {} became rank {} of {}, expected {key} of {}",
+            comm.rank(),
+            c.rank(),
+            c.nranks(),
+            comm.nranks()
+        )));
     }
-    step("initall destroy");
+    Ok(c)
+}
+
+fn destroy_all(comms: &[Communicator<CudaBackend>]) -> Result<()> {
+    let mut res = Ok(());
     for c in comms {
-        c.destroy()?;
+        res = res.and(c.destroy());
     }
+    res
+}
+
+fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize, label: &str) -> Result<Tally> {
+    let devs: Vec<i32> = (0..o.ranks).map(|r| (r % ndev) as i32).collect();
+    step("initall init");
+    let world = Communicator::init_all(b.clone(), &devs)?;
+    // Core's split is blocking: it all-gathers colors and keys over the bootstrap network
+    // before creating the new communicator, and group_start does not defer it. One thread
+    // splitting every rank in turn (even inside a group) would wait forever in the first rank's
+    // all-gather, so each rank splits on its own thread, as a one-thread-per-GPU application
+    // does.
+    let comms = if o.split {
+        step("initall split");
+        let split: Vec<Result<Communicator<CudaBackend>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = world
+                .iter()
+                .map(|c| {
+                    let b = b.clone();
+                    s.spawn(move || {
+                        b.set_device(c.device())?;
+                        split_one(c)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("split thread"))
+                .collect()
+        });
+        split.into_iter().collect::<Result<Vec<_>>>()?
+    } else {
+        world.clone()
+    };
+    let mut ctxs = Vec::new();
+    for (r, c) in comms.iter().enumerate() {
+        let arena = if o.offsets {
+            Some(make_arena(b, o, devs[r], c.nranks(), c.rank())?)
+        } else {
+            None
+        };
+        ctxs.push(RankCtx {
+            comm: c.clone(),
+            stream: b.stream_create(devs[r])?,
+            dev: devs[r],
+            arena,
+        });
+    }
+    let t = run_cases(b, o, &ctxs, label);
+    step("initall destroy");
+    for rc in &mut ctxs {
+        free_arena(b, o, rc);
+    }
+    drop(ctxs);
+    if o.split {
+        destroy_all(&comms)?;
+    }
+    destroy_all(&world)?;
     Ok(t)
 }
 
@@ -404,44 +970,51 @@ fn run_rank(
     ndev: usize,
     id: UniqueId,
     rank: usize,
+    label: &str,
 ) -> Result<Tally> {
     let dev = (rank % ndev) as i32;
     b.set_device(dev)?;
     let n = o.ranks;
     step(&format!("rank {rank} init"));
-    let comm = Communicator::init_rank(b.clone(), n, id, rank, dev, CommConfig::default())?;
-    let stream = b.stream_create(dev)?;
-    let mut t = Tally { pass: 0, fail: 0 };
-    for case in cases(o) {
-        step(&format!("rank {rank} {case:?}"));
-        let res = prepare(b, dev, n, rank, &case).and_then(|p| {
-            // SAFETY: the buffers live until the stream is synchronised.
-            let r = unsafe { comm.collective(p.args.clone(), &stream) };
-            let r = r.and_then(|_| b.stream_synchronize(&stream));
-            let w = finish(b, p, &case);
-            r.and(w)
-        });
-        t.add(&format!("{} rank {rank} {case:?}", o.mode), res);
-    }
-    for &count in &P2P_COUNTS {
-        step(&format!("rank {rank} sendrecv {count}"));
-        let res = sendrecv_prepare(b, dev, rank, count).and_then(|bufs| {
-            let r = group_start()
-                .and_then(|_| sendrecv_issue(&comm, &stream, bufs, count))
-                .and(group_end())
-                .and_then(|_| b.stream_synchronize(&stream));
-            let w = sendrecv_finish(b, dev, n, rank, bufs, count);
-            r.and(w)
-        });
-        t.add(&format!("{} rank {rank} sendrecv {count}", o.mode), res);
-    }
+    let world = Communicator::init_rank(b.clone(), n, id, rank, dev, CommConfig::default())?;
+    let comm = if o.split {
+        step(&format!("rank {rank} split"));
+        split_one(&world)?
+    } else {
+        world.clone()
+    };
+    let arena = if o.offsets {
+        Some(make_arena(b, o, dev, n, comm.rank())?)
+    } else {
+        None
+    };
+    let mut rc = RankCtx {
+        comm: comm.clone(),
+        stream: b.stream_create(dev)?,
+        dev,
+        arena,
+    };
+    let t = run_cases(b, o, std::slice::from_ref(&rc), label);
     step(&format!("rank {rank} destroy"));
-    comm.destroy()?;
+    free_arena(b, o, &mut rc);
+    drop(rc);
+    if o.split {
+        comm.destroy()?;
+    }
+    world.destroy()?;
     Ok(t)
 }
 
 fn main() {
     let o = opts();
+    if o.list {
+        let all = cases(&o);
+        for c in &all {
+            println!("{c:?}");
+        }
+        println!("{} cases per rank", all.len());
+        return;
+    }
     let b = match CudaBackend::load() {
         Ok(b) if b.device_count().unwrap_or(0) > 0 => Arc::new(b),
         Ok(_) => {
@@ -454,12 +1027,23 @@ fn main() {
         }
     };
     let ndev = b.device_count().expect("device count");
-    let label = format!(
+    let mut label = format!(
         "mode={} ranks={} algo={}",
         o.mode,
         o.ranks,
         std::env::var("NCCL_ALGO").unwrap_or_else(|_| "auto".into())
     );
+    for (on, what) in [
+        (o.graph > 0, format!("graph={}", o.graph)),
+        (o.split, "split".into()),
+        (o.offsets, "offsets".into()),
+        (o.vmm, "vmm".into()),
+    ] {
+        if on {
+            label += " ";
+            label += &what;
+        }
+    }
     // The parent of `procs` only waits for its workers, which have their own watchdogs.
     if o.mode != "procs" || o.worker.is_some() {
         watchdog(label.clone());
@@ -470,17 +1054,17 @@ fn main() {
             .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
             .collect();
         let id = UniqueId::from_bytes(&bytes).expect("unique id");
-        run_rank(&b, &o, ndev, id, rank)
+        run_rank(&b, &o, ndev, id, rank, &label)
     } else {
         match o.mode.as_str() {
-            "initall" => run_initall(&b, &o, ndev),
+            "initall" => run_initall(&b, &o, ndev, &label),
             "threads" => {
                 let id = UniqueId::generate(&BootstrapOptions::from_env()).expect("unique id");
                 let results: Vec<Result<Tally>> = std::thread::scope(|s| {
                     let hs: Vec<_> = (0..o.ranks)
                         .map(|r| {
-                            let (b, o) = (&b, &o);
-                            s.spawn(move || run_rank(b, o, ndev, id, r))
+                            let (b, o, label) = (&b, &o, &label);
+                            s.spawn(move || run_rank(b, o, ndev, id, r, label))
                         })
                         .collect();
                     hs.into_iter()
@@ -555,8 +1139,17 @@ fn main() {
             std::process::exit(if t.fail == 0 { 0 } else { 1 });
         }
         Err(e) => {
+            // Cases checked before the failure still count.
+            let (p, f) = (
+                PASSED.load(Ordering::Relaxed),
+                FAILED.load(Ordering::Relaxed) + 1,
+            );
             println!("FAIL {label}: {e}");
-            println!("RESULT {label} pass=0 fail=1");
+            if o.worker.is_none() {
+                println!("RESULT {label} pass={p} fail={f}");
+            } else {
+                println!("RESULT pass={p} fail={f}");
+            }
             std::process::exit(1);
         }
     }
