@@ -3,7 +3,11 @@
 # present. With NVIDIA GPUs: every operation, one process driving every GPU, 8 B to 256 MiB,
 # side by side with NVIDIA's NCCL when PyTorch's copy of it is found (or NCCL_REF=<libnccl.so.2>).
 # Without GPUs: the host backend, 8 ranks (threads), AllReduce from 8 B to 64 MiB.
-# Extra arguments go to oxccl-bench (see `oxccl-bench --help`).
+# Extra arguments go to oxccl-bench and override the defaults (see `oxccl-bench --help`), e.g.
+#   --launch procs (one process per GPU), --inplace, --graph (CUDA graphs),
+#   --reg register|window (ncclCommRegister / ncclMemAlloc + symmetric windows), -e 8G.
+# OXCCL_BENCH_JSON=FILE also writes every row as JSON (plot: tests/bench/plot.py FILE OUT.png).
+# Tuning variables (NCCL_*, OXCCL_*) pass through to both libraries and are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${OXCCL_PREBUILT:-}" ]; then
@@ -12,7 +16,9 @@ if [ -z "${OXCCL_PREBUILT:-}" ]; then
 fi
 bench=${OXCCL_BENCH:-target/release/oxccl-bench}
 lib=${OXCCL_LIB:-dist/lib/libnccl.so.2}
-export NCCL_NVLS_ENABLE=0
+json=()
+[ -n "${OXCCL_BENCH_JSON:-}" ] && json=(--json "$OXCCL_BENCH_JSON")
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ "${OXCCL_BACKEND:-}" != host ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   ref=${NCCL_REF:-}
   if [ -z "$ref" ]; then
@@ -21,8 +27,8 @@ if [ "${OXCCL_BACKEND:-}" != host ] && command -v nvidia-smi >/dev/null 2>&1 && 
   fi
   args=(--mem cuda --op all -b 8 -e 256M -f 4 -w 5 -i 20)
   [ -n "$ref" ] && args+=(--compare "$ref")
-  exec "$bench" --lib "$lib" "${args[@]}" "$@"
+  exec "$bench" --lib "$lib" "${args[@]}" ${json[@]+"${json[@]}"} "$@"
 fi
 export OXCCL_BACKEND=host
 if [ $# -eq 0 ]; then set -- -n 8 --op allreduce -b 8 -e 64M -f 4 -w 2 -i 5; fi
-exec "$bench" --lib "$lib" --mem host "$@"
+exec "$bench" --lib "$lib" --mem host ${json[@]+"${json[@]}"} "$@"

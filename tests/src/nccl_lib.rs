@@ -11,6 +11,12 @@ pub struct RawUniqueId(pub [u8; 128]);
 /// `ncclComm_t`.
 pub type RawComm = *mut c_void;
 
+/// `ncclWindow_t`.
+pub type RawWindow = *mut c_void;
+
+/// `NCCL_WIN_COLL_SYMMETRIC`: every rank uses the same offsets into the window.
+pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
+
 type InitRank = unsafe extern "C" fn(*mut RawComm, c_int, RawUniqueId, c_int) -> c_int;
 type Coll7 = unsafe extern "C" fn(
     *const c_void,
@@ -34,6 +40,9 @@ type Coll8 = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 type P2p = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int;
+type CommRegister = unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut *mut c_void) -> c_int;
+type WindowRegister =
+    unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut RawWindow, c_int) -> c_int;
 
 /// The entry points the benchmark calls, resolved once.
 pub struct NcclLib {
@@ -74,6 +83,20 @@ pub struct NcclLib {
     pub send: P2p,
     /// `ncclRecv`.
     pub recv: P2p,
+    /// `ncclGetLastError` (NCCL 2.13 and later).
+    pub get_last_error: Option<unsafe extern "C" fn(RawComm) -> *const c_char>,
+    /// `ncclMemAlloc` (NCCL 2.19 and later).
+    pub mem_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int>,
+    /// `ncclMemFree`.
+    pub mem_free: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// `ncclCommRegister` (NCCL 2.19 and later).
+    pub comm_register: Option<CommRegister>,
+    /// `ncclCommDeregister`.
+    pub comm_deregister: Option<unsafe extern "C" fn(RawComm, *mut c_void) -> c_int>,
+    /// `ncclCommWindowRegister` (NCCL 2.27 and later).
+    pub comm_window_register: Option<WindowRegister>,
+    /// `ncclCommWindowDeregister`.
+    pub comm_window_deregister: Option<unsafe extern "C" fn(RawComm, RawWindow) -> c_int>,
 }
 
 macro_rules! sym {
@@ -118,6 +141,13 @@ impl NcclLib {
             scatter: opt_sym!(lib, "ncclScatter"),
             send: sym!(lib, "ncclSend"),
             recv: sym!(lib, "ncclRecv"),
+            get_last_error: opt_sym!(lib, "ncclGetLastError"),
+            mem_alloc: opt_sym!(lib, "ncclMemAlloc"),
+            mem_free: opt_sym!(lib, "ncclMemFree"),
+            comm_register: opt_sym!(lib, "ncclCommRegister"),
+            comm_deregister: opt_sym!(lib, "ncclCommDeregister"),
+            comm_window_register: opt_sym!(lib, "ncclCommWindowRegister"),
+            comm_window_deregister: opt_sym!(lib, "ncclCommWindowDeregister"),
             _lib: lib,
         })
     }
@@ -137,6 +167,19 @@ impl NcclLib {
         }
         // SAFETY: ncclGetErrorString returns a static NUL-terminated string.
         let text = unsafe { CStr::from_ptr((self.get_error_string)(r)) };
-        Err(format!("{what}: {} ({r})", text.to_string_lossy()))
+        let mut msg = format!("{what}: {} ({r})", text.to_string_lossy());
+        if let Some(last) = self.get_last_error {
+            // SAFETY: ncclGetLastError(NULL) returns NULL or a NUL-terminated string owned by
+            // the library, valid until the next NCCL call on this thread.
+            let p = unsafe { last(std::ptr::null_mut()) };
+            if !p.is_null() {
+                // SAFETY: checked non-NULL above; NUL-terminated per the API.
+                let detail = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+                if !detail.trim().is_empty() {
+                    msg.push_str(&format!(": {}", detail.trim()));
+                }
+            }
+        }
+        Err(msg)
     }
 }
