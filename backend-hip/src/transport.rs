@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn chunk_bound_leaves_one_slot() {
-        assert_eq!(FifoGeometry::default().message_bytes(), 7 * 64 * 1024);
+        assert_eq!(FifoGeometry::default().message_bytes(), 7 * 256 * 1024);
         assert_eq!(BLOCK_THREADS % 64, 0);
     }
 }

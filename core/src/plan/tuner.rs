@@ -74,9 +74,9 @@ const HEURISTICS: Heuristics = Heuristics {
     ll_max: 64 * KIB,
     ll128_max: 8 * MIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
-    chunk_gpu: [32 * KIB, 120 * KIB, 512 * KIB],
-    max_channels: [2, 4, 16, 8],
-    bytes_per_channel: [MIB, 256 * KIB, 128 * KIB, 256 * KIB],
+    chunk_gpu: [128 * KIB, 512 * KIB, MIB],
+    max_channels: [2, 4, 32, 8],
+    bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 256 * KIB],
 };
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
@@ -438,7 +438,8 @@ mod tests {
             2,
             Topology::SingleNodeGpu { nvlink: true },
         );
-        assert_eq!(gpu.nchannels, 16);
+        assert_eq!(gpu.nchannels, 32);
+        assert_eq!(gpu.chunk_elems, MIB / 4);
     }
 
     const GIB: u64 = 1 << 30;
