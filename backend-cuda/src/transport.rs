@@ -303,12 +303,7 @@ impl CudaTransport {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
-        if nch > self.geometry.channels {
-            return Err(Error::usage(format!(
-                "the plan uses {nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
-                self.geometry.channels
-            )));
-        }
+
         let s = stream.raw();
         let capturing = capture_status(s)?;
         // Allocations and host waits below are "unsafe during capture" in global mode; they
@@ -317,6 +312,13 @@ impl CudaTransport {
         let _g = self.mem.bind(self.device)?;
         let func = self.modules.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
+        let fifo_nch = enc.fifo_channels();
+        if fifo_nch > self.geometry.channels {
+            return Err(Error::usage(format!(
+                "the plan moves data on {fifo_nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
+                self.geometry.channels
+            )));
+        }
         let red = kernels::reduction_args(&work.reduction);
         let esize = work.dtype.size();
 

@@ -315,12 +315,7 @@ impl HipTransport {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
-        if nch > self.geometry.channels {
-            return Err(Error::usage(format!(
-                "the plan uses {nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
-                self.geometry.channels
-            )));
-        }
+
         // SAFETY: forwarded from the caller.
         with_device(&self.be, self.device, || unsafe {
             self.launch_current(stream, work, buffers)
@@ -342,6 +337,13 @@ impl HipTransport {
         let nch = work.channels.len();
         let func = be.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
+        let fifo_nch = enc.fifo_channels();
+        if fifo_nch > self.geometry.channels {
+            return Err(Error::usage(format!(
+                "the plan moves data on {fifo_nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
+                self.geometry.channels
+            )));
+        }
         let red = kernels::reduction_args(&work.reduction);
         let esize = work.dtype.size();
         let s = stream.raw();

@@ -35,11 +35,20 @@ pub fn build_p2p(
     let n = nranks.max(1);
     // Executing channels: `nch` logical channels times one per rank distance d = (to - from)
     // mod n. Both ends of a message compute the same index (device FIFOs are per channel), and
-    // channel (ch, d) of rank x only sends to x+d and only receives from x-d.
-    let nch = (nchannels / n).clamp(1, MAX_CHANNELS);
+    // channel (ch, d) of rank x only sends to x+d and only receives from x-d. Messages to self
+    // (d = 0) use no FIFO, so their channels come after every FIFO channel: the channel budget
+    // goes to the n-1 distances that move data between ranks.
+    let dists = n - 1;
+    let nch = (nchannels / dists.max(1)).clamp(1, MAX_CHANNELS);
     let chunk = clamp_chunk(chunk_elems, grain(dtype));
-    let index =
-        |sender: u32, receiver: u32, ch: u32| (ch * n + (receiver + n - sender) % n) as usize;
+    let index = |sender: u32, receiver: u32, ch: u32| {
+        let d = (receiver + n - sender) % n;
+        if d == 0 {
+            (nch * dists + ch) as usize
+        } else {
+            (ch * dists + d - 1) as usize
+        }
+    };
     let total = (nch * n) as usize;
     let mut sends: Vec<Vec<Step>> = vec![Vec::new(); total];
     let mut recvs: Vec<Vec<Step>> = vec![Vec::new(); total];

@@ -405,6 +405,22 @@ pub struct EncodedWork {
     pub loopback_bytes: u64,
 }
 
+impl EncodedWork {
+    /// Channels a transport needs FIFOs for: up to the last channel with a step that sends to
+    /// or receives from another rank (later channels only copy locally or through loopback).
+    pub fn fifo_channels(&self) -> usize {
+        self.channels
+            .iter()
+            .rposition(|r| {
+                self.steps[r.clone()].iter().any(|st| {
+                    (st.recv_peer >= 0 && st.flags & STEP_RECV_SELF == 0)
+                        || (st.send_peer >= 0 && st.flags & STEP_SEND_SELF == 0)
+                })
+            })
+            .map_or(0, |c| c + 1)
+    }
+}
+
 fn plan_bug(msg: String) -> Error {
     Error::Internal(format!("work description cannot run on the device: {msg}"))
 }
@@ -699,6 +715,49 @@ mod tests {
             STEP_RECV_SELF | STEP_SEND_SELF
         );
         assert_eq!(s[5].recv_peer, 2);
+    }
+
+    #[test]
+    fn fifo_channels_ignore_trailing_local_and_loopback_channels() {
+        let step = |recv: i32, send: i32, flags: u8| DevStep {
+            count: 1,
+            recv_peer: recv,
+            send_peer: send,
+            flags,
+            ..DevStep::default()
+        };
+        let enc = |chs: Vec<Vec<DevStep>>| {
+            let mut steps = Vec::new();
+            let mut channels = Vec::new();
+            for c in chs {
+                channels.push(steps.len()..steps.len() + c.len());
+                steps.extend(c);
+            }
+            EncodedWork {
+                steps,
+                channels,
+                loopback_offsets: Vec::new(),
+                loopback_bytes: 0,
+            }
+        };
+        let to_peer = step(-1, 1, STEP_HAS_SRC);
+        let from_peer = step(1, -1, STEP_HAS_DST);
+        let to_self = step(-1, 0, STEP_HAS_SRC | STEP_SEND_SELF);
+        let from_self = step(0, -1, STEP_HAS_DST | STEP_RECV_SELF);
+        let local = step(-1, -1, STEP_HAS_SRC | STEP_HAS_DST);
+        assert_eq!(enc(vec![]).fifo_channels(), 0);
+        assert_eq!(
+            enc(vec![vec![local], vec![to_self, from_self]]).fifo_channels(),
+            0
+        );
+        assert_eq!(
+            enc(vec![vec![to_peer], vec![], vec![to_self, from_self]]).fifo_channels(),
+            1
+        );
+        assert_eq!(
+            enc(vec![vec![], vec![local], vec![from_peer]]).fifo_channels(),
+            3
+        );
     }
 
     #[test]
