@@ -77,7 +77,11 @@ class Rank:
         self.errors = []
 
     def dev(self, a):
-        return self.cp.asarray(a)
+        # A copy from pageable host memory may still be in flight when asarray returns, and the
+        # NCCL stream does not wait for it: finish it before any operation reads the array.
+        d = self.cp.asarray(a)
+        self.cp.cuda.runtime.deviceSynchronize()
+        return d
 
     def host(self, a):
         self.stream.synchronize()

@@ -15,13 +15,17 @@ use super::{
 };
 use crate::datatype::{DataType, Reduction};
 
+/// Smallest chunk a message is cut into to spread it over channels.
+const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
+
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
 /// A message uses the same channel index at both ends, one channel per rank distance, with sends
 /// and receives alternating (see the body), so a group in which every rank sends and receives
 /// (including to itself) cannot deadlock even with bounded device buffers. Uses
-/// `max(1, nchannels / nranks) * nranks` channels. `nchannels` and
+/// `nch * nranks` channels with `nch = max(1, nchannels / (nranks - 1))`, the last `nch` for
+/// messages to self. `nchannels` and
 /// `chunk_elems` must be the same on both ends of every message. Panics if the group has more
 /// operations than buffer ids exist (65532).
 pub fn build_p2p(
@@ -41,6 +45,7 @@ pub fn build_p2p(
     let dists = n - 1;
     let nch = (nchannels / dists.max(1)).clamp(1, MAX_CHANNELS);
     let chunk = clamp_chunk(chunk_elems, grain(dtype));
+    let dsize = dtype.size() as u64;
     let index = |sender: u32, receiver: u32, ch: u32| {
         let d = (receiver + n - sender) % n;
         if d == 0 {
@@ -69,7 +74,15 @@ pub fn build_p2p(
         // Start different streams on different channels so that many small messages still
         // spread over all channels; both ends compute the same start.
         let first = (u64::from(sender) + u64::from(receiver) + op.peer_seq) % u64::from(nch);
-        for (j, (o, s)) in chunks(op.count, chunk).enumerate() {
+        // One channel moves a fraction of the link's bandwidth: cut a message so that it spreads
+        // over every channel, down to a floor where per-chunk costs dominate. Both ends know the
+        // message's size, so they cut it alike.
+        let spread = op
+            .count
+            .div_ceil(u64::from(nch))
+            .max(P2P_MIN_CHUNK_BYTES / dsize);
+        let op_chunk = clamp_chunk(chunk.min(spread), grain(dtype));
+        for (j, (o, s)) in chunks(op.count, op_chunk).enumerate() {
             let ch = ((first + j as u64) % u64::from(nch)) as u32;
             let at = Region { buf, offset: o };
             let step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));

@@ -80,6 +80,10 @@ class _Runtime:
     def getDeviceCount():
         return int(os.environ.get("MOCK_CUPY_DEVICES", "2"))
 
+    @staticmethod
+    def deviceSynchronize():
+        pass  # host memory: nothing in flight
+
 
 cuda = types.ModuleType("cupy.cuda")
 cuda.Device, cuda.Stream, cuda.runtime = Device, Stream, _Runtime
