@@ -152,7 +152,9 @@ def cases(path):
     for ln in open(path, errors="replace"):
         m = line.match(ln.rstrip("\n"))
         if m:
-            out[m.group(2)] = m.group(1)
+            # torch's C++ warnings on stderr can land inside a result line ("name[rank1]:[W...");
+            # case names never contain "[".
+            out[m.group(2).split("[")[0]] = m.group(1)
     return out
 def summary(path):
     s = [ln for ln in open(path, errors="replace") if ln.startswith("SUMMARY ")]
