@@ -167,11 +167,13 @@ OXCCL_DEVICE void run_channel(const OxcclKernelParams& params) {
   // The argument block: inline in the parameters, or in device memory for large launches.
   const char* base =
       params.indirect != nullptr ? params.indirect : reinterpret_cast<const char*>(params.block);
+  // Offsets are added as integers (wrapping), so a block may also point at tables outside it.
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
   if (threadIdx.x == 0) {
     OxcclLaunchArgs a = *reinterpret_cast<const OxcclLaunchArgs*>(base);
-    a.channels = reinterpret_cast<const OxcclDevChannel*>(base + (uintptr_t)a.channels);
-    a.buffers = reinterpret_cast<char* const*>(base + (uintptr_t)a.buffers);
-    a.loopback_offs = reinterpret_cast<const uint64_t*>(base + (uintptr_t)a.loopback_offs);
+    a.channels = reinterpret_cast<const OxcclDevChannel*>(b + (uintptr_t)a.channels);
+    a.buffers = reinterpret_cast<char* const*>(b + (uintptr_t)a.buffers);
+    a.loopback_offs = reinterpret_cast<const uint64_t*>(b + (uintptr_t)a.loopback_offs);
     shared_args = a;
     shared_abort = 0;
   }
@@ -186,7 +188,7 @@ OXCCL_DEVICE void run_channel(const OxcclKernelParams& params) {
   math.div = args.post_div > 1 ? args.post_div : 1;
 
   const OxcclDevChannel& ch = args.channels[blockIdx.x];
-  const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(base + (uintptr_t)ch.steps);
+  const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(b + (uintptr_t)ch.steps);
   for (uint32_t i = 0; i < ch.nsteps; ++i) {
     if (!run_step<E>(args, steps[i], math, &shared_abort, &shared_slot)) return;
   }

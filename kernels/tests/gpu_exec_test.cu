@@ -143,13 +143,17 @@ struct RankLaunch {
   OxcclLaunchArgs args{};
   std::vector<CUdeviceptr> owned;
 
+  // The kernels read the argument block at the returned address; its table pointers are
+  // offsets from that address (work.h), which may wrap around to tables allocated elsewhere.
   CUdeviceptr build(volatile uint32_t* abort_dev, uint64_t epoch) {
+    const CUdeviceptr a = dalloc(sizeof(OxcclLaunchArgs));
+    owned.push_back(a);
     std::vector<OxcclDevChannel> chans;
     for (auto& steps : channels) {
       CUdeviceptr s = upload(steps);
       owned.push_back(s);
       OxcclDevChannel c{};
-      c.steps = (const OxcclDevStep*)(uintptr_t)s;
+      c.steps = (const OxcclDevStep*)(uintptr_t)(s - a);
       c.nsteps = (uint32_t)steps.size();
       chans.push_back(c);
     }
@@ -158,12 +162,12 @@ struct RankLaunch {
     CUdeviceptr lb = dalloc(loopback_bytes), lo = upload(loopback_offs);
     CUdeviceptr lf = dalloc(8 * loopback_offs.size());
     owned.insert(owned.end(), {ch, bufs, sc, rc, lb, lo, lf});
-    args.channels = (const OxcclDevChannel*)(uintptr_t)ch;
-    args.buffers = (char* const*)(uintptr_t)bufs;
+    args.channels = (const OxcclDevChannel*)(uintptr_t)(ch - a);
+    args.buffers = (char* const*)(uintptr_t)(bufs - a);
     args.send_conns = (const OxcclConn*)(uintptr_t)sc;
     args.recv_conns = (const OxcclConn*)(uintptr_t)rc;
     args.loopback = (char*)(uintptr_t)lb;
-    args.loopback_offs = (const uint64_t*)(uintptr_t)lo;
+    args.loopback_offs = (const uint64_t*)(uintptr_t)(lo - a);
     args.loopback_flags = (uint64_t*)(uintptr_t)lf;
     args.abort_flag = abort_dev;
     args.epoch = epoch;
@@ -171,9 +175,7 @@ struct RankLaunch {
     args.nranks = nranks;
     args.rank = rank;
     args.nbuffers = (uint32_t)buffers.size();
-    std::vector<OxcclLaunchArgs> one{args};
-    CUdeviceptr a = upload(one);
-    owned.push_back(a);
+    CK(cuMemcpyHtoD(a, &args, sizeof(args)));
     return a;
   }
   void free_all() {
@@ -183,7 +185,9 @@ struct RankLaunch {
 };
 
 static void launch(Gpu& g, int dtype, CUdeviceptr args, uint32_t nchannels, CUstream s = nullptr) {
-  void* params[] = {&args};
+  OxcclKernelParams p{};
+  p.indirect = (const char*)(uintptr_t)args;
+  void* params[] = {&p};
   CK(cuLaunchKernel(g.fn[dtype], nchannels, 1, 1, kThreads, 1, 1, 0, s ? s : g.stream, params,
                     nullptr));
 }
