@@ -23,8 +23,28 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{BufId, WorkDesc};
 use std::sync::{Arc, Mutex};
 
-/// Thread-block size of the executor kernels.
+/// Thread-block size of the executor kernels (`OXCCL_BLOCK_THREADS` overrides it: 256 runs the
+/// launch shape of the HIP backend, which checks on NVIDIA that the shared kernels do not depend
+/// on the block or warp width).
 const BLOCK_THREADS: u32 = 512;
+
+/// The block size launches use: [`BLOCK_THREADS`] or a valid `OXCCL_BLOCK_THREADS`.
+fn block_threads() -> Result<u32> {
+    match std::env::var("OXCCL_BLOCK_THREADS") {
+        Err(_) => Ok(BLOCK_THREADS),
+        Ok(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|t| (32..=kernels::MAX_THREADS_PER_BLOCK).contains(t) && t % 32 == 0)
+            .ok_or_else(|| {
+                Error::usage(format!(
+                    "OXCCL_BLOCK_THREADS={v} is not a multiple of 32 from 32 to {}",
+                    kernels::MAX_THREADS_PER_BLOCK
+                ))
+            }),
+    }
+}
 /// Launch-argument arenas per transport, reused round-robin once their launch has completed.
 const ARENAS: usize = 16;
 
@@ -86,6 +106,8 @@ pub struct CudaTransport {
     setup: Shared<CUstream>,
     /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
     inline_args: bool,
+    /// Threads per block of every launch.
+    block_threads: u32,
     state: Mutex<LaunchState>,
 }
 
@@ -140,6 +162,7 @@ impl CudaTransport {
         let bs = ctx.bootstrap;
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
         let _g = mem.bind(device)?;
+        let block_threads = block_threads()?;
         let bytes = geometry.fifo_bytes(nranks);
         let fifo = mem.alloc(device, bytes as usize)?;
         let mut t = CudaTransport {
@@ -157,6 +180,7 @@ impl CudaTransport {
             watcher: None,
             setup: Shared(std::ptr::null_mut()),
             inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
+            block_threads,
             state: Mutex::new(LaunchState {
                 epoch: 0,
                 scratch: (0, 0),
@@ -384,7 +408,7 @@ impl CudaTransport {
                 kernel_params(CUDA_INLINE_ARGS_BYTES, None, dev)
             };
             // SAFETY: as for the eager launch below; nothing the parameters reach is reused.
-            return unsafe { launch_kernel(func.0, nch, params, s) };
+            return unsafe { launch_kernel(func.0, nch, self.block_threads, params, s) };
         }
 
         // Launches on the stream of the previous one are ordered already.
@@ -421,7 +445,7 @@ impl CudaTransport {
         }
         // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays valid
         // until it has run (caller for user buffers, this transport for the rest).
-        unsafe { launch_kernel(func.0, nch, params, s) }?;
+        unsafe { launch_kernel(func.0, nch, self.block_threads, params, s) }?;
         // SAFETY: records the arena's event after the kernel on the same stream.
         unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
         st.last = Some(idx);
@@ -487,6 +511,7 @@ fn upload_now(setup: CUstream, dev: CUdeviceptr, bytes: &[u8]) -> Result<()> {
 unsafe fn launch_kernel(
     func: sys::CUfunction,
     nch: usize,
+    threads: u32,
     mut params: Vec<u8>,
     s: CUstream,
 ) -> Result<()> {
@@ -499,7 +524,7 @@ unsafe fn launch_kernel(
             nch as u32,
             1,
             1,
-            BLOCK_THREADS,
+            threads,
             1,
             1,
             0,

@@ -187,10 +187,14 @@ pub fn end() -> Result<()> {
         return Err(e);
     }
     ended?;
+    // Every one runs (a grouped split fills its handle even when another failed).
+    let mut first: Option<Error> = None;
     for f in after {
-        f()?;
+        if let Err(e) = f() {
+            first.get_or_insert(e);
+        }
     }
-    Ok(())
+    first.map_or(Ok(()), Err)
 }
 
 /// `ncclGroupSimulateEnd`: closes one level without launching; returns the estimated time in

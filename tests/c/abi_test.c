@@ -1069,6 +1069,26 @@ static int section_init_all(void) {
   for (int r = 0; r < n; r++) SYNC(ss[r]);
   for (int r = 0; r < n; r++)
     check_floats("InitAll grouped send/recv", r, recv[r], send[(r + n - 1) % n], N);
+  /* One thread splits every device's communicator inside one group (each split waits for the
+   * others): ranks reversed by key, then an allreduce on the children. */
+  ncclComm_t kids[MAX_RANKS] = {0};
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommSplit(comms[r], 0, n - 1 - r, &kids[r], NULL));
+  NCCLCHECK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    int v = -1;
+    CHECK(kids[r] != NULL, "grouped split left rank %d without a communicator", r);
+    if (!kids[r]) return -1;
+    NCCLCHECK(ncclCommUserRank(kids[r], &v));
+    CHECK(v == n - 1 - r, "grouped split: rank %d became %d, expected %d", r, v, n - 1 - r);
+  }
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    NCCLCHECK(ncclAllReduce(send[r], recv[r], N, ncclFloat, ncclSum, kids[r], ss[r]));
+  NCCLCHECK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) SYNC(ss[r]);
+  for (int r = 0; r < n; r++) check_floats("grouped split allreduce", r, recv[r], want, N);
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(kids[r]));
   for (int r = 0; r < n; r++) {
     NCCLCHECK(ncclCommDestroy(comms[r]));
     buf_free(send[r]);

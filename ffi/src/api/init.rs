@@ -240,13 +240,36 @@ unsafe fn comm_split(
     }
     // SAFETY: forwarded from the caller.
     let config = unsafe { config::from_ptr_inherit(config) }?;
-    match live.comm.split(color, key, config)? {
-        Some(c) => {
-            *slot = handles::register(c.clone());
-            init_status(&c)
-        }
-        None => Ok(()),
+    if crate::group::depth() == 0 {
+        return match live.comm.split(color, key, config)? {
+            Some(c) => {
+                *slot = handles::register(c.clone());
+                init_status(&c)
+            }
+            None => Ok(()),
+        };
     }
+    // Inside a group (one thread splitting the communicators of several devices) the split
+    // cannot block: it waits for the other ranks' splits, issued later in the same group. It
+    // runs on its own thread, and the outermost ncclGroupEnd waits for it and fills `newcomm`.
+    let comm = live.comm.clone();
+    let split = std::thread::Builder::new()
+        .name("oxccl-split".into())
+        .spawn(move || comm.split(color, key, config))
+        .map_err(|e| Error::io("spawning the split thread", e))?;
+    let slot_addr = newcomm as usize;
+    crate::group::after(Box::new(move || {
+        let made = split
+            .join()
+            .map_err(|_| Error::Internal("the split thread panicked".into()))??;
+        if let Some(c) = made {
+            // SAFETY: NCCL's contract for grouped calls: `newcomm` stays valid until the
+            // group ends, and this runs inside that ncclGroupEnd on the calling thread.
+            unsafe { *(slot_addr as *mut ncclComm_t) = handles::register(c.clone()) };
+            init_status(&c)?;
+        }
+        Ok(())
+    }))
 }
 
 unsafe fn comm_shrink(
