@@ -83,8 +83,23 @@ impl CudaBackend {
                 }
             }
         }
+        // NCCL's switch for its cuMem* path; 0 selects cuMemAlloc + legacy IPC here too.
+        let cumem_off = std::env::var("NCCL_CUMEM_ENABLE").is_ok_and(|v| v.trim() == "0");
+        let mut vmm = Vec::with_capacity(devices.len());
+        for &d in &devices {
+            let mut supported = 0i32;
+            // SAFETY: `d` is a valid device; writes an integer attribute.
+            unsafe {
+                call!(cuDeviceGetAttribute(
+                    &mut supported,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+                    d
+                ))
+            }?;
+            vmm.push(supported != 0 && !cumem_off);
+        }
         Ok(CudaBackend {
-            mem: Arc::new(Memory::new(ctxs, peer)),
+            mem: Arc::new(Memory::new(ctxs, peer, vmm)),
             modules: Arc::new(Modules::default()),
             devices,
             geometry,

@@ -20,12 +20,27 @@ use std::sync::{Mutex, OnceLock};
 const HANDLE_MAGIC: u32 = 0x5543_584f;
 /// Bytes of a serialized handle: magic, pid, fd, base address, size, offset.
 const HANDLE_LEN: usize = 4 + 4 + 4 + 8 + 8 + 8;
+/// Magic of legacy IPC handles ("OXCI").
+const IPC_MAGIC: u32 = 0x4943_584f;
+/// Bytes of a serialized legacy handle: magic, pid, base, size, offset, `CUipcMemHandle`.
+const IPC_HANDLE_LEN: usize = 4 + 4 + 8 + 8 + 8 + 64;
+
+/// How an allocation was made, and so how it is shared and released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `cuMemCreate` + a mapping of ours.
+    Vmm(CUmemGenericAllocationHandle),
+    /// `cuMemAlloc`, shared with `cuIpcGetMemHandle`.
+    Plain,
+    /// Another process's `cuMemAlloc` memory opened with `cuIpcOpenMemHandle`.
+    IpcOpened,
+}
 
 /// One mapping made by [`Memory::alloc`] or [`Memory::import`].
 #[derive(Debug)]
 struct Alloc {
     size: usize,
-    handle: CUmemGenericAllocationHandle,
+    kind: Kind,
     device: i32,
     exportable: bool,
     /// Descriptor returned by the export, kept open for importers until the memory is freed.
@@ -38,6 +53,8 @@ pub struct Memory {
     /// `peer[a][b]`: device `a` can access memory of device `b`.
     pub(crate) peer: Vec<Vec<bool>>,
     gran: Vec<OnceLock<usize>>,
+    /// Per device: allocate through VMM (else `cuMemAlloc` + legacy IPC).
+    vmm: Vec<bool>,
     allocs: Mutex<BTreeMap<DevicePtr, Alloc>>,
 }
 
@@ -70,14 +87,28 @@ const FD_HANDLE: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 
 impl Memory {
-    pub(crate) fn new(ctxs: Vec<Shared<CUcontext>>, peer: Vec<Vec<bool>>) -> Memory {
+    /// `vmm[d]`: device `d` supports VMM and the user did not turn it off.
+    pub(crate) fn new(
+        ctxs: Vec<Shared<CUcontext>>,
+        peer: Vec<Vec<bool>>,
+        vmm: Vec<bool>,
+    ) -> Memory {
         let gran = ctxs.iter().map(|_| OnceLock::new()).collect();
         Memory {
             ctxs,
             peer,
             gran,
+            vmm,
             allocs: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// True when `device` allocates through VMM.
+    pub fn uses_vmm(&self, device: i32) -> bool {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.vmm.get(d).copied())
+            .unwrap_or(false)
     }
 
     fn check_device(&self, device: i32) -> Result<usize> {
@@ -118,6 +149,10 @@ impl Memory {
         let d = self.check_device(device)?;
         if let Some(g) = self.gran[d].get() {
             return Ok(*g);
+        }
+        if !self.vmm[d] {
+            // cuMemAlloc's own alignment; nothing is mapped by hand.
+            return Ok(*self.gran[d].get_or_init(|| 512));
         }
         let p = prop(device, FD_HANDLE);
         let mut g = 0usize;
@@ -186,6 +221,9 @@ impl Memory {
     /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
     pub fn alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
         let d = self.check_device(device)?;
+        if !self.vmm[d] {
+            return self.alloc_plain(d, size);
+        }
         let _g = self.bind(device)?;
         let gran = self.granularity(device)?;
         let size = size.max(1).next_multiple_of(gran);
@@ -214,13 +252,43 @@ impl Memory {
             va,
             Alloc {
                 size,
-                handle,
+                kind: Kind::Vmm(handle),
                 device,
                 exportable,
                 exported_fd: None,
             },
         );
         Ok(va)
+    }
+
+    /// `alloc` without VMM: `cuMemAlloc`, with peer access enabled from every P2P-capable
+    /// device of the process (VMM grants it per mapping instead).
+    fn alloc_plain(&self, d: usize, size: usize) -> Result<DevicePtr> {
+        let device = d as i32;
+        for a in self.accessors(d).into_iter().filter(|&a| a != device) {
+            let _g = self.bind(a)?;
+            // SAFETY: enables access from `a`'s (current) context to `d`'s primary context.
+            let r = unsafe { sys::cuCtxEnablePeerAccess(self.ctxs[d].0, 0) };
+            if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                crate::driver::check("cuCtxEnablePeerAccess", r)?;
+            }
+        }
+        let _g = self.bind(device)?;
+        let size = size.max(1).next_multiple_of(512);
+        let mut p: CUdeviceptr = 0;
+        // SAFETY: allocates in `device`'s (current) context; `p` receives the address.
+        unsafe { call!(cuMemAlloc_v2(&mut p, size)) }?;
+        self.table().insert(
+            p,
+            Alloc {
+                size,
+                kind: Kind::Plain,
+                device,
+                exportable: true,
+                exported_fd: None,
+            },
+        );
+        Ok(p)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<DevicePtr, Alloc>> {
@@ -237,12 +305,19 @@ impl Memory {
             .remove(&ptr)
             .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
         let _g = self.bind(a.device.max(0))?;
+        let handle = match a.kind {
+            // SAFETY: the caller guarantees nothing uses the memory; it came from cuMemAlloc.
+            Kind::Plain => return unsafe { call!(cuMemFree_v2(ptr)) },
+            // SAFETY: the caller guarantees nothing uses the mapping; opened by cuIpcOpenMemHandle.
+            Kind::IpcOpened => return unsafe { call!(cuIpcCloseMemHandle(ptr)) },
+            Kind::Vmm(h) => h,
+        };
         // SAFETY: the caller guarantees nothing uses the mapping; it was made with these sizes.
         let r1 = unsafe { call!(cuMemUnmap(ptr, a.size)) };
         // SAFETY: the range was reserved with this size and is unmapped now.
         let r2 = unsafe { call!(cuMemAddressFree(ptr, a.size)) };
         // SAFETY: the handle's only mapping is gone.
-        let r3 = unsafe { call!(cuMemRelease(a.handle)) };
+        let r3 = unsafe { call!(cuMemRelease(handle)) };
         if let Some(fd) = a.exported_fd {
             // SAFETY: the descriptor came from the export and is owned by the table.
             unsafe { libc::close(fd) };
@@ -263,6 +338,27 @@ impl Memory {
                 "memory at {ptr:#x} cannot be shared with other processes (the driver refused a POSIX file descriptor handle)"
             )));
         }
+        let handle = match a.kind {
+            Kind::Vmm(h) => h,
+            Kind::Plain => {
+                let mut ipc = sys::CUipcMemHandle_st { reserved: [0; 64] };
+                // SAFETY: `base` is the start of a live cuMemAlloc allocation.
+                unsafe { call!(cuIpcGetMemHandle(&mut ipc, base)) }?;
+                let raw: Vec<u8> = ipc.reserved.iter().map(|&c| c as u8).collect();
+                return Ok(ipc_handle(
+                    std::process::id(),
+                    base,
+                    a.size,
+                    ptr - base,
+                    &raw,
+                ));
+            }
+            Kind::IpcOpened => {
+                return Err(Error::usage(format!(
+                    "memory at {ptr:#x} belongs to another process and cannot be re-exported"
+                )));
+            }
+        };
         let fd = match a.exported_fd {
             Some(fd) => fd,
             None => {
@@ -271,7 +367,7 @@ impl Memory {
                 unsafe {
                     call!(cuMemExportToShareableHandle(
                         (&mut fd as *mut libc::c_int).cast(),
-                        a.handle,
+                        handle,
                         FD_HANDLE,
                         0
                     ))
@@ -293,6 +389,9 @@ impl Memory {
     /// `import_handle`: maps a peer's allocation for `device` (same process: its address).
     pub fn import(&self, handle: &ShareableHandle, device: i32) -> Result<DevicePtr> {
         let b = &handle.0;
+        if let Some(ipc) = parse_ipc_handle(b) {
+            return self.import_ipc(&ipc, device);
+        }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         if b.len() != HANDLE_LEN || u32_at(0) != HANDLE_MAGIC {
@@ -337,13 +436,46 @@ impl Memory {
             va,
             Alloc {
                 size,
-                handle: h,
+                kind: Kind::Vmm(h),
                 device,
                 exportable: false,
                 exported_fd: None,
             },
         );
         Ok(va + off)
+    }
+
+    /// [`Memory::import`] of a legacy handle: `cuIpcOpenMemHandle` (same process: the address).
+    fn import_ipc(&self, h: &IpcHandle, device: i32) -> Result<DevicePtr> {
+        if h.pid == std::process::id() {
+            return Ok(h.base + h.offset);
+        }
+        let _g = self.bind(device)?;
+        let mut raw = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, s) in raw.reserved.iter_mut().zip(h.raw.iter()) {
+            *d = *s as std::ffi::c_char;
+        }
+        let mut p: CUdeviceptr = 0;
+        // SAFETY: `raw` is a peer's handle of a live allocation; `p` receives our mapping.
+        unsafe {
+            call!(cuIpcOpenMemHandle_v2(
+                &mut p,
+                raw,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32
+            ))
+        }?;
+        let size = usize::try_from(h.size).map_err(|_| Error::arg("memory handle size"))?;
+        self.table().insert(
+            p,
+            Alloc {
+                size,
+                kind: Kind::IpcOpened,
+                device,
+                exportable: false,
+                exported_fd: None,
+            },
+        );
+        Ok(p + h.offset)
     }
 
     /// `pointer_info`: our table first, then the driver's attributes.
@@ -418,5 +550,69 @@ fn fetch_fd(pid: u32, fd: i32) -> Result<i32> {
     match e {
         Some(e) => Err(e),
         None => Ok(local as i32),
+    }
+}
+
+/// A parsed legacy (cuIpc) handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IpcHandle {
+    pid: u32,
+    base: u64,
+    size: u64,
+    offset: u64,
+    raw: Vec<u8>,
+}
+
+/// Serializes a legacy handle: magic, pid, base, size, offset, the driver's 64 bytes.
+fn ipc_handle(pid: u32, base: u64, size: usize, offset: u64, raw: &[u8]) -> ShareableHandle {
+    let mut h = Vec::with_capacity(IPC_HANDLE_LEN);
+    h.extend_from_slice(&IPC_MAGIC.to_le_bytes());
+    h.extend_from_slice(&pid.to_le_bytes());
+    h.extend_from_slice(&base.to_le_bytes());
+    h.extend_from_slice(&(size as u64).to_le_bytes());
+    h.extend_from_slice(&offset.to_le_bytes());
+    h.extend_from_slice(raw);
+    ShareableHandle(h)
+}
+
+/// Parses [`ipc_handle`]'s bytes; `None` for anything else.
+fn parse_ipc_handle(b: &[u8]) -> Option<IpcHandle> {
+    if b.len() != IPC_HANDLE_LEN || b[0..4] != IPC_MAGIC.to_le_bytes() {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    Some(IpcHandle {
+        pid: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
+        base: u64_at(8),
+        size: u64_at(16),
+        offset: u64_at(24),
+        raw: b[32..].to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_handles_round_trip_and_never_pass_for_vmm_ones() {
+        let raw: Vec<u8> = (0..64).collect();
+        let h = ipc_handle(77, 0x7f00_0000_0000, 1 << 21, 4096, &raw);
+        assert_eq!(h.0.len(), IPC_HANDLE_LEN);
+        assert_eq!(
+            parse_ipc_handle(&h.0),
+            Some(IpcHandle {
+                pid: 77,
+                base: 0x7f00_0000_0000,
+                size: 1 << 21,
+                offset: 4096,
+                raw
+            })
+        );
+        assert_ne!(IPC_HANDLE_LEN, HANDLE_LEN);
+        let mut vmm = HANDLE_MAGIC.to_le_bytes().to_vec();
+        vmm.resize(HANDLE_LEN, 0);
+        assert_eq!(parse_ipc_handle(&vmm), None);
+        assert_eq!(parse_ipc_handle(&h.0[..IPC_HANDLE_LEN - 1]), None);
     }
 }

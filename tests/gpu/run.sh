@@ -78,6 +78,12 @@ if [ "$NGPU" -ge 2 ]; then
   run s2-procs-split    -- --mode procs --ranks 2 $SMALL $BIG1 --split
   run o2-initall-offsets-vmm -- --mode initall --ranks 2 $SMALL $BIG2 --offsets --vmm
   run o2-procs-offsets-vmm   -- --mode procs --ranks 2 $SMALL $BIG2 --offsets --vmm
+  # Without VMM (NCCL's switch): cuMemAlloc FIFOs, peer access in one process, cuIpc between two.
+  run l2-initall-legacy NCCL_CUMEM_ENABLE=0 -- --mode initall --ranks 2 $SMALL $BIG1
+  run l2-procs-legacy   NCCL_CUMEM_ENABLE=0 -- --mode procs --ranks 2 $SMALL $BIG1 --vmm
+  # The HIP backend's block shape (256 threads) on the shared kernels.
+  run w2-initall-256threads OXCCL_BLOCK_THREADS=256 -- --mode initall --ranks 2 $SMALL $BIG
+  run w2-procs-256threads   OXCCL_BLOCK_THREADS=256 -- --mode procs --ranks 2 $SMALL $BIG1
   if [ "${QUICK:-0}" != 1 ]; then
     run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
   fi
