@@ -304,9 +304,10 @@ impl CudaTransport {
     /// Queues `work` on `stream` (`Backend::launch`).
     ///
     /// While `stream` is capturing a CUDA graph the launch becomes graph nodes that replay
-    /// correctly: its arguments live in device memory of their own (never reused), its loopback
-    /// flags are reset by a memset node at every replay, and it does not join the eager
-    /// launches' cross-stream ordering (a captured stream may not wait on outside events).
+    /// correctly: its argument block travels in the captured parameters or in device memory of
+    /// its own (never reused), its loopback flags are reset by a memset node at every replay,
+    /// and it does not join the eager launches' cross-stream ordering (a captured stream may
+    /// not wait on outside events).
     ///
     /// # Safety
     /// `buffers` are valid for the plan's regions until the kernel has run; `stream` is live.
