@@ -39,6 +39,7 @@ pub struct Cudart {
     stream_destroy: unsafe extern "C" fn(Stream) -> c_int,
     stream_synchronize: unsafe extern "C" fn(Stream) -> c_int,
     get_error_string: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
+    mem_get_info: Option<unsafe extern "C" fn(*mut usize, *mut usize) -> c_int>,
     graph: Option<GraphFns>,
 }
 
@@ -107,6 +108,7 @@ impl Cudart {
             stream_destroy: sym!(lib, "cudaStreamDestroy"),
             stream_synchronize: sym!(lib, "cudaStreamSynchronize"),
             get_error_string: opt_sym!(lib, "cudaGetErrorString"),
+            mem_get_info: opt_sym!(lib, "cudaMemGetInfo"),
             graph,
             _lib: lib,
         })
@@ -126,6 +128,16 @@ impl Cudart {
         Err(format!("{what} failed with CUDA error {r} {text}")
             .trim_end()
             .to_string())
+    }
+
+    /// Bytes of device memory in use on the current GPU (total minus free), when the runtime
+    /// can tell.
+    pub fn mem_used(&self) -> Option<usize> {
+        let f = self.mem_get_info?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: both are valid out-pointers.
+        let r = unsafe { f(&mut free, &mut total) };
+        (r == 0).then(|| total.saturating_sub(free))
     }
 
     /// Number of visible GPUs (0 when none or no driver).

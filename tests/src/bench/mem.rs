@@ -28,6 +28,16 @@ impl Device<'_> {
         }
     }
 
+    /// Device memory in use on each of `gpus` (host: nothing to report).
+    pub fn mem_used(&self, gpus: &[usize]) -> Vec<Option<usize>> {
+        gpus.iter()
+            .map(|&g| match self {
+                Device::Host => None,
+                Device::Cuda(rt) => rt.set_device(g).ok().and_then(|()| rt.mem_used()),
+            })
+            .collect()
+    }
+
     /// A stream on the current device (NULL on the host).
     pub fn stream(&self) -> Result<Stream, String> {
         match self {

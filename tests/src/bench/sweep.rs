@@ -136,6 +136,9 @@ impl<'a> Runner<'a> {
     ) -> Result<Runner<'a>, String> {
         let n = o.ranks;
         let mut comms = vec![std::ptr::null_mut(); alloc.bufs.len()];
+        let gpus: Vec<usize> = alloc.bufs.iter().map(|(_, gpu, _)| *gpu).collect();
+        let before = dev.mem_used(&gpus);
+        let t0 = std::time::Instant::now();
         let r = match init {
             Init::All => {
                 // SAFETY: `comms` has room for `n` handles; NULL devlist means GPUs 0..n.
@@ -157,6 +160,30 @@ impl<'a> Runner<'a> {
             alloc.free(lib, dev);
             return Err(e);
         }
+        // Init cost as users see it: wall time of the init call(s) and the device memory they
+        // took (measured per process; other processes' allocations on a GPU blur it).
+        let init_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let after = dev.mem_used(&gpus);
+        let taken: Vec<String> = gpus
+            .iter()
+            .zip(before.iter().zip(after.iter()))
+            .map(|(g, (b, a))| match (b, a) {
+                (Some(b), Some(a)) => format!("GPU {g} +{} MiB", a.saturating_sub(*b) >> 20),
+                _ => format!("GPU {g} ?"),
+            })
+            .collect();
+        let memory = if after.iter().all(Option::is_none) {
+            String::new()
+        } else {
+            format!("; device memory taken: {}", taken.join(", "))
+        };
+        eprintln!(
+            "oxccl-bench: {}: init {init_ms:.1} ms{memory}",
+            match init {
+                Init::All => "ncclCommInitAll",
+                Init::Rank(_) => "ncclCommInitRank",
+            },
+        );
         let local = alloc.bufs.len();
         let mut me = Runner {
             lib,
