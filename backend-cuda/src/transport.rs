@@ -99,6 +99,8 @@ pub struct CudaTransport {
     geometry: FifoGeometry,
     /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each.
     conns: CUdeviceptr,
+    /// Sender-local counter copies of the send connections (0: not used).
+    send_state: CUdeviceptr,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,
     watcher: Option<AbortWatcher>,
@@ -175,6 +177,7 @@ impl CudaTransport {
             imported: Vec::new(),
             geometry,
             conns: 0,
+            send_state: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
@@ -273,7 +276,19 @@ impl CudaTransport {
             }
         }
 
-        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo);
+        // Sender-local counter copies save the sender reads across the link (OXCCL_LOCAL_COUNTERS=1;
+        // off by default until measured on GPUs).
+        let send_state = if std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() == Ok("1") {
+            let n = geometry.send_state_bytes(nranks);
+            t.send_state = dev_alloc(n)?;
+            let zeros = vec![0u8; n];
+            // SAFETY: `send_state` holds `n` bytes.
+            unsafe { call!(cuMemcpyHtoD_v2(t.send_state, zeros.as_ptr().cast(), n)) }?;
+            Some(t.send_state)
+        } else {
+            None
+        };
+        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo, send_state);
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
         unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
@@ -649,6 +664,7 @@ impl Drop for CudaTransport {
             let _ = unsafe { sys::cuStreamDestroy_v2(self.setup.0) };
         }
         dev_free(self.conns);
+        dev_free(self.send_state);
         host_free(self.abort_host.cast());
         for &va in &self.imported {
             // SAFETY: imported mappings are used only by this transport's kernels, all complete.

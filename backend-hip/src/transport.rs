@@ -275,7 +275,8 @@ impl HipTransport {
             }
         }
 
-        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo);
+        // Sender-local counter copies (OXCCL_LOCAL_COUNTERS on CUDA) are not used on HIP yet.
+        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo, None);
         t.conns = be.dev_alloc(table.len())?;
         be.copy_h2d(t.conns, &table)?;
 

@@ -57,6 +57,30 @@ OXCCL_DEVICE uint64_t block_read_own(const volatile uint64_t* ctr, uint64_t* sha
   return v;
 }
 
+// Waits until the send FIFO `c` has freed slot position `target` (head >= target). With a
+// sender-local `head_seen`, the receiver's counter is read across the link only when the last
+// value seen there is too small, and the new value is remembered. Whole block.
+OXCCL_DEVICE bool block_wait_space(const OxcclConn* c, uint64_t target, const OxcclLaunchArgs& args,
+                                   int* shared_abort) {
+  if (c->head_seen == nullptr) return block_wait_geq(c->head, target, args, shared_abort);
+  if (threadIdx.x == 0 && *c->head_seen < target) {
+    uint32_t spins = 0;
+    uint64_t h;
+    while ((h = oxccl_load_acquire_sys(c->head)) < target) {
+      if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+        spins = 0;
+        if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
+          *shared_abort = 1;
+          break;
+        }
+      }
+    }
+    if (*shared_abort == 0) *c->head_seen = h;
+  }
+  oxccl_block_sync();
+  return *shared_abort == 0;
+}
+
 // Returns false when the block must stop (abort).
 template <class E>
 OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
@@ -106,7 +130,8 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     } else {
       sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
       s_slot = sconn->slot_bytes / sizeof(T);
-      s_pos = block_read_own(sconn->tail, shared_slot);
+      s_pos = block_read_own(sconn->tail_mirror != nullptr ? sconn->tail_mirror : sconn->tail,
+                             shared_slot);
     }
   }
 
@@ -116,9 +141,8 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     const uint64_t s_in = sconn ? done % s_slot : 0;
     // Entering a new slot: wait until the peer filled it (recv) or freed it (send).
     if (rconn && r_in == 0 && !block_wait_geq(rconn->tail, r_pos + 1, args, shared_abort)) return false;
-    if (sconn && s_in == 0 &&
-        !block_wait_geq(sconn->head, s_pos + 1 > sconn->nslots ? s_pos + 1 - sconn->nslots : 0, args,
-                        shared_abort)) {
+    if (sconn && s_in == 0 && s_pos + 1 > sconn->nslots &&
+        !block_wait_space(sconn, s_pos + 1 - sconn->nslots, args, shared_abort)) {
       return false;
     }
     uint64_t n = count - done;
@@ -150,6 +174,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     }
     if (sconn && (s_in + n == s_slot || done == count)) {
       block_publish(sconn->tail, s_pos + 1);
+      if (threadIdx.x == 0 && sconn->tail_mirror != nullptr) *sconn->tail_mirror = s_pos + 1;
       ++s_pos;
     }
   }

@@ -107,6 +107,8 @@ impl FifoGeometry {
             slot_bytes: self.slot_bytes,
             nslots: self.nslots,
             pad: 0,
+            tail_mirror: 0,
+            head_seen: 0,
         }
     }
 
@@ -115,14 +117,23 @@ impl FifoGeometry {
         self.channels as u64 * u64::from(nranks) * size_of::<DevConn>() as u64
     }
 
+    /// Bytes of sender-local counter copies (`tail_mirror`, `head_seen`) for every send
+    /// connection of a rank, zeroed at connect.
+    pub fn send_state_bytes(&self, nranks: u32) -> usize {
+        (self.channels as u64 * u64::from(nranks) * CTR_BYTES) as usize
+    }
+
     /// The connection table: `channels * nranks` send connections (to p: p's FIFO for
     /// `(c, rank)`), then as many receive connections (from p: ours for `(c, p)`); self is empty.
+    /// With `send_state` (an allocation of [`FifoGeometry::send_state_bytes`] on this rank),
+    /// send connections carry sender-local counter copies.
     pub fn conn_table(
         &self,
         rank: u32,
         nranks: u32,
         own: DevicePtr,
         peer_fifo: &[DevicePtr],
+        send_state: Option<DevicePtr>,
     ) -> Vec<u8> {
         let mut table =
             Vec::with_capacity(2 * self.channels * nranks as usize * size_of::<DevConn>());
@@ -132,7 +143,13 @@ impl FifoGeometry {
                     let conn = if p == rank {
                         DevConn::default()
                     } else if send {
-                        self.conn(peer_fifo[p as usize], nranks, c, rank)
+                        let mut conn = self.conn(peer_fifo[p as usize], nranks, c, rank);
+                        if let Some(base) = send_state {
+                            let k = c as u64 * u64::from(nranks) + u64::from(p);
+                            conn.tail_mirror = base + k * CTR_BYTES;
+                            conn.head_seen = base + k * CTR_BYTES + 64;
+                        }
+                        conn
                     } else {
                         self.conn(own, nranks, c, p)
                     };
@@ -242,9 +259,9 @@ mod tests {
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;
         assert_eq!(half, g.channels * nranks as usize * one);
-        let t1 = g.conn_table(1, nranks, fifos[1], &fifos);
+        let t1 = g.conn_table(1, nranks, fifos[1], &fifos, None);
         assert_eq!(t1.len(), 2 * half);
-        let t2 = g.conn_table(2, nranks, fifos[2], &fifos);
+        let t2 = g.conn_table(2, nranks, fifos[2], &fifos, None);
         // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5.
         let at = |c: usize, p: usize| (c * nranks as usize + p) * one;
         let send = &t1[at(5, 2)..at(5, 2) + one];
@@ -253,6 +270,23 @@ mod tests {
         assert_eq!(send, g.conn(fifos[2], nranks, 5, 1).to_bytes());
         // Self connections are empty.
         assert_eq!(&t1[at(0, 1)..at(0, 1) + one], DevConn::default().to_bytes());
+
+        // Sender-local counters: one pair of lines per send connection, none for receives.
+        let state = 0x9000_0000u64;
+        let t1s = g.conn_table(1, nranks, fifos[1], &fifos, Some(state));
+        let mut seen = std::collections::HashSet::new();
+        for c in 0..g.channels {
+            for p in [0usize, 2] {
+                let mut want = g.conn(fifos[p], nranks, c, 1);
+                let k = (c * nranks as usize + p) as u64;
+                want.tail_mirror = state + k * CTR_BYTES;
+                want.head_seen = want.tail_mirror + 64;
+                assert_eq!(&t1s[at(c, p)..at(c, p) + one], want.to_bytes());
+                assert!(want.head_seen + 64 <= state + g.send_state_bytes(nranks) as u64);
+                assert!(seen.insert(want.tail_mirror));
+            }
+        }
+        assert_eq!(&t1s[half..], &t1[half..], "receive connections unchanged");
     }
 
     #[test]

@@ -58,6 +58,11 @@ struct OxcclConn {
   uint64_t slot_bytes;
   uint32_t nslots;
   uint32_t pad;
+  // Send side, optional (null: unused), both in the sender's own memory: a copy of `tail`, so
+  // the sender finds its position without a read across the link, and the last `head` it saw,
+  // so it reads the receiver's counter only when the FIFO may really be full.
+  volatile uint64_t* tail_mirror;
+  volatile uint64_t* head_seen;
 };
 
 // Everything one launch needs, at the start of its argument block (args_block.rs). The block is
@@ -122,6 +127,8 @@ OXCCL_AT(OxcclConn, head, 8);
 OXCCL_AT(OxcclConn, tail, 16);
 OXCCL_AT(OxcclConn, slot_bytes, 24);
 OXCCL_AT(OxcclConn, nslots, 32);
+OXCCL_AT(OxcclConn, tail_mirror, 40);
+OXCCL_AT(OxcclConn, head_seen, 48);
 OXCCL_AT(OxcclLaunchArgs, channels, 0);
 OXCCL_AT(OxcclLaunchArgs, buffers, 8);
 OXCCL_AT(OxcclLaunchArgs, send_conns, 16);
@@ -145,7 +152,7 @@ OXCCL_AT(OxcclLaunchArgs, flags, 110);
 static_assert(sizeof(OxcclDevStep) == 48, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
 static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared with Rust");
-static_assert(sizeof(OxcclConn) == 40, "OxcclConn layout is shared with Rust");
+static_assert(sizeof(OxcclConn) == 56, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");

@@ -120,6 +120,12 @@ pub struct DevConn {
     pub nslots: u32,
     /// Zero.
     pub pad: u32,
+    /// Send side, optional (0: unused): sender-local copy of `tail`, so the sender finds its
+    /// position without a read across the link.
+    pub tail_mirror: u64,
+    /// Send side, optional (0: unused): sender-local copy of the last `head` it saw, so it reads
+    /// the receiver's counter only when the FIFO may really be full.
+    pub head_seen: u64,
 }
 
 /// Everything one launch reads (`OxcclLaunchArgs`), at the start of its argument block
@@ -185,13 +191,15 @@ const _: () = {
     assert!(align_of::<DevChannel>() == 8);
     assert!(offset_of!(DevChannel, steps) == 0);
     assert!(offset_of!(DevChannel, nsteps) == 8);
-    assert!(size_of::<DevConn>() == 40);
+    assert!(size_of::<DevConn>() == 56);
     assert!(align_of::<DevConn>() == 8);
     assert!(offset_of!(DevConn, buff) == 0);
     assert!(offset_of!(DevConn, head) == 8);
     assert!(offset_of!(DevConn, tail) == 16);
     assert!(offset_of!(DevConn, slot_bytes) == 24);
     assert!(offset_of!(DevConn, nslots) == 32);
+    assert!(offset_of!(DevConn, tail_mirror) == 40);
+    assert!(offset_of!(DevConn, head_seen) == 48);
     assert!(size_of::<LaunchArgs>() == 112);
     assert!(align_of::<LaunchArgs>() == 8);
     assert!(offset_of!(LaunchArgs, channels) == 0);
@@ -300,6 +308,16 @@ impl DevConn {
             &mut b,
             offset_of!(DevConn, nslots),
             &self.nslots.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(DevConn, tail_mirror),
+            &self.tail_mirror.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(DevConn, head_seen),
+            &self.head_seen.to_le_bytes(),
         );
         b
     }
@@ -888,9 +906,14 @@ mod tests {
             slot_bytes: 4,
             nslots: 5,
             pad: 0,
+            tail_mirror: 6,
+            head_seen: 7,
         };
         let cb = conn.to_bytes();
-        assert_eq!([cb[0], cb[8], cb[16], cb[24], cb[32]], [1, 2, 3, 4, 5]);
+        assert_eq!(
+            [cb[0], cb[8], cb[16], cb[24], cb[32], cb[40], cb[48]],
+            [1, 2, 3, 4, 5, 6, 7]
+        );
         assert_eq!(concat_bytes(&[st, st], DevStep::to_bytes).len(), 96);
     }
 }
