@@ -230,10 +230,8 @@ impl Backend for CudaBackend {
         unsafe { call!(cuStreamSynchronize(stream.raw())) }
     }
     fn is_capturing(&self, stream: &CudaStream) -> Result<bool> {
-        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: the stream is live; writes its capture status.
-        unsafe { call!(cuStreamIsCapturing(stream.raw(), &mut st)) }?;
-        Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        Ok(transport::capture_state(stream.raw())?
+            != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
     fn event_create(&self) -> Result<CudaEvent> {
         let mut e: CUevent = std::ptr::null_mut();

@@ -11,8 +11,7 @@
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{
-    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, FifoGeometry, LaunchArgs, kernel_params,
-    parse_record, publish,
+    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, FifoGeometry, LaunchArgs, kernel_params, publish,
 };
 use crate::memory::Memory;
 use crate::modules::Modules;
@@ -230,16 +229,8 @@ impl CudaTransport {
                 peer_fifo[p] = fifo;
                 continue;
             }
-            let rec = parse_record(&all[p]).ok_or_else(|| {
-                Error::Internal(format!("rank {p} published a short FIFO record"))
-            })?;
+            let rec = geometry.peer_record(p, &all[p])?;
             let (pdev, pfifo) = (rec.device, rec.fifo);
-            if rec.geometry != geometry {
-                return Err(Error::usage(format!(
-                    "rank {p} cut its FIFOs as {:?}, this rank as {geometry:?}: set OXCCL_FIFO_* alike on every rank",
-                    rec.geometry
-                )));
-            }
             let info = &bs.peers()[p];
             if !info.same_host(me) {
                 return Err(Error::usage(format!(
@@ -352,13 +343,7 @@ impl CudaTransport {
         let _g = self.mem.bind(self.device)?;
         let func = self.modules.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
-        let fifo_nch = enc.fifo_channels();
-        if fifo_nch > self.geometry.channels {
-            return Err(Error::usage(format!(
-                "the plan moves data on {fifo_nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
-                self.geometry.channels
-            )));
-        }
+        self.geometry.check_plan(&enc)?;
         let red = kernels::reduction_args(&work.reduction);
         let esize = work.dtype.size();
 
@@ -470,12 +455,17 @@ impl CudaTransport {
     }
 }
 
-/// True while `s` is capturing a graph (an invalidated capture is an error: NCCL fails too).
-fn capture_status(s: CUstream) -> Result<bool> {
+/// `s`'s graph-capture status.
+pub(crate) fn capture_state(s: CUstream) -> Result<sys::CUstreamCaptureStatus> {
     let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: `s` is a live stream; writes its capture status.
     unsafe { call!(cuStreamIsCapturing(s, &mut st)) }?;
-    match st {
+    Ok(st)
+}
+
+/// True while `s` is capturing a graph (an invalidated capture is an error: NCCL fails too).
+fn capture_status(s: CUstream) -> Result<bool> {
+    match capture_state(s)? {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(false),
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(true),
         _ => Err(Error::usage(

@@ -14,8 +14,7 @@
 //! None of this has run on an AMD GPU.
 
 use crate::kernels::{
-    self, ArgsLayout, FifoGeometry, HIP_INLINE_ARGS_BYTES, LaunchArgs, kernel_params, parse_record,
-    publish,
+    self, ArgsLayout, FifoGeometry, HIP_INLINE_ARGS_BYTES, LaunchArgs, kernel_params, publish,
 };
 use crate::runtime::hip_call;
 use crate::{HipBackend, HipStream, sys, with_device};
@@ -241,15 +240,7 @@ impl HipTransport {
                 peer_fifo[p] = fifo;
                 continue;
             }
-            let rec = parse_record(&all[p]).ok_or_else(|| {
-                Error::Internal(format!("rank {p} published a short FIFO record"))
-            })?;
-            if rec.geometry != geometry {
-                return Err(Error::usage(format!(
-                    "rank {p} cut its FIFOs as {:?}, this rank as {geometry:?}: set OXCCL_FIFO_* alike on every rank",
-                    rec.geometry
-                )));
-            }
+            let rec = geometry.peer_record(p, &all[p])?;
             let info = &bs.peers()[p];
             if !info.same_host(me) {
                 return Err(Error::usage(format!(
@@ -338,13 +329,7 @@ impl HipTransport {
         let nch = work.channels.len();
         let func = be.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
-        let fifo_nch = enc.fifo_channels();
-        if fifo_nch > self.geometry.channels {
-            return Err(Error::usage(format!(
-                "the plan moves data on {fifo_nch} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
-                self.geometry.channels
-            )));
-        }
+        self.geometry.check_plan(&enc)?;
         let red = kernels::reduction_args(&work.reduction);
         let esize = work.dtype.size();
         let s = stream.raw();

@@ -19,22 +19,29 @@
 
 namespace oxccl {
 
+// One thread spins until *ctr >= target or the communicator aborts (then sets *shared_abort);
+// returns the last value read.
+OXCCL_DEVICE uint64_t spin_geq(const volatile uint64_t* ctr, uint64_t target,
+                               const OxcclLaunchArgs& args, int* shared_abort) {
+  uint32_t spins = 0;
+  uint64_t v;
+  while ((v = oxccl_load_acquire_sys(ctr)) < target) {
+    if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+      spins = 0;
+      if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
+        *shared_abort = 1;
+        break;
+      }
+    }
+  }
+  return v;
+}
+
 // Thread 0 waits until *ctr >= target, every thread learns whether the wait ended by abort.
 // Must be called by the whole block (it contains a barrier).
 OXCCL_DEVICE bool block_wait_geq(const volatile uint64_t* ctr, uint64_t target,
                                  const OxcclLaunchArgs& args, int* shared_abort) {
-  if (threadIdx.x == 0) {
-    uint32_t spins = 0;
-    while (oxccl_load_acquire_sys(ctr) < target) {
-      if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
-        spins = 0;
-        if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
-          *shared_abort = 1;
-          break;
-        }
-      }
-    }
-  }
+  if (threadIdx.x == 0) spin_geq(ctr, target, args, shared_abort);
   // The barrier also extends thread 0's acquire to the data the other threads read next.
   oxccl_block_sync();
   return *shared_abort == 0;
@@ -64,17 +71,7 @@ OXCCL_DEVICE bool block_wait_space(const OxcclConn* c, uint64_t target, const Ox
                                    int* shared_abort) {
   if (c->head_seen == nullptr) return block_wait_geq(c->head, target, args, shared_abort);
   if (threadIdx.x == 0 && *c->head_seen < target) {
-    uint32_t spins = 0;
-    uint64_t h;
-    while ((h = oxccl_load_acquire_sys(c->head)) < target) {
-      if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
-        spins = 0;
-        if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
-          *shared_abort = 1;
-          break;
-        }
-      }
-    }
+    const uint64_t h = spin_geq(c->head, target, args, shared_abort);
     if (*shared_abort == 0) *c->head_seen = h;
   }
   oxccl_block_sync();

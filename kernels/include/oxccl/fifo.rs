@@ -6,7 +6,7 @@
 // counters (page-aligned block first), then the slots. At connect every rank publishes a record
 // (pid, device, FIFO address, geometry, export handle) through the bootstrap network.
 
-use super::DevConn;
+use super::{DevConn, EncodedWork};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::error::{Error, Result};
 
@@ -115,6 +115,32 @@ impl FifoGeometry {
     /// Byte offset of the receive connections in the table of [`FifoGeometry::conn_table`].
     pub fn recv_table_offset(&self, nranks: u32) -> u64 {
         self.channels as u64 * u64::from(nranks) * size_of::<DevConn>() as u64
+    }
+
+    /// Fails unless this geometry has FIFOs for every channel of `enc` that moves data between
+    /// ranks.
+    pub fn check_plan(&self, enc: &EncodedWork) -> Result<()> {
+        let used = enc.fifo_channels();
+        if used > self.channels {
+            return Err(Error::usage(format!(
+                "the plan moves data on {used} channels; this communicator has FIFOs for {} (lower OXCCL_NCHANNELS or raise OXCCL_FIFO_CHANNELS)",
+                self.channels
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rank `p`'s record from `bytes`, checked to cut its FIFOs as this rank does.
+    pub fn peer_record<'a>(&self, p: usize, bytes: &'a [u8]) -> Result<PeerRecord<'a>> {
+        let rec = parse_record(bytes)
+            .ok_or_else(|| Error::Internal(format!("rank {p} published a short FIFO record")))?;
+        if rec.geometry != *self {
+            return Err(Error::usage(format!(
+                "rank {p} cut its FIFOs as {:?}, this rank as {self:?}: set OXCCL_FIFO_* alike on every rank",
+                rec.geometry
+            )));
+        }
+        Ok(rec)
     }
 
     /// Bytes of sender-local counter copies (`tail_mirror`, `head_seen`) for every send
@@ -314,6 +340,21 @@ mod tests {
                 .is_empty()
         );
         assert!(parse_record(&b[..RECORD_HEADER - 1]).is_none());
+    }
+
+    #[test]
+    fn peer_records_must_match_the_geometry() {
+        let g = FifoGeometry::default();
+        let rec = publish(1, 0, 0x1000, &g, &[9]);
+        assert_eq!(g.peer_record(1, &rec).unwrap().fifo, 0x1000);
+        let other = FifoGeometry {
+            slot_bytes: 4096,
+            ..g
+        };
+        let e = other.peer_record(1, &rec).unwrap_err().to_string();
+        assert!(e.contains("rank 1 cut its FIFOs"), "{e}");
+        let e = g.peer_record(2, &rec[..4]).unwrap_err().to_string();
+        assert!(e.contains("rank 2 published a short FIFO record"), "{e}");
     }
 
     #[test]
