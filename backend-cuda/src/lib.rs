@@ -20,6 +20,7 @@ use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
 use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::Protocol;
 use std::sync::Arc;
 pub use transport::{CudaStream, CudaTransport};
 
@@ -269,8 +270,8 @@ impl Backend for CudaBackend {
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         self.mem.pointer_info(ptr)
     }
-    fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(self.geometry.message_bytes())
+    fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
+        Some(self.geometry.message_bytes(proto))
     }
     fn max_channels(&self) -> Option<u32> {
         Some(self.geometry.channels as u32)

@@ -267,19 +267,16 @@ impl CudaTransport {
             }
         }
 
-        // Sender-local counter copies save the sender reads across the link (OXCCL_LOCAL_COUNTERS=1;
-        // off by default until measured on GPUs).
-        let send_state = if std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() == Ok("1") {
-            let n = geometry.send_state_bytes(nranks);
-            t.send_state = dev_alloc(n)?;
-            let zeros = vec![0u8; n];
-            // SAFETY: `send_state` holds `n` bytes.
-            unsafe { call!(cuMemcpyHtoD_v2(t.send_state, zeros.as_ptr().cast(), n)) }?;
-            Some(t.send_state)
-        } else {
-            None
-        };
-        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo, send_state);
+        // Sender-local counters: the LL positions, and with OXCCL_LOCAL_COUNTERS=1 copies of the
+        // Simple counters that save the sender reads across the link (off until measured).
+        let n = geometry.send_state_bytes(nranks);
+        t.send_state = dev_alloc(n)?;
+        let zeros = vec![0u8; n];
+        // SAFETY: `send_state` holds `n` bytes.
+        unsafe { call!(cuMemcpyHtoD_v2(t.send_state, zeros.as_ptr().cast(), n)) }?;
+        let local_counters = std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() == Ok("1");
+        let table =
+            geometry.conn_table(rank, nranks, fifo, &peer_fifo, t.send_state, local_counters);
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
         unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
@@ -382,7 +379,7 @@ impl CudaTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags,
+            flags: red.flags | kernels::protocol_flags(work.proto),
             ..LaunchArgs::default()
         };
         let inline = self.inline_args && layout.total <= CUDA_INLINE_ARGS_BYTES;

@@ -19,6 +19,7 @@ use oxccl_core::backend::{
 };
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::Protocol;
 use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
@@ -762,8 +763,8 @@ impl Backend for HipBackend {
         }
     }
 
-    fn max_chunk_bytes(&self) -> Option<u64> {
-        Some(self.geometry.message_bytes())
+    fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
+        Some(self.geometry.message_bytes(proto))
     }
     fn max_channels(&self) -> Option<u32> {
         Some(self.geometry.channels as u32)

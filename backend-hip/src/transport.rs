@@ -66,6 +66,8 @@ pub struct HipTransport {
     geometry: FifoGeometry,
     /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each (hipMalloc).
     conns: DevicePtr,
+    /// Sender-local counters of every send connection (hipMalloc).
+    send_state: DevicePtr,
     abort_host: *mut u32,
     abort_dev: DevicePtr,
     watcher: Option<AbortWatcher>,
@@ -198,6 +200,7 @@ impl HipTransport {
             imported: Vec::new(),
             geometry,
             conns: 0,
+            send_state: 0,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
@@ -266,8 +269,12 @@ impl HipTransport {
             }
         }
 
-        // Sender-local counter copies (OXCCL_LOCAL_COUNTERS on CUDA) are not used on HIP yet.
-        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo, None);
+        // Sender-local counters: the LL positions (copies of the Simple counters,
+        // OXCCL_LOCAL_COUNTERS on CUDA, are not used on HIP yet).
+        let n = geometry.send_state_bytes(nranks);
+        t.send_state = be.dev_alloc(n)?;
+        be.copy_h2d(t.send_state, &vec![0u8; n])?;
+        let table = geometry.conn_table(rank, nranks, fifo, &peer_fifo, t.send_state, false);
         t.conns = be.dev_alloc(table.len())?;
         be.copy_h2d(t.conns, &table)?;
 
@@ -432,7 +439,7 @@ impl HipTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags,
+            flags: red.flags | kernels::protocol_flags(work.proto),
             ..LaunchArgs::default()
         };
         let bytes = lay.image(&args, &enc, &table);
@@ -515,6 +522,7 @@ impl Drop for HipTransport {
             be.dev_free(st.loopback.0);
             be.dev_free(st.flags.0);
             be.dev_free(self.conns);
+            be.dev_free(self.send_state);
             if !self.abort_host.is_null() {
                 // SAFETY: from host_alloc; the watcher is joined and every kernel is complete.
                 let _ = unsafe { be.host_free(self.abort_host.cast()) };
@@ -535,10 +543,14 @@ impl Drop for HipTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxccl_core::plan::Protocol;
 
     #[test]
     fn chunk_bound_leaves_one_slot() {
-        assert_eq!(FifoGeometry::default().message_bytes(), 7 * 256 * 1024);
+        assert_eq!(
+            FifoGeometry::default().message_bytes(Protocol::Simple),
+            7 * 256 * 1024
+        );
         assert_eq!(BLOCK_THREADS % 64, 0);
     }
 }

@@ -6,7 +6,7 @@
 use crate::abort::AbortFlag;
 use crate::bootstrap::Bootstrap;
 use crate::error::Result;
-use crate::plan::WorkDesc;
+use crate::plan::{Protocol, WorkDesc};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,9 +130,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
-    /// Largest message one step may send before its peer receives (bounded device FIFOs): plans
-    /// send a chunk and only then receive, so a chunk must fit. `None`: unbounded.
-    fn max_chunk_bytes(&self) -> Option<u64> {
+    /// Largest message one step of `proto` may send before its peer receives (bounded device
+    /// FIFOs): plans send a chunk and only then receive, so a chunk must fit. `None`: unbounded.
+    fn max_chunk_bytes(&self, _proto: Protocol) -> Option<u64> {
         None
     }
 

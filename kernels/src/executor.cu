@@ -6,7 +6,8 @@
 // - no peer: a local copy/reduce from src to dst;
 // - this rank (RECV_SELF/SEND_SELF): a staging area in `loopback`, one message per index, with a
 //   ready flag per message so a receive in one channel may wait for a send in another;
-// - another rank: an OxcclConn FIFO (Simple protocol), split into slot-sized chunks.
+// - another rank: an OxcclConn FIFO, split into slot-sized chunks: Simple (copy, fence, publish
+//   a counter) or, for launches with OXCCL_ARGS_LL, LL (flagged 16-byte packets, no fence).
 // Every wait polls the abort flag, so an aborted communicator never leaves a kernel spinning.
 #include "copy_reduce.cuh"
 
@@ -64,18 +65,181 @@ OXCCL_DEVICE uint64_t block_read_own(const volatile uint64_t* ctr, uint64_t* sha
   return v;
 }
 
-// Waits until the send FIFO `c` has freed slot position `target` (head >= target). With a
+// Waits until a send FIFO has freed slot position `target` (*head >= target). With a
 // sender-local `head_seen`, the receiver's counter is read across the link only when the last
 // value seen there is too small, and the new value is remembered. Whole block.
-OXCCL_DEVICE bool block_wait_space(const OxcclConn* c, uint64_t target, const OxcclLaunchArgs& args,
-                                   int* shared_abort) {
-  if (c->head_seen == nullptr) return block_wait_geq(c->head, target, args, shared_abort);
-  if (threadIdx.x == 0 && *c->head_seen < target) {
-    const uint64_t h = spin_geq(c->head, target, args, shared_abort);
-    if (*shared_abort == 0) *c->head_seen = h;
+OXCCL_DEVICE bool block_wait_space(const volatile uint64_t* head, volatile uint64_t* head_seen,
+                                   uint64_t target, const OxcclLaunchArgs& args, int* shared_abort) {
+  if (head_seen == nullptr) return block_wait_geq(head, target, args, shared_abort);
+  if (threadIdx.x == 0 && *head_seen < target) {
+    const uint64_t h = spin_geq(head, target, args, shared_abort);
+    if (*shared_abort == 0) *head_seen = h;
   }
   oxccl_block_sync();
   return *shared_abort == 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LL: a slot of ll_slot_bytes holds ll_slot_bytes / 16 packets of 8 data bytes each. The flag of
+// slot position p is ll_flag(p), so a slot's previous contents (position p - nslots) never look
+// valid. The sender writes packets without fence or counter; the receiver polls each packet,
+// then returns the slot by advancing ll_head, which the sender reads only when it would
+// overwrite a slot not yet returned.
+// ---------------------------------------------------------------------------------------------
+
+// Flag of LL slot position `pos`: 1 to 2^32-1, never the 0 of fresh memory.
+OXCCL_DEVICE uint32_t ll_flag(uint64_t pos) { return (uint32_t)(pos % 0xffffffffull) + 1u; }
+
+// Elements of one packet's 8 bytes, as bits or as values.
+template <class T>
+union PacketElems {
+  uint64_t u;
+  T e[8 / sizeof(T)];
+};
+
+// The first `n` elements at `p` (at most one packet's worth), the rest zero.
+template <class T>
+OXCCL_DEVICE uint64_t load_packet(const T* p, uint32_t n) {
+  constexpr uint32_t kPer = 8 / sizeof(T);
+  if (n == kPer && ((uintptr_t)p & 7u) == 0) return *reinterpret_cast<const uint64_t*>(p);
+  PacketElems<T> v;
+  v.u = 0;
+  for (uint32_t k = 0; k < n; ++k) v.e[k] = p[k];
+  return v.u;
+}
+
+// Stores the first `n` elements of a packet's data at `p`.
+template <class T>
+OXCCL_DEVICE void store_packet(T* p, uint64_t bits, uint32_t n) {
+  constexpr uint32_t kPer = 8 / sizeof(T);
+  if (n == kPer && ((uintptr_t)p & 7u) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = bits;
+    return;
+  }
+  PacketElems<T> v;
+  v.u = bits;
+  for (uint32_t k = 0; k < n; ++k) p[k] = v.e[k];
+}
+
+// Polls a packet until it carries `flag`; false when the communicator aborted first.
+OXCCL_DEVICE bool ll_wait(const char* packet, uint32_t flag, const OxcclLaunchArgs& args,
+                          uint64_t* data) {
+  uint32_t spins = 0;
+  while (!oxccl_ll_try_load(packet, flag, data)) {
+    if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+      spins = 0;
+      if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) return false;
+    }
+  }
+  return true;
+}
+
+// The element function with the combiner chosen at run time: LL moves few bytes per thread, so
+// one switch per packet costs nothing next to the link's latency, and one loop serves all ops.
+template <class E>
+OXCCL_DEVICE typename E::Bits element_rt(unsigned op, bool have_r, typename E::Bits r, bool have_s,
+                                         typename E::Bits s,
+                                         const StepMath<typename E::Bits>& m) {
+  switch (op) {
+    case OXCCL_OP_SUM:
+      return element<E, OXCCL_OP_SUM>(have_r, r, have_s, s, m);
+    case OXCCL_OP_PROD:
+      return element<E, OXCCL_OP_PROD>(have_r, r, have_s, s, m);
+    case OXCCL_OP_MAX:
+      return element<E, OXCCL_OP_MAX>(have_r, r, have_s, s, m);
+    default:
+      return element<E, OXCCL_OP_MIN>(have_r, r, have_s, s, m);
+  }
+}
+
+// One step of an LL launch (see run_step for the primitive). Returns false on abort.
+template <class E>
+OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& st,
+                              const StepMath<typename E::Bits>& math,
+                              const typename E::Bits* src, typename E::Bits* dst,
+                              int* shared_abort, uint64_t* shared_slot) {
+  typedef typename E::Bits T;
+  constexpr uint32_t kPer = 8 / sizeof(T);  // elements per packet
+  const uint32_t flags = st.flags;
+  const uint64_t count = st.count;
+
+  const T* rcv_whole = nullptr;
+  const OxcclConn* rconn = nullptr;
+  uint64_t r_pos = 0;
+  if (st.recv_peer >= 0) {
+    if (flags & OXCCL_STEP_RECV_SELF) {
+      const uint32_t msg = (uint32_t)st.recv_peer;
+      if (!block_wait_geq(&args.loopback_flags[msg], args.epoch, args, shared_abort)) return false;
+      rcv_whole = reinterpret_cast<const T*>(args.loopback + args.loopback_offs[msg]);
+    } else {
+      rconn = &args.recv_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.recv_peer];
+      r_pos = block_read_own(rconn->ll_pos, shared_slot);
+    }
+  }
+  T* snd_whole = nullptr;
+  const OxcclConn* sconn = nullptr;
+  uint64_t s_pos = 0;
+  if (st.send_peer >= 0) {
+    if (flags & OXCCL_STEP_SEND_SELF) {
+      snd_whole = reinterpret_cast<T*>(args.loopback + args.loopback_offs[(uint32_t)st.send_peer]);
+    } else {
+      sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
+      s_pos = block_read_own(sconn->ll_pos, shared_slot);
+    }
+  }
+  // Every LL FIFO of a communicator has the same geometry (checked at connect).
+  const OxcclConn* geom = rconn ? rconn : sconn;
+  const uint64_t slot_elems = (uint64_t)(geom->ll_slot_bytes / 2) / sizeof(T);
+  const uint32_t nslots = geom->ll_nslots;
+  const bool have_r = rconn != nullptr || rcv_whole != nullptr;
+
+  bool aborted = false;  // this thread saw the abort flag
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = count - done < slot_elems ? count - done : slot_elems;
+    if (sconn && s_pos + 1 > nslots &&
+        !block_wait_space(sconn->ll_head, sconn->ll_head_seen, s_pos + 1 - nslots, args,
+                          shared_abort)) {
+      return false;
+    }
+    const char* rslot = rconn ? rconn->ll_buff + (r_pos % nslots) * rconn->ll_slot_bytes : nullptr;
+    char* sslot = sconn ? sconn->ll_buff + (s_pos % nslots) * sconn->ll_slot_bytes : nullptr;
+    const uint32_t rflag = ll_flag(r_pos), sflag = ll_flag(s_pos);
+    const uint64_t npackets = (n + kPer - 1) / kPer;
+    for (uint64_t k = threadIdx.x; k < npackets; k += blockDim.x) {
+      const uint64_t at = done + k * kPer;
+      const uint32_t m = count - at < kPer ? (uint32_t)(count - at) : kPer;
+      PacketElems<T> a, b;
+      a.u = 0;
+      if (rconn) {
+        if (!aborted) aborted = !ll_wait(rslot + k * 16, rflag, args, &a.u);
+      } else if (rcv_whole) {
+        a.u = load_packet(rcv_whole + at, m);
+      }
+      b.u = src ? load_packet(src + at, m) : 0;
+#pragma unroll
+      for (uint32_t e = 0; e < kPer; ++e) {
+        a.e[e] = element_rt<E>(args.redop, have_r, a.e[e], src != nullptr, b.e[e], math);
+      }
+      if (dst) store_packet(dst + at, a.u, m);
+      if (snd_whole) store_packet(snd_whole + at, a.u, m);
+      if (sconn) oxccl_ll_store(sslot + k * 16, a.u, sflag);
+    }
+    if (aborted) *shared_abort = 1;
+    // Every thread has read the slot before it is returned; everyone learns of an abort.
+    oxccl_block_sync();
+    if (*shared_abort != 0) return false;
+    if (rconn) {
+      if (threadIdx.x == 0) oxccl_store_release_sys(rconn->ll_head, r_pos + 1);
+      ++r_pos;
+    }
+    if (sconn) ++s_pos;
+    done += n;
+  }
+  if (sconn && threadIdx.x == 0) *sconn->ll_pos = s_pos;
+  if (snd_whole) block_publish(&args.loopback_flags[(uint32_t)st.send_peer], args.epoch);
+  // The next step may read what this one wrote (dst, loopback) with other threads.
+  oxccl_block_sync();
+  return true;
 }
 
 // Returns false when the block must stop (abort).
@@ -98,6 +262,11 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                      : nullptr;
   T* dst = (flags & OXCCL_STEP_HAS_DST) ? reinterpret_cast<T*>(args.buffers[st.dst_buf]) + st.dst_off
                                         : nullptr;
+  const bool peer_recv = st.recv_peer >= 0 && !(flags & OXCCL_STEP_RECV_SELF);
+  const bool peer_send = st.send_peer >= 0 && !(flags & OXCCL_STEP_SEND_SELF);
+  if ((args.flags & OXCCL_ARGS_LL) && (peer_recv || peer_send)) {
+    return run_step_ll<E>(args, st, math, src, dst, shared_abort, shared_slot);
+  }
 
   const uint64_t kWhole = ~0ull;  // slot size of a side that is not chunked
 
@@ -139,7 +308,8 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     // Entering a new slot: wait until the peer filled it (recv) or freed it (send).
     if (rconn && r_in == 0 && !block_wait_geq(rconn->tail, r_pos + 1, args, shared_abort)) return false;
     if (sconn && s_in == 0 && s_pos + 1 > sconn->nslots &&
-        !block_wait_space(sconn, s_pos + 1 - sconn->nslots, args, shared_abort)) {
+        !block_wait_space(sconn->head, sconn->head_seen, s_pos + 1 - sconn->nslots, args,
+                          shared_abort)) {
       return false;
     }
     uint64_t n = count - done;

@@ -6,9 +6,10 @@
 #   so a hang costs one configuration, not the run. Set QUICK=1 for small counts only (no
 #   1M-element cases, no 256M-element case).
 #
-# Configurations (2 GPUs; about 6 minutes in all):
+# Configurations (2 GPUs; about 7 minutes in all):
 #   r*-initall/threads/procs-auto  every operation x type x operator, tuner's choice
 #   r2-initall-{ring,tree,direct}  each algorithm forced, one process driving both GPUs
+#   r2-*-{LL,Simple}               each protocol forced
 #   r2-procs-{ring,tree,direct}    each algorithm forced, one process per GPU
 #   g*-graph                       every case captured into a CUDA graph, replayed 100 times
 #   s2-*-split                     on a communicator split from the world one, ranks reversed
@@ -65,6 +66,11 @@ if [ "$NGPU" -ge 2 ]; then
   for a in ring tree direct; do
     run r2-initall-$a NCCL_ALGO=$a -- --mode initall --ranks 2 $SMALL $BIG
   done
+  # Each protocol forced (LL also on the 1M-element cases it would never get by default).
+  for p in LL Simple; do
+    run r2-initall-$p NCCL_PROTO=$p -- --mode initall --ranks 2 $SMALL $BIG
+  done
+  run r2-procs-LL NCCL_PROTO=LL -- --mode procs --ranks 2 $SMALL $BIG1
   run r2-threads-auto   -- --mode threads --ranks 2 $SMALL $BIG
   run r2-procs-auto     -- --mode procs --ranks 2 $SMALL $BIG
   # Each algorithm forced across processes; the threads variants duplicated these and the

@@ -221,7 +221,7 @@ impl<B: Backend> Communicator<B> {
         if let Some(max) = backend.max_channels() {
             c.nchannels = c.nchannels.clamp(1, max);
         }
-        if let Some(max) = backend.max_chunk_bytes() {
+        if let Some(max) = backend.max_chunk_bytes(c.proto) {
             c.chunk_elems = c.chunk_elems.min((max / dtype.size() as u64).max(1));
         }
         c

@@ -2,20 +2,26 @@
 // `work.rs` (included with `#[path]` by backend-cuda and backend-hip, whose `kernels` module
 // re-exports it), so the two transports cannot drift apart.
 //
-// One rank's FIFO allocation holds, for every (channel, sending peer), the head and tail
-// counters (page-aligned block first), then the slots. At connect every rank publishes a record
-// (pid, device, FIFO address, geometry, export handle) through the bootstrap network.
+// One rank's FIFO allocation holds, for every (channel, sending peer), the counters (head, tail
+// and LL head; page-aligned block first), then the Simple slots, then the LL packet slots. A
+// separate sender-local allocation holds each send connection's own counters. At connect every
+// rank publishes a record (pid, device, FIFO address, geometry, export handle) through the
+// bootstrap network.
 
 use super::{DevConn, EncodedWork};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::Protocol;
 
 /// Most channels a transport can be built with (`OXCCL_FIFO_CHANNELS`).
 pub const MAX_CHANNELS: usize = 32;
-/// Bytes of counters per FIFO: head at 0, tail at 64.
-pub const CTR_BYTES: u64 = 128;
+/// Bytes of counters per FIFO, one 64-byte line each: head at 0, tail at 64, LL head at 128.
+pub const CTR_BYTES: u64 = 192;
+/// Bytes of sender-local counters per send connection, one line each: tail mirror at 0, head
+/// seen at 64, LL position at 128, LL head seen at 192.
+pub const SEND_STATE_BYTES: u64 = 256;
 /// Bytes of the fixed part of a published record: pid, device, FIFO address, geometry.
-pub const RECORD_HEADER: usize = 32;
+pub const RECORD_HEADER: usize = 40;
 
 /// How one rank's FIFOs are cut: channels, slots per FIFO, bytes per slot. Every rank of a
 /// communicator must use the same geometry (checked at connect).
@@ -27,6 +33,10 @@ pub struct FifoGeometry {
     pub nslots: u32,
     /// Bytes per slot (a multiple of 16 and so of every element size).
     pub slot_bytes: u64,
+    /// Slots per LL (packet) FIFO.
+    pub ll_nslots: u32,
+    /// Bytes of packets per LL slot (a multiple of 16; half of them carry data).
+    pub ll_slot_bytes: u64,
 }
 
 impl Default for FifoGeometry {
@@ -37,13 +47,19 @@ impl Default for FifoGeometry {
             channels: 32,
             nslots: 8,
             slot_bytes: 256 << 10,
+            // LL moves small messages: 8 slots of 8 KiB of data cover the tuner's LL range
+            // (up to 64 KiB per operation, spread over channels) in one round.
+            ll_nslots: 8,
+            ll_slot_bytes: 16 << 10,
         }
     }
 }
 
 impl FifoGeometry {
-    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-32), `OXCCL_FIFO_SLOTS` (2-64) and
-    /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB, a multiple of 16): knobs for tuning runs.
+    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-32), `OXCCL_FIFO_SLOTS` (2-64),
+    /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB), `OXCCL_FIFO_LL_SLOTS` (2-64) and
+    /// `OXCCL_FIFO_LL_SLOT_BYTES` (1 KiB-1 MiB); slot sizes are multiples of 16. Knobs for
+    /// tuning runs.
     pub fn from_env() -> Result<FifoGeometry> {
         let get = |name: &str, lo: u64, hi: u64, default: u64| -> Result<u64> {
             match std::env::var(name) {
@@ -68,26 +84,48 @@ impl FifoGeometry {
             )? as usize,
             nslots: get("OXCCL_FIFO_SLOTS", 2, 64, u64::from(d.nslots))? as u32,
             slot_bytes: get("OXCCL_FIFO_SLOT_BYTES", 4 << 10, 16 << 20, d.slot_bytes)?,
+            ll_nslots: get("OXCCL_FIFO_LL_SLOTS", 2, 64, u64::from(d.ll_nslots))? as u32,
+            ll_slot_bytes: get(
+                "OXCCL_FIFO_LL_SLOT_BYTES",
+                1 << 10,
+                1 << 20,
+                d.ll_slot_bytes,
+            )?,
         };
-        if !g.slot_bytes.is_multiple_of(16) {
-            return Err(Error::usage(format!(
-                "OXCCL_FIFO_SLOT_BYTES={} is not a multiple of 16",
-                g.slot_bytes
-            )));
+        for (name, v) in [
+            ("OXCCL_FIFO_SLOT_BYTES", g.slot_bytes),
+            ("OXCCL_FIFO_LL_SLOT_BYTES", g.ll_slot_bytes),
+        ] {
+            if !v.is_multiple_of(16) {
+                return Err(Error::usage(format!("{name}={v} is not a multiple of 16")));
+            }
         }
         Ok(g)
     }
 
-    /// Largest message a step may send before its peer receives: the sender can fill every slot
-    /// but one (see `docs/kernels.md`), and plans send a chunk before receiving.
-    pub fn message_bytes(&self) -> u64 {
-        (u64::from(self.nslots) - 1) * self.slot_bytes
+    /// Largest message a step of `proto` may send before its peer receives: the sender can fill
+    /// every slot but one (see `docs/kernels.md`), and plans send a chunk before receiving.
+    pub fn message_bytes(&self, proto: Protocol) -> u64 {
+        match proto {
+            Protocol::Ll => (u64::from(self.ll_nslots) - 1) * (self.ll_slot_bytes / 2),
+            Protocol::Ll128 | Protocol::Simple => (u64::from(self.nslots) - 1) * self.slot_bytes,
+        }
     }
 
-    /// Bytes of one rank's FIFO allocation: the counters (page-aligned), then the slots.
+    fn simple_fifo_bytes(&self) -> u64 {
+        self.slot_bytes * u64::from(self.nslots)
+    }
+
+    fn ll_fifo_bytes(&self) -> u64 {
+        self.ll_slot_bytes * u64::from(self.ll_nslots)
+    }
+
+    /// Bytes of one rank's FIFO allocation: the counters (page-aligned), the Simple slots, the
+    /// LL slots.
     pub fn fifo_bytes(&self, nranks: u32) -> u64 {
         let n = self.channels as u64 * u64::from(nranks);
-        (n * CTR_BYTES).next_multiple_of(4096) + n * self.slot_bytes * u64::from(self.nslots)
+        (n * CTR_BYTES).next_multiple_of(4096)
+            + n * (self.simple_fifo_bytes() + self.ll_fifo_bytes())
     }
 
     /// Bytes at the start of a FIFO allocation that hold counters (zeroed at connect).
@@ -95,20 +133,29 @@ impl FifoGeometry {
         (self.channels as u64 * u64::from(nranks) * CTR_BYTES) as usize
     }
 
-    /// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank.
+    /// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank, as its
+    /// receiver sees it (its LL position is the LL head it owns).
     pub fn conn(&self, base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
         let n = self.channels as u64 * u64::from(nranks);
         let k = channel as u64 * u64::from(nranks) + u64::from(from);
         let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
+        let ll_slots = slots + n * self.simple_fifo_bytes();
+        let ctr = base + k * CTR_BYTES;
         DevConn {
-            buff: slots + k * self.slot_bytes * u64::from(self.nslots),
-            head: base + k * CTR_BYTES,
-            tail: base + k * CTR_BYTES + 64,
+            buff: slots + k * self.simple_fifo_bytes(),
+            head: ctr,
+            tail: ctr + 64,
             slot_bytes: self.slot_bytes,
             nslots: self.nslots,
             pad: 0,
             tail_mirror: 0,
             head_seen: 0,
+            ll_buff: ll_slots + k * self.ll_fifo_bytes(),
+            ll_head: ctr + 128,
+            ll_pos: ctr + 128,
+            ll_head_seen: 0,
+            ll_slot_bytes: self.ll_slot_bytes as u32,
+            ll_nslots: self.ll_nslots,
         }
     }
 
@@ -143,23 +190,25 @@ impl FifoGeometry {
         Ok(rec)
     }
 
-    /// Bytes of sender-local counter copies (`tail_mirror`, `head_seen`) for every send
-    /// connection of a rank, zeroed at connect.
+    /// Bytes of sender-local counters (`tail_mirror`, `head_seen`, `ll_pos`, `ll_head_seen`)
+    /// for every send connection of a rank, zeroed at connect.
     pub fn send_state_bytes(&self, nranks: u32) -> usize {
-        (self.channels as u64 * u64::from(nranks) * CTR_BYTES) as usize
+        (self.channels as u64 * u64::from(nranks) * SEND_STATE_BYTES) as usize
     }
 
     /// The connection table: `channels * nranks` send connections (to p: p's FIFO for
     /// `(c, rank)`), then as many receive connections (from p: ours for `(c, p)`); self is empty.
-    /// With `send_state` (an allocation of [`FifoGeometry::send_state_bytes`] on this rank),
-    /// send connections carry sender-local counter copies.
+    /// `send_state` is an allocation of [`FifoGeometry::send_state_bytes`] on this rank: send
+    /// connections keep their LL position there and, with `local_counters`, copies of the
+    /// Simple counters too.
     pub fn conn_table(
         &self,
         rank: u32,
         nranks: u32,
         own: DevicePtr,
         peer_fifo: &[DevicePtr],
-        send_state: Option<DevicePtr>,
+        send_state: DevicePtr,
+        local_counters: bool,
     ) -> Vec<u8> {
         let mut table =
             Vec::with_capacity(2 * self.channels * nranks as usize * size_of::<DevConn>());
@@ -170,11 +219,14 @@ impl FifoGeometry {
                         DevConn::default()
                     } else if send {
                         let mut conn = self.conn(peer_fifo[p as usize], nranks, c, rank);
-                        if let Some(base) = send_state {
-                            let k = c as u64 * u64::from(nranks) + u64::from(p);
-                            conn.tail_mirror = base + k * CTR_BYTES;
-                            conn.head_seen = base + k * CTR_BYTES + 64;
+                        let k = c as u64 * u64::from(nranks) + u64::from(p);
+                        let mine = send_state + k * SEND_STATE_BYTES;
+                        if local_counters {
+                            conn.tail_mirror = mine;
+                            conn.head_seen = mine + 64;
                         }
+                        conn.ll_pos = mine + 128;
+                        conn.ll_head_seen = mine + 192;
                         conn
                     } else {
                         self.conn(own, nranks, c, p)
@@ -203,6 +255,8 @@ pub fn publish(
     v.extend_from_slice(&(geom.channels as u32).to_le_bytes());
     v.extend_from_slice(&geom.nslots.to_le_bytes());
     v.extend_from_slice(&geom.slot_bytes.to_le_bytes());
+    v.extend_from_slice(&geom.ll_nslots.to_le_bytes());
+    v.extend_from_slice(&(geom.ll_slot_bytes as u32).to_le_bytes());
     v.extend_from_slice(handle);
     v
 }
@@ -228,6 +282,8 @@ pub fn parse_record(b: &[u8]) -> Option<PeerRecord<'_>> {
         channels: u32::from_le_bytes(b.get(16..20)?.try_into().ok()?) as usize,
         nslots: u32::from_le_bytes(b.get(20..24)?.try_into().ok()?),
         slot_bytes: u64::from_le_bytes(b.get(24..32)?.try_into().ok()?),
+        ll_nslots: u32::from_le_bytes(b.get(32..36)?.try_into().ok()?),
+        ll_slot_bytes: u64::from(u32::from_le_bytes(b.get(36..40)?.try_into().ok()?)),
     };
     Some(PeerRecord {
         device,
@@ -247,31 +303,44 @@ mod tests {
             channels: 3,
             nslots: 2,
             slot_bytes: 4096,
+            ll_nslots: 3,
+            ll_slot_bytes: 1024,
         };
         for g in [FifoGeometry::default(), small] {
             for nranks in [1u32, 2, 3, 8] {
                 let base = 0x7000_0000_0000u64;
                 let bytes = g.fifo_bytes(nranks);
                 let per_fifo = g.slot_bytes * u64::from(g.nslots);
-                let slots_start = bytes - g.channels as u64 * u64::from(nranks) * per_fifo;
+                let per_ll = g.ll_slot_bytes * u64::from(g.ll_nslots);
+                let slots_start =
+                    bytes - g.channels as u64 * u64::from(nranks) * (per_fifo + per_ll);
                 let mut lines = std::collections::HashSet::new();
+                // (start, length) of every slot area, Simple and LL.
                 let mut bufs = Vec::new();
                 for c in 0..g.channels {
                     for from in 0..nranks {
                         let f = g.conn(base, nranks, c, from);
                         assert_eq!(f.head % 64, 0);
                         assert_eq!(f.tail, f.head + 64);
-                        assert!(lines.insert(f.head) && lines.insert(f.tail));
+                        assert_eq!(f.ll_head, f.head + 128);
+                        assert_eq!(f.ll_pos, f.ll_head, "a receiver's LL position is its head");
+                        for line in [f.head, f.tail, f.ll_head] {
+                            assert!(lines.insert(line));
+                        }
+                        assert!(f.ll_head + 64 <= base + slots_start);
+                        assert!(f.ll_head + 64 <= base + g.counter_bytes(nranks) as u64);
                         assert_eq!(f.buff % 16, 0);
-                        assert!(f.buff + per_fifo <= base + bytes);
-                        assert!(f.tail + 64 <= base + slots_start);
-                        assert!(f.tail + 64 <= base + g.counter_bytes(nranks) as u64);
-                        bufs.push(f.buff);
+                        assert_eq!(f.ll_buff % 16, 0);
+                        assert_eq!(u64::from(f.ll_slot_bytes), g.ll_slot_bytes);
+                        assert!(f.buff >= base + slots_start);
+                        assert!(f.ll_buff + per_ll <= base + bytes);
+                        bufs.push((f.buff, per_fifo));
+                        bufs.push((f.ll_buff, per_ll));
                     }
                 }
                 bufs.sort_unstable();
                 for w in bufs.windows(2) {
-                    assert!(w[1] - w[0] >= per_fifo);
+                    assert!(w[1].0 >= w[0].0 + w[0].1, "slot areas overlap");
                 }
             }
         }
@@ -285,31 +354,45 @@ mod tests {
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;
         assert_eq!(half, g.channels * nranks as usize * one);
-        let t1 = g.conn_table(1, nranks, fifos[1], &fifos, None);
+        let state = 0x9000_0000u64;
+        let t1 = g.conn_table(1, nranks, fifos[1], &fifos, state, false);
         assert_eq!(t1.len(), 2 * half);
-        let t2 = g.conn_table(2, nranks, fifos[2], &fifos, None);
-        // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5.
+        let t2 = g.conn_table(2, nranks, fifos[2], &fifos, state, false);
+        // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5:
+        // same slots and counters; only the position of each side is its own.
         let at = |c: usize, p: usize| (c * nranks as usize + p) * one;
-        let send = &t1[at(5, 2)..at(5, 2) + one];
-        let recv = &t2[half + at(5, 1)..half + at(5, 1) + one];
-        assert_eq!(send, recv);
-        assert_eq!(send, g.conn(fifos[2], nranks, 5, 1).to_bytes());
+        let recv = g.conn(fifos[2], nranks, 5, 1);
+        assert_eq!(&t2[half + at(5, 1)..half + at(5, 1) + one], recv.to_bytes());
+        let k = (5 * nranks as usize + 2) as u64;
+        let send = DevConn {
+            ll_pos: state + k * SEND_STATE_BYTES + 128,
+            ll_head_seen: state + k * SEND_STATE_BYTES + 192,
+            ..recv
+        };
+        assert_eq!(&t1[at(5, 2)..at(5, 2) + one], send.to_bytes());
         // Self connections are empty.
         assert_eq!(&t1[at(0, 1)..at(0, 1) + one], DevConn::default().to_bytes());
 
-        // Sender-local counters: one pair of lines per send connection, none for receives.
-        let state = 0x9000_0000u64;
-        let t1s = g.conn_table(1, nranks, fifos[1], &fifos, Some(state));
+        // Sender-local Simple counters on request: four lines per send connection, none for
+        // receives, all inside the state allocation and distinct.
+        let t1s = g.conn_table(1, nranks, fifos[1], &fifos, state, true);
         let mut seen = std::collections::HashSet::new();
         for c in 0..g.channels {
             for p in [0usize, 2] {
-                let mut want = g.conn(fifos[p], nranks, c, 1);
                 let k = (c * nranks as usize + p) as u64;
-                want.tail_mirror = state + k * CTR_BYTES;
-                want.head_seen = want.tail_mirror + 64;
+                let mine = state + k * SEND_STATE_BYTES;
+                let want = DevConn {
+                    tail_mirror: mine,
+                    head_seen: mine + 64,
+                    ll_pos: mine + 128,
+                    ll_head_seen: mine + 192,
+                    ..g.conn(fifos[p], nranks, c, 1)
+                };
                 assert_eq!(&t1s[at(c, p)..at(c, p) + one], want.to_bytes());
-                assert!(want.head_seen + 64 <= state + g.send_state_bytes(nranks) as u64);
-                assert!(seen.insert(want.tail_mirror));
+                assert!(want.ll_head_seen + 64 <= state + g.send_state_bytes(nranks) as u64);
+                for line in [mine, mine + 64, mine + 128, mine + 192] {
+                    assert!(seen.insert(line));
+                }
             }
         }
         assert_eq!(&t1s[half..], &t1[half..], "receive connections unchanged");
@@ -321,6 +404,8 @@ mod tests {
             channels: 7,
             nslots: 3,
             slot_bytes: 8192,
+            ll_nslots: 5,
+            ll_slot_bytes: 2048,
         };
         let b = publish(42, 3, 0xdead_beef_0000, &g, &[1, 2, 3]);
         let r = parse_record(&b).unwrap();
@@ -347,12 +432,16 @@ mod tests {
         let g = FifoGeometry::default();
         let rec = publish(1, 0, 0x1000, &g, &[9]);
         assert_eq!(g.peer_record(1, &rec).unwrap().fifo, 0x1000);
-        let other = FifoGeometry {
-            slot_bytes: 4096,
-            ..g
-        };
-        let e = other.peer_record(1, &rec).unwrap_err().to_string();
-        assert!(e.contains("rank 1 cut its FIFOs"), "{e}");
+        for other in [
+            FifoGeometry {
+                slot_bytes: 4096,
+                ..g
+            },
+            FifoGeometry { ll_nslots: 4, ..g },
+        ] {
+            let e = other.peer_record(1, &rec).unwrap_err().to_string();
+            assert!(e.contains("rank 1 cut its FIFOs"), "{e}");
+        }
         let e = g.peer_record(2, &rec[..4]).unwrap_err().to_string();
         assert!(e.contains("rank 2 published a short FIFO record"), "{e}");
     }
@@ -360,7 +449,8 @@ mod tests {
     #[test]
     fn geometry_defaults_and_limits() {
         let d = FifoGeometry::default();
-        assert_eq!(d.message_bytes(), 7 * 256 * 1024);
+        assert_eq!(d.message_bytes(Protocol::Simple), 7 * 256 * 1024);
+        assert_eq!(d.message_bytes(Protocol::Ll), 7 * 8 * 1024);
         assert!(d.channels <= MAX_CHANNELS);
     }
 }

@@ -140,6 +140,43 @@ OXCCL_DEVICE void oxccl_store16(void* p, OxcclPack16 v) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// LL packets: 16 bytes {data lo 4 B, flag, data hi 4 B, flag}. Each 8-byte half carries its own
+// flag, so a packet is valid once both halves show the expected flag, whatever order or
+// granularity the link delivers them in; no fence is needed between data and signal.
+// ---------------------------------------------------------------------------------------------
+
+// Stores one packet of `data` with `flag` into a peer's (or our own) LL slot.
+OXCCL_DEVICE void oxccl_ll_store(void* p, uint64_t data, uint32_t flag) {
+#if defined(OXCCL_CUDA)
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"((uint32_t)data),
+               "r"(flag), "r"((uint32_t)(data >> 32)), "r"(flag)
+               : "memory");
+#else
+  volatile uint64_t* q = reinterpret_cast<volatile uint64_t*>(p);
+  q[0] = (uint64_t)(uint32_t)data | ((uint64_t)flag << 32);
+  q[1] = (data >> 32) | ((uint64_t)flag << 32);
+#endif
+}
+
+// Reads one packet; true (and its data in *data) when both halves carry `flag`.
+OXCCL_DEVICE bool oxccl_ll_try_load(const void* p, uint32_t flag, uint64_t* data) {
+#if defined(OXCCL_CUDA)
+  uint32_t d0, f0, d1, f1;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+               : "l"(p)
+               : "memory");
+#else
+  const volatile uint64_t* q = reinterpret_cast<const volatile uint64_t*>(p);
+  const uint64_t lo = q[0], hi = q[1];
+  const uint32_t d0 = (uint32_t)lo, f0 = (uint32_t)(lo >> 32);
+  const uint32_t d1 = (uint32_t)hi, f1 = (uint32_t)(hi >> 32);
+#endif
+  *data = (uint64_t)d0 | ((uint64_t)d1 << 32);
+  return f0 == flag && f1 == flag;
+}
+
+// ---------------------------------------------------------------------------------------------
 // 8- and 16-bit floating-point element types. Kernels move them as raw bits (uint16_t/uint8_t)
 // and only convert to float to compute, so the native types appear in exactly these functions.
 // All float -> narrow conversions round to nearest even; fp8 saturates to the largest finite

@@ -23,6 +23,7 @@
 // OxcclLaunchArgs::flags.
 #define OXCCL_ARGS_PRE_SCALE 0x01u      // pre_scale_bytes holds the scalar (ncclScalarHostImmediate)
 #define OXCCL_ARGS_PRE_SCALE_PTR 0x02u  // pre_scale_ptr points to it (ncclScalarDevice)
+#define OXCCL_ARGS_LL 0x04u             // messages between ranks use the LL packet FIFOs
 
 // One primitive: v = recv(peer) (+) pre(src); v = post(v); dst = v; send(peer, v).
 // Offsets are in elements of the operation's type. A peer of -1 means "no receive"/"no send".
@@ -63,6 +64,18 @@ struct OxcclConn {
   // so it reads the receiver's counter only when the FIFO may really be full.
   volatile uint64_t* tail_mirror;
   volatile uint64_t* head_seen;
+  // The LL (packet) FIFO of the same pair, used by launches with OXCCL_ARGS_LL: ll_nslots slots
+  // of ll_slot_bytes bytes of 16-byte packets {data 4 B, flag, data 4 B, flag} on the receiver,
+  // so a packet carries 8 bytes of data and proves its own arrival (no fence, no tail counter).
+  // ll_head counts slots the receiver has consumed (receiver memory). ll_pos counts slots this
+  // side has used: on the send side a sender-local counter, on the receive side ll_head itself.
+  // ll_head_seen (send side) caches the last ll_head read across the link.
+  char* ll_buff;
+  volatile uint64_t* ll_head;
+  volatile uint64_t* ll_pos;
+  volatile uint64_t* ll_head_seen;
+  uint32_t ll_slot_bytes;
+  uint32_t ll_nslots;
 };
 
 // Everything one launch needs, at the start of its argument block (args_block.rs). The block is
@@ -129,6 +142,12 @@ OXCCL_AT(OxcclConn, slot_bytes, 24);
 OXCCL_AT(OxcclConn, nslots, 32);
 OXCCL_AT(OxcclConn, tail_mirror, 40);
 OXCCL_AT(OxcclConn, head_seen, 48);
+OXCCL_AT(OxcclConn, ll_buff, 56);
+OXCCL_AT(OxcclConn, ll_head, 64);
+OXCCL_AT(OxcclConn, ll_pos, 72);
+OXCCL_AT(OxcclConn, ll_head_seen, 80);
+OXCCL_AT(OxcclConn, ll_slot_bytes, 88);
+OXCCL_AT(OxcclConn, ll_nslots, 92);
 OXCCL_AT(OxcclLaunchArgs, channels, 0);
 OXCCL_AT(OxcclLaunchArgs, buffers, 8);
 OXCCL_AT(OxcclLaunchArgs, send_conns, 16);
@@ -152,7 +171,7 @@ OXCCL_AT(OxcclLaunchArgs, flags, 110);
 static_assert(sizeof(OxcclDevStep) == 48, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
 static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared with Rust");
-static_assert(sizeof(OxcclConn) == 56, "OxcclConn layout is shared with Rust");
+static_assert(sizeof(OxcclConn) == 96, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");

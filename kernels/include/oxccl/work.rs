@@ -7,7 +7,7 @@
 
 use oxccl_core::datatype::{DataType, ReduceOp, Reduction, ScalarSource};
 use oxccl_core::error::{Error, Result};
-use oxccl_core::plan::{Step, WorkDesc};
+use oxccl_core::plan::{Protocol, Step, WorkDesc};
 use std::collections::{HashMap, VecDeque};
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::Range;
@@ -38,6 +38,17 @@ pub const OP_MIN: u8 = 3;
 pub const ARGS_PRE_SCALE: u8 = 0x01;
 /// `OxcclLaunchArgs::flags`: `pre_scale_ptr` points to the PreMulSum scalar in device memory.
 pub const ARGS_PRE_SCALE_PTR: u8 = 0x02;
+/// `OxcclLaunchArgs::flags`: messages between ranks use the LL packet FIFOs.
+pub const ARGS_LL: u8 = 0x04;
+
+/// The `OxcclLaunchArgs::flags` bits that select how work chunked for `proto` moves: LL runs
+/// on the packet FIFOs; LL128 has no device implementation yet and runs as Simple.
+pub fn protocol_flags(proto: Protocol) -> u8 {
+    match proto {
+        Protocol::Ll => ARGS_LL,
+        Protocol::Ll128 | Protocol::Simple => 0,
+    }
+}
 
 /// Kernel entry points, indexed by `ncclDataType_t` (the order of [`DataType::ALL`]).
 pub const KERNEL_NAMES: [&str; 12] = [
@@ -126,6 +137,18 @@ pub struct DevConn {
     /// Send side, optional (0: unused): sender-local copy of the last `head` it saw, so it reads
     /// the receiver's counter only when the FIFO may really be full.
     pub head_seen: u64,
+    /// Device address of the LL FIFO's `ll_nslots * ll_slot_bytes` bytes of packets (receiver).
+    pub ll_buff: u64,
+    /// Device address of the `u64` count of LL slots the receiver has consumed (receiver).
+    pub ll_head: u64,
+    /// Device address of this side's LL position: a sender-local counter, or `ll_head`.
+    pub ll_pos: u64,
+    /// Send side: device address of the sender-local copy of the last `ll_head` it saw.
+    pub ll_head_seen: u64,
+    /// Bytes of packets per LL slot (a multiple of 16; half of them are data).
+    pub ll_slot_bytes: u32,
+    /// Number of LL slots.
+    pub ll_nslots: u32,
 }
 
 /// Everything one launch reads (`OxcclLaunchArgs`), at the start of its argument block
@@ -191,7 +214,7 @@ const _: () = {
     assert!(align_of::<DevChannel>() == 8);
     assert!(offset_of!(DevChannel, steps) == 0);
     assert!(offset_of!(DevChannel, nsteps) == 8);
-    assert!(size_of::<DevConn>() == 56);
+    assert!(size_of::<DevConn>() == 96);
     assert!(align_of::<DevConn>() == 8);
     assert!(offset_of!(DevConn, buff) == 0);
     assert!(offset_of!(DevConn, head) == 8);
@@ -200,6 +223,12 @@ const _: () = {
     assert!(offset_of!(DevConn, nslots) == 32);
     assert!(offset_of!(DevConn, tail_mirror) == 40);
     assert!(offset_of!(DevConn, head_seen) == 48);
+    assert!(offset_of!(DevConn, ll_buff) == 56);
+    assert!(offset_of!(DevConn, ll_head) == 64);
+    assert!(offset_of!(DevConn, ll_pos) == 72);
+    assert!(offset_of!(DevConn, ll_head_seen) == 80);
+    assert!(offset_of!(DevConn, ll_slot_bytes) == 88);
+    assert!(offset_of!(DevConn, ll_nslots) == 92);
     assert!(size_of::<LaunchArgs>() == 112);
     assert!(align_of::<LaunchArgs>() == 8);
     assert!(offset_of!(LaunchArgs, channels) == 0);
@@ -318,6 +347,24 @@ impl DevConn {
             &mut b,
             offset_of!(DevConn, head_seen),
             &self.head_seen.to_le_bytes(),
+        );
+        for (at, v) in [
+            (offset_of!(DevConn, ll_buff), self.ll_buff),
+            (offset_of!(DevConn, ll_head), self.ll_head),
+            (offset_of!(DevConn, ll_pos), self.ll_pos),
+            (offset_of!(DevConn, ll_head_seen), self.ll_head_seen),
+        ] {
+            put(&mut b, at, &v.to_le_bytes());
+        }
+        put(
+            &mut b,
+            offset_of!(DevConn, ll_slot_bytes),
+            &self.ll_slot_bytes.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(DevConn, ll_nslots),
+            &self.ll_nslots.to_le_bytes(),
         );
         b
     }
@@ -603,7 +650,7 @@ fn encode_step(
 mod tests {
     use super::*;
     use oxccl_core::datatype::{RedOp, Scalar};
-    use oxccl_core::plan::{Algorithm, BufId, ChannelWork, CollKind, Protocol, Region};
+    use oxccl_core::plan::{Algorithm, BufId, ChannelWork, CollKind, Region};
 
     fn work(dtype: DataType, channels: Vec<Vec<Step>>) -> WorkDesc {
         WorkDesc {
@@ -908,11 +955,18 @@ mod tests {
             pad: 0,
             tail_mirror: 6,
             head_seen: 7,
+            ll_buff: 8,
+            ll_head: 9,
+            ll_pos: 10,
+            ll_head_seen: 11,
+            ll_slot_bytes: 12,
+            ll_nslots: 13,
         };
         let cb = conn.to_bytes();
+        let at = [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 92];
         assert_eq!(
-            [cb[0], cb[8], cb[16], cb[24], cb[32], cb[40], cb[48]],
-            [1, 2, 3, 4, 5, 6, 7]
+            at.map(|i| cb[i]),
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
         );
         assert_eq!(concat_bytes(&[st, st], DevStep::to_bytes).len(), 96);
     }
