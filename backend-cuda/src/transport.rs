@@ -379,7 +379,7 @@ impl CudaTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags | kernels::protocol_flags(work.proto),
+            flags: red.flags,
             ..LaunchArgs::default()
         };
         let inline = self.inline_args && layout.total <= CUDA_INLINE_ARGS_BYTES;

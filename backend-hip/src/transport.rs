@@ -439,7 +439,7 @@ impl HipTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags | kernels::protocol_flags(work.proto),
+            flags: red.flags,
             ..LaunchArgs::default()
         };
         let bytes = lay.image(&args, &enc, &table);

@@ -7,7 +7,7 @@
 // - this rank (RECV_SELF/SEND_SELF): a staging area in `loopback`, one message per index, with a
 //   ready flag per message so a receive in one channel may wait for a send in another;
 // - another rank: an OxcclConn FIFO, split into slot-sized chunks: Simple (copy, fence, publish
-//   a counter) or, for launches with OXCCL_ARGS_LL, LL (flagged 16-byte packets, no fence).
+//   a counter) or, for steps with OXCCL_STEP_LL, LL (flagged 16-byte packets, no fence).
 // Every wait polls the abort flag, so an aborted communicator never leaves a kernel spinning.
 #include "copy_reduce.cuh"
 
@@ -229,7 +229,9 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
     oxccl_block_sync();
     if (*shared_abort != 0) return false;
     if (rconn) {
-      if (threadIdx.x == 0) oxccl_store_release_sys(rconn->ll_head, r_pos + 1);
+      // The barrier ordered every read of the slot before this store; nothing else needs to be
+      // visible with it, so it skips the system-scope release (a fence over the link).
+      if (threadIdx.x == 0) oxccl_store_relaxed_sys(rconn->ll_head, r_pos + 1);
       ++r_pos;
     }
     if (sconn) ++s_pos;
@@ -264,7 +266,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                                         : nullptr;
   const bool peer_recv = st.recv_peer >= 0 && !(flags & OXCCL_STEP_RECV_SELF);
   const bool peer_send = st.send_peer >= 0 && !(flags & OXCCL_STEP_SEND_SELF);
-  if ((args.flags & OXCCL_ARGS_LL) && (peer_recv || peer_send)) {
+  if ((flags & OXCCL_STEP_LL) && (peer_recv || peer_send)) {
     return run_step_ll<E>(args, st, math, src, dst, shared_abort, shared_slot);
   }
 

@@ -6,7 +6,9 @@ use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
 use crate::plan::tuner::{Choice, Topology};
-use crate::plan::{self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, WorkDesc};
+use crate::plan::{
+    self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
+};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::debug;
@@ -359,6 +361,10 @@ impl<B: Backend> Communicator<B> {
         // Both ends of a message must chunk it identically, and they only share the message
         // itself: the choice must not depend on the rest of either side's group.
         let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);
+        let ll_max = match inner.backend.max_chunk_bytes(Protocol::Ll) {
+            Some(fits) => inner.tuner.p2p_ll_max().min(fits),
+            None => 0,
+        };
         let work = Arc::new(plan::build_p2p(
             inner.rank,
             inner.nranks,
@@ -366,6 +372,7 @@ impl<B: Backend> Communicator<B> {
             DataType::Uint8,
             choice.nchannels,
             choice.chunk_elems,
+            ll_max,
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));

@@ -135,6 +135,11 @@ pub fn build_coll(req: &CollRequest) -> Result<WorkDesc> {
             )));
         }
     }
+    if req.proto == Protocol::Ll {
+        for st in b.channels.iter_mut().flat_map(|c| c.steps.iter_mut()) {
+            st.ll = true;
+        }
+    }
     Ok(WorkDesc {
         kind: req.kind,
         algo: req.algo,

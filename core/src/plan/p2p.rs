@@ -25,9 +25,10 @@ const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
 /// and receives alternating (see the body), so a group in which every rank sends and receives
 /// (including to itself) cannot deadlock even with bounded device buffers. Uses
 /// `nch * nranks` channels with `nch = max(1, nchannels / (nranks - 1))`, the last `nch` for
-/// messages to self. `nchannels` and
-/// `chunk_elems` must be the same on both ends of every message. Panics if the group has more
-/// operations than buffer ids exist (65532).
+/// messages to self. Messages of at most `ll_max_bytes` move whole, as LL packets (latency);
+/// larger ones with the Simple protocol. `nchannels`, `chunk_elems` and `ll_max_bytes` must be
+/// the same on both ends of every message. Panics if the group has more operations than buffer
+/// ids exist (65532).
 pub fn build_p2p(
     rank: u32,
     nranks: u32,
@@ -35,6 +36,7 @@ pub fn build_p2p(
     dtype: DataType,
     nchannels: u32,
     chunk_elems: u64,
+    ll_max_bytes: u64,
 ) -> WorkDesc {
     let n = nranks.max(1);
     // Executing channels: `nch` logical channels times one per rank distance d = (to - from)
@@ -81,11 +83,21 @@ pub fn build_p2p(
             .count
             .div_ceil(u64::from(nch))
             .max(P2P_MIN_CHUNK_BYTES / dsize);
-        let op_chunk = clamp_chunk(chunk.min(spread), grain(dtype));
+        // Messages to self need no protocol; both ends of a message to a peer agree on LL
+        // from its size alone.
+        let ll = sender != receiver && op.count.saturating_mul(dsize) <= ll_max_bytes;
+        let op_chunk = if ll {
+            op.count.max(1)
+        } else {
+            clamp_chunk(chunk.min(spread), grain(dtype))
+        };
         for (j, (o, s)) in chunks(op.count, op_chunk).enumerate() {
             let ch = ((first + j as u64) % u64::from(nch)) as u32;
             let at = Region { buf, offset: o };
-            let step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
+            let mut step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
+            if ll {
+                step = step.ll();
+            }
             let c = index(sender, receiver, ch);
             match op.dir {
                 P2pDir::Send => sends[c].push(step.src(at).send(op.peer)),

@@ -53,6 +53,8 @@ struct Heuristics {
     ll_max: u64,
     /// LL128 up to this size, Simple above.
     ll128_max: u64,
+    /// Send/receive messages of up to this size move as LL packets (NCCL_P2P_LL_THRESHOLD).
+    p2p_ll_max: u64,
     /// Chunk bytes on the host backend, indexed by [`proto_index`].
     chunk_host: [u64; 3],
     /// Chunk bytes on GPUs, indexed by [`proto_index`].
@@ -73,6 +75,7 @@ const HEURISTICS: Heuristics = Heuristics {
     tree_min_ranks: 8,
     ll_max: 64 * KIB,
     ll128_max: 8 * MIB,
+    p2p_ll_max: 16 * KIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
     max_channels: [2, 4, 32, 8],
@@ -298,6 +301,15 @@ impl Tuner {
             algos: [algo.map(algo_bit); 10],
             protos: [proto.map(proto_bit); 10],
             ..Tuner::default()
+        }
+    }
+
+    /// Largest send/receive message that moves as LL packets: 0 when `NCCL_PROTO` excludes LL
+    /// for send/receive. Both ends of a message must see the same value.
+    pub fn p2p_ll_max(&self) -> u64 {
+        match self.protos[kind_index(CollKind::SendRecv)] {
+            Some(mask) if mask & proto_bit(Protocol::Ll) == 0 => 0,
+            _ => HEURISTICS.p2p_ll_max,
         }
     }
 
@@ -550,6 +562,10 @@ mod tests {
 
     #[test]
     fn protocols() {
+        assert_eq!(tuner(&[]).p2p_ll_max(), 16 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 16 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(), 16 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
         assert_eq!(c.proto, Protocol::Simple);

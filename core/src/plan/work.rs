@@ -75,6 +75,9 @@ pub struct Step {
     pub dst: Option<Region>,
     /// Send the value to this peer.
     pub send: Option<u32>,
+    /// Move this step's messages between ranks as LL packets (the sending and the receiving
+    /// step of a message must agree); otherwise with the Simple protocol.
+    pub ll: bool,
 }
 
 impl Step {
@@ -89,6 +92,7 @@ impl Step {
             post_op: false,
             dst: None,
             send: None,
+            ll: false,
         }
     }
     /// Receive from `peer`.
@@ -120,6 +124,11 @@ impl Step {
     /// Send to `peer`.
     pub const fn send(mut self, peer: u32) -> Step {
         self.send = Some(peer);
+        self
+    }
+    /// Move the messages as LL packets.
+    pub const fn ll(mut self) -> Step {
+        self.ll = true;
         self
     }
 }

@@ -96,6 +96,15 @@ OXCCL_DEVICE void oxccl_store_release_sys(volatile uint64_t* p, uint64_t v) {
 #endif
 }
 
+// Relaxed store of a counter another agent reads; orders nothing before it.
+OXCCL_DEVICE void oxccl_store_relaxed_sys(volatile uint64_t* p, uint64_t v) {
+#if defined(OXCCL_CUDA)
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
+  __atomic_store_n(const_cast<uint64_t*>(p), v, __ATOMIC_RELAXED);
+#endif
+}
+
 // Relaxed read of a flag another agent (the host) may write at any time.
 OXCCL_DEVICE uint32_t oxccl_load_relaxed_sys(const volatile uint32_t* p) {
 #if defined(OXCCL_CUDA)

@@ -13,6 +13,7 @@
 #define OXCCL_STEP_POST_OP 0x08u  // the value is final: apply the post-division
 #define OXCCL_STEP_RECV_SELF 0x10u  // recv_peer is a loopback message index, not a rank
 #define OXCCL_STEP_SEND_SELF 0x20u  // send_peer is a loopback message index, not a rank
+#define OXCCL_STEP_LL 0x40u         // messages to/from other ranks use the LL packet FIFOs
 
 // OxcclLaunchArgs::redop.
 #define OXCCL_OP_SUM 0u
@@ -23,7 +24,6 @@
 // OxcclLaunchArgs::flags.
 #define OXCCL_ARGS_PRE_SCALE 0x01u      // pre_scale_bytes holds the scalar (ncclScalarHostImmediate)
 #define OXCCL_ARGS_PRE_SCALE_PTR 0x02u  // pre_scale_ptr points to it (ncclScalarDevice)
-#define OXCCL_ARGS_LL 0x04u             // messages between ranks use the LL packet FIFOs
 
 // One primitive: v = recv(peer) (+) pre(src); v = post(v); dst = v; send(peer, v).
 // Offsets are in elements of the operation's type. A peer of -1 means "no receive"/"no send".
@@ -64,7 +64,7 @@ struct OxcclConn {
   // so it reads the receiver's counter only when the FIFO may really be full.
   volatile uint64_t* tail_mirror;
   volatile uint64_t* head_seen;
-  // The LL (packet) FIFO of the same pair, used by launches with OXCCL_ARGS_LL: ll_nslots slots
+  // The LL (packet) FIFO of the same pair, used by steps with OXCCL_STEP_LL: ll_nslots slots
   // of ll_slot_bytes bytes of 16-byte packets {data 4 B, flag, data 4 B, flag} on the receiver,
   // so a packet carries 8 bytes of data and proves its own arrival (no fence, no tail counter).
   // ll_head counts slots the receiver has consumed (receiver memory). ll_pos counts slots this

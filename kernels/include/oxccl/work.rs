@@ -7,7 +7,7 @@
 
 use oxccl_core::datatype::{DataType, ReduceOp, Reduction, ScalarSource};
 use oxccl_core::error::{Error, Result};
-use oxccl_core::plan::{Protocol, Step, WorkDesc};
+use oxccl_core::plan::{Step, WorkDesc};
 use std::collections::{HashMap, VecDeque};
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::Range;
@@ -24,6 +24,8 @@ pub const STEP_POST_OP: u8 = 0x08;
 pub const STEP_RECV_SELF: u8 = 0x10;
 /// `OxcclDevStep::flags`: `send_peer` is a loopback message index, not a rank.
 pub const STEP_SEND_SELF: u8 = 0x20;
+/// `OxcclDevStep::flags`: messages to and from other ranks use the LL packet FIFOs.
+pub const STEP_LL: u8 = 0x40;
 
 /// `OxcclLaunchArgs::redop` of [`ReduceOp::Sum`].
 pub const OP_SUM: u8 = 0;
@@ -38,17 +40,6 @@ pub const OP_MIN: u8 = 3;
 pub const ARGS_PRE_SCALE: u8 = 0x01;
 /// `OxcclLaunchArgs::flags`: `pre_scale_ptr` points to the PreMulSum scalar in device memory.
 pub const ARGS_PRE_SCALE_PTR: u8 = 0x02;
-/// `OxcclLaunchArgs::flags`: messages between ranks use the LL packet FIFOs.
-pub const ARGS_LL: u8 = 0x04;
-
-/// The `OxcclLaunchArgs::flags` bits that select how work chunked for `proto` moves: LL runs
-/// on the packet FIFOs; LL128 has no device implementation yet and runs as Simple.
-pub fn protocol_flags(proto: Protocol) -> u8 {
-    match proto {
-        Protocol::Ll => ARGS_LL,
-        Protocol::Ll128 | Protocol::Simple => 0,
-    }
-}
 
 /// Kernel entry points, indexed by `ncclDataType_t` (the order of [`DataType::ALL`]).
 pub const KERNEL_NAMES: [&str; 12] = [
@@ -627,6 +618,9 @@ fn encode_step(
     if st.post_op {
         d.flags |= STEP_POST_OP;
     }
+    if st.ll {
+        d.flags |= STEP_LL;
+    }
     match (st.recv, recv_self) {
         (_, Some(msg)) => {
             d.flags |= STEP_RECV_SELF;
@@ -706,6 +700,8 @@ mod tests {
         );
         assert!(enc.loopback_offsets.is_empty());
         assert_eq!(enc.loopback_bytes, 0);
+        let ll = encode(&work(DataType::Float32, vec![vec![st.ll()]]), 2).unwrap();
+        assert_eq!(ll.steps[0].flags, enc.steps[0].flags | STEP_LL);
     }
 
     #[test]

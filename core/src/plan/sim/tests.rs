@@ -825,7 +825,17 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
     let mut wants = Vec::new();
     for r in 0..n {
         let list: Vec<P2pOp> = ops[r as usize].iter().map(|x| x.0).collect();
-        let d = build_p2p(r, n, &list, dtype, nch, chunk);
+        // Small messages as LL: whole, flagged, and on the same terms at both ends.
+        let ll_max = 96;
+        let d = build_p2p(r, n, &list, dtype, nch, chunk, ll_max);
+        for (st, peer) in d.channels.iter().flat_map(|c| &c.steps).filter_map(|s| {
+            s.send.or(s.recv).filter(|&p| p != r).map(|p| (s, p))
+        }) {
+            let op = list.iter().find(|o| o.peer == peer && o.count == st.count);
+            if st.ll {
+                assert!(op.is_some_and(|o| o.count * dtype.size() as u64 <= ll_max));
+            }
+        }
         // One rank distance per channel: a channel sends to one peer and receives from one.
         for ch in &d.channels {
             let to: std::collections::BTreeSet<u32> =
@@ -1057,6 +1067,6 @@ fn huge_chunks_do_not_overflow() {
         run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
     }
     // An empty group has no channels at all (empty channels are dropped).
-    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX);
+    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX, 0);
     assert_eq!((d.channels.len(), d.step_count()), (0, 0));
 }
