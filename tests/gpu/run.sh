@@ -87,9 +87,9 @@ if [ "$NGPU" -ge 2 ]; then
   # Without VMM (NCCL's switch): cuMemAlloc FIFOs, peer access in one process, cuIpc between two.
   run l2-initall-legacy NCCL_CUMEM_ENABLE=0 -- --mode initall --ranks 2 $SMALL $BIG1
   run l2-procs-legacy   NCCL_CUMEM_ENABLE=0 -- --mode procs --ranks 2 $SMALL $BIG1 --vmm
-  # Sender-local FIFO counter copies (off by default until measured).
-  run c2-initall-localctr OXCCL_LOCAL_COUNTERS=1 -- --mode initall --ranks 2 $SMALL $BIG
-  run c2-procs-localctr   OXCCL_LOCAL_COUNTERS=1 -- --mode procs --ranks 2 $SMALL $BIG1 $GRAPH
+  # Without sender-local FIFO counter copies (the default keeps them).
+  run c2-initall-remotectr OXCCL_LOCAL_COUNTERS=0 -- --mode initall --ranks 2 $SMALL $BIG
+  run c2-procs-remotectr   OXCCL_LOCAL_COUNTERS=0 -- --mode procs --ranks 2 $SMALL $BIG1 $GRAPH
   # The HIP backend's block shape (256 threads) on the shared kernels.
   run w2-initall-256threads OXCCL_BLOCK_THREADS=256 -- --mode initall --ranks 2 $SMALL $BIG
   run w2-procs-256threads   OXCCL_BLOCK_THREADS=256 -- --mode procs --ranks 2 $SMALL $BIG1

@@ -17,6 +17,8 @@ use crate::datatype::{DataType, Reduction};
 
 /// Smallest chunk a message is cut into to spread it over channels.
 const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
+/// The same for LL messages: an LL channel moves little, but adds no latency.
+const P2P_LL_MIN_CHUNK_BYTES: u64 = 4 << 10;
 
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
@@ -25,8 +27,8 @@ const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
 /// and receives alternating (see the body), so a group in which every rank sends and receives
 /// (including to itself) cannot deadlock even with bounded device buffers. Uses
 /// `nch * nranks` channels with `nch = max(1, nchannels / (nranks - 1))`, the last `nch` for
-/// messages to self. Messages of at most `ll_max_bytes` move whole, as LL packets (latency);
-/// larger ones with the Simple protocol. `nchannels`, `chunk_elems` and `ll_max_bytes` must be
+/// messages to self. Messages of at most `ll_max_bytes` (which must fit one LL FIFO) move as
+/// LL packets (latency); larger ones with the Simple protocol. `nchannels`, `chunk_elems` and `ll_max_bytes` must be
 /// the same on both ends of every message. Panics if the group has more operations than buffer
 /// ids exist (65532).
 pub fn build_p2p(
@@ -79,15 +81,17 @@ pub fn build_p2p(
         // One channel moves a fraction of the link's bandwidth: cut a message so that it spreads
         // over every channel, down to a floor where per-chunk costs dominate. Both ends know the
         // message's size, so they cut it alike.
-        let spread = op
-            .count
-            .div_ceil(u64::from(nch))
-            .max(P2P_MIN_CHUNK_BYTES / dsize);
         // Messages to self need no protocol; both ends of a message to a peer agree on LL
         // from its size alone.
         let ll = sender != receiver && op.count.saturating_mul(dsize) <= ll_max_bytes;
+        let floor = if ll {
+            P2P_LL_MIN_CHUNK_BYTES
+        } else {
+            P2P_MIN_CHUNK_BYTES
+        };
+        let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
         let op_chunk = if ll {
-            op.count.max(1)
+            spread
         } else {
             clamp_chunk(chunk.min(spread), grain(dtype))
         };

@@ -40,20 +40,25 @@ pub struct Choice {
 
 /// Crossover points and sizes of the default choice, in bytes as nccl-tests counts them.
 ///
-/// PLACEHOLDERS until measured on our machines with the benchmark tool (see
-/// `reference/perf.md`): they follow the shape of NCCL's choices, not numbers we have taken.
+/// Arrays are indexed by [`topo_index`]. The NVLink column comes from `oxccl-bench` sweeps on
+/// 2x H200 (docs/perf/h200x2.md, "Where the defaults came from"); the others follow the shape
+/// of NCCL's choices until measured.
 struct Heuristics {
     /// Direct up to this size (latency-bound: one hop beats n-1 hops).
     direct_max: u64,
+    /// With two ranks, Direct up to this size: ring and direct then move the same bytes, and
+    /// direct does it in one hop.
+    direct_max_two_ranks: [u64; 4],
     /// Tree for AllReduce above `direct_max` up to this size...
     tree_max: u64,
     /// ...when there are at least this many ranks (below, the ring's extra hops are cheap).
     tree_min_ranks: u32,
     /// LL up to this size.
-    ll_max: u64,
+    ll_max: [u64; 4],
     /// LL128 up to this size, Simple above.
     ll128_max: u64,
-    /// Send/receive messages of up to this size move as LL packets (NCCL_P2P_LL_THRESHOLD).
+    /// Send/receive messages of up to this size move as LL packets, spread over channels
+    /// (NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB; its LL128 covers what ours does here).
     p2p_ll_max: u64,
     /// Chunk bytes on the host backend, indexed by [`proto_index`].
     chunk_host: [u64; 3],
@@ -63,6 +68,8 @@ struct Heuristics {
     max_channels: [u32; 4],
     /// A channel is added only for every this many bytes, so small messages stay on few channels.
     bytes_per_channel: [u64; 4],
+    /// The same for LL, whose per-channel rate is low but whose channels cost no extra latency.
+    ll_bytes_per_channel: [u64; 4],
 }
 
 const KIB: u64 = 1 << 10;
@@ -71,15 +78,20 @@ const MIB: u64 = 1 << 20;
 /// The default choice's table (see [`Heuristics`]: placeholders until measured).
 const HEURISTICS: Heuristics = Heuristics {
     direct_max: 64 * KIB,
+    // Measured to 32 MiB on 2x H200 (AllReduce 2 MiB: 20.8 us direct, 27.1 ring).
+    direct_max_two_ranks: [64 * KIB, 64 * KIB, 32 * MIB, 64 * KIB],
     tree_max: 4 * MIB,
     tree_min_ranks: 8,
-    ll_max: 64 * KIB,
+    // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
+    ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 64 * KIB],
     ll128_max: 8 * MIB,
-    p2p_ll_max: 16 * KIB,
+    p2p_ll_max: 64 * KIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
     max_channels: [2, 4, 32, 8],
     bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 256 * KIB],
+    // NVLink: 64 KiB AllReduce took 34 us on one LL channel, 7.2 on 16.
+    ll_bytes_per_channel: [MIB, 256 * KIB, 4 * KIB, 256 * KIB],
 };
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
@@ -326,7 +338,8 @@ impl Tuner {
         let h = &HEURISTICS;
         let ki = kind_index(kind);
         let supported = algorithms_for(kind);
-        let default_algo = default_algo(kind, bytes, nranks);
+        let ti = topo_index(topo);
+        let default_algo = default_algo(kind, bytes, nranks, ti);
         let algo = match self.algos[ki] {
             None => default_algo,
             Some(mask) => std::iter::once(default_algo)
@@ -339,7 +352,7 @@ impl Tuner {
                     default_algo
                 }),
         };
-        let order: [Protocol; 3] = if bytes <= h.ll_max {
+        let order: [Protocol; 3] = if bytes <= h.ll_max[ti] {
             [Protocol::Ll, Protocol::Ll128, Protocol::Simple]
         } else if bytes <= h.ll128_max {
             [Protocol::Ll128, Protocol::Simple, Protocol::Ll]
@@ -356,7 +369,6 @@ impl Tuner {
                     order[0]
                 }),
         };
-        let ti = topo_index(topo);
         let table = if topo == Topology::Host {
             &h.chunk_host
         } else {
@@ -365,7 +377,12 @@ impl Tuner {
         let chunk_bytes = self.chunk_bytes.unwrap_or(table[proto_index(proto)]);
         let chunk_elems = (chunk_bytes / dtype.size() as u64).max(1);
         let nchannels = self.nchannels.unwrap_or_else(|| {
-            let wanted = (bytes / h.bytes_per_channel[ti]).max(1);
+            let per = if proto == Protocol::Ll {
+                h.ll_bytes_per_channel[ti]
+            } else {
+                h.bytes_per_channel[ti]
+            };
+            let wanted = (bytes / per).max(1);
             wanted.min(u64::from(h.max_channels[ti])) as u32
         });
         Choice {
@@ -378,7 +395,7 @@ impl Tuner {
 }
 
 /// The algorithm [`HEURISTICS`] picks when nothing is forced (always one that implements `kind`).
-fn default_algo(kind: CollKind, bytes: u64, nranks: u32) -> Algorithm {
+fn default_algo(kind: CollKind, bytes: u64, nranks: u32, ti: usize) -> Algorithm {
     let h = &HEURISTICS;
     match kind {
         CollKind::AllToAll
@@ -387,6 +404,7 @@ fn default_algo(kind: CollKind, bytes: u64, nranks: u32) -> Algorithm {
         | CollKind::Scatter
         | CollKind::SendRecv => Algorithm::Direct,
         _ if bytes <= h.direct_max => Algorithm::Direct,
+        _ if nranks <= 2 && bytes <= h.direct_max_two_ranks[ti] => Algorithm::Direct,
         CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks => Algorithm::Tree,
         _ => Algorithm::Ring,
     }
@@ -452,6 +470,26 @@ mod tests {
         );
         assert_eq!(gpu.nchannels, 32);
         assert_eq!(gpu.chunk_elems, MIB / 4);
+        assert_eq!(gpu.algo, Algorithm::Ring);
+        let nvlink = |kind, bytes, nranks| {
+            t.choose(
+                kind,
+                bytes,
+                DataType::Float32,
+                nranks,
+                Topology::SingleNodeGpu { nvlink: true },
+            )
+        };
+        // LL spreads over a channel per 4 KiB up to 512 KiB; two ranks stay direct to 32 MiB.
+        let c = nvlink(CollKind::AllReduce, 64 * KIB, 2);
+        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll, 16));
+        assert_eq!(nvlink(CollKind::AllReduce, 1024, 2).nchannels, 1);
+        let c = nvlink(CollKind::AllGather, 512 * KIB, 2);
+        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll, 32));
+        let c = nvlink(CollKind::AllReduce, 2 * MIB, 2);
+        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll128, 32));
+        assert_eq!(nvlink(CollKind::AllReduce, 2 * MIB, 4).algo, Algorithm::Ring);
+        assert_eq!(nvlink(CollKind::AllReduce, 64 * MIB, 2).algo, Algorithm::Ring);
     }
 
     const GIB: u64 = 1 << 30;
@@ -562,9 +600,9 @@ mod tests {
 
     #[test]
     fn protocols() {
-        assert_eq!(tuner(&[]).p2p_ll_max(), 16 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 16 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(), 16 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(), 64 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 64 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(), 64 * KIB);
         assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
