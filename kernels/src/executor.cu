@@ -17,6 +17,11 @@
 
 // Reading host memory over the bus is slow; look at the abort flag once per this many polls.
 #define OXCCL_ABORT_POLL_INTERVAL 64
+// LL waits run in every thread of every channel at once (16K threads at 32 channels): polled
+// that often, their reads of the host's abort word crowd the bus that carries both GPUs'
+// launches and copies. They look at it this rarely (a few ms) and at the block's flag between.
+#define OXCCL_LL_ABORT_POLL_INTERVAL 8192
+#define OXCCL_LL_SHARED_POLL_INTERVAL 256
 
 namespace oxccl {
 
@@ -121,14 +126,20 @@ OXCCL_DEVICE void store_packet(T* p, uint64_t bits, uint32_t n) {
   for (uint32_t k = 0; k < n; ++k) p[k] = v.e[k];
 }
 
-// Polls a packet until it carries `flag`; false when the communicator aborted first.
+// Polls a packet until it carries `flag`; false when the communicator aborted first (seen
+// here or by another thread of the block, which raises *shared_abort).
 OXCCL_DEVICE bool ll_wait(const char* packet, uint32_t flag, const OxcclLaunchArgs& args,
-                          uint64_t* data) {
+                          uint64_t* data, volatile int* shared_abort) {
   uint32_t spins = 0;
   while (!oxccl_ll_try_load(packet, flag, data)) {
-    if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+    ++spins;
+    if (spins % OXCCL_LL_SHARED_POLL_INTERVAL == 0 && *shared_abort != 0) return false;
+    if (spins == OXCCL_LL_ABORT_POLL_INTERVAL) {
       spins = 0;
-      if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) return false;
+      if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
+        *shared_abort = 1;
+        return false;
+      }
     }
   }
   return true;
@@ -211,7 +222,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       PacketElems<T> a, b;
       a.u = 0;
       if (rconn) {
-        if (!aborted) aborted = !ll_wait(rslot + k * 16, rflag, args, &a.u);
+        if (!aborted) aborted = !ll_wait(rslot + k * 16, rflag, args, &a.u, shared_abort);
       } else if (rcv_whole) {
         a.u = load_packet(rcv_whole + at, m);
       }
@@ -224,7 +235,6 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       if (snd_whole) store_packet(snd_whole + at, a.u, m);
       if (sconn) oxccl_ll_store(sslot + k * 16, a.u, sflag);
     }
-    if (aborted) *shared_abort = 1;
     // Every thread has read the slot before it is returned; everyone learns of an abort.
     oxccl_block_sync();
     if (*shared_abort != 0) return false;

@@ -78,8 +78,9 @@ const MIB: u64 = 1 << 20;
 /// The default choice's table (see [`Heuristics`]: placeholders until measured).
 const HEURISTICS: Heuristics = Heuristics {
     direct_max: 64 * KIB,
-    // Measured to 32 MiB on 2x H200 (AllReduce 2 MiB: 20.8 us direct, 27.1 ring).
-    direct_max_two_ranks: [64 * KIB, 64 * KIB, 32 * MIB, 64 * KIB],
+    // 2x H200: AllReduce 2 MiB took 18.7 us direct, 27.1 ring; from 16 MiB on they tie, and
+    // at 32 MiB in a graph direct took 170 us, ring 144.
+    direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 64 * KIB],
     tree_max: 4 * MIB,
     tree_min_ranks: 8,
     // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
@@ -480,7 +481,7 @@ mod tests {
                 Topology::SingleNodeGpu { nvlink: true },
             )
         };
-        // LL spreads over a channel per 4 KiB up to 512 KiB; two ranks stay direct to 32 MiB.
+        // LL spreads over a channel per 4 KiB up to 512 KiB; two ranks stay direct to 4 MiB.
         let c = nvlink(CollKind::AllReduce, 64 * KIB, 2);
         assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll, 16));
         assert_eq!(nvlink(CollKind::AllReduce, 1024, 2).nchannels, 1);
@@ -489,7 +490,8 @@ mod tests {
         let c = nvlink(CollKind::AllReduce, 2 * MIB, 2);
         assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll128, 32));
         assert_eq!(nvlink(CollKind::AllReduce, 2 * MIB, 4).algo, Algorithm::Ring);
-        assert_eq!(nvlink(CollKind::AllReduce, 64 * MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(nvlink(CollKind::AllReduce, 4 * MIB, 2).algo, Algorithm::Direct);
+        assert_eq!(nvlink(CollKind::AllReduce, 8 * MIB, 2).algo, Algorithm::Ring);
     }
 
     const GIB: u64 = 1 << 30;
