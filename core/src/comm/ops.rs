@@ -361,9 +361,12 @@ impl<B: Backend> Communicator<B> {
         // Both ends of a message must chunk it identically, and they only share the message
         // itself: the choice must not depend on the rest of either side's group.
         let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);
-        let ll_max = match inner.backend.max_chunk_bytes(Protocol::Ll) {
-            Some(fits) => inner.tuner.p2p_ll_max().min(fits),
-            None => 0,
+        let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
+            Some(fits) => plan::P2pLl {
+                max_bytes: inner.tuner.p2p_ll_max(),
+                chunk_bytes: fits,
+            },
+            None => plan::P2pLl::default(),
         };
         let work = Arc::new(plan::build_p2p(
             inner.rank,
@@ -372,7 +375,7 @@ impl<B: Backend> Communicator<B> {
             DataType::Uint8,
             choice.nchannels,
             choice.chunk_elems,
-            ll_max,
+            ll,
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));

@@ -14,7 +14,7 @@ pub mod tags;
 mod tree;
 pub mod tuner;
 
-pub use p2p::build_p2p;
+pub use p2p::{P2pLl, build_p2p};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};
 pub use work::{Algorithm, BufId, ChannelWork, CollKind, Protocol, Region, Step, WorkDesc};

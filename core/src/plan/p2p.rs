@@ -20,6 +20,16 @@ const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
 /// The same for LL messages: an LL channel moves little, but adds no latency.
 const P2P_LL_MIN_CHUNK_BYTES: u64 = 4 << 10;
 
+/// Which send/receive messages move as LL packets, and in chunks of what size; the same on
+/// both ends of every message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct P2pLl {
+    /// Messages to other ranks of at most this many bytes use LL (0: none).
+    pub max_bytes: u64,
+    /// Largest LL chunk in bytes: what one LL FIFO holds.
+    pub chunk_bytes: u64,
+}
+
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
@@ -27,9 +37,9 @@ const P2P_LL_MIN_CHUNK_BYTES: u64 = 4 << 10;
 /// and receives alternating (see the body), so a group in which every rank sends and receives
 /// (including to itself) cannot deadlock even with bounded device buffers. Uses
 /// `nch * nranks` channels with `nch = max(1, nchannels / (nranks - 1))`, the last `nch` for
-/// messages to self. Messages of at most `ll_max_bytes` (which must fit one LL FIFO) move as
-/// LL packets (latency); larger ones with the Simple protocol. `nchannels`, `chunk_elems` and `ll_max_bytes` must be
-/// the same on both ends of every message. Panics if the group has more operations than buffer
+/// messages to self. Messages up to `ll.max_bytes` move as LL packets (latency), larger ones
+/// with the Simple protocol. `nchannels`, `chunk_elems` and `ll` must be the same on both ends
+/// of every message. Panics if the group has more operations than buffer
 /// ids exist (65532).
 pub fn build_p2p(
     rank: u32,
@@ -38,7 +48,7 @@ pub fn build_p2p(
     dtype: DataType,
     nchannels: u32,
     chunk_elems: u64,
-    ll_max_bytes: u64,
+    ll: P2pLl,
 ) -> WorkDesc {
     let n = nranks.max(1);
     // Executing channels: `nch` logical channels times one per rank distance d = (to - from)
@@ -83,7 +93,9 @@ pub fn build_p2p(
         // message's size, so they cut it alike.
         // Messages to self need no protocol; both ends of a message to a peer agree on LL
         // from its size alone.
-        let ll = sender != receiver && op.count.saturating_mul(dsize) <= ll_max_bytes;
+        let ll_chunk = ll.chunk_bytes / dsize;
+        let ll =
+            sender != receiver && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
         let floor = if ll {
             P2P_LL_MIN_CHUNK_BYTES
         } else {
@@ -91,7 +103,7 @@ pub fn build_p2p(
         };
         let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
         let op_chunk = if ll {
-            spread
+            spread.min(ll_chunk)
         } else {
             clamp_chunk(chunk.min(spread), grain(dtype))
         };

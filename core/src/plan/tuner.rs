@@ -57,8 +57,9 @@ struct Heuristics {
     ll_max: [u64; 4],
     /// LL128 up to this size, Simple above.
     ll128_max: u64,
-    /// Send/receive messages of up to this size move as LL packets, spread over channels
-    /// (NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB; its LL128 covers what ours does here).
+    /// Send/receive messages of up to this size move as LL packets, spread over channels (as
+    /// the collectives' `ll_max`; NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB, its LL128 covers the
+    /// rest).
     p2p_ll_max: u64,
     /// Chunk bytes on the host backend, indexed by [`proto_index`].
     chunk_host: [u64; 3],
@@ -86,7 +87,7 @@ const HEURISTICS: Heuristics = Heuristics {
     // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
     ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 64 * KIB],
     ll128_max: 8 * MIB,
-    p2p_ll_max: 64 * KIB,
+    p2p_ll_max: 512 * KIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
     max_channels: [2, 4, 32, 8],
@@ -483,15 +484,33 @@ mod tests {
         };
         // LL spreads over a channel per 4 KiB up to 512 KiB; two ranks stay direct to 4 MiB.
         let c = nvlink(CollKind::AllReduce, 64 * KIB, 2);
-        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll, 16));
+        assert_eq!(
+            (c.algo, c.proto, c.nchannels),
+            (Algorithm::Direct, Protocol::Ll, 16)
+        );
         assert_eq!(nvlink(CollKind::AllReduce, 1024, 2).nchannels, 1);
         let c = nvlink(CollKind::AllGather, 512 * KIB, 2);
-        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll, 32));
+        assert_eq!(
+            (c.algo, c.proto, c.nchannels),
+            (Algorithm::Direct, Protocol::Ll, 32)
+        );
         let c = nvlink(CollKind::AllReduce, 2 * MIB, 2);
-        assert_eq!((c.algo, c.proto, c.nchannels), (Algorithm::Direct, Protocol::Ll128, 32));
-        assert_eq!(nvlink(CollKind::AllReduce, 2 * MIB, 4).algo, Algorithm::Ring);
-        assert_eq!(nvlink(CollKind::AllReduce, 4 * MIB, 2).algo, Algorithm::Direct);
-        assert_eq!(nvlink(CollKind::AllReduce, 8 * MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(
+            (c.algo, c.proto, c.nchannels),
+            (Algorithm::Direct, Protocol::Ll128, 32)
+        );
+        assert_eq!(
+            nvlink(CollKind::AllReduce, 2 * MIB, 4).algo,
+            Algorithm::Ring
+        );
+        assert_eq!(
+            nvlink(CollKind::AllReduce, 4 * MIB, 2).algo,
+            Algorithm::Direct
+        );
+        assert_eq!(
+            nvlink(CollKind::AllReduce, 8 * MIB, 2).algo,
+            Algorithm::Ring
+        );
     }
 
     const GIB: u64 = 1 << 30;
@@ -602,9 +621,12 @@ mod tests {
 
     #[test]
     fn protocols() {
-        assert_eq!(tuner(&[]).p2p_ll_max(), 64 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 64 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(), 64 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(), 512 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 512 * KIB);
+        assert_eq!(
+            tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(),
+            512 * KIB
+        );
         assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);

@@ -8,8 +8,8 @@
 use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
-    Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, P2pDir, P2pOp, Protocol,
-    Region, Step, Tuner, WorkDesc, build_coll, build_p2p, coll_tag, tuner::Topology,
+    Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, P2pDir, P2pLl, P2pOp,
+    Protocol, Region, Step, Tuner, WorkDesc, build_coll, build_p2p, coll_tag, tuner::Topology,
 };
 use std::collections::HashMap;
 
@@ -825,15 +825,22 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
     let mut wants = Vec::new();
     for r in 0..n {
         let list: Vec<P2pOp> = ops[r as usize].iter().map(|x| x.0).collect();
-        // Small messages as LL: whole, flagged, and on the same terms at both ends.
-        let ll_max = 96;
-        let d = build_p2p(r, n, &list, dtype, nch, chunk, ll_max);
-        for (st, peer) in d.channels.iter().flat_map(|c| &c.steps).filter_map(|s| {
-            s.send.or(s.recv).filter(|&p| p != r).map(|p| (s, p))
-        }) {
-            let op = list.iter().find(|o| o.peer == peer && o.count == st.count);
+        // Small messages as LL, in chunks an LL FIFO holds, on the same terms at both ends
+        // (the simulation runs both protocols through one FIFO per pair, a stricter order).
+        let ll = P2pLl {
+            max_bytes: 96,
+            chunk_bytes: 32,
+        };
+        let d = build_p2p(r, n, &list, dtype, nch, chunk, ll);
+        for st in d.channels.iter().flat_map(|c| &c.steps) {
             if st.ll {
-                assert!(op.is_some_and(|o| o.count * dtype.size() as u64 <= ll_max));
+                assert!(st.count * dtype.size() as u64 <= ll.chunk_bytes, "{st:?}");
+                let peer = st.send.or(st.recv).expect("an LL step moves data");
+                assert_ne!(peer, r);
+                assert!(
+                    list.iter()
+                        .any(|o| o.peer == peer && o.count * dtype.size() as u64 <= ll.max_bytes)
+                );
             }
         }
         // One rank distance per channel: a channel sends to one peer and receives from one.
@@ -1067,6 +1074,6 @@ fn huge_chunks_do_not_overflow() {
         run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
     }
     // An empty group has no channels at all (empty channels are dropped).
-    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX, 0);
+    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX, P2pLl::default());
     assert_eq!((d.channels.len(), d.step_count()), (0, 0));
 }
