@@ -153,14 +153,6 @@ pub(crate) fn all_to_all(ctx: &Ctx, b: &mut Builder) {
         for (o, s) in chunks(pl, ctx.chunk) {
             let at = ps + o;
             let blk = |p: u32| u64::from(p) * count + at;
-            // Own block first, as AllGather does (its sends then overlap the local copy less;
-            // 2x H200 measured alltoall about 4.5 us slower than allgather with sends first).
-            b.push(
-                c,
-                Step::new(s, tag)
-                    .src(Region::input(blk(ctx.r)))
-                    .dst(Region::output(blk(ctx.r))),
-            );
             for k in 1..ctx.n {
                 let peer = ctx.add(ctx.r, k);
                 b.push(
@@ -168,6 +160,12 @@ pub(crate) fn all_to_all(ctx: &Ctx, b: &mut Builder) {
                     Step::new(s, tag).src(Region::input(blk(peer))).send(peer),
                 );
             }
+            b.push(
+                c,
+                Step::new(s, tag)
+                    .src(Region::input(blk(ctx.r)))
+                    .dst(Region::output(blk(ctx.r))),
+            );
             for k in 1..ctx.n {
                 let peer = ctx.sub(ctx.r, k);
                 b.push(
