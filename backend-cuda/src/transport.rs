@@ -11,7 +11,8 @@
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{
-    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, FifoGeometry, LaunchArgs, kernel_params, publish,
+    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, FifoGeometry,
+    LaunchArgs, kernel_params, publish,
 };
 use crate::memory::Memory;
 use crate::modules::Modules;
@@ -339,7 +340,6 @@ impl CudaTransport {
         // touch only our own memory and our setup stream, never the captured stream.
         let _relaxed = capturing.then(RelaxedCapture::enter).transpose()?;
         let _g = self.mem.bind(self.device)?;
-        let func = self.modules.function(self.device, work.dtype)?;
         let enc = kernels::encode(work, self.rank)?;
         self.geometry.check_plan(&enc)?;
         let red = kernels::reduction_args(&work.reduction);
@@ -383,7 +383,16 @@ impl CudaTransport {
             flags: red.flags,
             ..LaunchArgs::default()
         };
-        let inline = self.inline_args && layout.total <= CUDA_INLINE_ARGS_BYTES;
+        // Inline in the small parameters, inline in the large ones, or by address (the small
+        // entry point); OXCCL_INLINE_ARGS=0 always passes the address.
+        let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
+        let large = inline && layout.total > CUDA_INLINE_ARGS_BYTES;
+        let cap = if large {
+            CUDA_LARGE_INLINE_ARGS_BYTES
+        } else {
+            CUDA_INLINE_ARGS_BYTES
+        };
+        let func = self.modules.function(self.device, work.dtype, large)?;
 
         if capturing {
             // Captured parameters are copied into the graph. A block too large for them gets
@@ -399,7 +408,7 @@ impl CudaTransport {
             args.epoch = 1;
             let image = layout.image(&args, &enc, &table);
             let params = if inline {
-                kernel_params(CUDA_INLINE_ARGS_BYTES, Some(&image), 0)
+                kernel_params(cap, Some(&image), 0)
             } else {
                 let dev = dev_alloc(image.len())?;
                 st.captured.push(dev);
@@ -420,7 +429,7 @@ impl CudaTransport {
         args.epoch = st.epoch;
         let image = layout.image(&args, &enc, &table);
         let params = if inline {
-            kernel_params(CUDA_INLINE_ARGS_BYTES, Some(&image), 0)
+            kernel_params(cap, Some(&image), 0)
         } else {
             let arena = &st.arenas[idx];
             // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch

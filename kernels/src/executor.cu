@@ -363,14 +363,13 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
   return true;
 }
 
+// Runs this block's channel of the argument block at `base` (in the kernel parameters or in
+// device memory). Not inlined: the small and the large entry points of a type share one copy.
 template <class E>
-OXCCL_DEVICE void run_channel(const OxcclKernelParams& params) {
+__device__ __noinline__ void run_channel(const char* base) {
   __shared__ int shared_abort;
   __shared__ uint64_t shared_slot;
   __shared__ OxcclLaunchArgs shared_args;
-  // The argument block: inline in the parameters, or in device memory for large launches.
-  const char* base =
-      params.indirect != nullptr ? params.indirect : reinterpret_cast<const char*>(params.block);
   // Offsets are added as integers (wrapping), so a block may also point at tables outside it.
   const uintptr_t b = reinterpret_cast<uintptr_t>(base);
   if (threadIdx.x == 0) {
@@ -400,13 +399,29 @@ OXCCL_DEVICE void run_channel(const OxcclKernelParams& params) {
 
 }  // namespace oxccl
 
+// The argument block: inline in the parameters, or in device memory when `indirect` is set.
+#define OXCCL_ARGS_BASE(params) \
+  ((params).indirect != nullptr ? (params).indirect : reinterpret_cast<const char*>((params).block))
+
+#ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
+#define OXCCL_LARGE_ENTRY(NAME, ELEM)                                                 \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
+      NAME##_large(const OXCCL_GRID_CONSTANT OxcclKernelParamsLarge params) {           \
+    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+  }
+#else
+#define OXCCL_LARGE_ENTRY(NAME, ELEM)
+#endif
+
 #define OXCCL_ENTRY(NAME, ELEM)                                                       \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME(const OXCCL_GRID_CONSTANT OxcclKernelParams params) {                        \
-    oxccl::run_channel<oxccl::ELEM>(params);                                            \
-  }
+    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+  }                                                                                     \
+  OXCCL_LARGE_ENTRY(NAME, ELEM)
 
-// Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs.
+// Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs
+// (CUDA adds NAME_large for each).
 OXCCL_ENTRY(oxccl_exec_i8, I8)
 OXCCL_ENTRY(oxccl_exec_u8, U8)
 OXCCL_ENTRY(oxccl_exec_i32, I32)

@@ -11,6 +11,8 @@ use super::{DevChannel, EncodedWork, LaunchArgs};
 /// Bytes of argument block the CUDA kernels accept inline (`OXCCL_INLINE_ARGS_BYTES` of work.h
 /// for nvcc); the whole parameter struct stays under the classic 4 KiB limit.
 pub const CUDA_INLINE_ARGS_BYTES: usize = 4000;
+/// Bytes the CUDA `_large` entry points accept inline (`OXCCL_LARGE_INLINE_ARGS_BYTES`).
+pub const CUDA_LARGE_INLINE_ARGS_BYTES: usize = 16000;
 /// The same for HIP, whose launches always pass the block by address (`OXCCL_INLINE_ARGS_BYTES`
 /// of work.h for hipcc).
 pub const HIP_INLINE_ARGS_BYTES: usize = 16;

@@ -111,6 +111,10 @@ struct OxcclLaunchArgs {
 #define OXCCL_INLINE_ARGS_BYTES 16
 #else
 #define OXCCL_INLINE_ARGS_BYTES 4000
+// Blocks too large for that go to the `_large` entry points, whose parameters carry this many
+// bytes inline (CUDA 12.1+ accepts kernel parameters up to 32764 bytes on Volta and newer):
+// copying a block to device memory before an eager kernel costs a copy-engine round trip.
+#define OXCCL_LARGE_INLINE_ARGS_BYTES 16000
 #endif
 
 // The kernels' only parameter: the argument block inline, or (indirect != 0) its address.
@@ -119,6 +123,15 @@ struct OxcclKernelParams {
   uint64_t pad;
   unsigned char block[OXCCL_INLINE_ARGS_BYTES];
 };
+
+#ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
+// The `_large` entry points' parameter: always inline.
+struct OxcclKernelParamsLarge {
+  const char* indirect;  // unused (null)
+  uint64_t pad;
+  unsigned char block[OXCCL_LARGE_INLINE_ARGS_BYTES];
+};
+#endif
 
 #ifdef __cplusplus
 #include <stddef.h>
@@ -175,4 +188,7 @@ static_assert(sizeof(OxcclConn) == 96, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");
+#ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
+static_assert(offsetof(OxcclKernelParamsLarge, block) == 16, "params header is shared with Rust");
+#endif
 #endif

@@ -57,6 +57,23 @@ pub const KERNEL_NAMES: [&str; 12] = [
     "oxccl_exec_f8e5m2",
 ];
 
+/// CUDA's entry points for argument blocks of more than `CUDA_INLINE_ARGS_BYTES`, carried
+/// inline in larger parameters (`OxcclKernelParamsLarge`), indexed like [`KERNEL_NAMES`].
+pub const LARGE_KERNEL_NAMES: [&str; 12] = [
+    "oxccl_exec_i8_large",
+    "oxccl_exec_u8_large",
+    "oxccl_exec_i32_large",
+    "oxccl_exec_u32_large",
+    "oxccl_exec_i64_large",
+    "oxccl_exec_u64_large",
+    "oxccl_exec_f16_large",
+    "oxccl_exec_f32_large",
+    "oxccl_exec_f64_large",
+    "oxccl_exec_bf16_large",
+    "oxccl_exec_f8e4m3_large",
+    "oxccl_exec_f8e5m2_large",
+];
+
 /// The entry point that executes work of element type `dtype`.
 pub fn kernel_name(dtype: DataType) -> &'static str {
     KERNEL_NAMES[dtype as usize]
@@ -644,7 +661,7 @@ fn encode_step(
 mod tests {
     use super::*;
     use oxccl_core::datatype::{RedOp, Scalar};
-    use oxccl_core::plan::{Algorithm, BufId, ChannelWork, CollKind, Region};
+    use oxccl_core::plan::{Algorithm, BufId, ChannelWork, CollKind, Protocol, Region};
 
     fn work(dtype: DataType, channels: Vec<Vec<Step>>) -> WorkDesc {
         WorkDesc {
