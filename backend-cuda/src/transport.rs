@@ -75,8 +75,8 @@ struct LaunchState {
     flags: (CUdeviceptr, usize),
     arenas: Vec<Arena>,
     next: usize,
-    /// Index of the arena of the latest launch (its event marks this communicator's tail).
-    last: Option<usize>,
+    /// Recorded after every eager launch: this communicator's tail (null until the first).
+    tail: CUevent,
     /// The stream of the latest launch.
     last_stream: Option<Shared<CUstream>>,
     /// Shared buffers replaced by larger ones, freed with the transport.
@@ -191,7 +191,7 @@ impl CudaTransport {
                 flags: (0, 0),
                 arenas: Vec::new(),
                 next: 0,
-                last: None,
+                tail: std::ptr::null_mut(),
                 last_stream: None,
                 retired: Vec::new(),
                 captured: Vec::new(),
@@ -421,16 +421,20 @@ impl CudaTransport {
 
         // Launches on the stream of the previous one are ordered already.
         let last_event = st
-            .last
-            .filter(|_| st.last_stream != Some(Shared(s)))
-            .map(|i| st.arenas[i].event);
-        let idx = st.take_arena(if inline { 0 } else { layout.total })?;
+            .last_stream
+            .filter(|&last| last != Shared(s))
+            .map(|_| st.tail);
+        let tail = st.tail_event()?;
+        // Only blocks passed by address need an arena (and a wait for its previous launch).
+        let idx = if inline {
+            None
+        } else {
+            Some(st.take_arena(layout.total)?)
+        };
         st.epoch += 1;
         args.epoch = st.epoch;
         let image = layout.image(&args, &enc, &table);
-        let params = if inline {
-            kernel_params(cap, Some(&image), 0)
-        } else {
+        let params = if let Some(idx) = idx {
             let arena = &st.arenas[idx];
             // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch
             // has completed (`take_arena`).
@@ -445,6 +449,8 @@ impl CudaTransport {
                 ))
             }?;
             kernel_params(CUDA_INLINE_ARGS_BYTES, None, arena.dev)
+        } else {
+            kernel_params(cap, Some(&image), 0)
         };
         if let Some(ev) = last_event {
             // Operations of one communicator run in issue order, whatever streams they use.
@@ -454,9 +460,12 @@ impl CudaTransport {
         // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays valid
         // until it has run (caller for user buffers, this transport for the rest).
         unsafe { launch_kernel(func.0, nch, self.block_threads, params, s) }?;
-        // SAFETY: records the arena's event after the kernel on the same stream.
-        unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
-        st.last = Some(idx);
+        if let Some(idx) = idx {
+            // SAFETY: records the arena's event after the kernel on the same stream.
+            unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
+        }
+        // SAFETY: as above, for the tail event.
+        unsafe { call!(cuEventRecord(tail, s)) }?;
         st.last_stream = Some(Shared(s));
         Ok(())
     }
@@ -584,6 +593,20 @@ impl LaunchState {
         Ok(())
     }
 
+    /// The tail event, created on first use in the current (the device's) context.
+    fn tail_event(&mut self) -> Result<CUevent> {
+        if self.tail.is_null() {
+            // SAFETY: creates an event in the current context.
+            unsafe {
+                call!(cuEventCreate(
+                    &mut self.tail,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+                ))
+            }?;
+        }
+        Ok(self.tail)
+    }
+
     /// The next launch-argument arena, at least `need` bytes, once its previous launch is done.
     fn take_arena(&mut self, need: usize) -> Result<usize> {
         if self.arenas.len() < ARENAS {
@@ -640,9 +663,11 @@ impl Drop for CudaTransport {
         };
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         // Nothing may run on our memory any more: wait for the last launch.
-        if let Some(i) = st.last {
+        if !st.tail.is_null() {
             // SAFETY: a live event of this transport.
-            let _ = unsafe { sys::cuEventSynchronize(st.arenas[i].event) };
+            let _ = unsafe { sys::cuEventSynchronize(st.tail) };
+            // SAFETY: ours and complete.
+            let _ = unsafe { sys::cuEventDestroy_v2(st.tail) };
         }
         for a in st.arenas.drain(..) {
             host_free(a.host);

@@ -45,6 +45,20 @@ fn reduce_in_rank_order(ctx: &Ctx, b: &mut Builder, c: u32, s: u64, own: Region,
     }
 }
 
+/// `own` (a local copy of this rank's block) followed by sends of the same source to every
+/// other rank, the first send fused into the copy: one step fewer, and the block is read once.
+fn copy_then_send(ctx: &Ctx, b: &mut Builder, c: u32, own: Step) {
+    if ctx.n == 1 {
+        b.push(c, own);
+        return;
+    }
+    b.push(c, own.send(ctx.add(ctx.r, 1)));
+    let only_src = Step { dst: None, ..own };
+    for k in 2..ctx.n {
+        b.push(c, only_src.send(ctx.add(ctx.r, k)));
+    }
+}
+
 /// One-shot: everyone sends its input to everyone and reduces all n inputs in rank order.
 pub(crate) fn all_reduce(ctx: &Ctx, b: &mut Builder) {
     for c in 0..ctx.nch() {
@@ -70,16 +84,10 @@ pub(crate) fn broadcast(ctx: &Ctx, b: &mut Builder) {
         for (o, s) in chunks(pl, ctx.chunk) {
             let at = ps + o;
             if ctx.r == root {
-                b.push(
-                    c,
-                    Step::new(s, tag)
-                        .src(Region::input(at))
-                        .dst(Region::output(at)),
-                );
-                for k in 1..ctx.n {
-                    let peer = ctx.add(root, k);
-                    b.push(c, Step::new(s, tag).src(Region::input(at)).send(peer));
-                }
+                let own = Step::new(s, tag)
+                    .src(Region::input(at))
+                    .dst(Region::output(at));
+                copy_then_send(ctx, b, c, own);
             } else {
                 b.push(c, Step::new(s, tag).recv(root).dst(Region::output(at)));
             }
@@ -113,11 +121,12 @@ pub(crate) fn all_gather(ctx: &Ctx, b: &mut Builder) {
         for (o, s) in chunks(pl, ctx.chunk) {
             let at = ps + o;
             let out = |owner: u32| Region::output(u64::from(owner) * count + at);
-            b.push(c, Step::new(s, tag).src(Region::input(at)).dst(out(ctx.r)));
-            for k in 1..ctx.n {
-                let peer = ctx.add(ctx.r, k);
-                b.push(c, Step::new(s, tag).src(Region::input(at)).send(peer));
-            }
+            copy_then_send(
+                ctx,
+                b,
+                c,
+                Step::new(s, tag).src(Region::input(at)).dst(out(ctx.r)),
+            );
             for k in 1..ctx.n {
                 let peer = ctx.sub(ctx.r, k);
                 b.push(c, Step::new(s, tag).recv(peer).dst(out(peer)));

@@ -14,6 +14,7 @@ use super::{
     chunks, clamp_chunk, grain,
 };
 use crate::datatype::{DataType, Reduction};
+use std::collections::HashMap;
 
 /// Smallest chunk a message is cut into to spread it over channels.
 const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
@@ -28,6 +29,38 @@ pub struct P2pLl {
     pub max_bytes: u64,
     /// Largest LL chunk in bytes: what one LL FIFO holds.
     pub chunk_bytes: u64,
+}
+
+/// How a message to self is planned when both its ends are in one group.
+enum SelfPair {
+    /// This send becomes a copy into operation `.0`'s buffer.
+    CopyTo(usize),
+    /// This receive is done by its send's copy.
+    Copied,
+}
+
+/// Pairs sends to self with receives from self of the same sequence number and count.
+fn pair_self_messages(rank: u32, ops: &[P2pOp]) -> HashMap<usize, SelfPair> {
+    let mut recvs: HashMap<u64, usize> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        if op.peer == rank && op.dir == P2pDir::Recv {
+            recvs.insert(op.peer_seq, i);
+        }
+    }
+    let mut pairs = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        if op.peer != rank || op.dir != P2pDir::Send {
+            continue;
+        }
+        if let Some(&j) = recvs
+            .get(&op.peer_seq)
+            .filter(|&&j| ops[j].count == op.count)
+        {
+            pairs.insert(i, SelfPair::CopyTo(j));
+            pairs.insert(j, SelfPair::Copied);
+        }
+    }
+    pairs
 }
 
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
@@ -75,12 +108,19 @@ pub fn build_p2p(
     // which `peer_seq` gives whatever order the group listed them in.
     let mut order: Vec<usize> = (0..ops.len()).collect();
     order.sort_by_key(|&i| (ops[i].peer, ops[i].peer_seq));
+    let buf_of = |i: usize| {
+        BufId(
+            u16::try_from(usize::from(BufId::FIRST_P2P.0) + i)
+                .expect("too many operations in one send/receive group"),
+        )
+    };
+    // A message to self whose receive is in the same group (alltoall's own block, as
+    // nccl-tests and PyTorch issue it) becomes a local copy: no loopback staging, flag or fence.
+    let self_pairs = pair_self_messages(rank, ops);
     for i in order {
         let op = &ops[i];
         debug_assert!(op.peer < nranks, "peer {} of {nranks} ranks", op.peer);
-        let id = u16::try_from(usize::from(BufId::FIRST_P2P.0) + i)
-            .expect("too many operations in one send/receive group");
-        let buf = BufId(id);
+        let buf = buf_of(i);
         let (sender, receiver) = match op.dir {
             P2pDir::Send => (rank, op.peer),
             P2pDir::Recv => (op.peer, rank),
@@ -88,11 +128,15 @@ pub fn build_p2p(
         // Start different streams on different channels so that many small messages still
         // spread over all channels; both ends compute the same start.
         let first = (u64::from(sender) + u64::from(receiver) + op.peer_seq) % u64::from(nch);
+        let copy_to = match self_pairs.get(&i) {
+            Some(SelfPair::CopyTo(j)) => Some(buf_of(*j)),
+            Some(SelfPair::Copied) => continue,
+            None => None,
+        };
         // One channel moves a fraction of the link's bandwidth: cut a message so that it spreads
         // over every channel, down to a floor where per-chunk costs dominate. Both ends know the
-        // message's size, so they cut it alike.
-        // Messages to self need no protocol; both ends of a message to a peer agree on LL
-        // from its size alone.
+        // message's size, so they cut it alike, and agree on LL from its size alone (messages
+        // to self need no protocol).
         let ll_chunk = ll.chunk_bytes / dsize;
         let ll =
             sender != receiver && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
@@ -115,9 +159,10 @@ pub fn build_p2p(
                 step = step.ll();
             }
             let c = index(sender, receiver, ch);
-            match op.dir {
-                P2pDir::Send => sends[c].push(step.src(at).send(op.peer)),
-                P2pDir::Recv => recvs[c].push(step.recv(op.peer).dst(at)),
+            match (op.dir, copy_to) {
+                (_, Some(to)) => sends[c].push(step.src(at).dst(Region { buf: to, offset: o })),
+                (P2pDir::Send, None) => sends[c].push(step.src(at).send(op.peer)),
+                (P2pDir::Recv, None) => recvs[c].push(step.recv(op.peer).dst(at)),
             }
         }
     }
