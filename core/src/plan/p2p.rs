@@ -41,6 +41,9 @@ enum SelfPair {
 
 /// Pairs sends to self with receives from self of the same sequence number and count.
 fn pair_self_messages(rank: u32, ops: &[P2pOp]) -> HashMap<usize, SelfPair> {
+    if !ops.iter().any(|o| o.peer == rank) {
+        return HashMap::new();
+    }
     let mut recvs: HashMap<u64, usize> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
         if op.peer == rank && op.dir == P2pDir::Recv {
@@ -101,9 +104,8 @@ pub fn build_p2p(
             (ch * dists + d - 1) as usize
         }
     };
-    let total = (nch * n) as usize;
-    let mut sends: Vec<Vec<Step>> = vec![Vec::new(); total];
-    let mut recvs: Vec<Vec<Step>> = vec![Vec::new(); total];
+    // Every chunk as (channel, is a receive, step), in the order the loop below makes them.
+    let mut items: Vec<(usize, bool, Step)> = Vec::new();
     // Device FIFOs carry no tags: both ends must queue a pair's messages in the same order,
     // which `peer_seq` gives whatever order the group listed them in.
     let mut order: Vec<usize> = (0..ops.len()).collect();
@@ -159,34 +161,32 @@ pub fn build_p2p(
                 step = step.ll();
             }
             let c = index(sender, receiver, ch);
-            match (op.dir, copy_to) {
-                (_, Some(to)) => sends[c].push(step.src(at).dst(Region { buf: to, offset: o })),
-                (P2pDir::Send, None) => sends[c].push(step.src(at).send(op.peer)),
-                (P2pDir::Recv, None) => recvs[c].push(step.recv(op.peer).dst(at)),
-            }
+            items.push(match (op.dir, copy_to) {
+                (_, Some(to)) => (c, false, step.src(at).dst(Region { buf: to, offset: o })),
+                (P2pDir::Send, None) => (c, false, step.src(at).send(op.peer)),
+                (P2pDir::Recv, None) => (c, true, step.recv(op.peer).dst(at)),
+            });
         }
     }
     // Alternate sends and receives within a channel: with every rank doing so, a blocked send
     // waits on a peer that is blocked at an earlier position, so no wait cycle can form even
     // when FIFOs hold a single chunk (a self-send precedes its receive, as loopback needs).
     // Indices stay stable on both ends, so empty channels are kept, except a trailing run.
-    let mut channels: Vec<ChannelWork> = sends
-        .into_iter()
-        .zip(recvs)
-        .map(|(s, r)| {
-            let mut steps = Vec::with_capacity(s.len() + r.len());
-            let (mut s, mut r) = (s.into_iter(), r.into_iter());
-            loop {
-                match (s.next(), r.next()) {
-                    (None, None) => break,
-                    (a, b) => steps.extend(a.into_iter().chain(b)),
-                }
+    // (One flat list sorted by channel: a Vec per channel and side cost microseconds a launch.)
+    items.sort_by_key(|it| it.0); // stable: keeps each side's order
+    let used = items.last().map_or(0, |it| it.0 + 1);
+    let mut channels = vec![ChannelWork::default(); used];
+    for group in items.chunk_by(|a, b| a.0 == b.0) {
+        let mut s = group.iter().filter(|it| !it.1).map(|it| it.2);
+        let mut r = group.iter().filter(|it| it.1).map(|it| it.2);
+        let steps = &mut channels[group[0].0].steps;
+        steps.reserve_exact(group.len());
+        loop {
+            match (s.next(), r.next()) {
+                (None, None) => break,
+                (a, b) => steps.extend(a.into_iter().chain(b)),
             }
-            ChannelWork { steps }
-        })
-        .collect();
-    while channels.last().is_some_and(|c| c.steps.is_empty()) {
-        channels.pop();
+        }
     }
     WorkDesc {
         kind: CollKind::SendRecv,
