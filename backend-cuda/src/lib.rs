@@ -61,17 +61,11 @@ impl CudaBackend {
         // SAFETY: writes the device count.
         unsafe { call!(cuDeviceGetCount(&mut n)) }?;
         let mut devices = Vec::new();
-        let mut ctxs = Vec::new();
         for i in 0..n {
             let mut d: CUdevice = 0;
             // SAFETY: `i` is below the device count.
             unsafe { call!(cuDeviceGet(&mut d, i)) }?;
-            let mut c: CUcontext = std::ptr::null_mut();
-            // SAFETY: retains the primary context of a valid device (never released: the
-            // backend lives as long as the process).
-            unsafe { call!(cuDevicePrimaryCtxRetain(&mut c, d)) }?;
             devices.push(d);
-            ctxs.push(Shared(c));
         }
         let mut peer = vec![vec![false; devices.len()]; devices.len()];
         for (a, &da) in devices.iter().enumerate() {
@@ -100,7 +94,7 @@ impl CudaBackend {
             vmm.push(supported != 0 && !cumem_off);
         }
         Ok(CudaBackend {
-            mem: Arc::new(Memory::new(ctxs, peer, vmm)),
+            mem: Arc::new(Memory::new(devices.clone(), peer, vmm)),
             modules: Arc::new(Modules::default()),
             devices,
             geometry,

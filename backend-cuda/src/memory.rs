@@ -9,7 +9,7 @@
 //! use the address directly: VMM mappings are process wide.
 
 use crate::call;
-use crate::driver::{CUcontext, CUdeviceptr, CUmemGenericAllocationHandle, Shared};
+use crate::driver::{CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, Shared};
 use cudarc::driver::sys;
 use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::error::{Error, Result};
@@ -49,7 +49,12 @@ struct Alloc {
 
 /// Per-process memory state shared by the backend and its transports.
 pub struct Memory {
-    pub(crate) ctxs: Vec<Shared<CUcontext>>,
+    /// The driver's handle of each device.
+    devices: Vec<CUdevice>,
+    /// Each device's primary context, retained on first use: retaining initialises it, which
+    /// takes hundreds of MiB on the device, so a process must not do it for GPUs it never uses
+    /// (one process per GPU would otherwise hold a context on every GPU).
+    ctxs: Vec<OnceLock<Shared<CUcontext>>>,
     /// `peer[a][b]`: device `a` can access memory of device `b`.
     pub(crate) peer: Vec<Vec<bool>>,
     gran: Vec<OnceLock<usize>>,
@@ -88,14 +93,11 @@ const FD_HANDLE: sys::CUmemAllocationHandleType =
 
 impl Memory {
     /// `vmm[d]`: device `d` supports VMM and the user did not turn it off.
-    pub(crate) fn new(
-        ctxs: Vec<Shared<CUcontext>>,
-        peer: Vec<Vec<bool>>,
-        vmm: Vec<bool>,
-    ) -> Memory {
-        let gran = ctxs.iter().map(|_| OnceLock::new()).collect();
+    pub(crate) fn new(devices: Vec<CUdevice>, peer: Vec<Vec<bool>>, vmm: Vec<bool>) -> Memory {
+        let gran = devices.iter().map(|_| OnceLock::new()).collect();
         Memory {
-            ctxs,
+            ctxs: devices.iter().map(|_| OnceLock::new()).collect(),
+            devices,
             peer,
             gran,
             vmm,
@@ -123,13 +125,25 @@ impl Memory {
             })
     }
 
+    /// Device `d`'s primary context (`d` checked), retained (and so initialised) on first use.
+    fn ctx(&self, d: usize) -> Result<CUcontext> {
+        if let Some(c) = self.ctxs[d].get() {
+            return Ok(c.0);
+        }
+        let mut c: CUcontext = std::ptr::null_mut();
+        // SAFETY: retains the primary context of a valid device; never released (the backend
+        // lives as long as the process). A racing thread's retain only bumps the count.
+        unsafe { call!(cuDevicePrimaryCtxRetain(&mut c, self.devices[d])) }?;
+        Ok(self.ctxs[d].get_or_init(|| Shared(c)).0)
+    }
+
     /// Makes `device`'s primary context current until the guard drops.
     pub fn bind(&self, device: i32) -> Result<CtxGuard> {
         let d = self.check_device(device)?;
         let mut prev: CUcontext = std::ptr::null_mut();
         // SAFETY: writes the calling thread's current context into `prev`.
         unsafe { call!(cuCtxGetCurrent(&mut prev)) }?;
-        let want = self.ctxs[d].0;
+        let want = self.ctx(d)?;
         if prev == want {
             return Ok(CtxGuard {
                 prev,
@@ -268,7 +282,7 @@ impl Memory {
         for a in self.accessors(d).into_iter().filter(|&a| a != device) {
             let _g = self.bind(a)?;
             // SAFETY: enables access from `a`'s (current) context to `d`'s primary context.
-            let r = unsafe { sys::cuCtxEnablePeerAccess(self.ctxs[d].0, 0) };
+            let r = unsafe { sys::cuCtxEnablePeerAccess(self.ctx(d)?, 0) };
             if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
                 crate::driver::check("cuCtxEnablePeerAccess", r)?;
             }
