@@ -164,7 +164,11 @@ mod tests {
                 FatbinKind::Cubin => assert!(e.payload.starts_with(b"\x7fELF"), "sm_{}", e.arch),
                 FatbinKind::Ptx => assert!(contains(e.payload, b".version"), "PTX {}", e.arch),
             }
-            for name in KERNEL_NAMES.iter().chain(&LARGE_KERNEL_NAMES) {
+            for name in KERNEL_NAMES
+                .iter()
+                .chain(&LARGE_KERNEL_NAMES)
+                .chain(&SMALL_KERNEL_NAMES)
+            {
                 let found = match e.kind {
                     // A cubin's symbol table holds the name NUL-terminated.
                     FatbinKind::Cubin => contains(e.payload, format!("{name}\0").as_bytes()),

@@ -2,15 +2,45 @@
 
 use crate::call;
 use crate::driver::{CUfunction, CUmodule, Shared};
-use crate::kernels::{self, KERNEL_NAMES, LARGE_KERNEL_NAMES};
+use crate::kernels::{self, KERNEL_NAMES, LARGE_KERNEL_NAMES, SMALL_KERNEL_NAMES};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::Mutex;
 
-/// A loaded module and its entry points: [`KERNEL_NAMES`] then [`LARGE_KERNEL_NAMES`].
+/// A loaded module and its entry points: [`KERNEL_NAMES`], [`LARGE_KERNEL_NAMES`],
+/// [`SMALL_KERNEL_NAMES`].
 type Loaded = (Shared<CUmodule>, Vec<Shared<CUfunction>>);
+
+/// Which entry point family a launch uses: how many argument bytes its parameters carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamsSize {
+    /// `OxcclKernelParams`: 4000 bytes inline, or the block's address.
+    Default = 0,
+    /// `OxcclKernelParamsLarge`: 16000 bytes inline.
+    Large = 1,
+    /// `OxcclKernelParamsSmall`: 1008 bytes inline.
+    Small = 2,
+}
+
+impl ParamsSize {
+    /// The smallest family whose parameters hold a block of `bytes` inline (when `inline`),
+    /// else the default one, which carries the block's address; and its inline capacity.
+    pub fn for_block(bytes: usize, inline: bool) -> (ParamsSize, usize) {
+        use crate::kernels::{
+            CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, CUDA_SMALL_INLINE_ARGS_BYTES,
+        };
+        match bytes {
+            _ if !inline => (ParamsSize::Default, CUDA_INLINE_ARGS_BYTES),
+            b if b <= CUDA_SMALL_INLINE_ARGS_BYTES => {
+                (ParamsSize::Small, CUDA_SMALL_INLINE_ARGS_BYTES)
+            }
+            b if b <= CUDA_INLINE_ARGS_BYTES => (ParamsSize::Default, CUDA_INLINE_ARGS_BYTES),
+            _ => (ParamsSize::Large, CUDA_LARGE_INLINE_ARGS_BYTES),
+        }
+    }
+}
 
 /// Per-device executor entry points.
 #[derive(Default)]
@@ -19,15 +49,15 @@ pub struct Modules {
 }
 
 impl Modules {
-    /// The entry point for `dtype` on `device` (`large`: the one with large inline
-    /// parameters); the device's context must be current.
+    /// The entry point for `dtype` on `device` with parameters of `size`; the device's context
+    /// must be current.
     pub fn function(
         &self,
         device: i32,
         dtype: DataType,
-        large: bool,
+        size: ParamsSize,
     ) -> Result<Shared<CUfunction>> {
-        let at = dtype as usize + if large { KERNEL_NAMES.len() } else { 0 };
+        let at = dtype as usize + size as usize * KERNEL_NAMES.len();
         let mut m = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, f)) = m.get(&device) {
             return Ok(f[at]);
@@ -45,8 +75,12 @@ impl Modules {
                 kernels::FATBIN.as_ptr().cast()
             ))
         }?;
-        let mut funcs = Vec::with_capacity(2 * KERNEL_NAMES.len());
-        for name in KERNEL_NAMES.iter().chain(&LARGE_KERNEL_NAMES) {
+        let mut funcs = Vec::with_capacity(3 * KERNEL_NAMES.len());
+        for name in KERNEL_NAMES
+            .iter()
+            .chain(&LARGE_KERNEL_NAMES)
+            .chain(&SMALL_KERNEL_NAMES)
+        {
             let c = CString::new(*name).expect("kernel names have no NUL");
             let mut f: CUfunction = std::ptr::null_mut();
             // SAFETY: `module` was loaded above; `c` is NUL-terminated.
@@ -56,5 +90,22 @@ impl Modules {
         let f = funcs[at];
         m.insert(device, (Shared(module), funcs));
         Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ParamsSize::{self, *};
+
+    #[test]
+    fn smallest_parameters_that_hold_the_block() {
+        assert_eq!(ParamsSize::for_block(300, true), (Small, 1008));
+        assert_eq!(ParamsSize::for_block(1008, true), (Small, 1008));
+        assert_eq!(ParamsSize::for_block(1009, true), (Default, 4000));
+        assert_eq!(ParamsSize::for_block(4000, true), (Default, 4000));
+        assert_eq!(ParamsSize::for_block(4001, true), (Large, 16000));
+        // By address: the default entry points, whatever the size.
+        assert_eq!(ParamsSize::for_block(300, false), (Default, 4000));
+        assert_eq!(ParamsSize::for_block(1 << 20, false), (Default, 4000));
     }
 }

@@ -15,7 +15,7 @@ use crate::kernels::{
     LaunchArgs, kernel_params, publish,
 };
 use crate::memory::Memory;
-use crate::modules::Modules;
+use crate::modules::{Modules, ParamsSize};
 use cudarc::driver::sys;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
@@ -386,13 +386,8 @@ impl CudaTransport {
         // Inline in the small parameters, inline in the large ones, or by address (the small
         // entry point); OXCCL_INLINE_ARGS=0 always passes the address.
         let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
-        let large = inline && layout.total > CUDA_INLINE_ARGS_BYTES;
-        let cap = if large {
-            CUDA_LARGE_INLINE_ARGS_BYTES
-        } else {
-            CUDA_INLINE_ARGS_BYTES
-        };
-        let func = self.modules.function(self.device, work.dtype, large)?;
+        let (size, cap) = ParamsSize::for_block(layout.total, inline);
+        let func = self.modules.function(self.device, work.dtype, size)?;
 
         if capturing {
             // Captured parameters are copied into the graph. A block too large for them gets

@@ -314,6 +314,14 @@ impl HipTransport {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
+        // A captured launch would replay argument copies from staging that later launches
+        // rewrite (the CUDA backend's capture path has no HIP twin yet): refuse, never record a
+        // graph that computes garbage.
+        if self.be.is_capturing(stream)? {
+            return Err(Error::usage(
+                "the HIP backend cannot record operations into a HIP graph yet: the stream is capturing (run the operation outside capture)",
+            ));
+        }
 
         // SAFETY: forwarded from the caller.
         with_device(&self.be, self.device, || unsafe {

@@ -408,6 +408,10 @@ __device__ __noinline__ void run_channel(const char* base) {
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME##_large(const OXCCL_GRID_CONSTANT OxcclKernelParamsLarge params) {           \
     oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+  }                                                                                     \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
+      NAME##_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall params) {           \
+    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
   }
 #else
 #define OXCCL_LARGE_ENTRY(NAME, ELEM)
@@ -421,7 +425,7 @@ __device__ __noinline__ void run_channel(const char* base) {
   OXCCL_LARGE_ENTRY(NAME, ELEM)
 
 // Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs
-// (CUDA adds NAME_large for each).
+// (CUDA adds NAME_large and NAME_small for each).
 OXCCL_ENTRY(oxccl_exec_i8, I8)
 OXCCL_ENTRY(oxccl_exec_u8, U8)
 OXCCL_ENTRY(oxccl_exec_i32, I32)

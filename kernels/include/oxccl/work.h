@@ -115,6 +115,9 @@ struct OxcclLaunchArgs {
 // bytes inline (CUDA 12.1+ accepts kernel parameters up to 32764 bytes on Volta and newer):
 // copying a block to device memory before an eager kernel costs a copy-engine round trip.
 #define OXCCL_LARGE_INLINE_ARGS_BYTES 16000
+// And blocks of small launches go to the `_small` entry points, whose parameters are 1 KiB:
+// the parameter struct's whole size travels with every launch.
+#define OXCCL_SMALL_INLINE_ARGS_BYTES 1008
 #endif
 
 // The kernels' only parameter: the argument block inline, or (indirect != 0) its address.
@@ -125,11 +128,16 @@ struct OxcclKernelParams {
 };
 
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
-// The `_large` entry points' parameter: always inline.
+// The `_large` and `_small` entry points' parameters: always inline.
 struct OxcclKernelParamsLarge {
   const char* indirect;  // unused (null)
   uint64_t pad;
   unsigned char block[OXCCL_LARGE_INLINE_ARGS_BYTES];
+};
+struct OxcclKernelParamsSmall {
+  const char* indirect;  // unused (null)
+  uint64_t pad;
+  unsigned char block[OXCCL_SMALL_INLINE_ARGS_BYTES];
 };
 #endif
 
@@ -190,5 +198,6 @@ static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared w
 static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
 static_assert(offsetof(OxcclKernelParamsLarge, block) == 16, "params header is shared with Rust");
+static_assert(offsetof(OxcclKernelParamsSmall, block) == 16, "params header is shared with Rust");
 #endif
 #endif

@@ -74,6 +74,23 @@ pub const LARGE_KERNEL_NAMES: [&str; 12] = [
     "oxccl_exec_f8e5m2_large",
 ];
 
+/// CUDA's entry points for argument blocks of at most `CUDA_SMALL_INLINE_ARGS_BYTES`, carried
+/// in 1 KiB parameters (`OxcclKernelParamsSmall`), indexed like [`KERNEL_NAMES`].
+pub const SMALL_KERNEL_NAMES: [&str; 12] = [
+    "oxccl_exec_i8_small",
+    "oxccl_exec_u8_small",
+    "oxccl_exec_i32_small",
+    "oxccl_exec_u32_small",
+    "oxccl_exec_i64_small",
+    "oxccl_exec_u64_small",
+    "oxccl_exec_f16_small",
+    "oxccl_exec_f32_small",
+    "oxccl_exec_f64_small",
+    "oxccl_exec_bf16_small",
+    "oxccl_exec_f8e4m3_small",
+    "oxccl_exec_f8e5m2_small",
+];
+
 /// The entry point that executes work of element type `dtype`.
 pub fn kernel_name(dtype: DataType) -> &'static str {
     KERNEL_NAMES[dtype as usize]
