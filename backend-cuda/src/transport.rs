@@ -383,8 +383,9 @@ impl CudaTransport {
             flags: red.flags,
             ..LaunchArgs::default()
         };
-        // Inline in the small parameters, inline in the large ones, or by address (the small
-        // entry point); OXCCL_INLINE_ARGS=0 always passes the address.
+        // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000
+        // bytes), else by address through the default entry points; OXCCL_INLINE_ARGS=0 always
+        // passes the address.
         let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
         let (size, cap) = ParamsSize::for_block(layout.total, inline);
         let func = self.modules.function(self.device, work.dtype, size)?;

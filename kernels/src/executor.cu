@@ -163,7 +163,7 @@ OXCCL_DEVICE typename E::Bits element_rt(unsigned op, bool have_r, typename E::B
   }
 }
 
-// One step of an LL launch (see run_step for the primitive). Returns false on abort.
+// One step flagged OXCCL_STEP_LL (see run_step for the primitive). Returns false on abort.
 template <class E>
 OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                               const StepMath<typename E::Bits>& math,
@@ -403,8 +403,10 @@ __device__ __noinline__ void run_channel(const char* base) {
 #define OXCCL_ARGS_BASE(params) \
   ((params).indirect != nullptr ? (params).indirect : reinterpret_cast<const char*>((params).block))
 
+// CUDA's entry points with 16000-byte (_large) and 1008-byte (_small) parameters, around the
+// same body; the transport picks the smallest that holds a launch's argument block.
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
-#define OXCCL_LARGE_ENTRY(NAME, ELEM)                                                 \
+#define OXCCL_SIZED_ENTRIES(NAME, ELEM)                                                 \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME##_large(const OXCCL_GRID_CONSTANT OxcclKernelParamsLarge params) {           \
     oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
@@ -414,7 +416,7 @@ __device__ __noinline__ void run_channel(const char* base) {
     oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
   }
 #else
-#define OXCCL_LARGE_ENTRY(NAME, ELEM)
+#define OXCCL_SIZED_ENTRIES(NAME, ELEM)
 #endif
 
 #define OXCCL_ENTRY(NAME, ELEM)                                                       \
@@ -422,7 +424,7 @@ __device__ __noinline__ void run_channel(const char* base) {
       NAME(const OXCCL_GRID_CONSTANT OxcclKernelParams params) {                        \
     oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
   }                                                                                     \
-  OXCCL_LARGE_ENTRY(NAME, ELEM)
+  OXCCL_SIZED_ENTRIES(NAME, ELEM)
 
 // Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs
 // (CUDA adds NAME_large and NAME_small for each).

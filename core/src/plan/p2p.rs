@@ -140,15 +140,15 @@ pub fn build_p2p(
         // message's size, so they cut it alike, and agree on LL from its size alone (messages
         // to self need no protocol).
         let ll_chunk = ll.chunk_bytes / dsize;
-        let ll =
+        let packets =
             sender != receiver && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
-        let floor = if ll {
+        let floor = if packets {
             P2P_LL_MIN_CHUNK_BYTES
         } else {
             P2P_MIN_CHUNK_BYTES
         };
         let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
-        let op_chunk = if ll {
+        let op_chunk = if packets {
             spread.min(ll_chunk)
         } else {
             clamp_chunk(chunk.min(spread), grain(dtype))
@@ -157,7 +157,7 @@ pub fn build_p2p(
             let ch = ((first + j as u64) % u64::from(nch)) as u32;
             let at = Region { buf, offset: o };
             let mut step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
-            if ll {
+            if packets {
                 step = step.ll();
             }
             let c = index(sender, receiver, ch);
