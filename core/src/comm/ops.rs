@@ -363,7 +363,7 @@ impl<B: Backend> Communicator<B> {
         let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
             Some(fits) => plan::P2pLl {
-                max_bytes: inner.tuner.p2p_ll_max(),
+                max_bytes: inner.tuner.p2p_ll_max(self.topology()),
                 chunk_bytes: fits,
             },
             None => plan::P2pLl::default(),

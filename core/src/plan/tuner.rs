@@ -57,10 +57,6 @@ struct Heuristics {
     ll_max: [u64; 4],
     /// LL128 up to this size, Simple above.
     ll128_max: u64,
-    /// Send/receive messages of up to this size move as LL packets, spread over channels (as
-    /// the collectives' `ll_max`; NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB, its LL128 covers the
-    /// rest).
-    p2p_ll_max: u64,
     /// Chunk bytes on the host backend, indexed by [`proto_index`].
     chunk_host: [u64; 3],
     /// Chunk bytes on GPUs, indexed by [`proto_index`].
@@ -87,7 +83,6 @@ const HEURISTICS: Heuristics = Heuristics {
     // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
     ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 64 * KIB],
     ll128_max: 8 * MIB,
-    p2p_ll_max: 512 * KIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
     max_channels: [2, 4, 32, 8],
@@ -318,12 +313,13 @@ impl Tuner {
         }
     }
 
-    /// Largest send/receive message that moves as LL packets: 0 when `NCCL_PROTO` excludes LL
-    /// for send/receive. Both ends of a message must see the same value.
-    pub fn p2p_ll_max(&self) -> u64 {
+    /// Largest send/receive message on `topo` that moves as LL packets: the collectives' LL
+    /// range (NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB, its LL128 covers the rest), or 0 when
+    /// `NCCL_PROTO` excludes LL for send/receive. Both ends of a message must see the same value.
+    pub fn p2p_ll_max(&self, topo: Topology) -> u64 {
         match self.protos[kind_index(CollKind::SendRecv)] {
             Some(mask) if mask & proto_bit(Protocol::Ll) == 0 => 0,
-            _ => HEURISTICS.p2p_ll_max,
+            _ => HEURISTICS.ll_max[topo_index(topo)],
         }
     }
 
@@ -621,13 +617,15 @@ mod tests {
 
     #[test]
     fn protocols() {
-        assert_eq!(tuner(&[]).p2p_ll_max(), 512 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(), 512 * KIB);
+        let nvlink = Topology::SingleNodeGpu { nvlink: true };
+        assert_eq!(tuner(&[]).p2p_ll_max(nvlink), 512 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(nvlink), 512 * KIB);
         assert_eq!(
-            tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(),
+            tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(nvlink),
             512 * KIB
         );
-        assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(), 0);
+        assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(nvlink), 0);
+        assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host), 64 * KIB);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
         assert_eq!(c.proto, Protocol::Simple);
