@@ -253,16 +253,25 @@ impl Backend for CudaBackend {
     }
     unsafe fn memcpy_async(
         &self,
+        device: i32,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
         stream: &CudaStream,
     ) -> Result<()> {
+        // One thread may drive several devices (ncclCommInitAll): queue from the stream's own.
+        let _g = self.mem.bind(device)?;
         // SAFETY: the caller guarantees both ranges; unified addressing resolves their kinds.
         unsafe { call!(cuMemcpyAsync(dst, src, bytes, stream.raw())) }
     }
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         self.mem.pointer_info(ptr)
+    }
+    fn zero_copy(&self) -> bool {
+        true
+    }
+    fn exposable(&self, ptr: DevicePtr) -> bool {
+        self.mem.peer_accessible(ptr)
     }
     fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
         Some(self.geometry.message_bytes(proto))

@@ -232,6 +232,40 @@ impl Memory {
         Ok(va)
     }
 
+    /// Lets kernels on `accessor` read and write every `cuMemAlloc` allocation of `owner`'s
+    /// primary context (those of other libraries too, e.g. PyTorch's caching allocator).
+    pub fn enable_peer_access(&self, accessor: i32, owner: i32) -> Result<()> {
+        let owner_ctx = self.ctx(self.check_device(owner)?)?;
+        let _g = self.bind(accessor)?;
+        // SAFETY: enables access from `accessor`'s (current) context to `owner`'s primary context.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(owner_ctx, 0) };
+        if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            crate::driver::check("cuCtxEnablePeerAccess", r)?;
+        }
+        Ok(())
+    }
+
+    /// Whether kernels on every P2P-capable device of this process can read and write `ptr`:
+    /// our own allocations (mapped for those peers), and `cuMemAlloc` memory once peer access
+    /// is enabled. Memory pools, other VMM mappings and host memory answer false.
+    pub fn peer_accessible(&self, ptr: DevicePtr) -> bool {
+        if let Some((&base, a)) = self.table().range(..=ptr).next_back()
+            && ptr < base + a.size as u64
+        {
+            return true;
+        }
+        let mut legacy: i32 = 0;
+        // SAFETY: the attribute is a 32-bit boolean written into `legacy`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut legacy as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                ptr,
+            )
+        };
+        r == sys::CUresult::CUDA_SUCCESS && legacy != 0
+    }
+
     /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
     pub fn alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
         let d = self.check_device(device)?;
@@ -280,12 +314,7 @@ impl Memory {
     fn alloc_plain(&self, d: usize, size: usize) -> Result<DevicePtr> {
         let device = d as i32;
         for a in self.accessors(d).into_iter().filter(|&a| a != device) {
-            let _g = self.bind(a)?;
-            // SAFETY: enables access from `a`'s (current) context to `d`'s primary context.
-            let r = unsafe { sys::cuCtxEnablePeerAccess(self.ctx(d)?, 0) };
-            if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-                crate::driver::check("cuCtxEnablePeerAccess", r)?;
-            }
+            self.enable_peer_access(a, device)?;
         }
         let _g = self.bind(device)?;
         let size = size.max(1).next_multiple_of(512);

@@ -254,6 +254,10 @@ impl CudaTransport {
                         "GPU {device} cannot access GPU {pdev} peer to peer; the CUDA backend has no SHM fallback yet"
                     )));
                 }
+                if pd != md {
+                    // Zero-copy plans read and write the peer's own buffers, not only ours.
+                    mem.enable_peer_access(device, pdev)?;
+                }
                 peer_fifo[p] = pfifo;
             } else {
                 if rec.handle.is_empty() {
@@ -380,7 +384,12 @@ impl CudaTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags,
+            flags: red.flags
+                | if work.exposed {
+                    kernels::ARGS_EXPOSED
+                } else {
+                    0
+                },
             ..LaunchArgs::default()
         };
         // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000

@@ -687,6 +687,7 @@ impl Backend for HipBackend {
 
     unsafe fn memcpy_async(
         &self,
+        _device: i32,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,

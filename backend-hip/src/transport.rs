@@ -447,7 +447,12 @@ impl HipTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags,
+            flags: red.flags
+                | if work.exposed {
+                    kernels::ARGS_EXPOSED
+                } else {
+                    0
+                },
             ..LaunchArgs::default()
         };
         let bytes = lay.image(&args, &enc, &table);

@@ -110,12 +110,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Makes `stream` wait for `event` without blocking the host.
     fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
 
-    /// Queues a copy of `bytes` bytes on `stream`.
+    /// Queues a copy of `bytes` bytes on `stream`, a stream of `device`.
     ///
     /// # Safety
     /// Both ranges are valid for `bytes` bytes until the copy has run.
     unsafe fn memcpy_async(
         &self,
+        device: i32,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
@@ -134,6 +135,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// FIFOs): plans send a chunk and only then receive, so a chunk must fit. `None`: unbounded.
     fn max_chunk_bytes(&self, _proto: Protocol) -> Option<u64> {
         None
+    }
+
+    /// Whether ranks of one process may run zero-copy plans (the executors implement them and
+    /// connecting enables direct access between the process's devices).
+    fn zero_copy(&self) -> bool {
+        false
+    }
+
+    /// Whether every device of this process can read and write `ptr`'s memory directly, so
+    /// that a zero-copy plan may hand its address to ranks on other devices.
+    fn exposable(&self, _ptr: DevicePtr) -> bool {
+        false
     }
 
     /// Most channels one operation may use (connections are set up per channel). `None`: any.

@@ -16,6 +16,7 @@ struct StepMath {
   T scale;        // pre-scale scalar
   uint32_t div;   // post-division
   bool pre;       // apply pre-scale to src
+  bool pre_r;     // apply pre-scale to the received operand (zero copy: a peer's raw input)
   bool post;      // apply post-division to the result
 };
 
@@ -23,7 +24,7 @@ template <class E, unsigned OP>
 OXCCL_DEVICE typename E::Bits element(bool have_r, typename E::Bits r, bool have_s, typename E::Bits s,
                                       const StepMath<typename E::Bits>& m) {
   typedef typename E::Bits T;
-  T v = r;
+  T v = (have_r && m.pre_r) ? Arith<E>::prod(r, m.scale) : r;
   if (have_s) {
     const T own = m.pre ? Arith<E>::prod(s, m.scale) : s;
     v = have_r ? Combine<E, OP>::apply(v, own) : own;
@@ -130,7 +131,7 @@ OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const ty
                               const StepMath<typename E::Bits>& m) {
   typedef typename E::Bits T;
   const bool one_source = (rcv == nullptr) != (src == nullptr);
-  if (one_source && !(src && m.pre) && !m.post) {
+  if (one_source && !(src && m.pre) && !(rcv && m.pre_r) && !m.post) {
     // A pure move: the element function is the identity.
     const T* from = rcv ? rcv : src;
     uint64_t done = 0;

@@ -8,6 +8,8 @@
 //   ready flag per message so a receive in one channel may wait for a send in another;
 // - another rank: an OxcclConn FIFO, split into slot-sized chunks: Simple (copy, fence, publish
 //   a counter) or, for steps with OXCCL_STEP_LL, LL (flagged 16-byte packets, no fence).
+// - a peer's published buffer (zero-copy plans, OXCCL_ZC_DIRECT_*): read or written directly,
+//   at the address the peer sent in its buffer table at the plan's start.
 // Every wait polls the abort flag, so an aborted communicator never leaves a kernel spinning.
 #include "copy_reduce.cuh"
 
@@ -23,7 +25,18 @@
 #define OXCCL_LL_ABORT_POLL_INTERVAL 8192
 #define OXCCL_LL_SHARED_POLL_INTERVAL 256
 
+// Most ranks a zero-copy plan may span: their buffer tables live in shared memory
+// (oxccl_core::plan::zero_copy::MAX_RANKS).
+#define OXCCL_ZC_MAX_RANKS 64
+
 namespace oxccl {
+
+// One block's view of a zero-copy plan, in shared memory.
+struct ZcState {
+  uint64_t own[3];                        // this rank's table: input, output, exposed
+  uint64_t tables[OXCCL_ZC_MAX_RANKS][3];  // the peers' tables, as learned
+  int branch;                             // -1 undecided, 1 zero copy, 0 fallback
+};
 
 // One thread spins until *ctr >= target or the communicator aborts (then sets *shared_abort);
 // returns the last value read.
@@ -255,18 +268,48 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
 }
 
 // Returns false when the block must stop (abort).
+// Address of published buffer `buf` (0 input, 1 output) of rank `peer`, from its table.
+template <class T>
+OXCCL_DEVICE T* published(const OxcclLaunchArgs& args, const ZcState& zs, int32_t peer,
+                          uint32_t buf) {
+  const uint64_t base =
+      (uint32_t)peer == args.rank ? (uint64_t)args.buffers[buf] : zs.tables[peer][buf];
+  return reinterpret_cast<T*>(base);
+}
+
+// A step that reads and/or writes the peers' buffers directly (no FIFO). Whole block.
+template <class E>
+OXCCL_DEVICE void run_step_direct(const OxcclLaunchArgs& args, const OxcclDevStep& st,
+                                  const StepMath<typename E::Bits>& math, const ZcState& zs,
+                                  const typename E::Bits* src, typename E::Bits* dst) {
+  typedef typename E::Bits T;
+  const T* rcv = nullptr;
+  T* snd = nullptr;
+  if (st.zc & OXCCL_ZC_DIRECT_RECV) {
+    rcv = published<T>(args, zs, st.recv_peer, st.peer_bufs & 15u) + st.peer_src_off;
+  }
+  if (st.zc & OXCCL_ZC_DIRECT_SEND) {
+    snd = published<T>(args, zs, st.send_peer, st.peer_bufs >> 4) + st.peer_dst_off;
+  }
+  reduce_copy<E>(args.redop, rcv, src, dst, snd, st.count, math);
+  // The next step may read what this one wrote with other threads.
+  oxccl_block_sync();
+}
+
 template <class E>
 OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
-                           const StepMath<typename E::Bits>& math_in, int* shared_abort,
-                           uint64_t* shared_slot) {
+                           const StepMath<typename E::Bits>& math_in, ZcState& zs,
+                           int* shared_abort, uint64_t* shared_slot) {
   typedef typename E::Bits T;
   const uint64_t count = st.count;
   const uint32_t flags = st.flags;
-  const bool has_value = st.recv_peer >= 0 || (flags & OXCCL_STEP_HAS_SRC);
+  const bool has_value =
+      st.recv_peer >= 0 || (flags & OXCCL_STEP_HAS_SRC) || (st.zc & OXCCL_ZC_PUBLISH);
   if (count == 0 || !has_value) return true;
 
   StepMath<T> math = math_in;
   math.pre = (flags & OXCCL_STEP_PRE_OP) && math_in.pre;
+  math.pre_r = (st.zc & OXCCL_ZC_PRE_RECV) && math_in.pre;
   math.post = (flags & OXCCL_STEP_POST_OP) && math_in.post;
 
   const T* src = (flags & OXCCL_STEP_HAS_SRC)
@@ -274,6 +317,12 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                      : nullptr;
   T* dst = (flags & OXCCL_STEP_HAS_DST) ? reinterpret_cast<T*>(args.buffers[st.dst_buf]) + st.dst_off
                                         : nullptr;
+  if (st.zc & OXCCL_ZC_PUBLISH) src = reinterpret_cast<const T*>(zs.own);
+  if (st.zc & OXCCL_ZC_LEARN) dst = reinterpret_cast<T*>(zs.tables[st.recv_peer]);
+  if (st.zc & (OXCCL_ZC_DIRECT_RECV | OXCCL_ZC_DIRECT_SEND)) {
+    run_step_direct<E>(args, st, math, zs, src, dst);
+    return true;
+  }
   const bool peer_recv = st.recv_peer >= 0 && !(flags & OXCCL_STEP_RECV_SELF);
   const bool peer_send = st.send_peer >= 0 && !(flags & OXCCL_STEP_SEND_SELF);
   if ((flags & OXCCL_STEP_LL) && (peer_recv || peer_send)) {
@@ -365,11 +414,25 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
 
 // Runs this block's channel of the argument block at `base` (in the kernel parameters or in
 // device memory). Not inlined: the small and the large entry points of a type share one copy.
+//
+// `copy_bytes` (a multiple of 8, or 0) of the block are first copied to shared memory by all
+// threads at once: the arguments, channel table, steps and buffer table of a small launch then
+// cost one round of parallel loads instead of a chain of dependent ones.
 template <class E>
-__device__ __noinline__ void run_channel(const char* base) {
+__device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) {
   __shared__ int shared_abort;
   __shared__ uint64_t shared_slot;
   __shared__ OxcclLaunchArgs shared_args;
+  __shared__ ZcState zs;
+#ifdef OXCCL_SMALL_INLINE_ARGS_BYTES
+  __shared__ uint64_t shared_block[OXCCL_SMALL_INLINE_ARGS_BYTES / 8];
+  if (copy_bytes != 0) {
+    const uint64_t* from = reinterpret_cast<const uint64_t*>(base);
+    for (uint32_t i = threadIdx.x; i < copy_bytes / 8; i += blockDim.x) shared_block[i] = from[i];
+    oxccl_block_sync();
+    base = reinterpret_cast<const char*>(shared_block);
+  }
+#endif
   // Offsets are added as integers (wrapping), so a block may also point at tables outside it.
   const uintptr_t b = reinterpret_cast<uintptr_t>(base);
   if (threadIdx.x == 0) {
@@ -379,6 +442,12 @@ __device__ __noinline__ void run_channel(const char* base) {
     a.loopback_offs = reinterpret_cast<const uint64_t*>(b + (uintptr_t)a.loopback_offs);
     shared_args = a;
     shared_abort = 0;
+    if (a.nbuffers >= 2) {
+      zs.own[0] = (uint64_t)a.buffers[0];
+      zs.own[1] = (uint64_t)a.buffers[1];
+    }
+    zs.own[2] = (a.flags & OXCCL_ARGS_EXPOSED) ? 1 : 0;
+    zs.branch = -1;
   }
   oxccl_block_sync();
   const OxcclLaunchArgs& args = shared_args;
@@ -386,6 +455,7 @@ __device__ __noinline__ void run_channel(const char* base) {
 
   StepMath<typename E::Bits> math;
   math.pre = (args.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+  math.pre_r = false;
   math.scale = math.pre ? load_pre_scale<E>(args) : typename E::Bits(0);
   math.post = args.post_div > 1;
   math.div = args.post_div > 1 ? args.post_div : 1;
@@ -393,7 +463,27 @@ __device__ __noinline__ void run_channel(const char* base) {
   const OxcclDevChannel& ch = args.channels[blockIdx.x];
   const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(b + (uintptr_t)ch.steps);
   for (uint32_t i = 0; i < ch.nsteps; ++i) {
-    if (!run_step<E>(args, steps[i], math, &shared_abort, &shared_slot)) return;
+    const OxcclDevStep& st = steps[i];
+    if (st.zc & (OXCCL_ZC_ONLY | OXCCL_ZC_FALLBACK)) {
+      // Every thread decides from the same tables; the steps that learned them ended with a
+      // barrier. All ranks decide alike, so they all take the same branch.
+      if (zs.branch < 0) {
+        bool all = zs.own[2] != 0;
+        for (uint32_t p = 0; p < args.nranks; ++p) {
+          if (p != args.rank && zs.tables[p][2] == 0) all = false;
+        }
+        oxccl_block_sync();
+        if (threadIdx.x == 0) zs.branch = all ? 1 : 0;
+        oxccl_block_sync();
+      }
+      if ((zs.branch == 1) != ((st.zc & OXCCL_ZC_ONLY) != 0)) continue;
+    }
+    if (st.zc & OXCCL_ZC_FENCE) {
+      // The peer that receives this step's message then reads or leaves memory this block wrote.
+      oxccl_fence_system();
+      oxccl_block_sync();
+    }
+    if (!run_step<E>(args, st, math, zs, &shared_abort, &shared_slot)) return;
   }
 }
 
@@ -409,11 +499,11 @@ __device__ __noinline__ void run_channel(const char* base) {
 #define OXCCL_SIZED_ENTRIES(NAME, ELEM)                                                 \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME##_large(const OXCCL_GRID_CONSTANT OxcclKernelParamsLarge params) {           \
-    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params), 0);                        \
   }                                                                                     \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME##_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall params) {           \
-    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+    oxccl::run_channel<oxccl::ELEM>((const char*)params.block, OXCCL_SMALL_INLINE_ARGS_BYTES); \
   }
 #else
 #define OXCCL_SIZED_ENTRIES(NAME, ELEM)
@@ -422,7 +512,7 @@ __device__ __noinline__ void run_channel(const char* base) {
 #define OXCCL_ENTRY(NAME, ELEM)                                                       \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME(const OXCCL_GRID_CONSTANT OxcclKernelParams params) {                        \
-    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params));                           \
+    oxccl::run_channel<oxccl::ELEM>(OXCCL_ARGS_BASE(params), 0);                        \
   }                                                                                     \
   OXCCL_SIZED_ENTRIES(NAME, ELEM)
 

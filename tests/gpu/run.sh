@@ -14,6 +14,8 @@
 #   g*-graph                       every case captured into a CUDA graph, replayed 100 times
 #   s2-*-split                     on a communicator split from the world one, ranks reversed
 #   o2-*-offsets-vmm               ncclMemAlloc (VMM) arenas, buffer addresses moving inside them
+#   z2-*                           zero-copy plans at every size (OXCCL_ZERO_COPY=1), and their
+#                                  fallback branch (rank 1 hides its buffers)
 #   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
 set -u
 BIN=${1:-target/release}
@@ -90,6 +92,10 @@ if [ "$NGPU" -ge 2 ]; then
   # Without sender-local FIFO counter copies (the default keeps them).
   run c2-initall-remotectr OXCCL_LOCAL_COUNTERS=0 -- --mode initall --ranks 2 $SMALL $BIG
   run c2-procs-remotectr   OXCCL_LOCAL_COUNTERS=0 -- --mode procs --ranks 2 $SMALL $BIG1 $GRAPH
+  # Zero-copy plans at every size, in a graph too, and their fallback branch.
+  run z2-initall-zc       OXCCL_ZERO_COPY=1 -- --mode initall --ranks 2 $SMALL $BIG
+  run z2-threads-zc-graph OXCCL_ZERO_COPY=1 -- --mode threads --ranks 2 $SMALL $BIG1 $GRAPH
+  run z2-initall-zc-hide1 OXCCL_ZERO_COPY=1 OXCCL_ZERO_COPY_HIDE_RANKS=1 -- --mode initall --ranks 2 $SMALL $BIG1
   # The HIP backend's block shape (256 threads) on the shared kernels.
   run w2-initall-256threads OXCCL_BLOCK_THREADS=256 -- --mode initall --ranks 2 $SMALL $BIG
   run w2-procs-256threads   OXCCL_BLOCK_THREADS=256 -- --mode procs --ranks 2 $SMALL $BIG1

@@ -263,11 +263,11 @@ fn events_order_streams() {
     let ev = b.event_create().unwrap();
     // SAFETY: all buffers outlive both synchronisations below.
     unsafe {
-        b.memcpy_async(mid.as_ptr() as u64, src.as_ptr() as u64, src.len(), &s1)
+        b.memcpy_async(0, mid.as_ptr() as u64, src.as_ptr() as u64, src.len(), &s1)
             .unwrap();
         b.event_record(&ev, &s1).unwrap();
         b.stream_wait_event(&s2, &ev).unwrap();
-        b.memcpy_async(dst.as_ptr() as u64, mid.as_ptr() as u64, src.len(), &s2)
+        b.memcpy_async(0, dst.as_ptr() as u64, mid.as_ptr() as u64, src.len(), &s2)
             .unwrap();
     }
     b.stream_synchronize(&s2).unwrap();

@@ -86,6 +86,9 @@ enum State<B: Backend> {
 struct Connected<B: Backend> {
     bootstrap: Bootstrap,
     transport: Arc<B::Transport>,
+    /// Every rank lives in this process, so an address one rank publishes is valid for all
+    /// (zero-copy plans).
+    one_process: bool,
 }
 
 impl<B: Backend> Communicator<B> {
@@ -200,9 +203,15 @@ impl<B: Backend> Communicator<B> {
                 device: inner.device,
                 timeout: inner.config.init_timeout,
             })?;
+            let me = std::process::id();
+            let one_process = bootstrap
+                .peers()
+                .iter()
+                .all(|p| p.pid == me && p.shares_proc_with_caller());
             Ok(Arc::new(Connected {
                 bootstrap,
                 transport: Arc::new(transport),
+                one_process,
             }))
         })();
         let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());

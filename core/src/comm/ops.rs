@@ -229,6 +229,18 @@ impl<B: Backend> Communicator<B> {
         c
     }
 
+    /// Bytes to copy when `a` runs on a single rank and its output is its input: the copy engine
+    /// does that without a kernel (NCCL does the same). `None`: a plan must run (PreMulSum
+    /// scales, AlltoAllv moves blocks; a synchronous backend returns no event for a copy).
+    fn single_rank_copy(&self, a: &CollArgs) -> Option<u64> {
+        let inner = &self.inner;
+        (inner.nranks == 1
+            && !matches!(a.op, RedOp::PreMulSum(_))
+            && a.kind != CollKind::AllToAllv
+            && !inner.backend.synchronous_api())
+        .then(|| a.count * a.dtype.size() as u64)
+    }
+
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
@@ -242,6 +254,18 @@ impl<B: Backend> Communicator<B> {
             return Ok(None);
         }
         let esize = a.dtype.size() as u64;
+        if let Some(bytes) = self.single_rank_copy(a) {
+            if a.send != a.recv {
+                // SAFETY: `collective`'s caller guarantees both buffers hold `bytes` bytes
+                // until the copy has run.
+                unsafe {
+                    inner
+                        .backend
+                        .memcpy_async(inner.device, a.recv, a.send, bytes as usize, stream)
+                }?;
+            }
+            return Ok(None);
+        }
         // nccl-tests' message size for each operation, which the tuner's tables are keyed by.
         let bytes = match a.kind {
             CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
@@ -271,9 +295,24 @@ impl<B: Backend> Communicator<B> {
             nchannels: choice.nchannels,
             chunk_elems: choice.chunk_elems,
         };
-        let work = Arc::new(plan::build_coll(&req)?);
-        debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {}",
-            inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq);
+        let mut work = plan::build_coll(&req)?;
+        let zero_copy = c.one_process
+            && inner.backend.zero_copy()
+            && plan::zero_copy::handles(&req)
+            && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
+            && inner.tuner.zero_copy(a.kind, bytes, self.topology());
+        if zero_copy {
+            work = plan::zero_copy::wrap(&req, work);
+            let backend = &inner.backend;
+            work.exposed = inner.tuner.may_expose(inner.rank)
+                && [a.send, a.recv]
+                    .iter()
+                    .all(|&p| p == 0 || backend.exposable(p));
+        }
+        let work = Arc::new(work);
+        debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {}",
+            inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
+            zero_copy);
         let launch = Launch {
             work,
             buffers: vec![a.send, a.recv, 0],

@@ -4,7 +4,7 @@ use crate::abort::AbortFlag;
 use crate::backend::DevicePtr;
 use crate::datatype::{Reduction, Scalar, ScalarSource};
 use crate::error::{Error, Result};
-use crate::plan::{BufId, ChannelWork, Region, Step, WorkDesc};
+use crate::plan::{BufId, ChannelWork, Path, Region, Step, TABLE_BYTES, WorkDesc};
 use crate::reduce;
 use crate::transport::socket::SocketMesh;
 
@@ -90,11 +90,44 @@ struct StepContext<'a> {
 
 impl StepContext<'_> {
     fn run_channel(&self, ch: &ChannelWork) -> Result<()> {
+        let mut lane = Lane::new(self.mesh.nranks() as usize);
         for step in &ch.steps {
             self.abort.check()?;
-            self.run_step(step)?;
+            if !lane.runs(step, self.mesh.rank() as usize, self.work.exposed)? {
+                continue;
+            }
+            self.run_step(step, &mut lane)?;
         }
         Ok(())
+    }
+
+    /// This rank's buffer table: input and output addresses and whether peers may use them.
+    fn own_table(&self) -> [u8; TABLE_BYTES as usize] {
+        let mut t = [0u8; TABLE_BYTES as usize];
+        t[..8].copy_from_slice(&self.buffers[BufId::INPUT.0 as usize].to_le_bytes());
+        t[8..16].copy_from_slice(&self.buffers[BufId::OUTPUT.0 as usize].to_le_bytes());
+        t[16..].copy_from_slice(&u64::from(self.work.exposed).to_le_bytes());
+        t
+    }
+
+    /// Address of region `r` of rank `peer`'s buffers (this rank's own, or learned from its table).
+    fn peer_addr(&self, lane: &Lane, peer: u32, r: Region) -> Result<*mut u8> {
+        if peer == self.mesh.rank() {
+            return self.addr(r);
+        }
+        let table = lane.tables[peer as usize]
+            .ok_or_else(|| Error::Internal(format!("no buffer table from rank {peer}")))?;
+        let base = match r.buf {
+            BufId::INPUT => table[0],
+            BufId::OUTPUT => table[1],
+            other => {
+                return Err(Error::Internal(format!(
+                    "zero-copy step names buffer {} of rank {peer}",
+                    other.0
+                )));
+            }
+        };
+        Ok((base + r.offset * self.work.dtype.size() as u64) as *mut u8)
     }
 
     fn addr(&self, r: Region) -> Result<*mut u8> {
@@ -111,7 +144,7 @@ impl StepContext<'_> {
         Ok((base + r.offset * self.work.dtype.size() as u64) as *mut u8)
     }
 
-    fn run_step(&self, s: &Step) -> Result<()> {
+    fn run_step(&self, s: &Step, lane: &mut Lane) -> Result<()> {
         let dtype = self.work.dtype;
         let red = &self.work.reduction;
         let bytes = s.count as usize * dtype.size();
@@ -134,11 +167,29 @@ impl StepContext<'_> {
         }
         let mut value = vec![0u8; bytes];
         let mut have = false;
-        if let Some(peer) = s.recv {
+        if let (Some(peer), Some(r)) = (s.recv, s.peer_src) {
+            let from = self.peer_addr(lane, peer, r)?;
+            // SAFETY: the peer published this buffer for the operation and waits for this
+            // rank's token before it returns, so the region is live and nobody writes it now.
+            value.copy_from_slice(unsafe { std::slice::from_raw_parts(from, bytes) });
+            if s.pre_recv
+                && let Some(k) = self.pre_scale
+            {
+                reduce::pre_scale(dtype, &mut value, &k);
+            }
+            have = true;
+        } else if let Some(peer) = s.recv {
             self.mesh.recv(peer, s.tag, &mut value, self.abort)?;
+            if s.learn {
+                lane.learn(peer, &value)?;
+            }
             have = true;
         }
-        if let Some(src) = s.src {
+        if s.publish {
+            let table = self.own_table();
+            value.copy_from_slice(&table[..bytes]);
+            have = true;
+        } else if let Some(src) = s.src {
             let from = self.addr(src)?;
             // SAFETY: the source region holds `bytes` bytes (execute's contract).
             let local = unsafe { std::slice::from_raw_parts(from, bytes) };
@@ -173,9 +224,68 @@ impl StepContext<'_> {
             // `value` is a separate allocation.
             unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), to, bytes) };
         }
-        if let Some(peer) = s.send {
+        if let (Some(peer), Some(r)) = (s.send, s.peer_dst) {
+            let to = self.peer_addr(lane, peer, r)?;
+            // SAFETY: as for `peer_src`; `value` is a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), to, bytes) };
+        } else if let Some(peer) = s.send {
             self.mesh.send(peer, s.tag, &value)?;
         }
         Ok(())
+    }
+}
+
+/// One channel's view of a zero-copy plan: the peers' buffer tables and the branch taken.
+struct Lane {
+    tables: Vec<Option<[u64; 3]>>,
+    zero_copy: Option<bool>,
+}
+
+impl Lane {
+    fn new(nranks: usize) -> Lane {
+        Lane {
+            tables: vec![None; nranks],
+            zero_copy: None,
+        }
+    }
+
+    fn learn(&mut self, peer: u32, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != TABLE_BYTES as usize {
+            return Err(Error::Internal(format!(
+                "buffer table of {} bytes from rank {peer}",
+                bytes.len()
+            )));
+        }
+        let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        self.tables[peer as usize] = Some([word(0), word(1), word(2)]);
+        self.zero_copy = None;
+        Ok(())
+    }
+
+    /// Whether `step` runs on this lane; the branch is decided once every peer's table is in.
+    fn runs(&mut self, step: &Step, rank: usize, exposed: bool) -> Result<bool> {
+        if step.path == Path::Always {
+            return Ok(true);
+        }
+        let zc = match self.zero_copy {
+            Some(z) => z,
+            None => {
+                let mut all = exposed;
+                for (p, t) in self.tables.iter().enumerate() {
+                    if p == rank {
+                        continue;
+                    }
+                    let t = t.ok_or_else(|| {
+                        Error::Internal(format!(
+                            "zero-copy branch chosen before rank {p}'s buffer table arrived"
+                        ))
+                    })?;
+                    all &= t[2] != 0;
+                }
+                self.zero_copy = Some(all);
+                all
+            }
+        };
+        Ok(zc == (step.path == Path::ZeroCopy))
     }
 }

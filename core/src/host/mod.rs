@@ -189,6 +189,7 @@ impl Backend for HostBackend {
     }
     unsafe fn memcpy_async(
         &self,
+        _device: i32,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
@@ -219,6 +220,13 @@ impl Backend for HostBackend {
             base: ptr,
             size: 0,
         })
+    }
+    fn zero_copy(&self) -> bool {
+        true
+    }
+    fn exposable(&self, _ptr: DevicePtr) -> bool {
+        // Host memory: every thread of the process reads and writes it.
+        true
     }
     fn synchronous_api(&self) -> bool {
         true

@@ -13,11 +13,15 @@ mod sim;
 pub mod tags;
 mod tree;
 pub mod tuner;
+pub mod zero_copy;
 
 pub use p2p::{P2pLl, build_p2p};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};
-pub use work::{Algorithm, BufId, ChannelWork, CollKind, Protocol, Region, Step, WorkDesc};
+pub use work::{
+    Algorithm, BufId, ChannelWork, CollKind, Path, Protocol, Region, Step, TABLE_BYTES,
+    TOKEN_BYTES, WorkDesc,
+};
 
 use crate::datatype::{DataType, Reduction};
 use crate::error::{Error, Result};
@@ -147,6 +151,7 @@ pub fn build_coll(req: &CollRequest) -> Result<WorkDesc> {
         dtype: req.dtype,
         reduction: req.reduction,
         scratch_elems: 0,
+        exposed: false,
         channels: b.channels,
     })
 }

@@ -195,6 +195,7 @@ pub fn build_p2p(
         dtype,
         reduction: Reduction::none(),
         scratch_elems: 0,
+        exposed: false,
         channels,
     }
 }

@@ -6,14 +6,42 @@
 //! in one byte arena, so in-place aliasing between Input and Output is real. The scheduler picks
 //! runnable (rank, channel) lanes in a pseudo-random round-robin order, so plans that depend on
 //! one interleaving of concurrent channels fail. Beyond running, it checks statically that no
-//! step moves nothing, no src/dst overlap partially, and no two channels of a rank touch the same
-//! memory while one of them writes it; and dynamically that matched messages agree on counts and
-//! that every message sent is received.
+//! step moves nothing, no src/dst overlap partially, and no two channels touch the same memory
+//! of a rank while one of them writes it; and dynamically that matched messages agree on counts
+//! and that every message sent is received.
+//!
+//! Zero-copy plans (`plan::zero_copy`) are modelled as follows:
+//!
+//! - A `publish` step sends this rank's buffer table ([`TABLE_BYTES`]: input address, output
+//!   address, exposed flag, each a little-endian u64), truncated to the step's size (the end
+//!   token sends its first [`TOKEN_BYTES`]). An address encodes the rank and the buffer's arena
+//!   offset, so a peer access resolves through the table the accessing lane learned.
+//! - A `learn` step receives a whole table from `recv` and keeps it for its (rank, channel)
+//!   lane. A published message may only be learned or discarded by a receive with no other
+//!   part (the token); a receive with no output that gets ordinary data is an error.
+//! - The first step of a lane whose `path` is not `Always` decides the lane's branch: zero copy
+//!   if and only if every rank's table (its own included) has the exposed flag. Reaching such a
+//!   step before the lane has every rank's table is an error, and all lanes that decide must
+//!   decide alike. Steps of the other branch are skipped.
+//! - `peer_src`/`peer_dst` read/write the region of rank `recv`/`send` directly, at the moment
+//!   the step runs (no message). The lane must hold that rank's table with the exposed flag set
+//!   (its own rank excepted), the region must be the Input or Output buffer, and that rank's lane
+//!   of the same channel must not have finished yet: a zero-copy channel synchronises with its
+//!   peers' channel of the same index (table exchange at the start, token exchange at the end),
+//!   so an access after the owner's channel has returned is a missing synchronisation.
+//!   `pre_recv` pre-scales the operand read through `peer_src`. `fence` is a no-op.
+//!
+//! The static channel-overlap check counts direct accesses as accesses by the accessing lane's
+//! channel index to the accessed rank's memory. Not checked: conflicts between lanes of the
+//! *same* channel index on different ranks (e.g. two ranks' channel 0 writing one region of a
+//! third rank): those are ordered, or not, by the messages between them, which would need a
+//! happens-before analysis; the random interleaving and the result comparison of the tests
+//! catch them in practice.
 
 #![forbid(unsafe_code)]
 
-use super::{BufId, Region, Step, WorkDesc};
-use crate::datatype::{DataType, ReduceOp, ScalarSource};
+use super::{BufId, Path, Region, Step, TABLE_BYTES, WorkDesc};
+use crate::datatype::{DataType, ReduceOp, Scalar, ScalarSource};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 
@@ -42,6 +70,14 @@ pub struct Stats {
     pub steps: usize,
     /// Messages delivered.
     pub messages: usize,
+    /// Steps skipped because they belong to the branch of a zero-copy plan not taken.
+    pub skipped: usize,
+    /// Direct reads and writes of a rank's buffers (`peer_src`, `peer_dst`).
+    pub direct: usize,
+    /// Lanes that took the zero-copy branch.
+    pub zero_copy_lanes: usize,
+    /// Lanes that took the fallback branch.
+    pub fallback_lanes: usize,
 }
 
 fn byte_range(
@@ -97,64 +133,132 @@ fn intersects(a: &[std::ops::Range<usize>], b: &[std::ops::Range<usize>]) -> Opt
     None
 }
 
-fn check_static(rank: usize, nranks: usize, d: &WorkDesc, mem: &RankMem) -> Result<(), String> {
-    let es = d.dtype.size();
-    let mut writes = Vec::new();
-    let mut touches = Vec::new();
-    for (c, ch) in d.channels.iter().enumerate() {
-        let (mut w, mut t) = (Vec::new(), Vec::new());
-        for (i, s) in ch.steps.iter().enumerate() {
-            let at = || format!("rank {rank} channel {c} step {i} {s:?}");
-            if s.count == 0 {
-                return Err(format!("{}: moves nothing", at()));
-            }
-            if s.recv.is_none() && s.src.is_none() {
-                return Err(format!("{}: has no input", at()));
-            }
-            if s.dst.is_none() && s.send.is_none() {
-                return Err(format!("{}: has no output", at()));
-            }
-            if s.pre_op && s.src.is_none() {
-                return Err(format!("{}: pre_op without src", at()));
-            }
-            for p in s.recv.iter().chain(s.send.iter()) {
-                if *p as usize >= nranks {
-                    return Err(format!("{}: peer out of range", at()));
+/// Checks every step on its own, then that no two channels use a rank's memory while one of
+/// them writes it, counting direct accesses (`peer_src`, `peer_dst`) to other ranks' memory as
+/// accesses by the accessing lane's channel index.
+fn check_static(descs: &[WorkDesc], mems: &[RankMem]) -> Result<(), String> {
+    let nranks = descs.len();
+    let nch = descs.iter().map(|d| d.channels.len()).max().unwrap_or(0);
+    // Per accessed rank, per channel index: byte ranges written, and ranges used at all.
+    let mut writes = vec![vec![Vec::new(); nch]; nranks];
+    let mut touches = vec![vec![Vec::new(); nch]; nranks];
+    for (rank, d) in descs.iter().enumerate() {
+        let es = d.dtype.size();
+        for (c, ch) in d.channels.iter().enumerate() {
+            for (i, s) in ch.steps.iter().enumerate() {
+                let at = || format!("rank {rank} channel {c} step {i} {s:?}");
+                let fail = |what: &str| Err(format!("{}: {what}", at()));
+                if s.count == 0 {
+                    return fail("moves nothing");
+                }
+                for p in s.recv.iter().chain(s.send.iter()) {
+                    if *p as usize >= nranks {
+                        return fail("peer out of range");
+                    }
+                }
+                if s.recv.is_none() && s.src.is_none() && !s.publish {
+                    return fail("has no input");
+                }
+                // A receive with no other part discards the message (the token of a
+                // zero-copy plan); `exec` checks that it is a published table.
+                let discards = s.recv.is_some() && s.src.is_none() && s.peer_src.is_none();
+                if s.dst.is_none() && s.send.is_none() && !s.learn && !discards {
+                    return fail("has no output");
+                }
+                if s.pre_op && s.src.is_none() {
+                    return fail("pre_op without src");
+                }
+                if s.pre_recv && s.peer_src.is_none() {
+                    return fail("pre_recv without peer_src");
+                }
+                if s.peer_src.is_some() && s.recv.is_none() {
+                    return fail("peer_src without recv");
+                }
+                if s.peer_dst.is_some() && s.send.is_none() {
+                    return fail("peer_dst without send");
+                }
+                let bytes = s.count.saturating_mul(es as u64);
+                if s.publish {
+                    if s.send.is_none()
+                        || s.recv.is_some()
+                        || s.src.is_some()
+                        || s.pre_op
+                        || s.dst.is_some()
+                        || s.peer_dst.is_some()
+                        || s.learn
+                    {
+                        return fail("a publish step must only send the buffer table");
+                    }
+                    if bytes > TABLE_BYTES {
+                        return fail("publishes more than the buffer table");
+                    }
+                }
+                if s.learn {
+                    if s.recv.is_none()
+                        || s.peer_src.is_some()
+                        || s.src.is_some()
+                        || s.dst.is_some()
+                        || s.send.is_some()
+                    {
+                        return fail("a learn step must only receive a buffer table");
+                    }
+                    if bytes != TABLE_BYTES {
+                        return fail("learns a table of the wrong size");
+                    }
+                }
+                for r in s.peer_src.iter().chain(s.peer_dst.iter()) {
+                    if r.buf != BufId::INPUT && r.buf != BufId::OUTPUT {
+                        return fail("direct access to a buffer that is not in the buffer table");
+                    }
+                }
+                let range = |k: usize, r: Region| {
+                    byte_range(&mems[k], r, s.count, es).map_err(|e| format!("{}: {e}", at()))
+                };
+                // (rank, bytes) read and written by the step.
+                let mut ins = Vec::new();
+                let mut outs = Vec::new();
+                if let Some(r) = s.src {
+                    ins.push((rank, range(rank, r)?));
+                }
+                if let (Some(r), Some(k)) = (s.peer_src, s.recv) {
+                    ins.push((k as usize, range(k as usize, r)?));
+                }
+                if let Some(r) = s.dst {
+                    outs.push((rank, range(rank, r)?));
+                }
+                if let (Some(r), Some(k)) = (s.peer_dst, s.send) {
+                    outs.push((k as usize, range(k as usize, r)?));
+                }
+                for (ka, a) in &ins {
+                    for (kb, b) in &outs {
+                        if ka == kb && a != b && overlap(a, b) {
+                            return fail("src and dst overlap partially");
+                        }
+                    }
+                }
+                for (k, b) in ins {
+                    touches[k][c].push(b);
+                }
+                for (k, b) in outs {
+                    touches[k][c].push(b.clone());
+                    writes[k][c].push(b);
                 }
             }
-            let src = s
-                .src
-                .map(|r| byte_range(mem, r, s.count, es))
-                .transpose()
-                .map_err(|e| format!("{}: {e}", at()))?;
-            let dst = s
-                .dst
-                .map(|r| byte_range(mem, r, s.count, es))
-                .transpose()
-                .map_err(|e| format!("{}: {e}", at()))?;
-            if let (Some(a), Some(b)) = (&src, &dst)
-                && a != b
-                && overlap(a, b)
-            {
-                return Err(format!("{}: src and dst overlap partially", at()));
-            }
-            t.extend(src);
-            if let Some(b) = dst {
-                t.push(b.clone());
-                w.push(b);
-            }
         }
-        writes.push(merged(w));
-        touches.push(merged(t));
     }
-    for (a, w) in writes.iter().enumerate() {
-        for (b, t) in touches.iter().enumerate() {
-            if a != b
-                && let Some(x) = intersects(w, t)
-            {
-                return Err(format!(
-                    "rank {rank}: channel {a} writes arena byte {x} that channel {b} also uses"
-                ));
+    for (k, (w, t)) in writes.into_iter().zip(touches).enumerate() {
+        let w: Vec<_> = w.into_iter().map(merged).collect();
+        let t: Vec<_> = t.into_iter().map(merged).collect();
+        for (a, w) in w.iter().enumerate() {
+            for (b, t) in t.iter().enumerate() {
+                if a != b
+                    && let Some(x) = intersects(w, t)
+                {
+                    return Err(format!(
+                        "rank {k}: channel {a} writes arena byte {x} that channel {b} also uses \
+                         (direct accesses of other ranks included)"
+                    ));
+                }
             }
         }
     }
@@ -165,8 +269,21 @@ fn get8(b: &[u8], i: usize) -> [u8; 8] {
     b[i * 8..i * 8 + 8].try_into().expect("8 bytes")
 }
 
-/// `a[i] = a[i] ⊕ b[i]` for the few types the tests use.
+/// The 64-bit types the simulator computes itself; the others go through `crate::reduce` (the
+/// host backend's arithmetic, tested on its own), so that plans can be run on narrow types.
+fn own_arith(dtype: DataType) -> bool {
+    matches!(
+        dtype,
+        DataType::Int64 | DataType::Uint64 | DataType::Float64
+    )
+}
+
+/// `a[i] = a[i] ⊕ b[i]`.
 fn combine(dtype: DataType, op: ReduceOp, a: &mut [u8], b: &[u8]) {
+    if !own_arith(dtype) {
+        crate::reduce::accumulate(dtype, op, a, b);
+        return;
+    }
     for i in 0..a.len() / 8 {
         let (x, y) = (get8(a, i), get8(b, i));
         let v: [u8; 8] = match dtype {
@@ -207,6 +324,10 @@ fn combine(dtype: DataType, op: ReduceOp, a: &mut [u8], b: &[u8]) {
 }
 
 fn scale(dtype: DataType, a: &mut [u8], s: [u8; 8]) {
+    if !own_arith(dtype) {
+        crate::reduce::pre_scale(dtype, a, &Scalar { bytes: s });
+        return;
+    }
     for i in 0..a.len() / 8 {
         let x = get8(a, i);
         let v = match dtype {
@@ -224,6 +345,10 @@ fn scale(dtype: DataType, a: &mut [u8], s: [u8; 8]) {
 }
 
 fn divide(dtype: DataType, a: &mut [u8], n: u32) {
+    if !own_arith(dtype) {
+        crate::reduce::post_divide(dtype, a, n);
+        return;
+    }
     for i in 0..a.len() / 8 {
         let x = get8(a, i);
         let v = match dtype {
@@ -239,63 +364,242 @@ fn divide(dtype: DataType, a: &mut [u8], n: u32) {
 /// Messages a device FIFO is modelled to hold per (sender, receiver, channel).
 const FIFO_MESSAGES: usize = 2;
 
-/// Messages in flight per (sender, receiver, tag), each with the sender's channel index.
-type Mailbox = HashMap<(u32, u32, u64), VecDeque<(usize, Vec<u8>)>>;
+/// One message in flight: the sender's channel index, the bytes, and whether they are (a prefix
+/// of) the sender's buffer table rather than data.
+struct Message {
+    channel: usize,
+    bytes: Vec<u8>,
+    published: bool,
+}
 
+/// Messages in flight per (sender, receiver, tag), and their number per (sender, receiver,
+/// sender's channel).
+#[derive(Default)]
+struct Mailbox {
+    queues: HashMap<(u32, u32, u64), VecDeque<Message>>,
+    in_flight: HashMap<(u32, u32, usize), usize>,
+}
+
+impl Mailbox {
+    fn push(&mut self, from: u32, to: u32, tag: u64, m: Message) {
+        *self.in_flight.entry((from, to, m.channel)).or_default() += 1;
+        self.queues.entry((from, to, tag)).or_default().push_back(m);
+    }
+    fn pop(&mut self, from: u32, to: u32, tag: u64) -> Option<Message> {
+        let m = self.queues.get_mut(&(from, to, tag))?.pop_front()?;
+        *self
+            .in_flight
+            .get_mut(&(from, to, m.channel))
+            .expect("counted when sent") -= 1;
+        Some(m)
+    }
+    fn has(&self, from: u32, to: u32, tag: u64) -> bool {
+        self.queues
+            .get(&(from, to, tag))
+            .is_some_and(|q| !q.is_empty())
+    }
+    fn in_flight(&self, from: u32, to: u32, channel: usize) -> usize {
+        self.in_flight
+            .get(&(from, to, channel))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// A buffer table as `publish` sends it.
+type Table = [u8; TABLE_BYTES as usize];
+
+/// Bits of an address that hold the arena offset; the rank sits above them.
+const ADDR_RANK_SHIFT: u32 = 48;
+
+/// The simulated address of buffer `b` of `rank` (0 when the buffer is not bound).
+fn address(rank: usize, mem: &RankMem, b: BufId) -> u64 {
+    mem.bufs.get(&b).map_or(0, |p| {
+        ((rank as u64) << ADDR_RANK_SHIFT) | (p.byte_off as u64 + 1)
+    })
+}
+
+/// The buffer table of `rank`: input address, output address, exposed flag.
+fn own_table(rank: usize, d: &WorkDesc, mem: &RankMem) -> Table {
+    let mut t = [0u8; TABLE_BYTES as usize];
+    t[0..8].copy_from_slice(&address(rank, mem, BufId::INPUT).to_le_bytes());
+    t[8..16].copy_from_slice(&address(rank, mem, BufId::OUTPUT).to_le_bytes());
+    t[16..24].copy_from_slice(&u64::from(d.exposed).to_le_bytes());
+    t
+}
+
+fn table_word(t: &Table, i: usize) -> u64 {
+    u64::from_le_bytes(t[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// What one (rank, channel) lane knows about a zero-copy plan.
+#[derive(Debug, Clone)]
+struct Lane {
+    /// Buffer tables by rank: this rank's own from the start, the others once learned.
+    tables: Vec<Option<Table>>,
+    /// The branch taken, once decided (true: zero copy).
+    branch: Option<bool>,
+}
+
+/// Where `region` of rank `k` lies in `k`'s arena, as the lane of `rank` on `channel` reaches it
+/// directly: through the table it learned from `k`, while `k`'s lane of the channel still runs.
+#[allow(clippy::too_many_arguments)]
+fn direct_range(
+    rank: usize,
+    channel: usize,
+    lane: &Lane,
+    mems: &[RankMem],
+    done: &[Vec<bool>],
+    k: usize,
+    region: Region,
+    count: u64,
+    esize: usize,
+) -> Result<std::ops::Range<usize>, String> {
+    let t = lane.tables[k]
+        .as_ref()
+        .ok_or_else(|| format!("accesses rank {k}'s buffers without having learned its table"))?;
+    if k != rank && table_word(t, 2) == 0 {
+        return Err(format!(
+            "accesses rank {k}'s buffers, but rank {k} did not expose them"
+        ));
+    }
+    if done[k].get(channel).is_none_or(|&d| d) {
+        return Err(format!(
+            "accesses rank {k}'s buffers after rank {k}'s channel {channel} finished (the \
+             owner may already reuse them: missing synchronisation)"
+        ));
+    }
+    let addr = match region.buf {
+        BufId::INPUT => table_word(t, 0),
+        BufId::OUTPUT => table_word(t, 1),
+        other => return Err(format!("buffer {other:?} is not in rank {k}'s table")),
+    };
+    if addr == 0 {
+        return Err(format!(
+            "rank {k} published no address for {:?}",
+            region.buf
+        ));
+    }
+    let range = byte_range(&mems[k], region, count, esize)?;
+    let base = (addr & ((1 << ADDR_RANK_SHIFT) - 1)) as usize - 1;
+    if (addr >> ADDR_RANK_SHIFT) as usize != k
+        || range.start != base + region.offset as usize * esize
+    {
+        return Err(format!(
+            "the table learned from rank {k} does not describe rank {k}'s buffers"
+        ));
+    }
+    Ok(range)
+}
+
+/// Applies the reduction's pre-scale (PreMulSum) to an operand that is a rank's own input.
+fn pre_scale(d: &WorkDesc, v: &mut [u8]) -> Result<(), String> {
+    match d.reduction.pre_scale {
+        None => Ok(()),
+        Some(ScalarSource::Immediate(sc)) => {
+            scale(d.dtype, v, sc.bytes);
+            Ok(())
+        }
+        Some(ScalarSource::Device(_)) => Err("the simulator has no device scalars".into()),
+    }
+}
+
+/// Runs step `s` of `rank`'s lane on `channel`. `done[r][c]`: rank `r`'s channel `c` finished.
+#[allow(clippy::too_many_arguments)]
 fn exec(
-    rank: u32,
+    rank: usize,
     channel: usize,
     d: &WorkDesc,
-    mem: &mut RankMem,
+    mems: &mut [RankMem],
+    lane: &mut Lane,
+    done: &[Vec<bool>],
     s: &Step,
     mail: &mut Mailbox,
-) -> Result<(), String> {
+) -> Result<usize, String> {
     let es = d.dtype.size();
     let nbytes = s.count as usize * es;
-    let received = match s.recv {
-        Some(p) => {
-            let (sent_on, m) = mail
-                .get_mut(&(p, rank, s.tag))
-                .and_then(VecDeque::pop_front)
+    let me = rank as u32;
+    let mut direct = 0;
+    let received = match (s.recv, s.peer_src) {
+        (Some(k), Some(region)) => {
+            let range = direct_range(
+                rank, channel, lane, mems, done, k as usize, region, s.count, es,
+            )?;
+            direct += 1;
+            let mut v = mems[k as usize].arena[range].to_vec();
+            if s.pre_recv {
+                pre_scale(d, &mut v)?;
+            }
+            Some(v)
+        }
+        (Some(p), None) => {
+            let m = mail
+                .pop(p, me, s.tag)
                 .ok_or("receive scheduled without a message")?;
             // Device transports have one FIFO per (peer, channel): a message between two ranks
             // must travel on the same channel index at both ends (self-messages use loopback).
-            if p != rank && sent_on != channel {
+            if p != me && m.channel != channel {
                 return Err(format!(
-                    "rank {rank} receives on channel {channel} a message rank {p} sent on channel \
-                     {sent_on} (tag {:#x}): device FIFOs are per channel",
-                    s.tag
+                    "rank {rank} receives on channel {channel} a message rank {p} sent on \
+                     channel {} (tag {:#x}): device FIFOs are per channel",
+                    m.channel, s.tag
                 ));
             }
-            if m.len() != nbytes {
+            if m.bytes.len() != nbytes {
                 return Err(format!(
                     "rank {rank} receives {} elements from {p} with tag {:#x}, but the matching \
                      send carried {}",
                     s.count,
                     s.tag,
-                    m.len() / es
+                    m.bytes.len() / es
                 ));
             }
-            Some(m)
-        }
-        None => None,
-    };
-    let local = match s.src {
-        Some(r) => {
-            let range = byte_range(mem, r, s.count, es)?;
-            let mut v = mem.arena[range].to_vec();
-            if s.pre_op {
-                match d.reduction.pre_scale {
-                    None => {}
-                    Some(ScalarSource::Immediate(sc)) => scale(d.dtype, &mut v, sc.bytes),
-                    Some(ScalarSource::Device(_)) => {
-                        return Err("the simulator has no device scalars".into());
-                    }
+            let discards = s.src.is_none() && s.dst.is_none() && s.send.is_none();
+            if s.learn {
+                if !m.published {
+                    return Err(format!("learns a buffer table, but rank {p} sent data"));
                 }
+                let t: Table = m.bytes[..]
+                    .try_into()
+                    .map_err(|_| format!("rank {p}'s table is truncated"))?;
+                let slot = &mut lane.tables[p as usize];
+                if slot.is_some() {
+                    return Err(format!("learns rank {p}'s table twice"));
+                }
+                *slot = Some(t);
+                return Ok(direct);
             }
-            Some(v)
+            match (m.published, discards) {
+                (true, true) => return Ok(direct),
+                (true, false) => {
+                    return Err(format!(
+                        "uses rank {p}'s buffer table as data (only learn steps and bare \
+                         receives may take it)"
+                    ));
+                }
+                (false, true) => {
+                    return Err(format!("receives data from rank {p} and drops it"));
+                }
+                (false, false) => Some(m.bytes),
+            }
         }
-        None => None,
+        (None, _) => None,
+    };
+    let local = if s.publish {
+        let t = lane.tables[rank].expect("a lane knows its own table");
+        Some(t[..nbytes].to_vec())
+    } else {
+        match s.src {
+            Some(r) => {
+                let range = byte_range(&mems[rank], r, s.count, es)?;
+                let mut v = mems[rank].arena[range].to_vec();
+                if s.pre_op {
+                    pre_scale(d, &mut v)?;
+                }
+                Some(v)
+            }
+            None => None,
+        }
     };
     let mut v = match (received, local) {
         (Some(mut a), Some(b)) => {
@@ -311,22 +615,78 @@ fn exec(
         divide(d.dtype, &mut v, n);
     }
     if let Some(r) = s.dst {
-        let range = byte_range(mem, r, s.count, es)?;
-        mem.arena[range].copy_from_slice(&v);
+        let range = byte_range(&mems[rank], r, s.count, es)?;
+        mems[rank].arena[range].copy_from_slice(&v);
     }
-    if let Some(p) = s.send {
-        mail.entry((rank, p, s.tag))
-            .or_default()
-            .push_back((channel, v));
+    match (s.send, s.peer_dst) {
+        (Some(k), Some(region)) => {
+            let range = direct_range(
+                rank, channel, lane, mems, done, k as usize, region, s.count, es,
+            )?;
+            direct += 1;
+            mems[k as usize].arena[range].copy_from_slice(&v);
+        }
+        (Some(p), None) => {
+            mail.push(
+                me,
+                p,
+                s.tag,
+                Message {
+                    channel,
+                    bytes: v,
+                    published: s.publish,
+                },
+            );
+        }
+        (None, _) => {}
     }
-    Ok(())
+    Ok(direct)
+}
+
+/// Moves `next` past the steps of rank `r`'s lane on channel `c` that belong to the branch the
+/// lane does not take (they cost nothing), choosing the branch at the lane's first step that is
+/// not on `Path::Always`. Returns how many steps it skipped.
+fn skip(
+    n: usize,
+    r: usize,
+    c: usize,
+    steps: &[Step],
+    next: &mut usize,
+    lane: &mut Lane,
+) -> Result<usize, String> {
+    let mut skipped = 0;
+    while let Some(s) = steps.get(*next)
+        && s.path != Path::Always
+    {
+        let zero_copy = match lane.branch {
+            Some(b) => b,
+            None => {
+                let missing: Vec<usize> = (0..n).filter(|&k| lane.tables[k].is_none()).collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "rank {r} channel {c} step {next} {s:?}: chooses a branch before \
+                         learning the buffer tables of ranks {missing:?}"
+                    ));
+                }
+                let b = lane.tables.iter().flatten().all(|t| table_word(t, 2) != 0);
+                lane.branch = Some(b);
+                b
+            }
+        };
+        if zero_copy == (s.path == Path::ZeroCopy) {
+            break;
+        }
+        *next += 1;
+        skipped += 1;
+    }
+    Ok(skipped)
 }
 
 /// Runs the plans of all ranks (`descs[r]` on `mems[r]`) to completion or to a reported failure.
 pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats, String> {
     let n = descs.len();
     assert_eq!(n, mems.len());
-    for (r, (d, m)) in descs.iter().zip(mems.iter_mut()).enumerate() {
+    for (d, m) in descs.iter().zip(mems.iter_mut()) {
         if d.scratch_elems > 0 {
             let off = m.arena.len();
             m.arena
@@ -339,16 +699,37 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
                 },
             );
         }
-        check_static(r, n, d, m)?;
     }
-    // (rank, channel, next step)
-    let mut lanes: Vec<(usize, usize, usize)> = descs
+    check_static(descs, mems)?;
+    // Next step of each (rank, channel), whether it finished, and what it knows.
+    let mut next: Vec<Vec<usize>> = descs.iter().map(|d| vec![0; d.channels.len()]).collect();
+    let mut done: Vec<Vec<bool>> = descs
+        .iter()
+        .map(|d| d.channels.iter().map(|c| c.steps.is_empty()).collect())
+        .collect();
+    let mut lanes: Vec<Vec<Lane>> = descs
         .iter()
         .enumerate()
-        .flat_map(|(r, d)| (0..d.channels.len()).map(move |c| (r, c, 0)))
-        .filter(|&(r, c, _)| !descs[r].channels[c].steps.is_empty())
+        .map(|(r, d)| {
+            let mut tables = vec![None; n];
+            tables[r] = Some(own_table(r, d, &mems[r]));
+            vec![
+                Lane {
+                    tables,
+                    branch: None
+                };
+                d.channels.len()
+            ]
+        })
         .collect();
-    let mut mail = Mailbox::new();
+    // Lanes with steps left, as (rank, channel).
+    let mut active: Vec<(usize, usize)> = descs
+        .iter()
+        .enumerate()
+        .flat_map(|(r, d)| (0..d.channels.len()).map(move |c| (r, c)))
+        .filter(|&(r, c)| !done[r][c])
+        .collect();
+    let mut mail = Mailbox::default();
     let mut stats = Stats::default();
     let mut rng = seed | 1;
     let mut next_rand = move || {
@@ -357,23 +738,25 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
         rng ^= rng << 17;
         rng
     };
-    while !lanes.is_empty() {
+    while !active.is_empty() {
         let mut progress = false;
-        let start = (next_rand() % lanes.len() as u64) as usize;
-        for k in 0..lanes.len() {
-            let li = (start + k) % lanes.len();
+        let start = (next_rand() % active.len() as u64) as usize;
+        for k in 0..active.len() {
+            let (r, c) = active[(start + k) % active.len()];
             let budget = 1 + next_rand() % 4;
             for _ in 0..budget {
-                let (r, c, i) = lanes[li];
                 let steps = &descs[r].channels[c].steps;
+                stats.skipped += skip(n, r, c, steps, &mut next[r][c], &mut lanes[r][c])?;
+                let i = next[r][c];
                 if i >= steps.len() {
+                    done[r][c] = true;
                     break;
                 }
                 let s = &steps[i];
-                if let Some(p) = s.recv
-                    && mail
-                        .get(&(p, r as u32, s.tag))
-                        .is_none_or(VecDeque::is_empty)
+                let at = || format!("rank {r} channel {c} step {i} {s:?}");
+                if s.peer_src.is_none()
+                    && let Some(p) = s.recv
+                    && !mail.has(p, r as u32, s.tag)
                 {
                     break;
                 }
@@ -381,29 +764,29 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
                 // (sender, receiver, channel). Device FIFOs hold one chunk with a slot to spare
                 // and stream slot by slot, which this atomic model approximates with two
                 // messages; a plan that queues more (many sends before a receive) hangs a GPU.
-                if let Some(p) = s.send
+                if s.peer_dst.is_none()
+                    && let Some(p) = s.send
                     && p != r as u32
-                    && mail
-                        .iter()
-                        .filter(|&(&(f, t, _), _)| f == r as u32 && t == p)
-                        .map(|(_, q)| q.iter().filter(|(ch, _)| *ch == c).count())
-                        .sum::<usize>()
-                        >= FIFO_MESSAGES
+                    && mail.in_flight(r as u32, p, c) >= FIFO_MESSAGES
                 {
                     break;
                 }
-                exec(r as u32, c, &descs[r], &mut mems[r], s, &mut mail)
-                    .map_err(|e| format!("rank {r} channel {c} step {i} {s:?}: {e}"))?;
+                stats.direct += exec(r, c, &descs[r], mems, &mut lanes[r][c], &done, s, &mut mail)
+                    .map_err(|e| format!("{}: {e}", at()))?;
                 stats.steps += 1;
-                stats.messages += usize::from(s.send.is_some());
-                lanes[li].2 += 1;
+                stats.messages += usize::from(s.send.is_some() && s.peer_dst.is_none());
+                next[r][c] += 1;
+                // A lane is done as soon as only steps of the other branch are left.
+                stats.skipped += skip(n, r, c, steps, &mut next[r][c], &mut lanes[r][c])?;
+                done[r][c] = next[r][c] == steps.len();
                 progress = true;
             }
         }
         if !progress {
             let mut msg = String::from("deadlock; stuck steps:\n");
-            for &(r, c, i) in &lanes {
+            for &(r, c) in &active {
                 let steps = &descs[r].channels[c].steps;
+                let i = next[r][c];
                 let _ = writeln!(
                     msg,
                     "  rank {r} channel {c} step {i}/{}: {:?}",
@@ -411,7 +794,7 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
                     steps[i]
                 );
             }
-            for ((f, t, tag), q) in &mail {
+            for ((f, t, tag), q) in &mail.queues {
                 if !q.is_empty() {
                     let _ = writeln!(
                         msg,
@@ -422,9 +805,9 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
             }
             return Err(msg);
         }
-        lanes.retain(|&(r, c, i)| i < descs[r].channels[c].steps.len());
+        active.retain(|&(r, c)| !done[r][c]);
     }
-    for ((f, t, tag), q) in &mail {
+    for ((f, t, tag), q) in &mail.queues {
         if !q.is_empty() {
             return Err(format!(
                 "{} message(s) {f}->{t} with tag {tag:#x} were never received",
@@ -432,6 +815,24 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
             ));
         }
     }
+    let decided: Vec<(usize, usize, bool)> = lanes
+        .iter()
+        .enumerate()
+        .flat_map(|(r, l)| {
+            l.iter()
+                .enumerate()
+                .filter_map(move |(c, l)| l.branch.map(|b| (r, c, b)))
+        })
+        .collect();
+    if let (Some(a), Some(b)) = (decided.iter().find(|x| x.2), decided.iter().find(|x| !x.2)) {
+        return Err(format!(
+            "lanes took different branches: rank {} channel {} zero copy, rank {} channel {} \
+             fallback",
+            a.0, a.1, b.0, b.1
+        ));
+    }
+    stats.zero_copy_lanes = decided.iter().filter(|x| x.2).count();
+    stats.fallback_lanes = decided.len() - stats.zero_copy_lanes;
     Ok(stats)
 }
 

@@ -67,10 +67,16 @@ struct Heuristics {
     bytes_per_channel: [u64; 4],
     /// The same for LL, whose per-channel rate is low but whose channels cost no extra latency.
     ll_bytes_per_channel: [u64; 4],
+    /// Zero-copy plans from this size on, when the ranks share one address space (`u64::MAX`:
+    /// never), per topology; on NVLink per operation ([`Heuristics::zero_copy_min_nvlink`]).
+    zero_copy_min: [u64; 4],
+    /// NVLink's zero-copy thresholds, indexed by [`kind_index`].
+    zero_copy_min_nvlink: [u64; 10],
 }
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
 
 /// The default choice's table (see [`Heuristics`]: placeholders until measured).
 const HEURISTICS: Heuristics = Heuristics {
@@ -89,6 +95,28 @@ const HEURISTICS: Heuristics = Heuristics {
     bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 256 * KIB],
     // NVLink: 64 KiB AllReduce took 34 us on one LL channel, 7.2 on 16.
     ll_bytes_per_channel: [MIB, 256 * KIB, 4 * KIB, 256 * KIB],
+    // Host threads: reading the peers' memory beats copying through sockets at any size the
+    // table exchange (a few small messages) is cheap against. NVLink: per operation, below.
+    zero_copy_min: [64 * KIB, u64::MAX, u64::MAX, u64::MAX],
+    // 2x H200 (docs/perf/data/h200x2/zero-copy/): the table and token exchanges cost about
+    // 15 us, so zero copy wins only where bandwidth dominates. Eager at 32 MiB, zero copy /
+    // FIFO: AllGather 71.9 / 81.3 us, ReduceScatter 75.5 / 91.5, AllReduce 140.0 / 143.6; at
+    // 1 GiB zero copy reaches 310, 300, 303 GB/s against the FIFOs' 229, 224, 255. Broadcast
+    // ties at 64 MiB and is faster from 256 MiB (1 GiB: 3376 / 3697 us); so is Reduce (256 MiB:
+    // 808 / 839 us). Gather wins only at 1 GiB (1629 / 1730 us) and Scatter never: one rank's
+    // SMs move every byte.
+    zero_copy_min_nvlink: [
+        32 * MIB,  // AllReduce
+        128 * MIB, // Broadcast
+        256 * MIB, // Reduce
+        32 * MIB,  // AllGather
+        32 * MIB,  // ReduceScatter
+        u64::MAX,  // AllToAll
+        u64::MAX,  // AllToAllv
+        GIB,       // Gather
+        u64::MAX,  // Scatter
+        u64::MAX,  // SendRecv
+    ],
 };
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
@@ -269,6 +297,11 @@ pub struct Tuner {
     nchannels: Option<u32>,
     /// Forced chunk size in bytes.
     chunk_bytes: Option<u64>,
+    /// `OXCCL_ZERO_COPY`: `Some(false)` never, `Some(true)` at every size; `None`: the table.
+    zero_copy: Option<bool>,
+    /// `OXCCL_ZERO_COPY_HIDE_RANKS`: ranks that never expose their buffers, so that zero-copy
+    /// plans take their fallback branch (tests).
+    hidden_ranks: Vec<u32>,
 }
 
 impl Tuner {
@@ -301,7 +334,57 @@ impl Tuner {
         if let Some(v) = get("OXCCL_CHUNK_BYTES") {
             t.chunk_bytes = parse_number("OXCCL_CHUNK_BYTES", &v);
         }
+        if let Some(v) = get("OXCCL_ZERO_COPY") {
+            t.zero_copy = match v.trim() {
+                "0" => Some(false),
+                "1" => Some(true),
+                "" => None,
+                other => {
+                    tracing::warn!("OXCCL_ZERO_COPY={other:?} is neither 0 nor 1; ignored");
+                    None
+                }
+            };
+        }
+        if let Some(v) = get("OXCCL_ZERO_COPY_HIDE_RANKS") {
+            t.hidden_ranks = v
+                .split(',')
+                .filter(|x| !x.trim().is_empty())
+                .filter_map(|x| match x.trim().parse() {
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        tracing::warn!("OXCCL_ZERO_COPY_HIDE_RANKS: {x:?} is not a rank; ignored");
+                        None
+                    }
+                })
+                .collect();
+        }
         t
+    }
+
+    /// Whether `rank` may expose its buffers to zero-copy plans (`OXCCL_ZERO_COPY_HIDE_RANKS`).
+    pub fn may_expose(&self, rank: u32) -> bool {
+        !self.hidden_ranks.contains(&rank)
+    }
+
+    /// Whether `kind` moving `bytes` uses a zero-copy plan when the ranks share an address space.
+    /// By default only where the table says so and `NCCL_ALGO`/`NCCL_PROTO` leave the operation
+    /// unrestricted (a forced algorithm is what the user wants to run); `OXCCL_ZERO_COPY=1`
+    /// forces it at every size, `=0` turns it off.
+    pub fn zero_copy(&self, kind: CollKind, bytes: u64, topo: Topology) -> bool {
+        if !super::zero_copy::supports(kind) {
+            return false;
+        }
+        match self.zero_copy {
+            Some(forced) => forced,
+            None => {
+                let k = kind_index(kind);
+                let min = match topo {
+                    Topology::SingleNodeGpu { nvlink: true } => HEURISTICS.zero_copy_min_nvlink[k],
+                    _ => HEURISTICS.zero_copy_min[topo_index(topo)],
+                };
+                self.algos[k].is_none() && self.protos[k].is_none() && bytes >= min
+            }
+        }
     }
 
     /// A tuner that forces `algo` and/or `proto` for every operation (tests).
@@ -419,6 +502,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Tuner::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn zero_copy_follows_the_table_and_the_variables() {
+        let nvl = Topology::SingleNodeGpu { nvlink: true };
+        let t = tuner(&[]);
+        assert!(!t.zero_copy(CollKind::AllReduce, 16 * MIB, nvl));
+        assert!(t.zero_copy(CollKind::AllReduce, 32 * MIB, nvl));
+        assert!(!t.zero_copy(CollKind::Scatter, 1 << 40, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, nvl));
+        assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, Topology::Host));
+        assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, Topology::MultiNode));
+        // A forced algorithm or protocol is what the user wants to run.
+        assert!(!tuner(&[("NCCL_ALGO", "ring")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
+        assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
+        let on = tuner(&[("OXCCL_ZERO_COPY", "1"), ("NCCL_ALGO", "ring")]);
+        assert!(on.zero_copy(CollKind::Scatter, 8, nvl));
+        assert!(!on.zero_copy(CollKind::SendRecv, 1 << 30, nvl));
+        assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, nvl));
+        let hide = tuner(&[("OXCCL_ZERO_COPY_HIDE_RANKS", "1, 3,x")]);
+        assert!(hide.may_expose(0) && !hide.may_expose(1) && !hide.may_expose(3));
     }
 
     fn pick(t: &Tuner, kind: CollKind, bytes: u64, nranks: u32) -> Choice {

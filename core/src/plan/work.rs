@@ -78,7 +78,41 @@ pub struct Step {
     /// Move this step's messages between ranks as LL packets (the sending and the receiving
     /// step of a message must agree); otherwise with the Simple protocol.
     pub ll: bool,
+    /// Zero-copy: instead of receiving a message, read this region of rank `recv`'s buffers
+    /// (located through the buffer tables exchanged at the plan's start; see `plan::zero_copy`).
+    pub peer_src: Option<Region>,
+    /// Zero-copy: instead of sending a message, write the value to this region of rank `send`'s
+    /// buffers.
+    pub peer_dst: Option<Region>,
+    /// The operand read through `peer_src` is that rank's own contribution: pre-scale it too.
+    pub pre_recv: bool,
+    /// Before this step, make every earlier write of this channel visible to the other ranks.
+    pub fence: bool,
+    /// The step's source is this rank's buffer table (sent to the peers of a zero-copy plan).
+    pub publish: bool,
+    /// The received message is the sender's buffer table: keep it for `peer_src`/`peer_dst`.
+    pub learn: bool,
+    /// Which branch of a zero-copy plan the step belongs to.
+    pub path: Path,
 }
+
+/// Which branch of a zero-copy plan a step runs in: after the ranks have exchanged their buffer
+/// tables, every rank takes the same branch (zero copy only if every rank can expose its buffers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Path {
+    /// Every plan that is not zero-copy, and the table exchange itself.
+    #[default]
+    Always,
+    /// Only when every rank published usable buffers.
+    ZeroCopy,
+    /// Only when some rank could not expose its buffers: the plan the tuner would have run.
+    Fallback,
+}
+
+/// Bytes of a published buffer table: the input and output addresses and a usable flag.
+pub const TABLE_BYTES: u64 = 24;
+/// Bytes of the token that ends a zero-copy plan.
+pub const TOKEN_BYTES: u64 = 8;
 
 impl Step {
     /// An empty step moving `count` elements under `tag`; fill the parts with the builders below.
@@ -93,6 +127,13 @@ impl Step {
             dst: None,
             send: None,
             ll: false,
+            peer_src: None,
+            peer_dst: None,
+            pre_recv: false,
+            fence: false,
+            publish: false,
+            learn: false,
+            path: Path::Always,
         }
     }
     /// Receive from `peer`.
@@ -129,6 +170,24 @@ impl Step {
     /// Move the messages as LL packets.
     pub const fn ll(mut self) -> Step {
         self.ll = true;
+        self
+    }
+    /// Read rank `peer`'s own contribution at `r` directly (pre-scale applies to it).
+    pub const fn read_peer(mut self, peer: u32, r: Region) -> Step {
+        self.recv = Some(peer);
+        self.peer_src = Some(r);
+        self.pre_recv = true;
+        self
+    }
+    /// Write the value to `r` of rank `peer` directly.
+    pub const fn write_peer(mut self, peer: u32, r: Region) -> Step {
+        self.send = Some(peer);
+        self.peer_dst = Some(r);
+        self
+    }
+    /// Run only on the given branch of a zero-copy plan.
+    pub const fn on(mut self, path: Path) -> Step {
+        self.path = path;
         self
     }
 }
@@ -202,6 +261,9 @@ pub struct WorkDesc {
     pub reduction: Reduction,
     /// Elements of scratch the executor must provide.
     pub scratch_elems: u64,
+    /// This rank's buffers may be read and written by the other ranks (zero-copy plans publish
+    /// it with the buffer table; set per launch by the communicator).
+    pub exposed: bool,
     /// Channels, run concurrently.
     pub channels: Vec<ChannelWork>,
 }

@@ -112,6 +112,7 @@ impl MscclAlgo {
                 Reduction::none()
             },
             scratch_elems: self.scratch_elems(rank, chunk),
+            exposed: false,
             channels: steps
                 .into_iter()
                 .map(|steps| ChannelWork { steps })

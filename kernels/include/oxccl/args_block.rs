@@ -6,7 +6,7 @@
 // work inline in the kernel parameters (small launches: no copy before the kernel) or in device
 // memory (large ones: the parameters then hold its address).
 
-use super::{DevChannel, EncodedWork, LaunchArgs};
+use super::{DevChannel, DevStep, EncodedWork, LaunchArgs};
 
 /// Bytes of argument block the CUDA kernels accept inline (`OXCCL_INLINE_ARGS_BYTES` of work.h
 /// for nvcc); the whole parameter struct stays under the classic 4 KiB limit.
@@ -20,6 +20,9 @@ pub const CUDA_SMALL_INLINE_ARGS_BYTES: usize = 1008;
 pub const HIP_INLINE_ARGS_BYTES: usize = 16;
 /// Bytes before the inline block in the kernel parameters: the indirect address and padding.
 pub const PARAMS_HEADER_BYTES: usize = 16;
+
+/// Bytes of one step in the block.
+const STEP: usize = size_of::<DevStep>();
 
 /// Where each part of an argument block sits: args | channels | steps | buffers | loopback
 /// offsets, each 16-byte aligned.
@@ -44,7 +47,7 @@ impl ArgsLayout {
         let a16 = |x: usize| x.next_multiple_of(16);
         let channels = a16(size_of::<LaunchArgs>());
         let steps = channels + a16(nch * size_of::<DevChannel>());
-        let buffers = steps + a16(nsteps * 48);
+        let buffers = steps + a16(nsteps * STEP);
         let loopback_offs = buffers + a16(nbuffers * 8);
         let total = loopback_offs + a16(nloopback * 8);
         ArgsLayout {
@@ -70,7 +73,7 @@ impl ArgsLayout {
         bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
         for (c, r) in enc.channels.iter().enumerate() {
             let ch = DevChannel {
-                steps: (self.steps + r.start * 48) as u64,
+                steps: (self.steps + r.start * STEP) as u64,
                 nsteps: r.len() as u32,
                 pad: 0,
             };
@@ -78,8 +81,8 @@ impl ArgsLayout {
             bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
         }
         for (i, step) in enc.steps.iter().enumerate() {
-            let at = self.steps + i * 48;
-            bytes[at..at + 48].copy_from_slice(&step.to_bytes());
+            let at = self.steps + i * STEP;
+            bytes[at..at + STEP].copy_from_slice(&step.to_bytes());
         }
         for (i, b) in table.iter().enumerate() {
             let at = self.buffers + i * 8;
@@ -119,7 +122,7 @@ mod args_block_tests {
         let l = ArgsLayout::new(3, 7, 5, 2);
         assert!(l.channels >= size_of::<LaunchArgs>());
         assert!(l.steps >= l.channels + 3 * size_of::<DevChannel>());
-        assert!(l.buffers >= l.steps + 7 * 48);
+        assert!(l.buffers >= l.steps + 7 * STEP);
         assert!(l.loopback_offs >= l.buffers + 5 * 8);
         assert!(l.total >= l.loopback_offs + 2 * 8);
         for o in [l.channels, l.steps, l.buffers, l.loopback_offs, l.total] {

@@ -15,6 +15,19 @@
 #define OXCCL_STEP_SEND_SELF 0x20u  // send_peer is a loopback message index, not a rank
 #define OXCCL_STEP_LL 0x40u         // messages to/from other ranks use the LL packet FIFOs
 
+// OxcclDevStep::zc: zero-copy plans (core/src/plan/zero_copy.rs). Ranks exchange buffer tables
+// {input, output, exposed} as LL messages, then read and write each other's buffers directly.
+#define OXCCL_ZC_DIRECT_RECV 0x01u  // operand: recv_peer's published buffer (peer_bufs & 15) + peer_src_off
+#define OXCCL_ZC_DIRECT_SEND 0x02u  // destination: send_peer's published buffer (peer_bufs >> 4) + peer_dst_off
+#define OXCCL_ZC_PRE_RECV 0x04u     // that operand is the peer's own contribution: pre-scale it
+#define OXCCL_ZC_FENCE 0x08u        // make the block's earlier writes visible system-wide first
+#define OXCCL_ZC_PUBLISH 0x10u      // the source is this rank's buffer table
+#define OXCCL_ZC_LEARN 0x20u        // the received message is recv_peer's buffer table
+#define OXCCL_ZC_ONLY 0x40u         // run only if every rank published usable buffers
+#define OXCCL_ZC_FALLBACK 0x80u     // run only if some rank did not
+// Bytes of a published table: input address, output address, exposed flag.
+#define OXCCL_ZC_TABLE_BYTES 24
+
 // OxcclLaunchArgs::redop.
 #define OXCCL_OP_SUM 0u
 #define OXCCL_OP_PROD 1u
@@ -24,6 +37,7 @@
 // OxcclLaunchArgs::flags.
 #define OXCCL_ARGS_PRE_SCALE 0x01u      // pre_scale_bytes holds the scalar (ncclScalarHostImmediate)
 #define OXCCL_ARGS_PRE_SCALE_PTR 0x02u  // pre_scale_ptr points to it (ncclScalarDevice)
+#define OXCCL_ARGS_EXPOSED 0x04u        // peers may read/write buffers[0] and [1] (zero copy)
 
 // One primitive: v = recv(peer) (+) pre(src); v = post(v); dst = v; send(peer, v).
 // Offsets are in elements of the operation's type. A peer of -1 means "no receive"/"no send".
@@ -37,7 +51,11 @@ struct OxcclDevStep {
   uint16_t src_buf;  // index into OxcclLaunchArgs::buffers
   uint16_t dst_buf;
   uint8_t flags;
-  uint8_t pad[3];
+  uint8_t zc;         // OXCCL_ZC_*
+  uint8_t peer_bufs;  // published buffer (0 input, 1 output) read (low nibble) / written (high)
+  uint8_t pad;
+  uint64_t peer_src_off;  // OXCCL_ZC_DIRECT_RECV
+  uint64_t peer_dst_off;  // OXCCL_ZC_DIRECT_SEND
 };
 
 // The steps of one channel; one thread block runs one channel.
@@ -154,6 +172,10 @@ OXCCL_AT(OxcclDevStep, send_peer, 36);
 OXCCL_AT(OxcclDevStep, src_buf, 40);
 OXCCL_AT(OxcclDevStep, dst_buf, 42);
 OXCCL_AT(OxcclDevStep, flags, 44);
+OXCCL_AT(OxcclDevStep, zc, 45);
+OXCCL_AT(OxcclDevStep, peer_bufs, 46);
+OXCCL_AT(OxcclDevStep, peer_src_off, 48);
+OXCCL_AT(OxcclDevStep, peer_dst_off, 56);
 OXCCL_AT(OxcclDevChannel, steps, 0);
 OXCCL_AT(OxcclDevChannel, nsteps, 8);
 OXCCL_AT(OxcclConn, buff, 0);
@@ -189,7 +211,7 @@ OXCCL_AT(OxcclLaunchArgs, dtype, 108);
 OXCCL_AT(OxcclLaunchArgs, redop, 109);
 OXCCL_AT(OxcclLaunchArgs, flags, 110);
 #undef OXCCL_AT
-static_assert(sizeof(OxcclDevStep) == 48, "OxcclDevStep layout is shared with Rust");
+static_assert(sizeof(OxcclDevStep) == 64, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
 static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared with Rust");
 static_assert(sizeof(OxcclConn) == 96, "OxcclConn layout is shared with Rust");

@@ -7,7 +7,7 @@
 
 use oxccl_core::datatype::{DataType, ReduceOp, Reduction, ScalarSource};
 use oxccl_core::error::{Error, Result};
-use oxccl_core::plan::{Step, WorkDesc};
+use oxccl_core::plan::{BufId, Path, Step, WorkDesc};
 use std::collections::{HashMap, VecDeque};
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::Range;
@@ -27,6 +27,25 @@ pub const STEP_SEND_SELF: u8 = 0x20;
 /// `OxcclDevStep::flags`: messages to and from other ranks use the LL packet FIFOs.
 pub const STEP_LL: u8 = 0x40;
 
+/// `OxcclDevStep::zc`: read the operand at `peer_src_off` of `recv_peer`'s published buffer
+/// (low nibble of `peer_bufs`) instead of receiving a message.
+pub const ZC_DIRECT_RECV: u8 = 0x01;
+/// `OxcclDevStep::zc`: write the value at `peer_dst_off` of `send_peer`'s published buffer
+/// (high nibble of `peer_bufs`) instead of sending a message.
+pub const ZC_DIRECT_SEND: u8 = 0x02;
+/// `OxcclDevStep::zc`: the operand read from the peer is its own contribution (pre-scale).
+pub const ZC_PRE_RECV: u8 = 0x04;
+/// `OxcclDevStep::zc`: make the block's earlier writes visible system-wide before the step.
+pub const ZC_FENCE: u8 = 0x08;
+/// `OxcclDevStep::zc`: the source is this rank's buffer table.
+pub const ZC_PUBLISH: u8 = 0x10;
+/// `OxcclDevStep::zc`: the received message is the sender's buffer table.
+pub const ZC_LEARN: u8 = 0x20;
+/// `OxcclDevStep::zc`: run only on the zero-copy branch.
+pub const ZC_ONLY: u8 = 0x40;
+/// `OxcclDevStep::zc`: run only on the fallback branch.
+pub const ZC_FALLBACK: u8 = 0x80;
+
 /// `OxcclLaunchArgs::redop` of [`ReduceOp::Sum`].
 pub const OP_SUM: u8 = 0;
 /// `OxcclLaunchArgs::redop` of [`ReduceOp::Prod`].
@@ -40,6 +59,8 @@ pub const OP_MIN: u8 = 3;
 pub const ARGS_PRE_SCALE: u8 = 0x01;
 /// `OxcclLaunchArgs::flags`: `pre_scale_ptr` points to the PreMulSum scalar in device memory.
 pub const ARGS_PRE_SCALE_PTR: u8 = 0x02;
+/// `OxcclLaunchArgs::flags`: the peers may use this rank's buffers (zero-copy plans).
+pub const ARGS_EXPOSED: u8 = 0x04;
 
 /// Kernel entry points, indexed by `ncclDataType_t` (the order of [`DataType::ALL`]).
 pub const KERNEL_NAMES: [&str; 12] = [
@@ -124,8 +145,16 @@ pub struct DevStep {
     pub dst_buf: u16,
     /// `STEP_*` bits.
     pub flags: u8,
+    /// `ZC_*` bits.
+    pub zc: u8,
+    /// Published buffers (0 input, 1 output) a direct step reads (low nibble) and writes (high).
+    pub peer_bufs: u8,
     /// Zero.
-    pub pad: [u8; 3],
+    pub pad: u8,
+    /// Offset of the operand in `recv_peer`'s buffer ([`ZC_DIRECT_RECV`]), in elements.
+    pub peer_src_off: u64,
+    /// Offset of the destination in `send_peer`'s buffer ([`ZC_DIRECT_SEND`]), in elements.
+    pub peer_dst_off: u64,
 }
 
 /// One channel's steps (`OxcclDevChannel`); one thread block runs one channel.
@@ -224,7 +253,7 @@ pub struct LaunchArgs {
 }
 
 const _: () = {
-    assert!(size_of::<DevStep>() == 48);
+    assert!(size_of::<DevStep>() == 64);
     assert!(align_of::<DevStep>() == 8);
     assert!(offset_of!(DevStep, count) == 0);
     assert!(offset_of!(DevStep, tag) == 8);
@@ -235,6 +264,10 @@ const _: () = {
     assert!(offset_of!(DevStep, src_buf) == 40);
     assert!(offset_of!(DevStep, dst_buf) == 42);
     assert!(offset_of!(DevStep, flags) == 44);
+    assert!(offset_of!(DevStep, zc) == 45);
+    assert!(offset_of!(DevStep, peer_bufs) == 46);
+    assert!(offset_of!(DevStep, peer_src_off) == 48);
+    assert!(offset_of!(DevStep, peer_dst_off) == 56);
     assert!(size_of::<DevChannel>() == 16);
     assert!(align_of::<DevChannel>() == 8);
     assert!(offset_of!(DevChannel, steps) == 0);
@@ -324,6 +357,18 @@ impl DevStep {
             &self.dst_buf.to_le_bytes(),
         );
         put(&mut b, offset_of!(DevStep, flags), &[self.flags]);
+        put(&mut b, offset_of!(DevStep, zc), &[self.zc]);
+        put(&mut b, offset_of!(DevStep, peer_bufs), &[self.peer_bufs]);
+        put(
+            &mut b,
+            offset_of!(DevStep, peer_src_off),
+            &self.peer_src_off.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(DevStep, peer_dst_off),
+            &self.peer_dst_off.to_le_bytes(),
+        );
         b
     }
 }
@@ -631,7 +676,11 @@ fn encode_step(
         send_peer: -1,
         ..DevStep::default()
     };
-    if st.src.is_none() && st.recv.is_none() && (st.dst.is_some() || st.send.is_some()) {
+    if st.src.is_none()
+        && st.recv.is_none()
+        && !st.publish
+        && (st.dst.is_some() || st.send.is_some())
+    {
         return Err(plan_bug(format!(
             "channel {c} step {i} stores or sends without a value"
         )));
@@ -655,6 +704,15 @@ fn encode_step(
     if st.ll {
         d.flags |= STEP_LL;
     }
+    d.zc = zero_copy_bits(st, c, i)?;
+    if let Some(r) = st.peer_src {
+        d.peer_bufs |= published_buf(r.buf, c, i)?;
+        d.peer_src_off = r.offset;
+    }
+    if let Some(r) = st.peer_dst {
+        d.peer_bufs |= published_buf(r.buf, c, i)? << 4;
+        d.peer_dst_off = r.offset;
+    }
     match (st.recv, recv_self) {
         (_, Some(msg)) => {
             d.flags |= STEP_RECV_SELF;
@@ -674,6 +732,57 @@ fn encode_step(
     Ok(d)
 }
 
+/// The `ZC_*` bits of a step.
+fn zero_copy_bits(st: &Step, c: usize, i: usize) -> Result<u8> {
+    let mut z = 0;
+    if st.peer_src.is_some() {
+        if st.recv.is_none() {
+            return Err(plan_bug(format!(
+                "channel {c} step {i} reads a peer's buffer but names no peer"
+            )));
+        }
+        z |= ZC_DIRECT_RECV;
+    }
+    if st.peer_dst.is_some() {
+        if st.send.is_none() {
+            return Err(plan_bug(format!(
+                "channel {c} step {i} writes a peer's buffer but names no peer"
+            )));
+        }
+        z |= ZC_DIRECT_SEND;
+    }
+    if st.pre_recv {
+        z |= ZC_PRE_RECV;
+    }
+    if st.fence {
+        z |= ZC_FENCE;
+    }
+    if st.publish {
+        z |= ZC_PUBLISH;
+    }
+    if st.learn {
+        z |= ZC_LEARN;
+    }
+    z |= match st.path {
+        Path::Always => 0,
+        Path::ZeroCopy => ZC_ONLY,
+        Path::Fallback => ZC_FALLBACK,
+    };
+    Ok(z)
+}
+
+/// A buffer a rank publishes to its peers, as its index in the published table.
+fn published_buf(b: BufId, c: usize, i: usize) -> Result<u8> {
+    match b {
+        BufId::INPUT => Ok(0),
+        BufId::OUTPUT => Ok(1),
+        other => Err(plan_bug(format!(
+            "channel {c} step {i} addresses buffer {} of a peer, which is not published",
+            other.0
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,6 +797,7 @@ mod tests {
             dtype,
             reduction: Reduction::none(),
             scratch_elems: 0,
+            exposed: false,
             channels: channels
                 .into_iter()
                 .map(|steps| ChannelWork { steps })
@@ -729,13 +839,58 @@ mod tests {
                 src_buf: BufId::INPUT.0,
                 dst_buf: BufId::OUTPUT.0,
                 flags: STEP_HAS_SRC | STEP_HAS_DST | STEP_PRE_OP | STEP_POST_OP,
-                pad: [0; 3],
+                ..DevStep::default()
             }
         );
         assert!(enc.loopback_offsets.is_empty());
         assert_eq!(enc.loopback_bytes, 0);
         let ll = encode(&work(DataType::Float32, vec![vec![st.ll()]]), 2).unwrap();
         assert_eq!(ll.steps[0].flags, enc.steps[0].flags | STEP_LL);
+    }
+
+    #[test]
+    fn zero_copy_parts_lower_to_zc_bits_and_peer_fields() {
+        let mut publish = Step::new(6, 1).send(1).ll();
+        publish.publish = true;
+        let mut learn = Step::new(6, 1).recv(1).ll();
+        learn.learn = true;
+        let mut direct = Step::new(100, 1)
+            .read_peer(1, Region::input(40))
+            .own(Region::input(40))
+            .dst(Region::output(40))
+            .write_peer(1, Region::output(40))
+            .on(Path::ZeroCopy);
+        direct.fence = true;
+        let fallback = Step::new(100, 1)
+            .recv(1)
+            .dst(Region::output(0))
+            .on(Path::Fallback);
+        let enc = encode(
+            &work(
+                DataType::Float32,
+                vec![vec![publish, learn, direct, fallback]],
+            ),
+            0,
+        )
+        .unwrap();
+        let s = &enc.steps;
+        assert_eq!((s[0].zc, s[0].flags & STEP_HAS_SRC), (ZC_PUBLISH, 0));
+        assert_eq!((s[1].zc, s[1].recv_peer), (ZC_LEARN, 1));
+        assert_eq!(
+            s[2].zc,
+            ZC_DIRECT_RECV | ZC_DIRECT_SEND | ZC_PRE_RECV | ZC_FENCE | ZC_ONLY
+        );
+        assert_eq!(
+            (s[2].peer_bufs, s[2].peer_src_off, s[2].peer_dst_off),
+            (0x10, 40, 40)
+        );
+        assert_eq!((s[2].recv_peer, s[2].send_peer), (1, 1));
+        assert_eq!(s[3].zc, ZC_FALLBACK);
+        // Only a rank's input and output are published.
+        let bad = Step::new(4, 1)
+            .read_peer(1, Region::scratch(0))
+            .dst(Region::output(0));
+        assert!(encode(&work(DataType::Float32, vec![vec![bad]]), 0).is_err());
     }
 
     #[test]
@@ -941,7 +1096,11 @@ mod tests {
             src_buf: 0x0203,
             dst_buf: 4,
             flags: 0x3f,
-            pad: [0; 3],
+            zc: 0x81,
+            peer_bufs: 0x10,
+            pad: 0,
+            peer_src_off: 12,
+            peer_dst_off: 0x0a0b,
         };
         let b = st.to_bytes();
         assert_eq!(&b[0..8], &[8, 7, 6, 5, 4, 3, 2, 1]);
@@ -949,7 +1108,9 @@ mod tests {
         assert_eq!(&b[36..40], &[5, 0, 0, 0]);
         assert_eq!(&b[40..42], &[3, 2]);
         assert_eq!(b[44], 0x3f);
-        assert_eq!(&b[45..48], &[0; 3]);
+        assert_eq!(&b[45..48], &[0x81, 0x10, 0]);
+        assert_eq!(b[48], 12);
+        assert_eq!(&b[56..58], &[0x0b, 0x0a]);
 
         let args = LaunchArgs {
             channels: 1,
@@ -998,6 +1159,6 @@ mod tests {
             at.map(|i| cb[i]),
             [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
         );
-        assert_eq!(concat_bytes(&[st, st], DevStep::to_bytes).len(), 96);
+        assert_eq!(concat_bytes(&[st, st], DevStep::to_bytes).len(), 128);
     }
 }

@@ -4,12 +4,15 @@
 //! Inputs are `rank * 1_000_003 + index`, so data landing in the wrong place shows up; everything
 //! else in a rank's arena starts as poison and must end exactly as expected: outputs hold the
 //! reference, every other byte (inputs of out-of-place runs, gaps, non-root outputs) is unchanged.
+//! Zero-copy plans (the tuner's plan wrapped by `zero_copy::wrap`) run through the same cases,
+//! on both of their branches.
 
 use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
     Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, P2pDir, P2pLl, P2pOp,
-    Protocol, Region, Step, Tuner, WorkDesc, build_coll, build_p2p, coll_tag, tuner::Topology,
+    Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for, build_coll, build_p2p, coll_tag,
+    tuner::Topology, zero_copy,
 };
 use std::collections::HashMap;
 
@@ -27,7 +30,21 @@ enum Red {
     Max,
     Min,
     Avg,
+    /// Every rank with its own scalar ([`scalar`]).
     PreMulSum,
+    /// Every rank with the same scalar, 2.
+    PreMulSumSame,
+}
+
+/// Whether a case runs the tuner's plan alone or wrapped into a zero-copy plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Zc {
+    /// The tuner's plan alone.
+    Off,
+    /// Wrapped, every rank exposes its buffers: the zero-copy branch must run.
+    Exposed,
+    /// Wrapped, this rank does not expose its buffers: every rank must fall back.
+    Hidden(u32),
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +61,8 @@ struct Case {
     red: Red,
     /// Float64 inputs that are not exactly representable sums (order of additions matters).
     inexact: bool,
+    /// Zero-copy wrapping.
+    zc: Zc,
 }
 
 impl Case {
@@ -60,12 +79,22 @@ impl Case {
             dtype: DataType::Int64,
             red: Red::Sum,
             inexact: false,
+            zc: Zc::Off,
         }
     }
 }
 
 fn scalar(r: u32) -> f64 {
     [0.5, 1.0, 2.0, 4.0][r as usize % 4]
+}
+
+/// Rank `r`'s PreMulSum scalar in case `c`.
+fn scalar_of(c: &Case, r: u32) -> f64 {
+    if c.red == Red::PreMulSumSame {
+        2.0
+    } else {
+        scalar(r)
+    }
 }
 
 fn reduction(c: &Case, r: u32) -> Reduction {
@@ -75,29 +104,63 @@ fn reduction(c: &Case, r: u32) -> Reduction {
         Red::Max => Reduction::lower(RedOp::Max, c.n as usize),
         Red::Min => Reduction::lower(RedOp::Min, c.n as usize),
         Red::Avg => Reduction::lower(RedOp::Avg, c.n as usize),
-        Red::PreMulSum => {
-            assert_eq!(c.dtype, DataType::Float64);
-            Reduction::lower(
-                RedOp::PreMulSum(ScalarSource::Immediate(Scalar::from_bytes(
-                    &scalar(r).to_le_bytes(),
-                ))),
-                c.n as usize,
-            )
-        }
+        Red::PreMulSum | Red::PreMulSumSame => Reduction::lower(
+            RedOp::PreMulSum(ScalarSource::Immediate(Scalar::from_bytes(
+                &from_float(c.dtype, scalar_of(c, r)).to_le_bytes(),
+            ))),
+            c.n as usize,
+        ),
     }
 }
 
+/// The bits of `v` as an element of a floating type (the low bytes of the result).
+fn from_float(dtype: DataType, v: f64) -> u64 {
+    match dtype {
+        DataType::Float64 => v.to_bits(),
+        DataType::Float32 => u64::from((v as f32).to_bits()),
+        DataType::Bfloat16 => u64::from(half::bf16::from_f64(v).to_bits()),
+        other => panic!("{other:?} is not a floating type the tests use"),
+    }
+}
+
+/// The value of an element of a floating type from its bits.
+fn to_float(dtype: DataType, bits: u64) -> f64 {
+    match dtype {
+        DataType::Float64 => f64::from_bits(bits),
+        DataType::Float32 => f64::from(f32::from_bits(bits as u32)),
+        DataType::Bfloat16 => half::bf16::from_bits(bits as u16).to_f64(),
+        other => panic!("{other:?} is not a floating type the tests use"),
+    }
+}
+
+fn reduces(kind: CollKind) -> bool {
+    matches!(
+        kind,
+        CollKind::AllReduce | CollKind::Reduce | CollKind::ReduceScatter
+    )
+}
+
+/// Rank `r`'s input element `i` (only the low `dtype.size()` bytes are stored). Copies move
+/// arbitrary bits; narrow floating types that are reduced get small integers, so that every
+/// partial result is exact and the order of combination does not matter.
 fn input_val(c: &Case, r: u32, i: u64) -> u64 {
     let base = u64::from(r) * 1_000_003 + i;
     match c.dtype {
         DataType::Float64 if c.inexact => ((i + 1) as f64 * 0.1 + f64::from(r) / 3.0).to_bits(),
         DataType::Float64 => ((base % 1021) as f64).to_bits(),
+        DataType::Float32 if reduces(c.kind) => from_float(c.dtype, (base % 1021) as f64),
+        DataType::Bfloat16 if reduces(c.kind) => from_float(c.dtype, (base % 3) as f64),
         _ => base,
     }
 }
 
 fn ref_combine(c: &Case, a: u64, b: u64) -> u64 {
-    let op = reduction(c, 0).op;
+    let op = match c.red {
+        Red::Prod => ReduceOp::Prod,
+        Red::Max => ReduceOp::Max,
+        Red::Min => ReduceOp::Min,
+        Red::Sum | Red::Avg | Red::PreMulSum | Red::PreMulSumSame => ReduceOp::Sum,
+    };
     match c.dtype {
         DataType::Int64 => {
             let (a, b) = (a as i64, b as i64);
@@ -124,6 +187,28 @@ fn ref_combine(c: &Case, a: u64, b: u64) -> u64 {
             })
             .to_bits()
         }
+        DataType::Int8 => {
+            let (a, b) = (a as i8, b as i8);
+            (match op {
+                ReduceOp::Sum => a.wrapping_add(b),
+                ReduceOp::Prod => a.wrapping_mul(b),
+                ReduceOp::Max => a.max(b),
+                ReduceOp::Min => a.min(b),
+            }) as u8 as u64
+        }
+        // Exact in f64, then rounded once: the correctly rounded result of the narrow type.
+        DataType::Float32 | DataType::Bfloat16 => {
+            let (a, b) = (to_float(c.dtype, a), to_float(c.dtype, b));
+            from_float(
+                c.dtype,
+                match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                },
+            )
+        }
         other => panic!("no reference for {other:?}"),
     }
 }
@@ -131,7 +216,9 @@ fn ref_combine(c: &Case, a: u64, b: u64) -> u64 {
 /// `x0 ⊕ x1 ⊕ ... ⊕ x(n-1)` in rank order, pre-scaled and post-divided as the reduction says.
 fn ref_reduce(c: &Case, x: impl Fn(u32) -> u64) -> u64 {
     let pre = |r: u32| match c.red {
-        Red::PreMulSum => (f64::from_bits(x(r)) * scalar(r)).to_bits(),
+        Red::PreMulSum | Red::PreMulSumSame => {
+            from_float(c.dtype, to_float(c.dtype, x(r)) * scalar_of(c, r))
+        }
         _ => x(r),
     };
     let mut acc = pre(0);
@@ -139,8 +226,8 @@ fn ref_reduce(c: &Case, x: impl Fn(u32) -> u64) -> u64 {
         acc = ref_combine(c, acc, pre(r));
     }
     match c.red {
-        Red::Avg if c.dtype == DataType::Float64 => {
-            (f64::from_bits(acc) / f64::from(c.n)).to_bits()
+        Red::Avg if c.dtype.is_float() => {
+            from_float(c.dtype, to_float(c.dtype, acc) / f64::from(c.n))
         }
         Red::Avg => panic!("integer Avg is not tested"),
         _ => acc,
@@ -296,12 +383,33 @@ fn request(c: &Case, r: u32) -> CollRequest {
     }
 }
 
+/// The plans of every rank: the tuner's, or wrapped into a zero-copy plan as the case says,
+/// with each rank's `exposed` flag set as the communicator would.
+fn plans(c: &Case) -> Result<Vec<WorkDesc>, String> {
+    (0..c.n)
+        .map(|r| {
+            let req = request(c, r);
+            let d = build_coll(&req).map_err(|e| format!("build_coll: {e}"))?;
+            Ok(match c.zc {
+                Zc::Off => d,
+                Zc::Exposed | Zc::Hidden(_) => WorkDesc {
+                    exposed: c.zc != Zc::Hidden(r),
+                    ..zero_copy::wrap(&req, d)
+                },
+            })
+        })
+        .collect()
+}
+
 /// Runs one case; returns the final arenas when everything matched.
 fn run_case(c: &Case, seed: u64) -> Result<Vec<Vec<u8>>, String> {
+    run_plans(c, &plans(c)?, seed)
+}
+
+/// Runs one case with the given plans (possibly broken on purpose); returns the final arenas
+/// when everything matched, including the branch a zero-copy plan had to take.
+fn run_plans(c: &Case, descs: &[WorkDesc], seed: u64) -> Result<Vec<Vec<u8>>, String> {
     let es = c.dtype.size();
-    let descs: Vec<WorkDesc> = (0..c.n)
-        .map(|r| build_coll(&request(c, r)).map_err(|e| format!("build_coll: {e}")))
-        .collect::<Result<_, _>>()?;
     let mut mems = Vec::new();
     let mut wants = Vec::new();
     for r in 0..c.n {
@@ -340,7 +448,21 @@ fn run_case(c: &Case, seed: u64) -> Result<Vec<Vec<u8>>, String> {
         );
         mems.push(RankMem { arena, bufs });
     }
-    run(&descs, &mut mems, seed)?;
+    let stats = run(descs, &mut mems, seed)?;
+    let lanes: usize = descs.iter().map(|d| d.channels.len()).sum();
+    let branches = (stats.zero_copy_lanes, stats.fallback_lanes, stats.direct);
+    let branch_ok = match c.zc {
+        Zc::Off => branches == (0, 0, 0),
+        // Some rank owns a non-empty piece, so something is read or written directly.
+        Zc::Exposed => branches.0 == lanes && branches.1 == 0 && branches.2 > 0,
+        Zc::Hidden(_) => branches == (0, lanes, 0),
+    };
+    if !branch_ok {
+        return Err(format!(
+            "{lanes} lanes: {} took the zero-copy branch, {} the fallback; {} direct accesses",
+            branches.0, branches.1, branches.2
+        ));
+    }
     let mut errors = Vec::new();
     for r in 0..c.n {
         let (io, oo, total) = place(c, r);
@@ -974,6 +1096,7 @@ fn desc(channels: Vec<Vec<Step>>) -> WorkDesc {
         dtype: DataType::Int64,
         reduction: Reduction::none(),
         scratch_elems: 0,
+        exposed: false,
         channels: channels
             .into_iter()
             .map(|steps| ChannelWork { steps })
@@ -1076,4 +1199,429 @@ fn huge_chunks_do_not_overflow() {
     // An empty group has no channels at all (empty channels are dropped).
     let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX, P2pLl::default());
     assert_eq!((d.channels.len(), d.step_count()), (0, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero-copy plans: the tuner's plan wrapped by `zero_copy::wrap`, on both branches.
+
+const ZC_RANKS: [u32; 5] = [2, 3, 4, 8, 16];
+const ZC_COUNTS: [u64; 4] = [1, 7, 1000, 4099];
+
+/// Types and operators for the reducing kinds (integer Avg and inexact products are not
+/// tested: their results depend on the order of combination, which differs between plans).
+/// PreMulSum runs with the same scalar on every rank: a zero-copy reduction pre-scales the
+/// inputs it reads from peers with its own scalar (see `zero_copy_premulsum_per_rank_scalars`).
+const ZC_REDUCTIONS: [(DataType, Red); 20] = [
+    (DataType::Int64, Red::Sum),
+    (DataType::Int64, Red::Prod),
+    (DataType::Int64, Red::Max),
+    (DataType::Int64, Red::Min),
+    (DataType::Uint64, Red::Sum),
+    (DataType::Float64, Red::Sum),
+    (DataType::Float64, Red::Avg),
+    (DataType::Float64, Red::PreMulSumSame),
+    (DataType::Float32, Red::Sum),
+    (DataType::Float32, Red::Max),
+    (DataType::Float32, Red::Avg),
+    (DataType::Float32, Red::PreMulSumSame),
+    (DataType::Int8, Red::Sum),
+    (DataType::Int8, Red::Prod),
+    (DataType::Int8, Red::Max),
+    (DataType::Int8, Red::Min),
+    (DataType::Bfloat16, Red::Sum),
+    (DataType::Bfloat16, Red::Min),
+    (DataType::Bfloat16, Red::Avg),
+    (DataType::Bfloat16, Red::PreMulSumSame),
+];
+
+/// Types for the kinds that only copy (every element size, so every grain and table length).
+const ZC_COPIES: [(DataType, Red); 5] = [
+    (DataType::Int64, Red::Sum),
+    (DataType::Float64, Red::Sum),
+    (DataType::Float32, Red::Sum),
+    (DataType::Bfloat16, Red::Sum),
+    (DataType::Int8, Red::Sum),
+];
+
+/// Every rank count and count, in place and out of place, with all ranks exposed and with one
+/// rank hidden; the channels, chunk, root and hidden rank rotate. The fallback plan is built
+/// with every algorithm the kind has among Ring and Direct, each for every case (`all_algos`),
+/// or in turn (to keep the sweeps over types and operators short).
+fn zc_sweep(kind: CollKind, dtype: DataType, red: Red, all_algos: bool) -> Vec<Case> {
+    let mut v = Vec::new();
+    let mut i = 0u32;
+    let algos: Vec<Algorithm> = algorithms_for(kind)
+        .iter()
+        .copied()
+        .filter(|a| matches!(a, Algorithm::Ring | Algorithm::Direct))
+        .collect();
+    let rounds = if all_algos { algos.len() } else { 1 };
+    for round in 0..rounds {
+        for n in ZC_RANKS {
+            for count in ZC_COUNTS {
+                for inplace in [false, true] {
+                    for hidden in [false, true] {
+                        i += 1;
+                        let algo = algos[(round + i as usize / 2) % algos.len()];
+                        v.push(Case {
+                            n,
+                            count,
+                            inplace,
+                            nch: 1 + i % 3,
+                            chunk: [16, 64, 1000][(i / 3 % 3) as usize],
+                            root: i * 7 % n,
+                            dtype,
+                            red,
+                            zc: if hidden {
+                                Zc::Hidden(i / 2 % n)
+                            } else {
+                                Zc::Exposed
+                            },
+                            ..Case::new(kind, algo)
+                        });
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn check_zero_copy(kind: CollKind) {
+    let types: &[(DataType, Red)] = if reduces(kind) {
+        &ZC_REDUCTIONS
+    } else {
+        &ZC_COPIES
+    };
+    check_all(
+        types
+            .iter()
+            .enumerate()
+            .flat_map(|(j, &(dtype, red))| zc_sweep(kind, dtype, red, j == 0)),
+    );
+}
+
+macro_rules! zero_copy_tests {
+    ($($name:ident: $kind:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_zero_copy(CollKind::$kind);
+            }
+        )*
+        /// The kinds the tests above cover.
+        const ZC_TESTED: &[CollKind] = &[$(CollKind::$kind),*];
+    };
+}
+
+zero_copy_tests! {
+    zero_copy_all_reduce: AllReduce;
+    zero_copy_reduce_scatter: ReduceScatter;
+    zero_copy_reduce: Reduce;
+    zero_copy_all_gather: AllGather;
+    zero_copy_broadcast: Broadcast;
+    zero_copy_gather: Gather;
+    zero_copy_scatter: Scatter;
+}
+
+#[test]
+fn zero_copy_tests_cover_every_supported_kind() {
+    let all = [
+        CollKind::AllReduce,
+        CollKind::Broadcast,
+        CollKind::Reduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+        CollKind::AllToAll,
+        CollKind::AllToAllv,
+        CollKind::Gather,
+        CollKind::Scatter,
+        CollKind::SendRecv,
+    ];
+    for kind in all {
+        assert_eq!(
+            zero_copy::supports(kind),
+            ZC_TESTED.contains(&kind),
+            "{kind:?}"
+        );
+    }
+}
+
+/// A hand-written two-rank zero-copy AllReduce of 4 Int64 elements checks the simulator's
+/// model itself: table exchange, branch choice from both exposed flags, direct reads, tokens.
+fn tiny_zero_copy(rank: u32, exposed: bool) -> WorkDesc {
+    let t = coll_tag(5, 0);
+    let peer = 1 - rank;
+    let mut publish = Step::new(3, t).send(peer).ll();
+    publish.publish = true;
+    let mut learn = Step::new(3, t).recv(peer).ll();
+    learn.learn = true;
+    let mut token = Step::new(1, t).send(peer).ll().on(Path::ZeroCopy);
+    token.publish = true;
+    token.fence = true;
+    let mut d = desc(vec![vec![
+        publish,
+        learn,
+        Step::new(4, t)
+            .read_peer(peer, Region::input(0))
+            .own(Region::input(0))
+            .dst(Region::output(0))
+            .on(Path::ZeroCopy),
+        token,
+        Step::new(1, t).recv(peer).ll().on(Path::ZeroCopy),
+        Step::new(4, t)
+            .src(Region::input(0))
+            .send(peer)
+            .on(Path::Fallback),
+        Step::new(4, t)
+            .recv(peer)
+            .own(Region::input(0))
+            .dst(Region::output(0))
+            .on(Path::Fallback),
+    ]]);
+    d.exposed = exposed;
+    d
+}
+
+fn tiny_mems() -> Vec<RankMem> {
+    (0..2u64)
+        .map(|r| {
+            let mut m = mem(16);
+            for i in 0..16 {
+                put(&mut m.arena, 8, i, 100 * r + i);
+            }
+            m
+        })
+        .collect()
+}
+
+#[test]
+fn simulator_runs_zero_copy_branches() {
+    for (e0, e1) in [(true, true), (true, false), (false, true), (false, false)] {
+        for seed in 0..16 {
+            let descs = vec![tiny_zero_copy(0, e0), tiny_zero_copy(1, e1)];
+            let mut mems = tiny_mems();
+            let st = run(&descs, &mut mems, seed).unwrap_or_else(|e| panic!("{e0} {e1}: {e}"));
+            let zc = e0 && e1;
+            // Both ranks take the branch only both exposed flags allow: the flag travels.
+            assert_eq!(
+                (st.zero_copy_lanes, st.fallback_lanes),
+                if zc { (2, 0) } else { (0, 2) }
+            );
+            // Tables and tokens, or tables and data, are messages; the zero-copy read is not.
+            assert_eq!((st.direct, st.messages), if zc { (2, 4) } else { (0, 4) });
+            assert_eq!(st.skipped, if zc { 4 } else { 6 });
+            for m in &mems {
+                for i in 0..4 {
+                    assert_eq!(get(&m.arena, 8, 16 + i), i + (100 + i));
+                }
+            }
+        }
+    }
+}
+
+/// The case the broken zero-copy plans below start from.
+fn zc_base(zc: Zc) -> Case {
+    Case {
+        n: 4,
+        count: 1000,
+        nch: 2,
+        dtype: DataType::Float64,
+        red: Red::PreMulSumSame,
+        zc,
+        ..Case::new(CollKind::AllReduce, Algorithm::Direct)
+    }
+}
+
+/// Runs `descs` on `c` under several seeds; returns the errors (the plan must never pass).
+fn zc_errors(c: &Case, descs: &[WorkDesc]) -> Vec<String> {
+    (0..32)
+        .map(|seed| {
+            run_plans(c, descs, seed)
+                .err()
+                .unwrap_or_else(|| panic!("a broken plan passed with seed {seed}"))
+        })
+        .collect()
+}
+
+/// Applies `f` to every step of every rank's plan.
+fn edit(descs: &mut [WorkDesc], f: impl Fn(u32, &mut Step)) {
+    for (r, d) in descs.iter_mut().enumerate() {
+        for s in d.channels.iter_mut().flat_map(|c| c.steps.iter_mut()) {
+            f(r as u32, s);
+        }
+    }
+}
+
+#[test]
+fn simulator_detects_broken_zero_copy_plans() {
+    let c = zc_base(Zc::Exposed);
+    let good = plans(&c).unwrap();
+    run_plans(&c, &good, 1).expect("the unbroken plan runs");
+
+    // The peer's input without its pre-scale: wrong results.
+    let mut d = good.clone();
+    edit(&mut d, |_, s| s.pre_recv = false);
+    assert!(
+        zc_errors(&c, &d)
+            .iter()
+            .all(|e| e.contains("wrong elements"))
+    );
+
+    // No token exchange at the end: a rank's channel returns while peers still write its
+    // output; the interleaving exposes it under some seed, and no seed may pass.
+    let mut d = good.clone();
+    for ch in d.iter_mut().flat_map(|d| d.channels.iter_mut()) {
+        ch.steps
+            .retain(|s| !(s.path == Path::ZeroCopy && s.src.is_none() && s.peer_src.is_none()));
+    }
+    let errs: Vec<String> = (0..64)
+        .filter_map(|seed| run_plans(&c, &d, seed).err())
+        .collect();
+    assert!(
+        errs.iter().any(|e| e.contains("missing synchronisation")),
+        "{errs:?}"
+    );
+
+    // A zero-copy step before the table exchange.
+    let mut d = good.clone();
+    let steps = &mut d[1].channels[0].steps;
+    let first = steps.iter().position(|s| s.path == Path::ZeroCopy).unwrap();
+    let s = steps.remove(first);
+    steps.insert(0, s);
+    assert!(
+        zc_errors(&c, &d)
+            .iter()
+            .all(|e| e.contains("rank 1 channel 0 step 0") && e.contains("before learning"))
+    );
+
+    // Rank 2 does not learn rank 0's table (and rank 0 does not send it): it cannot choose.
+    let mut d = good.clone();
+    d[2].channels[0]
+        .steps
+        .retain(|s| !(s.learn && s.recv == Some(0)));
+    d[0].channels[0]
+        .steps
+        .retain(|s| !(s.publish && s.path == Path::Always && s.send == Some(2)));
+    assert!(zc_errors(&c, &d).iter().all(|e| e.contains("ranks [0]")));
+
+    // Rank 0 runs its zero-copy steps although rank 1 did not expose its buffers.
+    let c = zc_base(Zc::Hidden(1));
+    let mut d = plans(&c).unwrap();
+    run_plans(&c, &d, 1).expect("the unbroken plan falls back");
+    edit(&mut d, |r, s| {
+        if r == 0 && s.path == Path::ZeroCopy && (s.peer_src.is_some() || s.peer_dst.is_some()) {
+            s.path = Path::Always;
+        }
+    });
+    assert!(
+        zc_errors(&c, &d)
+            .iter()
+            .all(|e| e.contains("rank 1 did not expose"))
+    );
+
+    // Channel 1 of rank 0 writes into the part of rank 1's output that channel 0 owns.
+    let c = Case {
+        kind: CollKind::AllGather,
+        ..zc_base(Zc::Exposed)
+    };
+    let mut d = plans(&c).unwrap();
+    run_plans(&c, &d, 1).expect("the unbroken plan runs");
+    let s = d[0].channels[1]
+        .steps
+        .iter_mut()
+        .find(|s| s.send == Some(1) && s.peer_dst.is_some())
+        .unwrap();
+    s.peer_dst = Some(Region::output(0));
+    let e = run_plans(&c, &d, 1).unwrap_err();
+    assert!(
+        e.contains("rank 1: channel") && e.contains("also uses"),
+        "{e}"
+    );
+
+    // Tables are not data, and data is not a table.
+    let two = |rank| {
+        let mut d = tiny_zero_copy(rank, true);
+        d.channels[0].steps[1].learn = false;
+        d.channels[0].steps[1].dst = Some(Region::output(8));
+        d
+    };
+    let mut mems = tiny_mems();
+    let e = run(&[two(0), two(1)], &mut mems, 1).unwrap_err();
+    assert!(e.contains("buffer table as data"), "{e}");
+    let bare = |rank| {
+        let mut d = tiny_zero_copy(rank, true);
+        d.channels[0].steps[0].publish = false;
+        d.channels[0].steps[0].src = Some(Region::input(8));
+        d
+    };
+    let mut mems = tiny_mems();
+    let e = run(&[bare(0), bare(1)], &mut mems, 1).unwrap_err();
+    assert!(
+        e.contains("rank 1 sent data") || e.contains("rank 0 sent data"),
+        "{e}"
+    );
+}
+
+/// Per-rank PreMulSum scalars on the fallback branch (the zero-copy branch: see below).
+#[test]
+fn zero_copy_premulsum_per_rank_scalars_fallback() {
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::ReduceScatter,
+        CollKind::Reduce,
+    ] {
+        check_all(
+            zc_sweep(kind, DataType::Float64, Red::PreMulSum, true)
+                .into_iter()
+                .filter(|c| c.zc != Zc::Exposed),
+        );
+    }
+}
+
+/// NCCL lets every rank give its own PreMulSum scalar, applied to its own input. The zero-copy
+/// branch scales the inputs a rank reads from its peers (`pre_recv`) with the reading rank's
+/// scalar, so with per-rank scalars it would compute `sum_p s_r * x_p` for the piece rank `r`
+/// owns: the communicator never offers PreMulSum to `zero_copy` (`zero_copy::handles`), and this
+/// shows why that matters: the zero-copy branch gets such a case wrong.
+#[test]
+fn zero_copy_premulsum_per_rank_scalars() {
+    let req = |red: Reduction| CollRequest {
+        kind: CollKind::AllReduce,
+        rank: 0,
+        nranks: 2,
+        count: 8,
+        root: 0,
+        layout: None,
+        dtype: DataType::Float64,
+        reduction: red,
+        seq: 0,
+        algo: Algorithm::Direct,
+        proto: Protocol::Simple,
+        nchannels: 1,
+        chunk_elems: 8,
+    };
+    assert!(zero_copy::handles(&req(Reduction::none())));
+    let premul = Reduction::lower(
+        RedOp::PreMulSum(ScalarSource::Immediate(Scalar::from_bytes(
+            &0.5f64.to_le_bytes(),
+        ))),
+        2,
+    );
+    assert!(!zero_copy::handles(&req(premul)));
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::ReduceScatter,
+        CollKind::Reduce,
+    ] {
+        let failures = zc_sweep(kind, DataType::Float64, Red::PreMulSum, true)
+            .into_iter()
+            .filter(|c| c.zc == Zc::Exposed)
+            .filter(|c| run_case(c, 1).is_err())
+            .count();
+        assert!(
+            failures > 0,
+            "{kind:?}: per-rank scalars should break the zero-copy branch"
+        );
+    }
 }
