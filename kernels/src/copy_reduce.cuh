@@ -135,6 +135,7 @@ OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const ty
     // A pure move: the element function is the identity.
     const T* from = rcv ? rcv : src;
     uint64_t done = 0;
+    OXCCL_MARK(44);
     if (aligned16(from) && aligned16(dst) && aligned16(snd)) {
       constexpr uint64_t kPer = 16 / sizeof(T);
       const CopyPacks body{reinterpret_cast<const OxcclPack16*>(from),
@@ -142,11 +143,14 @@ OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const ty
       for_each_pack<4>(n / kPer, body);
       done = n / kPer * kPer;
     }
+    OXCCL_MARK(45);
     for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
       const T v = from[i];
       if (dst) dst[i] = v;
       if (snd) snd[i] = v;
+      OXCCL_MARK(47);
     }
+    OXCCL_MARK(46);
     return;
   }
   if (rcv == nullptr || src == nullptr) {

@@ -11,6 +11,21 @@
 // - a peer's published buffer (zero-copy plans, OXCCL_ZC_DIRECT_*): read or written directly,
 //   at the address the peer sent in its buffer table at the plan's start.
 // Every wait polls the abort flag, so an aborted communicator never leaves a kernel spinning.
+// Built with -DOXCCL_PROFILE, thread 0 of block 0 stores the SM clock at numbered points of each
+// launch in oxccl_profile_marks (read with cuModuleGetGlobal); kernels/tests/gpu_exec_test.cu
+// prints where a launch's time goes. Compiled out otherwise.
+#ifdef OXCCL_PROFILE
+__device__ unsigned long long oxccl_profile_marks[64];
+#define OXCCL_MARK(i)                                                                    \
+  do {                                                                                   \
+    if (threadIdx.x == 0 && blockIdx.x == 0 && (i) < 64) oxccl_profile_marks[i] = clock64(); \
+  } while (0)
+#else
+#define OXCCL_MARK(i) \
+  do {                \
+  } while (0)
+#endif
+
 #include "copy_reduce.cuh"
 
 #ifndef OXCCL_MAX_THREADS
@@ -177,11 +192,16 @@ OXCCL_DEVICE typename E::Bits element_rt(unsigned op, bool have_r, typename E::B
 }
 
 // One step flagged OXCCL_STEP_LL (see run_step for the primitive). Returns false on abort.
+//
+// Small messages are all prologue, so it is kept short: the connections' fields are read once
+// into registers (through the structs, every store of the step would force a reload), and
+// thread 0 reads both positions with independent loads before the one barrier that shares them
+// through shared_pos[0] (receive) and [1] (send).
 template <class E>
 OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                               const StepMath<typename E::Bits>& math,
                               const typename E::Bits* src, typename E::Bits* dst,
-                              int* shared_abort, uint64_t* shared_slot) {
+                              int* shared_abort, uint64_t* shared_pos) {
   typedef typename E::Bits T;
   constexpr uint32_t kPer = 8 / sizeof(T);  // elements per packet
   const uint32_t flags = st.flags;
@@ -189,7 +209,6 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
 
   const T* rcv_whole = nullptr;
   const OxcclConn* rconn = nullptr;
-  uint64_t r_pos = 0;
   if (st.recv_peer >= 0) {
     if (flags & OXCCL_STEP_RECV_SELF) {
       const uint32_t msg = (uint32_t)st.recv_peer;
@@ -197,36 +216,49 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       rcv_whole = reinterpret_cast<const T*>(args.loopback + args.loopback_offs[msg]);
     } else {
       rconn = &args.recv_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.recv_peer];
-      r_pos = block_read_own(rconn->ll_pos, shared_slot);
     }
   }
   T* snd_whole = nullptr;
   const OxcclConn* sconn = nullptr;
-  uint64_t s_pos = 0;
   if (st.send_peer >= 0) {
     if (flags & OXCCL_STEP_SEND_SELF) {
       snd_whole = reinterpret_cast<T*>(args.loopback + args.loopback_offs[(uint32_t)st.send_peer]);
     } else {
       sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
-      s_pos = block_read_own(sconn->ll_pos, shared_slot);
     }
   }
   // Every LL FIFO of a communicator has the same geometry (checked at connect).
   const OxcclConn* geom = rconn ? rconn : sconn;
-  const uint64_t slot_elems = (uint64_t)(geom->ll_slot_bytes / 2) / sizeof(T);
+  const uint32_t slot_bytes = geom->ll_slot_bytes;
   const uint32_t nslots = geom->ll_nslots;
+  const char* r_buff = rconn ? rconn->ll_buff : nullptr;
+  volatile uint64_t* r_head = rconn ? rconn->ll_head : nullptr;
+  char* s_buff = sconn ? sconn->ll_buff : nullptr;
+  const volatile uint64_t* s_head = sconn ? sconn->ll_head : nullptr;
+  volatile uint64_t* s_head_seen = sconn ? sconn->ll_head_seen : nullptr;
+  volatile uint64_t* s_pos_at = sconn ? sconn->ll_pos : nullptr;
+  if (threadIdx.x == 0) {
+    // Only this block moves these counters, so they are read without ordering.
+    const volatile uint64_t* r_pos_at = rconn ? rconn->ll_pos : nullptr;
+    const uint64_t r = r_pos_at ? *r_pos_at : 0;
+    const uint64_t t = s_pos_at ? *s_pos_at : 0;
+    shared_pos[0] = r;
+    shared_pos[1] = t;
+  }
+  oxccl_block_sync();
+  uint64_t r_pos = shared_pos[0], s_pos = shared_pos[1];
+  const uint64_t slot_elems = (uint64_t)(slot_bytes / 2) / sizeof(T);
   const bool have_r = rconn != nullptr || rcv_whole != nullptr;
 
   bool aborted = false;  // this thread saw the abort flag
   for (uint64_t done = 0; done < count;) {
     const uint64_t n = count - done < slot_elems ? count - done : slot_elems;
     if (sconn && s_pos + 1 > nslots &&
-        !block_wait_space(sconn->ll_head, sconn->ll_head_seen, s_pos + 1 - nslots, args,
-                          shared_abort)) {
+        !block_wait_space(s_head, s_head_seen, s_pos + 1 - nslots, args, shared_abort)) {
       return false;
     }
-    const char* rslot = rconn ? rconn->ll_buff + (r_pos % nslots) * rconn->ll_slot_bytes : nullptr;
-    char* sslot = sconn ? sconn->ll_buff + (s_pos % nslots) * sconn->ll_slot_bytes : nullptr;
+    const char* rslot = r_buff ? r_buff + (r_pos % nslots) * slot_bytes : nullptr;
+    char* sslot = s_buff ? s_buff + (s_pos % nslots) * slot_bytes : nullptr;
     const uint32_t rflag = ll_flag(r_pos), sflag = ll_flag(s_pos);
     const uint64_t npackets = (n + kPer - 1) / kPer;
     for (uint64_t k = threadIdx.x; k < npackets; k += blockDim.x) {
@@ -234,7 +266,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       const uint32_t m = count - at < kPer ? (uint32_t)(count - at) : kPer;
       PacketElems<T> a, b;
       a.u = 0;
-      if (rconn) {
+      if (rslot) {
         if (!aborted) aborted = !ll_wait(rslot + k * 16, rflag, args, &a.u, shared_abort);
       } else if (rcv_whole) {
         a.u = load_packet(rcv_whole + at, m);
@@ -246,7 +278,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       }
       if (dst) store_packet(dst + at, a.u, m);
       if (snd_whole) store_packet(snd_whole + at, a.u, m);
-      if (sconn) oxccl_ll_store(sslot + k * 16, a.u, sflag);
+      if (sslot) oxccl_ll_store(sslot + k * 16, a.u, sflag);
     }
     // Every thread has read the slot before it is returned; everyone learns of an abort.
     oxccl_block_sync();
@@ -254,15 +286,16 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
     if (rconn) {
       // The barrier ordered every read of the slot before this store; nothing else needs to be
       // visible with it, so it skips the system-scope release (a fence over the link).
-      if (threadIdx.x == 0) oxccl_store_relaxed_sys(rconn->ll_head, r_pos + 1);
+      if (threadIdx.x == 0) oxccl_store_relaxed_sys(r_head, r_pos + 1);
       ++r_pos;
     }
     if (sconn) ++s_pos;
     done += n;
   }
-  if (sconn && threadIdx.x == 0) *sconn->ll_pos = s_pos;
+  if (sconn && threadIdx.x == 0) *s_pos_at = s_pos;
   if (snd_whole) block_publish(&args.loopback_flags[(uint32_t)st.send_peer], args.epoch);
-  // The next step may read what this one wrote (dst, loopback) with other threads.
+  // The next step may read what this one wrote (dst, loopback) with other threads; and no
+  // thread may still read shared_pos when the next step's thread 0 writes it.
   oxccl_block_sync();
   return true;
 }
@@ -303,6 +336,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
   typedef typename E::Bits T;
   const uint64_t count = st.count;
   const uint32_t flags = st.flags;
+  OXCCL_MARK(41);
   const bool has_value =
       st.recv_peer >= 0 || (flags & OXCCL_STEP_HAS_SRC) || (st.zc & OXCCL_ZC_PUBLISH);
   if (count == 0 || !has_value) return true;
@@ -323,10 +357,17 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     run_step_direct<E>(args, st, math, zs, src, dst);
     return true;
   }
+  if (st.recv_peer < 0 && st.send_peer < 0) {
+    // A local copy or scaling: none of the connection logic below, whose instructions a small
+    // step would otherwise pay for one by one.
+    reduce_copy<E>(args.redop, nullptr, src, dst, nullptr, count, math);
+    oxccl_block_sync();
+    return true;
+  }
   const bool peer_recv = st.recv_peer >= 0 && !(flags & OXCCL_STEP_RECV_SELF);
   const bool peer_send = st.send_peer >= 0 && !(flags & OXCCL_STEP_SEND_SELF);
   if ((flags & OXCCL_STEP_LL) && (peer_recv || peer_send)) {
-    return run_step_ll<E>(args, st, math, src, dst, shared_abort, shared_slot);
+    return run_step_ll<E>(args, st, math, src, dst, shared_abort, shared_slot + 1);
   }
 
   const uint64_t kWhole = ~0ull;  // slot size of a side that is not chunked
@@ -362,6 +403,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     }
   }
 
+  OXCCL_MARK(42);
   uint64_t done = 0;
   while (done < count) {
     const uint64_t r_in = rconn ? done % r_slot : 0;
@@ -392,6 +434,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
 
     reduce_copy<E>(args.redop, rcv, src ? src + done : nullptr, dst ? dst + done : nullptr, snd, n,
                    math);
+    OXCCL_MARK(40);
     done += n;
 
     if (rconn && (r_in + n == r_slot || done == count)) {
@@ -409,6 +452,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
   if (snd_whole) block_publish(&args.loopback_flags[(uint32_t)st.send_peer], args.epoch);
   // The next step may read what this one wrote (dst, loopback) with other threads.
   oxccl_block_sync();
+  OXCCL_MARK(43);
   return true;
 }
 
@@ -421,9 +465,11 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
 template <class E>
 __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) {
   __shared__ int shared_abort;
-  __shared__ uint64_t shared_slot;
+  // [0]: block_read_own's slot; [1], [2]: the LL steps' positions.
+  __shared__ uint64_t shared_slot[3];
   __shared__ OxcclLaunchArgs shared_args;
   __shared__ ZcState zs;
+  OXCCL_MARK(0);
 #ifdef OXCCL_SMALL_INLINE_ARGS_BYTES
   __shared__ uint64_t shared_block[OXCCL_SMALL_INLINE_ARGS_BYTES / 8];
   if (copy_bytes != 0) {
@@ -450,6 +496,7 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
     zs.branch = -1;
   }
   oxccl_block_sync();
+  OXCCL_MARK(1);
   const OxcclLaunchArgs& args = shared_args;
   if (blockIdx.x >= args.nchannels) return;
 
@@ -462,8 +509,12 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
 
   const OxcclDevChannel& ch = args.channels[blockIdx.x];
   const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(b + (uintptr_t)ch.steps);
+  OXCCL_MARK(2);
   for (uint32_t i = 0; i < ch.nsteps; ++i) {
-    const OxcclDevStep& st = steps[i];
+    OXCCL_MARK(3 + 2 * i);
+    // A copy in registers: read through the reference, every field would be reloaded after each
+    // store the compiler cannot prove unrelated (the block is in shared memory or the parameters).
+    const OxcclDevStep st = steps[i];
     if (st.zc & (OXCCL_ZC_ONLY | OXCCL_ZC_FALLBACK)) {
       // Every thread decides from the same tables; the steps that learned them ended with a
       // barrier. All ranks decide alike, so they all take the same branch.
@@ -483,8 +534,10 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
       oxccl_fence_system();
       oxccl_block_sync();
     }
-    if (!run_step<E>(args, st, math, zs, &shared_abort, &shared_slot)) return;
+    if (!run_step<E>(args, st, math, zs, &shared_abort, shared_slot)) return;
+    OXCCL_MARK(4 + 2 * i);
   }
+  OXCCL_MARK(30);
 }
 
 }  // namespace oxccl

@@ -9,6 +9,7 @@
 // 2. A two-rank ring allreduce over OxcclConn FIFOs: the ranks are two kernels running at once,
 //    on two GPUs with peer access when there are two, else on one GPU, on separate streams.
 // 3. Abort: a kernel waiting on a peer that never sends exits once the host raises the flag.
+// Then, for information: local copy bandwidth, and what one launch costs in a CUDA graph.
 //
 // Build: nvcc -std=c++17 -O2 -Ikernels/include -Ikernels/src kernels/tests/gpu_exec_test.cu -lcuda
 #include <cuda.h>
@@ -311,7 +312,8 @@ static void test_local(int dtype, size_t n, size_t off) {
 
 template <class E>
 static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint64_t slot_bytes,
-                      uint32_t nslots, volatile uint32_t* abort_host, volatile uint32_t* abort_dev) {
+                      uint32_t nslots, volatile uint32_t* abort_host, volatile uint32_t* abort_dev,
+                      bool ll = false) {
   typedef typename E::Bits T;
   const int nranks = 2;
   Gpu* g[2] = {&gpus[0], &gpus[gpus.size() > 1 ? 1 : 0]};
@@ -328,8 +330,9 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
     din[r] = upload(in[r]);
     dout[r] = dalloc(n * sizeof(T));
   }
-  // conns[c][s]: FIFO of channel c from rank s to rank 1-s; memory lives on the receiver.
-  std::vector<OxcclConn> fifo(nchannels * 2);
+  // conns[c][s]: FIFO of channel c from rank s to rank 1-s; memory lives on the receiver. LL:
+  // the same geometry as LL slots, and the sender's position and last head seen on the sender.
+  std::vector<OxcclConn> fifo(nchannels * 2), ll_send(nchannels * 2);
   std::vector<CUdeviceptr> fifo_mem;
   for (uint32_t c = 0; c < nchannels; ++c) {
     for (int s = 0; s < 2; ++s) {
@@ -338,13 +341,30 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
       fifo_mem.push_back(buff);
       fifo_mem.push_back(ctr);
       OxcclConn& k = fifo[c * 2 + s];
-      k.buff = (char*)(uintptr_t)buff;
-      k.head = (volatile uint64_t*)(uintptr_t)ctr;
-      k.tail = (volatile uint64_t*)(uintptr_t)(ctr + 8);
-      k.slot_bytes = slot_bytes;
-      k.nslots = nslots;
+      if (ll) {
+        k.ll_buff = (char*)(uintptr_t)buff;
+        k.ll_head = (volatile uint64_t*)(uintptr_t)ctr;
+        k.ll_pos = k.ll_head;
+        k.ll_slot_bytes = (uint32_t)slot_bytes;
+        k.ll_nslots = nslots;
+        CK(cuCtxSetCurrent(g[s]->ctx));
+        CUdeviceptr mine = dalloc(16);
+        fifo_mem.push_back(mine);
+        ll_send[c * 2 + s] = k;
+        ll_send[c * 2 + s].ll_pos = (volatile uint64_t*)(uintptr_t)mine;
+        ll_send[c * 2 + s].ll_head_seen = (volatile uint64_t*)(uintptr_t)(mine + 8);
+      } else {
+        k.buff = (char*)(uintptr_t)buff;
+        k.head = (volatile uint64_t*)(uintptr_t)ctr;
+        k.tail = (volatile uint64_t*)(uintptr_t)(ctr + 8);
+        k.slot_bytes = slot_bytes;
+        k.nslots = nslots;
+      }
     }
   }
+  // Elements a slot carries: LL packets hold 8 data bytes in 16.
+  const uint64_t slot_data = ll ? slot_bytes / 2 : slot_bytes;
+  const uint8_t ll_flag = ll ? OXCCL_STEP_LL : 0;
   RankLaunch L[2];
   CUdeviceptr args[2];
   for (int r = 0; r < nranks; ++r) {
@@ -357,12 +377,12 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
     L[r].send_conns.resize(nchannels * 2);
     L[r].recv_conns.resize(nchannels * 2);
     for (uint32_t c = 0; c < nchannels; ++c) {
-      L[r].send_conns[c * 2 + p] = fifo[c * 2 + r];
+      L[r].send_conns[c * 2 + p] = ll ? ll_send[c * 2 + r] : fifo[c * 2 + r];
       L[r].recv_conns[c * 2 + p] = fifo[c * 2 + p];
       // Pipeline the channel's range in pieces of two halves, each half at most one slot short
       // of the FIFO: a rank's send runs ahead of its peer's receive by one half, and the
       // recv-reduce-send step needs a free slot while the peer's half still sits in the FIFO.
-      const size_t half_max = (nslots - 1) * (slot_bytes / sizeof(T));
+      const size_t half_max = (nslots - 1) * (slot_data / sizeof(T));
       const size_t base = c * n_per_channel, end = base + n_per_channel;
       std::vector<OxcclDevStep> steps;
       for (size_t s0 = base; s0 < end; s0 += 2 * half_max) {
@@ -370,12 +390,13 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
         const size_t mid = s0 + (s1 - s0) / 2;
         const size_t start[2] = {s0, mid}, len[2] = {mid - s0, s1 - mid};
         OxcclDevStep a = step(len[r], 1);  // send my copy of half r
-        a.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP;
+        a.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | ll_flag;
         a.src_buf = 0;
         a.src_off = start[r];
         a.send_peer = p;
         OxcclDevStep b = step(len[p], 2);  // half p: peer's + mine, final, keep and send back
-        b.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | OXCCL_STEP_POST_OP | OXCCL_STEP_HAS_DST;
+        b.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_PRE_OP | OXCCL_STEP_POST_OP | OXCCL_STEP_HAS_DST |
+                  ll_flag;
         b.recv_peer = p;
         b.src_buf = 0;
         b.src_off = start[p];
@@ -383,7 +404,7 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
         b.dst_off = start[p];
         b.send_peer = p;
         OxcclDevStep d = step(len[r], 3);  // half r, final, from the peer
-        d.flags = OXCCL_STEP_HAS_DST;
+        d.flags = OXCCL_STEP_HAS_DST | ll_flag;
         d.recv_peer = p;
         d.dst_buf = 1;
         d.dst_off = start[r];
@@ -440,8 +461,8 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
   for (auto p : fifo_mem) cuMemFree(p);
   ++checks;
   if (bad) ++failures;
-  printf("ring allreduce %-18s %u ch x %zu elems, slots %llu B x %u: %s (%.2f ms, %.1f GB/s per rank)\n",
-         kNames[dtype], nchannels, n_per_channel, (unsigned long long)slot_bytes, nslots,
+  printf("ring allreduce %-18s %u ch x %zu elems, %s slots %llu B x %u: %s (%.2f ms, %.1f GB/s per rank)\n",
+         kNames[dtype], nchannels, n_per_channel, ll ? "LL" : "Simple", (unsigned long long)slot_bytes, nslots,
          bad ? "FAIL" : "ok", ms, n * sizeof(T) / (ms * 1e-3) / 1e9);
 }
 
@@ -541,6 +562,284 @@ static void bench_copy() {
   cuMemFree(b);
 }
 
+
+// ---- launch cost (informational) -----------------------------------------------------------
+
+// Kernels with the _small entry points' parameters, to price the launch itself.
+extern "C" __global__ void oxccl_test_empty_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall p) {}
+extern "C" __global__ void oxccl_test_stage_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall p) {
+  __shared__ uint64_t block[OXCCL_SMALL_INLINE_ARGS_BYTES / 8];
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(p.block);
+  for (uint32_t i = threadIdx.x; i < OXCCL_SMALL_INLINE_ARGS_BYTES / 8; i += blockDim.x) block[i] = from[i];
+  __syncthreads();
+  if (block[threadIdx.x % 8] == 0x5a5a5a5a5a5a5a5aull) *(volatile int*)nullptr = 1;
+}
+
+// The executor's local copy step alone, in a compact kernel: what a step costs without the rest
+// of the executor's code around it.
+extern "C" __global__ void oxccl_test_mini_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall p) {
+  __shared__ uint64_t block[OXCCL_SMALL_INLINE_ARGS_BYTES / 8];
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(p.block);
+  for (uint32_t i = threadIdx.x; i < OXCCL_SMALL_INLINE_ARGS_BYTES / 8; i += blockDim.x) block[i] = from[i];
+  __syncthreads();
+  const char* base = reinterpret_cast<const char*>(block);
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  const OxcclLaunchArgs* a = reinterpret_cast<const OxcclLaunchArgs*>(base);
+  const OxcclDevChannel* ch = reinterpret_cast<const OxcclDevChannel*>(b + (uintptr_t)a->channels) + blockIdx.x;
+  const OxcclDevStep* steps = reinterpret_cast<const OxcclDevStep*>(b + (uintptr_t)ch->steps);
+  char* const* bufs = reinterpret_cast<char* const*>(b + (uintptr_t)a->buffers);
+  for (uint32_t i = 0; i < ch->nsteps; ++i) {
+    const OxcclDevStep& st = steps[i];
+    const float* src = reinterpret_cast<const float*>(bufs[st.src_buf]) + st.src_off;
+    float* dst = reinterpret_cast<float*>(bufs[st.dst_buf]) + st.dst_off;
+    for (uint64_t j = threadIdx.x; j < st.count; j += blockDim.x) dst[j] = src[j];
+    __syncthreads();
+  }
+}
+
+// An argument block inline in _small parameters: args, channel table, steps, buffer table.
+static OxcclKernelParamsSmall small_block(const std::vector<std::vector<OxcclDevStep>>& channels,
+                                          const std::vector<CUdeviceptr>& buffers) {
+  OxcclKernelParamsSmall p{};
+  size_t at = sizeof(OxcclLaunchArgs);
+  const size_t ch_at = at;
+  at += channels.size() * sizeof(OxcclDevChannel);
+  std::vector<OxcclDevChannel> chans;
+  for (auto& steps : channels) {
+    OxcclDevChannel c{};
+    c.steps = (const OxcclDevStep*)(uintptr_t)at;
+    c.nsteps = (uint32_t)steps.size();
+    chans.push_back(c);
+    memcpy(p.block + at, steps.data(), steps.size() * sizeof(OxcclDevStep));
+    at += steps.size() * sizeof(OxcclDevStep);
+  }
+  memcpy(p.block + ch_at, chans.data(), chans.size() * sizeof(OxcclDevChannel));
+  const size_t buf_at = at;
+  memcpy(p.block + at, buffers.data(), buffers.size() * 8);
+  at += buffers.size() * 8;
+  if (at > OXCCL_SMALL_INLINE_ARGS_BYTES) {
+    fprintf(stderr, "small_block: %zu bytes do not fit\n", at);
+    exit(2);
+  }
+  OxcclLaunchArgs a{};
+  a.channels = (const OxcclDevChannel*)(uintptr_t)ch_at;
+  a.buffers = (char* const*)(uintptr_t)buf_at;
+  a.epoch = 1;
+  a.nchannels = (uint32_t)channels.size();
+  a.nranks = 1;
+  a.nbuffers = (uint32_t)buffers.size();
+  memcpy(p.block, &a, sizeof a);
+  return p;
+}
+
+// Microseconds per kernel of a graph of `n` back-to-back launches of `fn`.
+static double graph_us_per_launch(CUfunction fn, void* params, uint32_t grid, uint32_t threads) {
+  Gpu& g = gpus[0];
+  const int n = 200, reps = 10;
+  void* kp[] = {params};
+  CUgraph graph;
+  CUgraphExec exec;
+  CK(cuStreamBeginCapture(g.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < n; ++i) CK(cuLaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, g.stream, kp, nullptr));
+  CK(cuStreamEndCapture(g.stream, &graph));
+  CK(cuGraphInstantiate(&exec, graph, 0));
+  CK(cuGraphLaunch(exec, g.stream));
+  CK(cuStreamSynchronize(g.stream));
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, 0));
+  CK(cuEventCreate(&e1, 0));
+  CK(cuEventRecord(e0, g.stream));
+  for (int r = 0; r < reps; ++r) CK(cuGraphLaunch(exec, g.stream));
+  CK(cuEventRecord(e1, g.stream));
+  CK(cuEventSynchronize(e1));
+  float ms;
+  CK(cuEventElapsedTime(&ms, e0, e1));
+  cuEventDestroy(e0);
+  cuEventDestroy(e1);
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(graph);
+  return ms * 1e3 / (n * reps);
+}
+
+// What one launch costs in a graph: an empty kernel, one that only stages its parameters in
+// shared memory, and the executor with growing plans, so the executor's own fixed cost shows.
+static void bench_launch() {
+  Gpu& g = gpus[0];
+  CK(cuCtxSetCurrent(g.ctx));
+  CUfunction empty, stage, mini, small;
+  CK(cuModuleGetFunction(&small, g.mod, "oxccl_exec_f32_small"));
+  // The two reference kernels live in this program's own module (the runtime's, on the same
+  // primary context), not in the fatbin.
+  cudaFunction_t fe, fs, fm;
+  if (cudaGetFuncBySymbol(&fe, (const void*)oxccl_test_empty_small) != cudaSuccess ||
+      cudaGetFuncBySymbol(&fm, (const void*)oxccl_test_mini_small) != cudaSuccess ||
+      cudaGetFuncBySymbol(&fs, (const void*)oxccl_test_stage_small) != cudaSuccess) {
+    fprintf(stderr, "cudaGetFuncBySymbol failed\n");
+    exit(2);
+  }
+  empty = (CUfunction)fe;
+  stage = (CUfunction)fs;
+  mini = (CUfunction)fm;
+  CUdeviceptr a = dalloc(1 << 20), b = dalloc(1 << 20);
+  auto copy = [&](uint64_t count) {
+    OxcclDevStep s = step(count, 0);
+    s.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_HAS_DST;
+    s.dst_buf = 1;
+    return s;
+  };
+  OxcclKernelParamsSmall none = small_block({{}}, {a, b});
+  OxcclKernelParamsSmall one = small_block({{copy(2)}}, {a, b});
+  OxcclKernelParamsSmall four = small_block({{copy(2), copy(2), copy(2), copy(2)}}, {a, b});
+  OxcclKernelParamsSmall big = small_block({{copy(65536)}}, {a, b});
+  std::vector<std::vector<OxcclDevStep>> chans8(8, {copy(2)});
+  OxcclKernelParamsSmall eight = small_block(chans8, {a, b});
+  struct Case {
+    const char* name;
+    CUfunction fn;
+    OxcclKernelParamsSmall* p;
+    uint32_t grid;
+  };
+  Case cases[] = {
+      {"empty kernel", empty, &none, 1},
+      {"stage 1 KiB params in shared", stage, &none, 1},
+      {"executor, 0 steps", small, &none, 1},
+      {"executor, 1 copy step of 8 B", small, &one, 1},
+      {"executor, 4 copy steps of 8 B", small, &four, 1},
+      {"executor, 1 copy step of 256 KiB", small, &big, 1},
+      {"executor, 8 channels x 8 B", small, &eight, 8},
+      {"compact copy kernel, 1 step of 8 B", mini, &one, 1},
+      {"compact copy kernel, 4 steps of 8 B", mini, &four, 1},
+  };
+  for (uint32_t threads : {64u, 256u, 512u}) {
+    for (auto& c : cases) {
+      printf("launch cost, graph, %3u threads: %-34s %.2f us\n", threads, c.name,
+             graph_us_per_launch(c.fn, c.p, c.grid, threads));
+    }
+  }
+  // A fatbin built with -DOXCCL_PROFILE records clock marks: print them for one launch.
+  CUdeviceptr marks;
+  size_t marks_bytes;
+  if (cuModuleGetGlobal(&marks, &marks_bytes, g.mod, "oxccl_profile_marks") == CUDA_SUCCESS) {
+    for (auto* c : {&cases[3], &cases[4]}) {
+      for (int rep = 0; rep < 3; ++rep) {
+        CK(cuMemsetD8(marks, 0, marks_bytes));
+        void* kp[] = {c->p};
+        CK(cuLaunchKernel(c->fn, c->grid, 1, 1, 512, 1, 1, 0, g.stream, kp, nullptr));
+        CK(cuStreamSynchronize(g.stream));
+        unsigned long long m[64];
+        CK(cuMemcpyDtoH(m, marks, sizeof m));
+        printf("marks (cycles from entry), %s, run %d:", c->name, rep);
+        for (int i = 1; i < 64; ++i) {
+          if (m[i] != 0) printf(" %d:%lld", i, (long long)(m[i] - m[0]));
+        }
+        printf("\n");
+      }
+    }
+  }
+  int regs, local, shared;
+  CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, small));
+  CK(cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, small));
+  CK(cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, small));
+  printf("oxccl_exec_f32_small: %d registers, %d B local, %d B static shared\n", regs, local, shared);
+  cuMemFree(a);
+  cuMemFree(b);
+}
+
+// What a two-rank LL exchange costs in a graph: the direct allreduce of 8 bytes (send mine,
+// receive the peer's and add mine), the two ranks as two kernels on two streams of GPU 0 (or on
+// GPUs 0 and 1), forked and joined per iteration. Informational: it prices the executor's LL
+// steps, not the link.
+static void bench_ll_exchange(uint64_t count) {
+  const int nranks = 2;
+  Gpu* g[2] = {&gpus[0], &gpus[gpus.size() > 1 ? 1 : 0]};
+  CUstream st[2] = {g[0]->stream, gpus.size() > 1 ? g[1]->stream : g[1]->stream2};
+  CUdeviceptr din[2], dout[2];
+  std::vector<CUdeviceptr> mem;
+  OxcclConn recv_side[2], send_side[2];  // [s]: the FIFO from rank s to rank 1 - s
+  for (int s = 0; s < 2; ++s) {
+    CK(cuCtxSetCurrent(g[s]->ctx));
+    din[s] = upload(std::vector<float>(count, 1.0f + s));
+    dout[s] = dalloc(count * 4);
+    CK(cuCtxSetCurrent(g[1 - s]->ctx));
+    CUdeviceptr buff = dalloc(4096 * 8), head = dalloc(16);
+    CK(cuCtxSetCurrent(g[s]->ctx));
+    CUdeviceptr mine = dalloc(16);
+    mem.insert(mem.end(), {din[s], dout[s], buff, head, mine});
+    OxcclConn k{};
+    k.ll_buff = (char*)(uintptr_t)buff;
+    k.ll_head = (volatile uint64_t*)(uintptr_t)head;
+    k.ll_pos = k.ll_head;
+    k.ll_slot_bytes = 4096;
+    k.ll_nslots = 8;
+    recv_side[s] = k;
+    k.ll_pos = (volatile uint64_t*)(uintptr_t)mine;
+    k.ll_head_seen = (volatile uint64_t*)(uintptr_t)(mine + 8);
+    send_side[s] = k;
+  }
+  RankLaunch L[2];
+  CUdeviceptr args[2];
+  for (int r = 0; r < nranks; ++r) {
+    const int p = 1 - r;
+    L[r].nranks = 2;
+    L[r].rank = r;
+    L[r].buffers = {din[r], dout[r]};
+    L[r].send_conns.resize(2);
+    L[r].recv_conns.resize(2);
+    L[r].send_conns[p] = send_side[r];
+    L[r].recv_conns[p] = recv_side[p];
+    OxcclDevStep a = step(count, 1);
+    a.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_LL;
+    a.send_peer = p;
+    OxcclDevStep b = step(count, 1);
+    b.flags = OXCCL_STEP_HAS_SRC | OXCCL_STEP_HAS_DST | OXCCL_STEP_LL;
+    b.recv_peer = p;
+    b.dst_buf = 1;
+    L[r].channels.push_back({a, b});
+    CK(cuCtxSetCurrent(g[r]->ctx));
+    args[r] = L[r].build(nullptr, 1);
+  }
+  CK(cuCtxSetCurrent(g[0]->ctx));
+  CUevent fork, join;
+  CK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  CK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  const int n = 100, reps = 10;
+  CUgraph graph;
+  CUgraphExec exec;
+  CK(cuStreamBeginCapture(st[0], CU_STREAM_CAPTURE_MODE_RELAXED));
+  for (int i = 0; i < n; ++i) {
+    CK(cuEventRecord(fork, st[0]));
+    CK(cuStreamWaitEvent(st[1], fork, 0));
+    launch(*g[0], 7, args[0], 1, st[0]);
+    launch(*g[1], 7, args[1], 1, st[1]);
+    CK(cuEventRecord(join, st[1]));
+    CK(cuStreamWaitEvent(st[0], join, 0));
+  }
+  CK(cuStreamEndCapture(st[0], &graph));
+  CK(cuGraphInstantiate(&exec, graph, 0));
+  CK(cuGraphLaunch(exec, st[0]));
+  CK(cuStreamSynchronize(st[0]));
+  CUevent e0, e1;
+  CK(cuEventCreate(&e0, 0));
+  CK(cuEventCreate(&e1, 0));
+  CK(cuEventRecord(e0, st[0]));
+  for (int r = 0; r < reps; ++r) CK(cuGraphLaunch(exec, st[0]));
+  CK(cuEventRecord(e1, st[0]));
+  CK(cuEventSynchronize(e1));
+  float ms;
+  CK(cuEventElapsedTime(&ms, e0, e1));
+  auto out = download<float>(dout[0], count);
+  const bool ok = out[0] == 3.0f && out[count - 1] == 3.0f;
+  ++checks;
+  if (!ok) ++failures;
+  printf("LL exchange, graph, 2 ranks on %s: direct allreduce of %llu B %.2f us per iteration%s\n",
+         gpus.size() > 1 ? "2 GPUs" : "1 GPU", (unsigned long long)count * 4,
+         ms * 1e3 / (n * reps), ok ? "" : " (WRONG RESULT)");
+  cuGraphExecDestroy(exec);
+  cuGraphDestroy(graph);
+  for (auto& l : L) l.free_all();
+  for (auto m : mem) cuMemFree(m);
+}
+
 template <class E>
 static void local_all(int dtype) {
   test_local<E>(dtype, 100003, 0);
@@ -627,9 +926,17 @@ int main(int argc, char** argv) {
   test_ring<E4M3>(10, 50001, 2, 1024, 8, abort_host, abort_dev);
   test_ring<F64>(8, 30011, 2, 4096, 2, abort_host, abort_dev);
   test_ring<F32>(7, 1 << 22, 8, 512 << 10, 8, abort_host, abort_dev);
+  test_ring<F32>(7, 2, 1, 4096, 4, abort_host, abort_dev, true);
+  test_ring<F32>(7, 100003, 4, 4096, 4, abort_host, abort_dev, true);
+  test_ring<BF16>(9, 77777, 2, 2048, 8, abort_host, abort_dev, true);
+  test_ring<I8>(0, 4099, 3, 1024, 2, abort_host, abort_dev, true);
+  test_ring<F64>(8, 30011, 2, 4096, 4, abort_host, abort_dev, true);
 
   test_abort(abort_host, abort_dev);
   bench_copy();
+  bench_launch();
+  bench_ll_exchange(2);
+  bench_ll_exchange(2048);
 
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
