@@ -397,6 +397,30 @@ impl<B: Backend> Communicator<B> {
             })
             .collect();
         drop(seqs);
+        let self_copies = (inner.nranks == 1 && !inner.backend.synchronous_api())
+            .then(|| plan::only_self_copies(inner.rank, &planned))
+            .flatten();
+        if let Some(copies) = self_copies {
+            // A one-rank group is copies only: the copy engine does them faster than one
+            // kernel channel per message, and with no launch.
+            for (s, r) in copies {
+                let (from, to) = (&ops[s], &ops[r]);
+                if from.buf != to.buf && from.bytes > 0 {
+                    // SAFETY: `p2p`'s caller guarantees both buffers hold `bytes` bytes until
+                    // the copy has run.
+                    unsafe {
+                        inner.backend.memcpy_async(
+                            inner.device,
+                            to.buf,
+                            from.buf,
+                            from.bytes as usize,
+                            &ops[0].stream,
+                        )
+                    }?;
+                }
+            }
+            return Ok(None);
+        }
         // Both ends of a message must chunk it identically, and they only share the message
         // itself: the choice must not depend on the rest of either side's group.
         let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);

@@ -15,7 +15,7 @@ mod tree;
 pub mod tuner;
 pub mod zero_copy;
 
-pub use p2p::{P2pLl, build_p2p};
+pub use p2p::{P2pLl, build_p2p, only_self_copies};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};
 pub use work::{

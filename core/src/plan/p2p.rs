@@ -66,6 +66,28 @@ fn pair_self_messages(rank: u32, ops: &[P2pOp]) -> HashMap<usize, SelfPair> {
     pairs
 }
 
+/// When every operation of a group is a message to self whose other end is in the group too
+/// (a one-rank communicator's alltoall or sendrecv), the (send, receive) index pairs: the group
+/// is then nothing but copies, which a runtime may make without a kernel.
+pub fn only_self_copies(rank: u32, ops: &[P2pOp]) -> Option<Vec<(usize, usize)>> {
+    if ops.is_empty() || ops.iter().any(|o| o.peer != rank) {
+        return None;
+    }
+    let pairs = pair_self_messages(rank, ops);
+    if pairs.len() != ops.len() {
+        return None;
+    }
+    let mut copies: Vec<(usize, usize)> = pairs
+        .iter()
+        .filter_map(|(&i, p)| match p {
+            SelfPair::CopyTo(j) => Some((i, *j)),
+            SelfPair::Copied => None,
+        })
+        .collect();
+    copies.sort_unstable();
+    Some(copies)
+}
+
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
@@ -197,5 +219,47 @@ pub fn build_p2p(
         scratch_elems: 0,
         exposed: false,
         channels,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(dir: P2pDir, peer: u32, count: u64, peer_seq: u64) -> P2pOp {
+        P2pOp {
+            dir,
+            peer,
+            count,
+            peer_seq,
+        }
+    }
+
+    #[test]
+    fn only_self_copies_pairs_every_message_or_none() {
+        use P2pDir::{Recv, Send};
+        // Two self messages listed receive first: paired by sequence number, not position.
+        let ops = [
+            op(Recv, 0, 8, 0),
+            op(Recv, 0, 4, 1),
+            op(Send, 0, 4, 1),
+            op(Send, 0, 8, 0),
+        ];
+        assert_eq!(only_self_copies(0, &ops), Some(vec![(2, 1), (3, 0)]));
+        // A send whose receive is not in the group, a count mismatch, a message to another
+        // rank, an empty group: the kernel plan handles them.
+        assert_eq!(only_self_copies(0, &[op(Send, 0, 8, 0)]), None);
+        assert_eq!(
+            only_self_copies(0, &[op(Send, 0, 8, 0), op(Recv, 0, 4, 0)]),
+            None
+        );
+        assert_eq!(
+            only_self_copies(
+                1,
+                &[op(Send, 1, 8, 0), op(Recv, 1, 8, 0), op(Send, 0, 8, 0)]
+            ),
+            None
+        );
+        assert_eq!(only_self_copies(0, &[]), None);
     }
 }
