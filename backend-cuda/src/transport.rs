@@ -23,20 +23,51 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{BufId, WorkDesc};
 use std::sync::{Arc, Mutex};
 
-/// Thread-block size of the executor kernels (`OXCCL_BLOCK_THREADS` overrides it: 256 runs the
-/// launch shape of the HIP backend, which checks on NVIDIA that the shared kernels do not depend
-/// on the block or warp width).
+/// Thread-block size of the executor kernels, small launches apart (`OXCCL_BLOCK_THREADS`
+/// fixes it for all: 256 runs the launch shape of the HIP backend, which checks on NVIDIA that
+/// the shared kernels do not depend on the block or warp width).
 const BLOCK_THREADS: u32 = 512;
 
-/// The block size launches use: [`BLOCK_THREADS`] or a valid `OXCCL_BLOCK_THREADS`.
-fn block_threads() -> Result<u32> {
+/// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
+const MIN_SMALL_THREADS: u32 = 128;
+
+/// Steps of at most this many bytes make a launch small.
+const SMALL_STEP_BYTES: u64 = 4096;
+
+/// The block size for `work`, at most `max`: one thread per 8 bytes of its largest step (an LL
+/// packet's payload), at least [`MIN_SMALL_THREADS`].
+///
+/// A small step costs its instructions, issued by every warp of the block: on an H200 a graph
+/// launch of four 8-byte steps took 3.04 us with 128 threads and 3.81 with 512, and a two-rank
+/// LL exchange of 8 bytes 5.53 against 6.22 us (`kernels/tests/gpu_exec_test.cu`). Large steps
+/// need every thread for bandwidth.
+fn launch_threads(work: &WorkDesc, max: u32) -> u32 {
+    let esize = work.dtype.size() as u64;
+    let largest = work
+        .channels
+        .iter()
+        .flat_map(|c| &c.steps)
+        .map(|st| st.count * esize)
+        .max()
+        .unwrap_or(0);
+    if largest > SMALL_STEP_BYTES {
+        return max;
+    }
+    let threads = largest.div_ceil(8).next_multiple_of(32) as u32;
+    threads.clamp(MIN_SMALL_THREADS.min(max), max)
+}
+
+/// The block size launches use: [`BLOCK_THREADS`] or a valid `OXCCL_BLOCK_THREADS`, and whether
+/// small launches may use fewer threads (only without the variable, which fixes the shape).
+fn block_threads() -> Result<(u32, bool)> {
     match std::env::var("OXCCL_BLOCK_THREADS") {
-        Err(_) => Ok(BLOCK_THREADS),
+        Err(_) => Ok((BLOCK_THREADS, true)),
         Ok(v) => v
             .trim()
             .parse::<u32>()
             .ok()
             .filter(|t| (32..=kernels::MAX_THREADS_PER_BLOCK).contains(t) && t % 32 == 0)
+            .map(|t| (t, false))
             .ok_or_else(|| {
                 Error::usage(format!(
                     "OXCCL_BLOCK_THREADS={v} is not a multiple of 32 from 32 to {}",
@@ -110,6 +141,8 @@ pub struct CudaTransport {
     inline_args: bool,
     /// Threads per block of every launch.
     block_threads: u32,
+    /// Small launches get fewer threads ([`launch_threads`]).
+    fit_threads: bool,
     state: Mutex<LaunchState>,
 }
 
@@ -164,7 +197,7 @@ impl CudaTransport {
         let bs = ctx.bootstrap;
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
         let _g = mem.bind(device)?;
-        let block_threads = block_threads()?;
+        let (block_threads, fit_threads) = block_threads()?;
         let bytes = geometry.fifo_bytes(nranks);
         let fifo = mem.alloc(device, bytes as usize)?;
         let mut t = CudaTransport {
@@ -184,6 +217,7 @@ impl CudaTransport {
             setup: Shared(std::ptr::null_mut()),
             inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
             block_threads,
+            fit_threads,
             state: Mutex::new(LaunchState {
                 epoch: 0,
                 scratch: (0, 0),
@@ -398,6 +432,11 @@ impl CudaTransport {
         let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
         let (size, cap) = ParamsSize::for_block(layout.total, inline);
         let func = self.modules.function(self.device, work.dtype, size)?;
+        let threads = if self.fit_threads {
+            launch_threads(work, self.block_threads)
+        } else {
+            self.block_threads
+        };
 
         if capturing {
             // Captured parameters are copied into the graph. A block too large for them gets
@@ -421,7 +460,7 @@ impl CudaTransport {
                 kernel_params(CUDA_INLINE_ARGS_BYTES, None, dev)
             };
             // SAFETY: as for the eager launch below; nothing the parameters reach is reused.
-            return unsafe { launch_kernel(func.0, nch, self.block_threads, params, s) };
+            return unsafe { launch_kernel(func.0, nch, threads, params, s) };
         }
 
         // Launches on the stream of the previous one are ordered already.
@@ -464,7 +503,7 @@ impl CudaTransport {
         }
         // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays valid
         // until it has run (caller for user buffers, this transport for the rest).
-        unsafe { launch_kernel(func.0, nch, self.block_threads, params, s) }?;
+        unsafe { launch_kernel(func.0, nch, threads, params, s) }?;
         if let Some(idx) = idx {
             // SAFETY: records the arena's event after the kernel on the same stream.
             unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
@@ -700,5 +739,45 @@ impl Drop for CudaTransport {
         // SAFETY: our FIFOs; peers' kernels that wrote to them belong to operations that
         // completed before the communicator was destroyed.
         let _ = unsafe { self.mem.free(self.fifo) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_core::datatype::{DataType, Reduction};
+    use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Protocol, Step};
+
+    fn work(dtype: DataType, counts: &[&[u64]]) -> WorkDesc {
+        WorkDesc {
+            kind: CollKind::AllReduce,
+            algo: Algorithm::Direct,
+            proto: Protocol::Ll,
+            dtype,
+            reduction: Reduction::none(),
+            scratch_elems: 0,
+            exposed: false,
+            channels: counts
+                .iter()
+                .map(|c| ChannelWork {
+                    steps: c.iter().map(|&n| Step::new(n, 0)).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn small_launches_get_one_thread_per_packet_of_their_largest_step() {
+        let f32 = DataType::Float32;
+        // 8 B: the floor. 2 KiB: 256 packets. 4 KiB: 512. The largest step of any channel counts.
+        assert_eq!(launch_threads(&work(f32, &[&[2, 2]]), 512), 128);
+        assert_eq!(launch_threads(&work(f32, &[&[2], &[512]]), 512), 256);
+        assert_eq!(launch_threads(&work(f32, &[&[1024]]), 512), 512);
+        assert_eq!(launch_threads(&work(DataType::Int8, &[&[1000]]), 512), 128);
+        // Larger steps, or an empty plan's 0 bytes: never above the maximum, never below 32.
+        assert_eq!(launch_threads(&work(f32, &[&[1025]]), 512), 512);
+        assert_eq!(launch_threads(&work(f32, &[&[1 << 20]]), 256), 256);
+        assert_eq!(launch_threads(&work(f32, &[&[2]]), 64), 64);
+        assert_eq!(launch_threads(&work(f32, &[]), 512), 128);
     }
 }

@@ -185,11 +185,12 @@ struct RankLaunch {
   }
 };
 
-static void launch(Gpu& g, int dtype, CUdeviceptr args, uint32_t nchannels, CUstream s = nullptr) {
+static void launch(Gpu& g, int dtype, CUdeviceptr args, uint32_t nchannels, CUstream s = nullptr,
+                   uint32_t threads = kThreads) {
   OxcclKernelParams p{};
   p.indirect = (const char*)(uintptr_t)args;
   void* params[] = {&p};
-  CK(cuLaunchKernel(g.fn[dtype], nchannels, 1, 1, kThreads, 1, 1, 0, s ? s : g.stream, params,
+  CK(cuLaunchKernel(g.fn[dtype], nchannels, 1, 1, threads, 1, 1, 0, s ? s : g.stream, params,
                     nullptr));
 }
 
@@ -710,7 +711,7 @@ static void bench_launch() {
       {"compact copy kernel, 1 step of 8 B", mini, &one, 1},
       {"compact copy kernel, 4 steps of 8 B", mini, &four, 1},
   };
-  for (uint32_t threads : {64u, 256u, 512u}) {
+  for (uint32_t threads : {64u, 128u, 256u, 512u}) {
     for (auto& c : cases) {
       printf("launch cost, graph, %3u threads: %-34s %.2f us\n", threads, c.name,
              graph_us_per_launch(c.fn, c.p, c.grid, threads));
@@ -749,7 +750,7 @@ static void bench_launch() {
 // receive the peer's and add mine), the two ranks as two kernels on two streams of GPU 0 (or on
 // GPUs 0 and 1), forked and joined per iteration. Informational: it prices the executor's LL
 // steps, not the link.
-static void bench_ll_exchange(uint64_t count) {
+static void bench_ll_exchange(uint64_t count, uint32_t threads) {
   const int nranks = 2;
   Gpu* g[2] = {&gpus[0], &gpus[gpus.size() > 1 ? 1 : 0]};
   CUstream st[2] = {g[0]->stream, gpus.size() > 1 ? g[1]->stream : g[1]->stream2};
@@ -809,8 +810,8 @@ static void bench_ll_exchange(uint64_t count) {
   for (int i = 0; i < n; ++i) {
     CK(cuEventRecord(fork, st[0]));
     CK(cuStreamWaitEvent(st[1], fork, 0));
-    launch(*g[0], 7, args[0], 1, st[0]);
-    launch(*g[1], 7, args[1], 1, st[1]);
+    launch(*g[0], 7, args[0], 1, st[0], threads);
+    launch(*g[1], 7, args[1], 1, st[1], threads);
     CK(cuEventRecord(join, st[1]));
     CK(cuStreamWaitEvent(st[0], join, 0));
   }
@@ -831,8 +832,8 @@ static void bench_ll_exchange(uint64_t count) {
   const bool ok = out[0] == 3.0f && out[count - 1] == 3.0f;
   ++checks;
   if (!ok) ++failures;
-  printf("LL exchange, graph, 2 ranks on %s: direct allreduce of %llu B %.2f us per iteration%s\n",
-         gpus.size() > 1 ? "2 GPUs" : "1 GPU", (unsigned long long)count * 4,
+  printf("LL exchange, graph, 2 ranks on %s, %3u threads: direct allreduce of %llu B %.2f us per iteration%s\n",
+         gpus.size() > 1 ? "2 GPUs" : "1 GPU", threads, (unsigned long long)count * 4,
          ms * 1e3 / (n * reps), ok ? "" : " (WRONG RESULT)");
   cuGraphExecDestroy(exec);
   cuGraphDestroy(graph);
@@ -935,8 +936,10 @@ int main(int argc, char** argv) {
   test_abort(abort_host, abort_dev);
   bench_copy();
   bench_launch();
-  bench_ll_exchange(2);
-  bench_ll_exchange(2048);
+  for (uint32_t threads : {64u, 128u, 256u, 512u}) {
+    bench_ll_exchange(2, threads);
+    bench_ll_exchange(2048, threads);
+  }
 
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
