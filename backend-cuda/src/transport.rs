@@ -139,7 +139,7 @@ pub struct CudaTransport {
     setup: Shared<CUstream>,
     /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
     inline_args: bool,
-    /// Threads per block of every launch.
+    /// Threads per block of every launch, or the most a small one gets when `fit_threads`.
     block_threads: u32,
     /// Small launches get fewer threads ([`launch_threads`]).
     fit_threads: bool,
