@@ -249,21 +249,19 @@ impl Memory {
     /// our own allocations (mapped for those peers), and `cuMemAlloc` memory once peer access
     /// is enabled. Memory pools, other VMM mappings and host memory answer false.
     pub fn peer_accessible(&self, ptr: DevicePtr) -> bool {
-        if let Some((&base, a)) = self.table().range(..=ptr).next_back()
-            && ptr < base + a.size as u64
-        {
-            return true;
-        }
-        let mut legacy: i32 = 0;
-        // SAFETY: the attribute is a 32-bit boolean written into `legacy`.
-        let r = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut legacy as *mut i32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+        self.ours(ptr).is_some()
+            || pointer_attr_u32(
                 ptr,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
             )
-        };
-        r == sys::CUresult::CUDA_SUCCESS && legacy != 0
+            .is_some_and(|legacy| legacy != 0)
+    }
+
+    /// The allocation of ours that contains `ptr`: its base, size and device.
+    fn ours(&self, ptr: DevicePtr) -> Option<(DevicePtr, usize, i32)> {
+        let table = self.table();
+        let (&base, a) = table.range(..=ptr).next_back()?;
+        (ptr < base + a.size as u64).then_some((base, a.size, a.device))
     }
 
     /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
@@ -523,35 +521,25 @@ impl Memory {
 
     /// `pointer_info`: our table first, then the driver's attributes.
     pub fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
-        if let Some((&base, a)) = self.table().range(..=ptr).next_back()
-            && ptr < base + a.size as u64
-        {
+        if let Some((base, size, device)) = self.ours(ptr) {
             return Ok(PointerInfo {
                 on_device: true,
-                device: a.device,
+                device,
                 base,
-                size: a.size,
+                size,
             });
         }
-        let mut mtype: u32 = 0;
-        // SAFETY: the attribute is a 32-bit memory type written into `mtype`.
-        let r = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut mtype as *mut u32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                ptr,
-            )
-        };
-        let host = PointerInfo {
-            on_device: false,
-            device: -1,
-            base: ptr,
-            size: 0,
-        };
-        if r != sys::CUresult::CUDA_SUCCESS
-            || mtype != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
-        {
-            return Ok(host);
+        let mtype = pointer_attr_u32(
+            ptr,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        );
+        if mtype != Some(sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32) {
+            return Ok(PointerInfo {
+                on_device: false,
+                device: -1,
+                base: ptr,
+                size: 0,
+            });
         }
         let mut dev: i32 = -1;
         // SAFETY: the attribute is a 32-bit device ordinal written into `dev`.
@@ -631,6 +619,15 @@ fn parse_ipc_handle(b: &[u8]) -> Option<IpcHandle> {
         offset: u64_at(24),
         raw: b[32..].to_vec(),
     })
+}
+
+/// A 32-bit attribute of `ptr`, or `None` where the driver has none for it (memory CUDA does not
+/// know, such as plain host memory).
+fn pointer_attr_u32(ptr: DevicePtr, attr: sys::CUpointer_attribute) -> Option<u32> {
+    let mut v: u32 = 0;
+    // SAFETY: every attribute asked for here is 32 bits wide, written into `v`.
+    let r = unsafe { sys::cuPointerGetAttribute((&mut v as *mut u32).cast(), attr, ptr) };
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
 #[cfg(test)]

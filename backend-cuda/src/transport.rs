@@ -57,17 +57,17 @@ fn launch_threads(work: &WorkDesc, max: u32) -> u32 {
     threads.clamp(MIN_SMALL_THREADS.min(max), max)
 }
 
-/// The block size launches use: [`BLOCK_THREADS`] or a valid `OXCCL_BLOCK_THREADS`, and whether
-/// small launches may use fewer threads (only without the variable, which fixes the shape).
-fn block_threads() -> Result<(u32, bool)> {
+/// The block size a valid `OXCCL_BLOCK_THREADS` fixes for every launch; `None` without it
+/// ([`launch_threads`] then sizes each launch).
+fn fixed_block_threads() -> Result<Option<u32>> {
     match std::env::var("OXCCL_BLOCK_THREADS") {
-        Err(_) => Ok((BLOCK_THREADS, true)),
+        Err(_) => Ok(None),
         Ok(v) => v
             .trim()
             .parse::<u32>()
             .ok()
             .filter(|t| (32..=kernels::MAX_THREADS_PER_BLOCK).contains(t) && t % 32 == 0)
-            .map(|t| (t, false))
+            .map(Some)
             .ok_or_else(|| {
                 Error::usage(format!(
                     "OXCCL_BLOCK_THREADS={v} is not a multiple of 32 from 32 to {}",
@@ -139,10 +139,9 @@ pub struct CudaTransport {
     setup: Shared<CUstream>,
     /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
     inline_args: bool,
-    /// Threads per block of every launch, or the most a small one gets when `fit_threads`.
-    block_threads: u32,
-    /// Small launches get fewer threads ([`launch_threads`]).
-    fit_threads: bool,
+    /// Threads per block of every launch when `OXCCL_BLOCK_THREADS` fixes it, else sized per
+    /// launch ([`launch_threads`]).
+    fixed_threads: Option<u32>,
     state: Mutex<LaunchState>,
 }
 
@@ -197,7 +196,7 @@ impl CudaTransport {
         let bs = ctx.bootstrap;
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
         let _g = mem.bind(device)?;
-        let (block_threads, fit_threads) = block_threads()?;
+        let fixed_threads = fixed_block_threads()?;
         let bytes = geometry.fifo_bytes(nranks);
         let fifo = mem.alloc(device, bytes as usize)?;
         let mut t = CudaTransport {
@@ -216,8 +215,7 @@ impl CudaTransport {
             watcher: None,
             setup: Shared(std::ptr::null_mut()),
             inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
-            block_threads,
-            fit_threads,
+            fixed_threads,
             state: Mutex::new(LaunchState {
                 epoch: 0,
                 scratch: (0, 0),
@@ -418,12 +416,7 @@ impl CudaTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags
-                | if work.exposed {
-                    kernels::ARGS_EXPOSED
-                } else {
-                    0
-                },
+            flags: kernels::launch_flags(work, &red),
             ..LaunchArgs::default()
         };
         // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000
@@ -432,11 +425,9 @@ impl CudaTransport {
         let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
         let (size, cap) = ParamsSize::for_block(layout.total, inline);
         let func = self.modules.function(self.device, work.dtype, size)?;
-        let threads = if self.fit_threads {
-            launch_threads(work, self.block_threads)
-        } else {
-            self.block_threads
-        };
+        let threads = self
+            .fixed_threads
+            .unwrap_or_else(|| launch_threads(work, BLOCK_THREADS));
 
         if capturing {
             // Captured parameters are copied into the graph. A block too large for them gets

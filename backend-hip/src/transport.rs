@@ -447,12 +447,7 @@ impl HipTransport {
             post_div: red.post_div,
             dtype: work.dtype as u8,
             redop: red.redop,
-            flags: red.flags
-                | if work.exposed {
-                    kernels::ARGS_EXPOSED
-                } else {
-                    0
-                },
+            flags: kernels::launch_flags(work, &red),
             ..LaunchArgs::default()
         };
         let bytes = lay.image(&args, &enc, &table);

@@ -311,6 +311,28 @@ static void test_local(int dtype, size_t n, size_t off) {
 
 // ---- 2. two-rank ring allreduce over FIFOs -------------------------------------------------
 
+// An LL FIFO from `sender` to `receiver`, the way the transports lay it out: slots and the
+// consumed-slot counter `ll_head` on the receiver, whose position is that counter; the sender's
+// position and last head seen in its own memory. Allocations go to `mem`.
+static void ll_fifo(Gpu& sender, Gpu& receiver, uint32_t slot_bytes, uint32_t nslots,
+                    std::vector<CUdeviceptr>& mem, OxcclConn* send_side, OxcclConn* recv_side) {
+  CK(cuCtxSetCurrent(receiver.ctx));
+  CUdeviceptr buff = dalloc((size_t)slot_bytes * nslots), head = dalloc(16);
+  CK(cuCtxSetCurrent(sender.ctx));
+  CUdeviceptr mine = dalloc(16);
+  mem.insert(mem.end(), {buff, head, mine});
+  OxcclConn k{};
+  k.ll_buff = (char*)(uintptr_t)buff;
+  k.ll_head = (volatile uint64_t*)(uintptr_t)head;
+  k.ll_pos = k.ll_head;
+  k.ll_slot_bytes = slot_bytes;
+  k.ll_nslots = nslots;
+  *recv_side = k;
+  k.ll_pos = (volatile uint64_t*)(uintptr_t)mine;
+  k.ll_head_seen = (volatile uint64_t*)(uintptr_t)(mine + 8);
+  *send_side = k;
+}
+
 template <class E>
 static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint64_t slot_bytes,
                       uint32_t nslots, volatile uint32_t* abort_host, volatile uint32_t* abort_dev,
@@ -337,24 +359,15 @@ static void test_ring(int dtype, size_t n_per_channel, uint32_t nchannels, uint6
   std::vector<CUdeviceptr> fifo_mem;
   for (uint32_t c = 0; c < nchannels; ++c) {
     for (int s = 0; s < 2; ++s) {
-      CK(cuCtxSetCurrent(g[1 - s]->ctx));
-      CUdeviceptr buff = dalloc(slot_bytes * nslots), ctr = dalloc(16);
-      fifo_mem.push_back(buff);
-      fifo_mem.push_back(ctr);
-      OxcclConn& k = fifo[c * 2 + s];
       if (ll) {
-        k.ll_buff = (char*)(uintptr_t)buff;
-        k.ll_head = (volatile uint64_t*)(uintptr_t)ctr;
-        k.ll_pos = k.ll_head;
-        k.ll_slot_bytes = (uint32_t)slot_bytes;
-        k.ll_nslots = nslots;
-        CK(cuCtxSetCurrent(g[s]->ctx));
-        CUdeviceptr mine = dalloc(16);
-        fifo_mem.push_back(mine);
-        ll_send[c * 2 + s] = k;
-        ll_send[c * 2 + s].ll_pos = (volatile uint64_t*)(uintptr_t)mine;
-        ll_send[c * 2 + s].ll_head_seen = (volatile uint64_t*)(uintptr_t)(mine + 8);
+        ll_fifo(*g[s], *g[1 - s], (uint32_t)slot_bytes, nslots, fifo_mem, &ll_send[c * 2 + s],
+                &fifo[c * 2 + s]);
       } else {
+        CK(cuCtxSetCurrent(g[1 - s]->ctx));
+        CUdeviceptr buff = dalloc(slot_bytes * nslots), ctr = dalloc(16);
+        fifo_mem.push_back(buff);
+        fifo_mem.push_back(ctr);
+        OxcclConn& k = fifo[c * 2 + s];
         k.buff = (char*)(uintptr_t)buff;
         k.head = (volatile uint64_t*)(uintptr_t)ctr;
         k.tail = (volatile uint64_t*)(uintptr_t)(ctr + 8);
@@ -761,21 +774,8 @@ static void bench_ll_exchange(uint64_t count, uint32_t threads) {
     CK(cuCtxSetCurrent(g[s]->ctx));
     din[s] = upload(std::vector<float>(count, 1.0f + s));
     dout[s] = dalloc(count * 4);
-    CK(cuCtxSetCurrent(g[1 - s]->ctx));
-    CUdeviceptr buff = dalloc(4096 * 8), head = dalloc(16);
-    CK(cuCtxSetCurrent(g[s]->ctx));
-    CUdeviceptr mine = dalloc(16);
-    mem.insert(mem.end(), {din[s], dout[s], buff, head, mine});
-    OxcclConn k{};
-    k.ll_buff = (char*)(uintptr_t)buff;
-    k.ll_head = (volatile uint64_t*)(uintptr_t)head;
-    k.ll_pos = k.ll_head;
-    k.ll_slot_bytes = 4096;
-    k.ll_nslots = 8;
-    recv_side[s] = k;
-    k.ll_pos = (volatile uint64_t*)(uintptr_t)mine;
-    k.ll_head_seen = (volatile uint64_t*)(uintptr_t)(mine + 8);
-    send_side[s] = k;
+    mem.insert(mem.end(), {din[s], dout[s]});
+    ll_fifo(*g[s], *g[1 - s], 4096, 8, mem, &send_side[s], &recv_side[s]);
   }
   RankLaunch L[2];
   CUdeviceptr args[2];

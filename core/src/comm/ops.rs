@@ -229,16 +229,44 @@ impl<B: Backend> Communicator<B> {
         c
     }
 
-    /// Bytes to copy when `a` runs on a single rank and its output is its input: the copy engine
-    /// does that without a kernel (NCCL does the same). `None`: a plan must run (PreMulSum
-    /// scales, AlltoAllv moves blocks; a synchronous backend returns no event for a copy).
+    /// Whether this is a one-rank communicator whose data-only operations are plain copies on
+    /// the stream, without a kernel (NCCL does the same); a synchronous backend returns no
+    /// event for a copy, so it runs plans.
+    fn single_rank_copies(&self) -> bool {
+        self.inner.nranks == 1 && !self.inner.backend.synchronous_api()
+    }
+
+    /// Bytes to copy when `a` runs on a single rank and its output is its input. `None`: a plan
+    /// must run (PreMulSum scales, AlltoAllv moves blocks, or no [`Self::single_rank_copies`]).
     fn single_rank_copy(&self, a: &CollArgs) -> Option<u64> {
-        let inner = &self.inner;
-        (inner.nranks == 1
+        (self.single_rank_copies()
             && !matches!(a.op, RedOp::PreMulSum(_))
-            && a.kind != CollKind::AllToAllv
-            && !inner.backend.synchronous_api())
-        .then(|| a.count * a.dtype.size() as u64)
+            && a.kind != CollKind::AllToAllv)
+            .then(|| a.count * a.dtype.size() as u64)
+    }
+
+    /// Queues a copy of `bytes` bytes from `src` to `dst` on `stream`; nothing when they are the
+    /// same buffer or empty.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `bytes` bytes until the copy has run.
+    unsafe fn copy_on_stream(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: u64,
+        stream: &B::Stream,
+    ) -> Result<()> {
+        if dst == src || bytes == 0 {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        // SAFETY: the caller's contract.
+        unsafe {
+            inner
+                .backend
+                .memcpy_async(inner.device, dst, src, bytes as usize, stream)
+        }
     }
 
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
@@ -255,15 +283,9 @@ impl<B: Backend> Communicator<B> {
         }
         let esize = a.dtype.size() as u64;
         if let Some(bytes) = self.single_rank_copy(a) {
-            if a.send != a.recv {
-                // SAFETY: `collective`'s caller guarantees both buffers hold `bytes` bytes
-                // until the copy has run.
-                unsafe {
-                    inner
-                        .backend
-                        .memcpy_async(inner.device, a.recv, a.send, bytes as usize, stream)
-                }?;
-            }
+            // SAFETY: `collective`'s caller guarantees both buffers hold `bytes` bytes until
+            // the copy has run.
+            unsafe { self.copy_on_stream(a.recv, a.send, bytes, stream) }?;
             return Ok(None);
         }
         // nccl-tests' message size for each operation, which the tuner's tables are keyed by.
@@ -397,7 +419,8 @@ impl<B: Backend> Communicator<B> {
             })
             .collect();
         drop(seqs);
-        let self_copies = (inner.nranks == 1 && !inner.backend.synchronous_api())
+        let self_copies = self
+            .single_rank_copies()
             .then(|| plan::only_self_copies(inner.rank, &planned))
             .flatten();
         if let Some(copies) = self_copies {
@@ -405,19 +428,9 @@ impl<B: Backend> Communicator<B> {
             // kernel channel per message, and with no launch.
             for (s, r) in copies {
                 let (from, to) = (&ops[s], &ops[r]);
-                if from.buf != to.buf && from.bytes > 0 {
-                    // SAFETY: `p2p`'s caller guarantees both buffers hold `bytes` bytes until
-                    // the copy has run.
-                    unsafe {
-                        inner.backend.memcpy_async(
-                            inner.device,
-                            to.buf,
-                            from.buf,
-                            from.bytes as usize,
-                            &ops[0].stream,
-                        )
-                    }?;
-                }
+                // SAFETY: `p2p`'s caller guarantees both buffers hold `bytes` bytes until the
+                // copy has run.
+                unsafe { self.copy_on_stream(to.buf, from.buf, from.bytes, &ops[0].stream) }?;
             }
             return Ok(None);
         }

@@ -121,7 +121,8 @@ const HEURISTICS: Heuristics = Heuristics {
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
 const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
-const KINDS: [CollKind; 10] = [
+/// Every collective kind, in [`kind_index`] order.
+pub(crate) const KINDS: [CollKind; 10] = [
     CollKind::AllReduce,
     CollKind::Broadcast,
     CollKind::Reduce,

@@ -155,8 +155,14 @@ fn reduce_all(
 
 /// Writes `src` to region `dst` of every other rank; the first write is fused into `first`.
 fn push_all(ctx: &Ctx, b: &mut Builder, c: u32, len: u64, first: Step, src: Region, dst: Region) {
-    let tag = ctx.tag(c);
     b.push(c, first.write_peer(ctx.add(ctx.r, 1), dst));
+    push_rest(ctx, b, c, len, src, dst);
+}
+
+/// Writes `src` to region `dst` of ranks r+2, r+3, ...: every other rank but r+1, whose write
+/// the caller fused into an earlier step.
+fn push_rest(ctx: &Ctx, b: &mut Builder, c: u32, len: u64, src: Region, dst: Region) {
+    let tag = ctx.tag(c);
     for k in 2..ctx.n {
         b.push(
             c,
@@ -171,15 +177,7 @@ fn all_reduce(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     let (at, len) = own_piece(ctx, ctx.req.count, c, nch);
     let (input, output) = (Region::input(at), Region::output(at));
     reduce_all(ctx, b, c, len, input, output, Some(ctx.add(ctx.r, 1)));
-    let tag = ctx.tag(c);
-    for k in 2..ctx.n {
-        b.push(
-            c,
-            Step::new(len, tag)
-                .src(output)
-                .write_peer(ctx.add(ctx.r, k), output),
-        );
-    }
+    push_rest(ctx, b, c, len, output, output);
 }
 
 fn reduce_scatter(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {

@@ -527,6 +527,12 @@ pub fn reduction_args(r: &Reduction) -> ReductionArgs {
     out
 }
 
+/// `LaunchArgs::flags` of a launch of `work`: its reduction's `ARGS_*` bits, and
+/// [`ARGS_EXPOSED`] when the peers may read and write its buffers (zero-copy plans).
+pub fn launch_flags(work: &WorkDesc, red: &ReductionArgs) -> u8 {
+    red.flags | if work.exposed { ARGS_EXPOSED } else { 0 }
+}
+
 /// A [`WorkDesc`] lowered for the kernels of one rank.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EncodedWork {
@@ -886,6 +892,13 @@ mod tests {
         );
         assert_eq!((s[2].recv_peer, s[2].send_peer), (1, 1));
         assert_eq!(s[3].zc, ZC_FALLBACK);
+        // Exposed buffers travel as a launch flag, next to the reduction's own.
+        let mut w = work(DataType::Float32, vec![]);
+        w.reduction.pre_scale = Some(ScalarSource::Device(8));
+        let red = reduction_args(&w.reduction);
+        assert_eq!(launch_flags(&w, &red), ARGS_PRE_SCALE_PTR);
+        w.exposed = true;
+        assert_eq!(launch_flags(&w, &red), ARGS_PRE_SCALE_PTR | ARGS_EXPOSED);
         // Only a rank's input and output are published.
         let bad = Step::new(4, 1)
             .read_peer(1, Region::scratch(0))

@@ -1326,19 +1326,7 @@ zero_copy_tests! {
 
 #[test]
 fn zero_copy_tests_cover_every_supported_kind() {
-    let all = [
-        CollKind::AllReduce,
-        CollKind::Broadcast,
-        CollKind::Reduce,
-        CollKind::AllGather,
-        CollKind::ReduceScatter,
-        CollKind::AllToAll,
-        CollKind::AllToAllv,
-        CollKind::Gather,
-        CollKind::Scatter,
-        CollKind::SendRecv,
-    ];
-    for kind in all {
+    for kind in crate::plan::tuner::KINDS {
         assert_eq!(
             zero_copy::supports(kind),
             ZC_TESTED.contains(&kind),
