@@ -14,8 +14,12 @@ mod fifo;
 #[path = "../../kernels/include/oxccl/args_block.rs"]
 mod args_block;
 
+#[path = "../../kernels/include/oxccl/one_shot.rs"]
+mod one_shot;
+
 pub use args_block::*;
 pub use fifo::*;
+pub use one_shot::*;
 pub use work::*;
 
 /// Keeps the embedded blob 16-byte aligned: the loader parses its headers in place.

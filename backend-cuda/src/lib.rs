@@ -20,7 +20,9 @@ use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
 use oxccl_core::error::{Error, Result};
+use oxccl_core::abort::AbortFlag;
 use oxccl_core::plan::Protocol;
+use oxccl_core::plan::one_shot::OneShot;
 use std::sync::Arc;
 pub use transport::{CudaStream, CudaTransport};
 
@@ -282,6 +284,21 @@ impl Backend for CudaBackend {
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
     }
+    fn one_shot_bytes(&self, transport: &CudaTransport) -> u64 {
+        transport.one_shot_bytes()
+    }
+
+    unsafe fn launch_one_shot(
+        &self,
+        stream: &CudaStream,
+        transport: &CudaTransport,
+        op: &OneShot,
+        abort: &AbortFlag,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { transport.launch_one_shot(stream, op, abort) }
+    }
+
     unsafe fn launch(
         &self,
         stream: &CudaStream,

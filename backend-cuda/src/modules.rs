@@ -2,7 +2,9 @@
 
 use crate::call;
 use crate::driver::{CUfunction, CUmodule, Shared};
-use crate::kernels::{self, KERNEL_NAMES, LARGE_KERNEL_NAMES, SMALL_KERNEL_NAMES};
+use crate::kernels::{
+    self, KERNEL_NAMES, LARGE_KERNEL_NAMES, ONE_SHOT_KERNEL_NAMES, SMALL_KERNEL_NAMES,
+};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use std::collections::HashMap;
@@ -10,7 +12,7 @@ use std::ffi::CString;
 use std::sync::Mutex;
 
 /// A loaded module and its entry points: [`KERNEL_NAMES`], [`LARGE_KERNEL_NAMES`],
-/// [`SMALL_KERNEL_NAMES`].
+/// [`SMALL_KERNEL_NAMES`], [`ONE_SHOT_KERNEL_NAMES`].
 type Loaded = (Shared<CUmodule>, Vec<Shared<CUfunction>>);
 
 /// Which entry point family a launch uses: how many argument bytes its parameters carry.
@@ -57,7 +59,16 @@ impl Modules {
         dtype: DataType,
         size: ParamsSize,
     ) -> Result<Shared<CUfunction>> {
-        let at = dtype as usize + size as usize * KERNEL_NAMES.len();
+        self.entry(device, dtype as usize + size as usize * KERNEL_NAMES.len())
+    }
+
+    /// The one-shot entry point for `dtype` on `device`; the device's context must be current.
+    pub fn one_shot(&self, device: i32, dtype: DataType) -> Result<Shared<CUfunction>> {
+        self.entry(device, dtype as usize + 3 * KERNEL_NAMES.len())
+    }
+
+    /// Entry point `at` of the concatenated name lists, loading the module on first use.
+    fn entry(&self, device: i32, at: usize) -> Result<Shared<CUfunction>> {
         let mut m = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, f)) = m.get(&device) {
             return Ok(f[at]);
@@ -75,11 +86,12 @@ impl Modules {
                 kernels::FATBIN.as_ptr().cast()
             ))
         }?;
-        let mut funcs = Vec::with_capacity(3 * KERNEL_NAMES.len());
+        let mut funcs = Vec::with_capacity(4 * KERNEL_NAMES.len());
         for name in KERNEL_NAMES
             .iter()
             .chain(&LARGE_KERNEL_NAMES)
             .chain(&SMALL_KERNEL_NAMES)
+            .chain(&ONE_SHOT_KERNEL_NAMES)
         {
             let c = CString::new(*name).expect("kernel names have no NUL");
             let mut f: CUfunction = std::ptr::null_mut();

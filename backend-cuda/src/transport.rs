@@ -12,7 +12,8 @@ use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{
     self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, FifoGeometry,
-    LaunchArgs, kernel_params, publish,
+    LaunchArgs, ONE_SHOT_MAX_BYTES, OneShotParams, kernel_params, one_shot_grid,
+    one_shot_inbox_bytes, publish,
 };
 use crate::memory::Memory;
 use crate::modules::{Modules, ParamsSize};
@@ -20,6 +21,7 @@ use cudarc::driver::sys;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::{BufId, WorkDesc};
 use std::sync::{Arc, Mutex};
 
@@ -130,8 +132,12 @@ pub struct CudaTransport {
     geometry: FifoGeometry,
     /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each.
     conns: CUdeviceptr,
-    /// Sender-local counter copies of the send connections (0: not used).
+    /// Sender-local counter copies of the send connections (0: not used), then the one-shot
+    /// epochs.
     send_state: CUdeviceptr,
+    /// Every rank's one-shot inbox as mapped here; empty when the communicator has none (one
+    /// rank, or more than the one-shot kernels take).
+    one_shot_inbox: Vec<DevicePtr>,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,
     watcher: Option<AbortWatcher>,
@@ -210,6 +216,7 @@ impl CudaTransport {
             geometry,
             conns: 0,
             send_state: 0,
+            one_shot_inbox: Vec::new(),
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
@@ -242,6 +249,15 @@ impl CudaTransport {
         let zeros = vec![0u8; geometry.counter_bytes(nranks)];
         // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
         unsafe { call!(cuMemcpyHtoD_v2(fifo, zeros.as_ptr().cast(), zeros.len())) }?;
+        let inbox = fifo + geometry.inbox_offset(nranks);
+        let inbox_bytes = one_shot_inbox_bytes(nranks) as usize;
+        if inbox_bytes > 0 {
+            // Before the peers learn the address: none of them may write to it yet.
+            // SAFETY: the inbox is the last `inbox_bytes` of the FIFO allocation.
+            unsafe { call!(cuMemsetD8Async(inbox, 0, inbox_bytes, setup)) }?;
+            // SAFETY: our live stream.
+            unsafe { call!(cuStreamSynchronize(setup)) }?;
+        }
 
         let handle = if nranks > 1 {
             mem.export(fifo).map(|h| h.0).unwrap_or_default()
@@ -315,6 +331,10 @@ impl CudaTransport {
         let local_counters = std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() != Ok("0");
         let table =
             geometry.conn_table(rank, nranks, fifo, &peer_fifo, t.send_state, local_counters);
+        if inbox_bytes > 0 && nranks > 1 {
+            let off = geometry.inbox_offset(nranks);
+            t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
+        }
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
         unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
@@ -454,12 +474,6 @@ impl CudaTransport {
             return unsafe { launch_kernel(func.0, nch, threads, params, s) };
         }
 
-        // Launches on the stream of the previous one are ordered already.
-        let last_event = st
-            .last_stream
-            .filter(|&last| last != Shared(s))
-            .map(|_| st.tail);
-        let tail = st.tail_event()?;
         // Only blocks passed by address need an arena (and a wait for its previous launch).
         let idx = if inline {
             None
@@ -487,22 +501,61 @@ impl CudaTransport {
         } else {
             kernel_params(cap, Some(&image), 0)
         };
-        if let Some(ev) = last_event {
-            // Operations of one communicator run in issue order, whatever streams they use.
-            // SAFETY: `ev` is a live event of this transport.
-            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
+        let arena_event = idx.map(|i| st.arenas[i].event);
+        st.in_order(s, || {
+            // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays
+            // valid until it has run (caller for user buffers, this transport for the rest).
+            unsafe { launch_kernel(func.0, nch, threads, params, s) }?;
+            if let Some(ev) = arena_event {
+                // SAFETY: records the arena's event after the kernel on the same stream.
+                unsafe { call!(cuEventRecord(ev, s)) }?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Largest per-peer message the one-shot kernels take on this communicator (0: none).
+    pub(crate) fn one_shot_bytes(&self) -> u64 {
+        if self.one_shot_inbox.is_empty() || !kernels::kernels_built() {
+            0
+        } else {
+            ONE_SHOT_MAX_BYTES
         }
-        // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays valid
-        // until it has run (caller for user buffers, this transport for the rest).
-        unsafe { launch_kernel(func.0, nch, threads, params, s) }?;
-        if let Some(idx) = idx {
-            // SAFETY: records the arena's event after the kernel on the same stream.
-            unsafe { call!(cuEventRecord(st.arenas[idx].event, s)) }?;
+    }
+
+    /// Queues a one-shot collective on `stream` (`Backend::launch_one_shot`): one kernel, its
+    /// parameters by value, nothing allocated or uploaded, so a captured launch replays as is
+    /// (the kernel keeps its epochs in device memory).
+    ///
+    /// # Safety
+    /// `op`'s buffers are valid for the operation until the kernel has run; `stream` is live;
+    /// [`CudaTransport::one_shot_bytes`] admits `op`.
+    pub(crate) unsafe fn launch_one_shot(
+        &self,
+        stream: &CudaStream,
+        op: &OneShot,
+        abort: &AbortFlag,
+    ) -> Result<()> {
+        abort.check()?;
+        let s = stream.raw();
+        let capturing = capture_status(s)?;
+        let _g = self.mem.bind(self.device)?;
+        let func = self.modules.one_shot(self.device, op.dtype)?;
+        let epochs = self.send_state + self.geometry.epochs_offset(self.nranks);
+        let params =
+            OneShotParams::new(op, self.rank, &self.one_shot_inbox, epochs, self.abort_dev)
+                .to_bytes()
+                .to_vec();
+        let (blocks, threads) = one_shot_grid(op);
+        // SAFETY (both launches): the kernel takes one `OxcclOneShotParams`; the caller keeps
+        // the user buffers valid, this transport its inboxes and epochs.
+        if capturing {
+            return unsafe { launch_kernel(func.0, blocks as usize, threads, params, s) };
         }
-        // SAFETY: as above, for the tail event.
-        unsafe { call!(cuEventRecord(tail, s)) }?;
-        st.last_stream = Some(Shared(s));
-        Ok(())
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.in_order(s, || unsafe {
+            launch_kernel(func.0, blocks as usize, threads, params, s)
+        })
     }
 }
 
@@ -625,6 +678,26 @@ impl LaunchState {
             self.retired
                 .push(std::mem::replace(&mut self.flags, (p, n)).0);
         }
+        Ok(())
+    }
+
+    /// Queues an eager launch on `s` after every earlier launch of this communicator, whatever
+    /// stream they used, and makes it the new tail.
+    fn in_order(&mut self, s: CUstream, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        // Launches on the stream of the previous one are ordered already.
+        let last_event = self
+            .last_stream
+            .filter(|&last| last != Shared(s))
+            .map(|_| self.tail);
+        let tail = self.tail_event()?;
+        if let Some(ev) = last_event {
+            // SAFETY: `ev` is a live event of this transport.
+            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
+        }
+        launch()?;
+        // SAFETY: a live event of this transport, recorded after the launch on its stream.
+        unsafe { call!(cuEventRecord(tail, s)) }?;
+        self.last_stream = Some(Shared(s));
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 use crate::abort::AbortFlag;
 use crate::bootstrap::Bootstrap;
 use crate::error::Result;
+use crate::plan::one_shot::OneShot;
 use crate::plan::{Protocol, WorkDesc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,6 +153,31 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Most channels one operation may use (connections are set up per channel). `None`: any.
     fn max_channels(&self) -> Option<u32> {
         None
+    }
+
+    /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take
+    /// ([`Backend::launch_one_shot`]); 0: this backend has none.
+    fn one_shot_bytes(&self, _transport: &Self::Transport) -> u64 {
+        0
+    }
+
+    /// Queues a one-shot collective (see [`crate::plan::one_shot`]) on `stream`. Only called
+    /// when [`Backend::one_shot_bytes`] admits `op`'s message size; failures during execution go
+    /// to `abort`.
+    ///
+    /// # Safety
+    /// `op.send` and `op.recv` are valid for the operation's extent until it has run.
+    unsafe fn launch_one_shot(
+        &self,
+        _stream: &Self::Stream,
+        _transport: &Self::Transport,
+        _op: &OneShot,
+        _abort: &AbortFlag,
+    ) -> Result<()> {
+        Err(crate::error::Error::Internal(format!(
+            "the {} backend has no one-shot kernels",
+            self.name()
+        )))
     }
 
     /// Connects this rank to its peers for one communicator.

@@ -542,6 +542,8 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
 
 }  // namespace oxccl
 
+#include "one_shot.cuh"
+
 // The argument block: inline in the parameters, or in device memory when `indirect` is set.
 #define OXCCL_ARGS_BASE(params) \
   ((params).indirect != nullptr ? (params).indirect : reinterpret_cast<const char*>((params).block))
@@ -583,3 +585,17 @@ OXCCL_ENTRY(oxccl_exec_f64, F64)
 OXCCL_ENTRY(oxccl_exec_bf16, BF16)
 OXCCL_ENTRY(oxccl_exec_f8e4m3, E4M3)
 OXCCL_ENTRY(oxccl_exec_f8e5m2, E5M2)
+
+// ONE_SHOT_KERNEL_NAMES in kernels/include/oxccl/work.rs.
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_i8, I8)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_u8, U8)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_i32, I32)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_u32, U32)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_i64, I64)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_u64, U64)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_f16, F16)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_f32, F32)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_f64, F64)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_bf16, BF16)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_f8e4m3, E4M3)
+OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_f8e5m2, E5M2)

@@ -5,6 +5,7 @@ use super::{Communicator, P2P_TUNING_BYTES};
 use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
+use crate::plan::one_shot::{self, OneShot};
 use crate::plan::tuner::{Choice, Topology};
 use crate::plan::{
     self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
@@ -269,6 +270,18 @@ impl<B: Backend> Communicator<B> {
         }
     }
 
+    /// Whether `a` runs on the backend's one-shot kernels: an operation they implement, a
+    /// communicator small enough, a message they take, and the tuner's word.
+    fn use_one_shot(&self, a: &CollArgs, transport: &B::Transport) -> bool {
+        let inner = &self.inner;
+        let bytes = a.count * a.dtype.size() as u64;
+        one_shot::supports(a.kind)
+            && a.layout.is_none()
+            && (2..=one_shot::MAX_RANKS).contains(&inner.nranks)
+            && bytes <= inner.backend.one_shot_bytes(transport)
+            && inner.tuner.one_shot(a.kind, bytes, self.topology())
+    }
+
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
@@ -301,6 +314,26 @@ impl<B: Backend> Communicator<B> {
                 .unwrap_or(0),
             _ => a.count * esize,
         };
+        if self.use_one_shot(a, &c.transport) {
+            let op = OneShot {
+                kind: a.kind,
+                dtype: a.dtype,
+                reduction: Reduction::lower(a.op, inner.nranks as usize),
+                count: a.count,
+                send: a.send,
+                recv: a.recv,
+            };
+            debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot seq {}",
+                inner.rank, a.kind, a.count, a.dtype.name(), seq);
+            // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has
+            // run; `use_one_shot` checked that the kernels take this message.
+            unsafe {
+                inner
+                    .backend
+                    .launch_one_shot(stream, &c.transport, &op, &inner.abort)
+            }?;
+            return Ok(None);
+        }
         let choice = self.choose(a.kind, bytes, a.dtype);
         let req = CollRequest {
             kind: a.kind,

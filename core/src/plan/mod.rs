@@ -6,6 +6,7 @@
 pub mod work;
 
 mod direct;
+pub mod one_shot;
 mod p2p;
 mod ring;
 #[cfg(test)]

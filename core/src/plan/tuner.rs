@@ -72,6 +72,9 @@ struct Heuristics {
     zero_copy_min: [u64; 4],
     /// NVLink's zero-copy thresholds, indexed by [`kind_index`].
     zero_copy_min_nvlink: [u64; 10],
+    /// One-shot kernels up to this per-peer message size on GPUs over NVLink, indexed by
+    /// [`kind_index`] (0: never).
+    one_shot_max_nvlink: [u64; 10],
 }
 
 const KIB: u64 = 1 << 10;
@@ -117,6 +120,19 @@ const HEURISTICS: Heuristics = Heuristics {
         u64::MAX,  // Scatter
         u64::MAX,  // SendRecv
     ],
+    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count).
+    one_shot_max_nvlink: [
+        64 * KIB, // AllReduce
+        0,        // Broadcast
+        0,        // Reduce
+        64 * KIB, // AllGather
+        64 * KIB, // ReduceScatter
+        0,
+        0,
+        0,
+        0,
+        0,
+    ],
 };
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
@@ -153,6 +169,19 @@ fn algo_bit(a: Algorithm) -> u8 {
 
 fn proto_bit(p: Protocol) -> u8 {
     1 << proto_index(p)
+}
+
+/// A 0/1 variable: `Some(false)`, `Some(true)`, or `None` when empty or unreadable (warned).
+fn parse_switch(name: &str, v: &str) -> Option<bool> {
+    match v.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        "" => None,
+        other => {
+            tracing::warn!("{name}={other:?} is neither 0 nor 1; ignored");
+            None
+        }
+    }
 }
 
 fn kind_index(k: CollKind) -> usize {
@@ -303,6 +332,9 @@ pub struct Tuner {
     /// `OXCCL_ZERO_COPY_HIDE_RANKS`: ranks that never expose their buffers, so that zero-copy
     /// plans take their fallback branch (tests).
     hidden_ranks: Vec<u32>,
+    /// `OXCCL_ONE_SHOT`: `Some(false)` never, `Some(true)` whenever the kernels take the
+    /// message; `None`: the table.
+    one_shot: Option<bool>,
 }
 
 impl Tuner {
@@ -336,15 +368,10 @@ impl Tuner {
             t.chunk_bytes = parse_number("OXCCL_CHUNK_BYTES", &v);
         }
         if let Some(v) = get("OXCCL_ZERO_COPY") {
-            t.zero_copy = match v.trim() {
-                "0" => Some(false),
-                "1" => Some(true),
-                "" => None,
-                other => {
-                    tracing::warn!("OXCCL_ZERO_COPY={other:?} is neither 0 nor 1; ignored");
-                    None
-                }
-            };
+            t.zero_copy = parse_switch("OXCCL_ZERO_COPY", &v);
+        }
+        if let Some(v) = get("OXCCL_ONE_SHOT") {
+            t.one_shot = parse_switch("OXCCL_ONE_SHOT", &v);
         }
         if let Some(v) = get("OXCCL_ZERO_COPY_HIDE_RANKS") {
             t.hidden_ranks = v
@@ -360,6 +387,26 @@ impl Tuner {
                 .collect();
         }
         t
+    }
+
+    /// Whether a `kind` collective whose per-peer message is `message_bytes` runs on the
+    /// one-shot kernels (when the backend has them and they take that size). A forced algorithm
+    /// or protocol turns them off, as it does zero copy; `OXCCL_ONE_SHOT=1` uses them wherever
+    /// they fit, `=0` never.
+    pub fn one_shot(&self, kind: CollKind, message_bytes: u64, topo: Topology) -> bool {
+        if !super::one_shot::supports(kind) {
+            return false;
+        }
+        match self.one_shot {
+            Some(forced) => forced,
+            None => {
+                let k = kind_index(kind);
+                topo == (Topology::SingleNodeGpu { nvlink: true })
+                    && self.algos[k].is_none()
+                    && self.protos[k].is_none()
+                    && message_bytes <= HEURISTICS.one_shot_max_nvlink[k]
+            }
+        }
     }
 
     /// Whether `rank` may expose its buffers to zero-copy plans (`OXCCL_ZERO_COPY_HIDE_RANKS`).
@@ -524,6 +571,23 @@ mod tests {
         assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, nvl));
         let hide = tuner(&[("OXCCL_ZERO_COPY_HIDE_RANKS", "1, 3,x")]);
         assert!(hide.may_expose(0) && !hide.may_expose(1) && !hide.may_expose(3));
+    }
+
+    #[test]
+    fn one_shot_follows_the_table_and_the_variables() {
+        let nvl = Topology::SingleNodeGpu { nvlink: true };
+        let t = tuner(&[]);
+        assert!(t.one_shot(CollKind::AllReduce, 8, nvl));
+        assert!(t.one_shot(CollKind::ReduceScatter, 64 * KIB, nvl));
+        assert!(!t.one_shot(CollKind::AllGather, 64 * KIB + 1, nvl));
+        assert!(!t.one_shot(CollKind::Broadcast, 8, nvl));
+        assert!(!t.one_shot(CollKind::AllReduce, 8, Topology::Host));
+        assert!(!tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, nvl));
+        let on = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_ALGO", "ring")]);
+        assert!(on.one_shot(CollKind::AllGather, 1 << 30, nvl));
+        assert!(!on.one_shot(CollKind::AllToAll, 8, nvl));
+        assert!(!tuner(&[("OXCCL_ONE_SHOT", "0")]).one_shot(CollKind::AllReduce, 8, nvl));
+        assert!(tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, nvl));
     }
 
     fn pick(t: &Tuner, kind: CollKind, bytes: u64, nranks: u32) -> Choice {

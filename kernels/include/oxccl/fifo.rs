@@ -3,12 +3,13 @@
 // re-exports it), so the two transports cannot drift apart.
 //
 // One rank's FIFO allocation holds, for every (channel, sending peer), the counters (head, tail
-// and LL head; page-aligned block first), then the Simple slots, then the LL packet slots. A
-// separate sender-local allocation holds each send connection's own counters. At connect every
+// and LL head; page-aligned block first), then the Simple slots, then the LL packet slots, then
+// the one-shot kernels' inbox (`one_shot.rs`). A separate sender-local allocation holds each
+// send connection's own counters, then the one-shot kernels' epochs. At connect every
 // rank publishes a record (pid, device, FIFO address, geometry, export handle) through the
 // bootstrap network.
 
-use super::{DevConn, EncodedWork};
+use super::{DevConn, EncodedWork, ONE_SHOT_EPOCH_BYTES, one_shot_inbox_bytes};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
@@ -121,8 +122,14 @@ impl FifoGeometry {
     }
 
     /// Bytes of one rank's FIFO allocation: the counters (page-aligned), the Simple slots, the
-    /// LL slots.
+    /// LL slots, the one-shot inbox.
     pub fn fifo_bytes(&self, nranks: u32) -> u64 {
+        self.inbox_offset(nranks) + one_shot_inbox_bytes(nranks)
+    }
+
+    /// Byte offset of the one-shot inbox in a FIFO allocation (zeroed at connect, like the
+    /// counters: its packets' flags must not match by accident).
+    pub fn inbox_offset(&self, nranks: u32) -> u64 {
         let n = self.channels as u64 * u64::from(nranks);
         (n * CTR_BYTES).next_multiple_of(4096)
             + n * (self.simple_fifo_bytes() + self.ll_fifo_bytes())
@@ -191,9 +198,14 @@ impl FifoGeometry {
     }
 
     /// Bytes of sender-local counters (`tail_mirror`, `head_seen`, `ll_pos`, `ll_head_seen`)
-    /// for every send connection of a rank, zeroed at connect.
+    /// for every send connection of a rank, then the one-shot epochs; zeroed at connect.
     pub fn send_state_bytes(&self, nranks: u32) -> usize {
-        (self.channels as u64 * u64::from(nranks) * SEND_STATE_BYTES) as usize
+        (self.epochs_offset(nranks) + ONE_SHOT_EPOCH_BYTES) as usize
+    }
+
+    /// Byte offset of the one-shot kernels' per-block epochs in the sender-local allocation.
+    pub fn epochs_offset(&self, nranks: u32) -> u64 {
+        self.channels as u64 * u64::from(nranks) * SEND_STATE_BYTES
     }
 
     /// The connection table: `channels * nranks` send connections (to p: p's FIFO for
@@ -310,10 +322,14 @@ mod tests {
             for nranks in [1u32, 2, 3, 8] {
                 let base = 0x7000_0000_0000u64;
                 let bytes = g.fifo_bytes(nranks);
+                let inbox = g.inbox_offset(nranks);
+                // The one-shot inbox closes the allocation.
+                assert_eq!(inbox + one_shot_inbox_bytes(nranks), bytes);
+                assert_eq!(inbox % 16, 0);
                 let per_fifo = g.slot_bytes * u64::from(g.nslots);
                 let per_ll = g.ll_slot_bytes * u64::from(g.ll_nslots);
                 let slots_start =
-                    bytes - g.channels as u64 * u64::from(nranks) * (per_fifo + per_ll);
+                    inbox - g.channels as u64 * u64::from(nranks) * (per_fifo + per_ll);
                 let mut lines = std::collections::HashSet::new();
                 // (start, length) of every slot area, Simple and LL.
                 let mut bufs = Vec::new();
@@ -333,7 +349,7 @@ mod tests {
                         assert_eq!(f.ll_buff % 16, 0);
                         assert_eq!(u64::from(f.ll_slot_bytes), g.ll_slot_bytes);
                         assert!(f.buff >= base + slots_start);
-                        assert!(f.ll_buff + per_ll <= base + bytes);
+                        assert!(f.ll_buff + per_ll <= base + inbox);
                         bufs.push((f.buff, per_fifo));
                         bufs.push((f.ll_buff, per_ll));
                     }
@@ -389,13 +405,18 @@ mod tests {
                     ..g.conn(fifos[p], nranks, c, 1)
                 };
                 assert_eq!(&t1s[at(c, p)..at(c, p) + one], want.to_bytes());
-                assert!(want.ll_head_seen + 64 <= state + g.send_state_bytes(nranks) as u64);
+                // The one-shot epochs follow every connection's counters.
+                assert!(want.ll_head_seen + 64 <= state + g.epochs_offset(nranks));
                 for line in [mine, mine + 64, mine + 128, mine + 192] {
                     assert!(seen.insert(line));
                 }
             }
         }
         assert_eq!(&t1s[half..], &t1[half..], "receive connections unchanged");
+        assert_eq!(
+            g.epochs_offset(nranks) + ONE_SHOT_EPOCH_BYTES,
+            g.send_state_bytes(nranks) as u64
+        );
     }
 
     #[test]

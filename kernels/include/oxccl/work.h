@@ -122,6 +122,41 @@ struct OxcclLaunchArgs {
   uint8_t pad;
 };
 
+// One-shot small collectives (kernels/src/one_shot.cuh): every rank pushes its packets straight
+// into each peer's inbox and reduces what arrives, with no plan to interpret. A launch has one
+// block per OXCCL_ONE_SHOT_THREADS packets of a per-peer message; block b always handles packets
+// [b * THREADS, (b + 1) * THREADS) and keeps its own epoch, so each inbox region has one writer
+// per peer and alternates between two halves on the epoch's parity.
+#define OXCCL_ONE_SHOT_MAX_RANKS 8
+#define OXCCL_ONE_SHOT_THREADS 256
+#define OXCCL_ONE_SHOT_MAX_BLOCKS 32
+// OxcclOneShotParams::kind.
+#define OXCCL_ONE_SHOT_ALL_REDUCE 0u
+#define OXCCL_ONE_SHOT_ALL_GATHER 1u
+#define OXCCL_ONE_SHOT_REDUCE_SCATTER 2u
+
+// The one-shot kernels' only parameter. count is the elements of one per-peer message: the
+// whole vector (AllReduce), the send count (AllGather) or the receive count (ReduceScatter).
+// inbox[p] is rank p's inbox as mapped in this process (inbox[rank]: our own); each is
+// 2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_THREADS 16-byte packets.
+struct OxcclOneShotParams {
+  const void* send;
+  void* recv;
+  char* inbox[OXCCL_ONE_SHOT_MAX_RANKS];
+  uint64_t* epochs;                     // [OXCCL_ONE_SHOT_MAX_BLOCKS], launches each block ran
+  const volatile uint32_t* abort_flag;  // non-zero: waits give up
+  const void* pre_scale_ptr;            // device scalar (OXCCL_ARGS_PRE_SCALE_PTR)
+  uint64_t pre_scale_bytes;             // immediate scalar (OXCCL_ARGS_PRE_SCALE)
+  uint64_t count;
+  uint32_t rank;
+  uint32_t nranks;
+  uint32_t post_div;  // 0 or 1: none
+  uint8_t kind;       // OXCCL_ONE_SHOT_*
+  uint8_t redop;      // OXCCL_OP_*
+  uint8_t flags;      // OXCCL_ARGS_PRE_SCALE*
+  uint8_t pad;
+};
+
 // Bytes of argument block a launch may carry inline in its parameters (args_block.rs has the
 // same numbers). HIP always passes the block by address: taking the address of a large by-value
 // kernel argument may copy it per thread there, and CUDA's __grid_constant__ has no HIP twin.
@@ -210,6 +245,20 @@ OXCCL_AT(OxcclLaunchArgs, post_div, 104);
 OXCCL_AT(OxcclLaunchArgs, dtype, 108);
 OXCCL_AT(OxcclLaunchArgs, redop, 109);
 OXCCL_AT(OxcclLaunchArgs, flags, 110);
+OXCCL_AT(OxcclOneShotParams, send, 0);
+OXCCL_AT(OxcclOneShotParams, recv, 8);
+OXCCL_AT(OxcclOneShotParams, inbox, 16);
+OXCCL_AT(OxcclOneShotParams, epochs, 80);
+OXCCL_AT(OxcclOneShotParams, abort_flag, 88);
+OXCCL_AT(OxcclOneShotParams, pre_scale_ptr, 96);
+OXCCL_AT(OxcclOneShotParams, pre_scale_bytes, 104);
+OXCCL_AT(OxcclOneShotParams, count, 112);
+OXCCL_AT(OxcclOneShotParams, rank, 120);
+OXCCL_AT(OxcclOneShotParams, nranks, 124);
+OXCCL_AT(OxcclOneShotParams, post_div, 128);
+OXCCL_AT(OxcclOneShotParams, kind, 132);
+OXCCL_AT(OxcclOneShotParams, redop, 133);
+OXCCL_AT(OxcclOneShotParams, flags, 134);
 #undef OXCCL_AT
 static_assert(sizeof(OxcclDevStep) == 64, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
@@ -217,6 +266,7 @@ static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared w
 static_assert(sizeof(OxcclConn) == 96, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
+static_assert(sizeof(OxcclOneShotParams) == 136, "OxcclOneShotParams layout is shared with Rust");
 static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared with Rust");
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
 static_assert(offsetof(OxcclKernelParamsLarge, block) == 16, "params header is shared with Rust");

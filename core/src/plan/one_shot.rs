@@ -1,0 +1,53 @@
+//! One-shot small collectives: AllReduce, AllGather and ReduceScatter run by a dedicated device
+//! kernel instead of a plan (see `kernels/src/one_shot.cuh`).
+//!
+//! Every rank stores its data as flagged packets straight into each peer's inbox, mapped at
+//! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.
+//! A backend that has such kernels says how large a message they take
+//! ([`crate::backend::Backend::one_shot_bytes`]); the tuner decides when they win. The host
+//! backend has none and runs the plan.
+
+use super::CollKind;
+use crate::backend::DevicePtr;
+use crate::datatype::{DataType, Reduction};
+
+/// Most ranks a one-shot communicator may have (the kernels keep one inbox address per rank in
+/// their parameters).
+pub const MAX_RANKS: u32 = 8;
+
+/// One collective for the one-shot kernels, bound to its buffers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneShot {
+    /// AllReduce, AllGather or ReduceScatter.
+    pub kind: CollKind,
+    /// Element type.
+    pub dtype: DataType,
+    /// The reduction (AllGather: ignored).
+    pub reduction: Reduction,
+    /// Elements of one per-peer message: the vector (AllReduce), the send count (AllGather),
+    /// the receive count (ReduceScatter); NCCL's `count` argument in each case.
+    pub count: u64,
+    /// Send buffer.
+    pub send: DevicePtr,
+    /// Receive buffer.
+    pub recv: DevicePtr,
+}
+
+impl OneShot {
+    /// Bytes of one per-peer message, which the backend's limit and the tuner compare.
+    pub fn message_bytes(&self) -> u64 {
+        self.count * self.dtype.size() as u64
+    }
+}
+
+/// Whether the one-shot kernels implement `kind`.
+///
+/// Broadcast and Reduce are left out on purpose: a one-shot inbox half may be rewritten once
+/// the writer has heard from its reader since the reader's previous use, and in a rooted
+/// operation the root hears from nobody.
+pub fn supports(kind: CollKind) -> bool {
+    matches!(
+        kind,
+        CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter
+    )
+}

@@ -1,0 +1,230 @@
+// The one-shot kernels' layout (`OxcclOneShotParams` and the inbox of work.h), shared by both GPU
+// backends like `work.rs` (included with `#[path]`, re-exported by their `kernels` module).
+//
+// A rank's inbox sits at the end of its FIFO allocation (`FifoGeometry::inbox_offset`), so it
+// is mapped into the peers with the FIFOs; its per-block epochs sit at the end of its
+// sender-local state (`FifoGeometry::epochs_offset`). Both are zeroed at connect.
+
+use super::{ARGS_PRE_SCALE, ARGS_PRE_SCALE_PTR, reduction_args};
+use oxccl_core::plan::CollKind;
+use oxccl_core::plan::one_shot::{self, OneShot};
+use std::mem::{offset_of, size_of};
+
+/// Most ranks (`OXCCL_ONE_SHOT_MAX_RANKS`).
+pub const ONE_SHOT_MAX_RANKS: usize = 8;
+/// Threads, and so packets, per block (`OXCCL_ONE_SHOT_THREADS`).
+pub const ONE_SHOT_THREADS: u32 = 256;
+/// Most blocks of a launch (`OXCCL_ONE_SHOT_MAX_BLOCKS`).
+pub const ONE_SHOT_MAX_BLOCKS: u32 = 32;
+/// Largest per-peer message: one 8-byte packet per thread of every block.
+pub const ONE_SHOT_MAX_BYTES: u64 = ONE_SHOT_THREADS as u64 * ONE_SHOT_MAX_BLOCKS as u64 * 8;
+/// Bytes of a rank's per-block epochs (one `u64` per block).
+pub const ONE_SHOT_EPOCH_BYTES: u64 = ONE_SHOT_MAX_BLOCKS as u64 * 8;
+
+const _: () = assert!(ONE_SHOT_MAX_RANKS as u32 == one_shot::MAX_RANKS);
+
+/// Bytes of one rank's inbox: two halves x blocks x senders x one 16-byte packet per thread;
+/// 0 where a communicator is too large for the one-shot kernels.
+pub fn one_shot_inbox_bytes(nranks: u32) -> u64 {
+    if nranks as usize > ONE_SHOT_MAX_RANKS {
+        return 0;
+    }
+    2 * u64::from(ONE_SHOT_MAX_BLOCKS) * u64::from(nranks) * u64::from(ONE_SHOT_THREADS) * 16
+}
+
+/// One-shot entry points, indexed by `ncclDataType_t` like `KERNEL_NAMES`.
+pub const ONE_SHOT_KERNEL_NAMES: [&str; 12] = [
+    "oxccl_one_shot_i8",
+    "oxccl_one_shot_u8",
+    "oxccl_one_shot_i32",
+    "oxccl_one_shot_u32",
+    "oxccl_one_shot_i64",
+    "oxccl_one_shot_u64",
+    "oxccl_one_shot_f16",
+    "oxccl_one_shot_f32",
+    "oxccl_one_shot_f64",
+    "oxccl_one_shot_bf16",
+    "oxccl_one_shot_f8e4m3",
+    "oxccl_one_shot_f8e5m2",
+];
+
+/// `OxcclOneShotParams::kind`.
+const KIND_ALL_REDUCE: u8 = 0;
+const KIND_ALL_GATHER: u8 = 1;
+const KIND_REDUCE_SCATTER: u8 = 2;
+
+/// The one-shot kernels' parameter (`OxcclOneShotParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OneShotParams {
+    /// Send buffer.
+    pub send: u64,
+    /// Receive buffer.
+    pub recv: u64,
+    /// Every rank's inbox as mapped here (unused entries 0).
+    pub inbox: [u64; ONE_SHOT_MAX_RANKS],
+    /// This rank's per-block epochs.
+    pub epochs: u64,
+    /// Device-visible abort word.
+    pub abort_flag: u64,
+    /// Device scalar of PreMulSum, with `ARGS_PRE_SCALE_PTR`.
+    pub pre_scale_ptr: u64,
+    /// Immediate scalar of PreMulSum, with `ARGS_PRE_SCALE`.
+    pub pre_scale_bytes: u64,
+    /// Elements of one per-peer message.
+    pub count: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub nranks: u32,
+    /// Post-division divisor (0 or 1: none).
+    pub post_div: u32,
+    /// `OXCCL_ONE_SHOT_*`.
+    pub kind: u8,
+    /// `OP_*`.
+    pub redop: u8,
+    /// `ARGS_PRE_SCALE*`.
+    pub flags: u8,
+    /// Zero.
+    pub pad: u8,
+}
+
+const _: () = {
+    assert!(size_of::<OneShotParams>() == 136);
+    assert!(offset_of!(OneShotParams, inbox) == 16);
+    assert!(offset_of!(OneShotParams, epochs) == 80);
+    assert!(offset_of!(OneShotParams, abort_flag) == 88);
+    assert!(offset_of!(OneShotParams, pre_scale_ptr) == 96);
+    assert!(offset_of!(OneShotParams, pre_scale_bytes) == 104);
+    assert!(offset_of!(OneShotParams, count) == 112);
+    assert!(offset_of!(OneShotParams, rank) == 120);
+    assert!(offset_of!(OneShotParams, nranks) == 124);
+    assert!(offset_of!(OneShotParams, post_div) == 128);
+    assert!(offset_of!(OneShotParams, kind) == 132);
+    assert!(offset_of!(OneShotParams, redop) == 133);
+    assert!(offset_of!(OneShotParams, flags) == 134);
+};
+
+impl OneShotParams {
+    /// The parameters of `op` on `rank` of `nranks`, whose inboxes are mapped here at `inbox`.
+    pub fn new(
+        op: &OneShot,
+        rank: u32,
+        inbox: &[u64],
+        epochs: u64,
+        abort_flag: u64,
+    ) -> OneShotParams {
+        let red = reduction_args(&op.reduction);
+        let mut p = OneShotParams {
+            send: op.send,
+            recv: op.recv,
+            epochs,
+            abort_flag,
+            pre_scale_ptr: red.pre_scale_ptr,
+            pre_scale_bytes: red.pre_scale_bytes,
+            count: op.count,
+            rank,
+            nranks: inbox.len() as u32,
+            post_div: red.post_div,
+            kind: match op.kind {
+                CollKind::AllGather => KIND_ALL_GATHER,
+                CollKind::ReduceScatter => KIND_REDUCE_SCATTER,
+                _ => KIND_ALL_REDUCE,
+            },
+            redop: red.redop,
+            flags: red.flags & (ARGS_PRE_SCALE | ARGS_PRE_SCALE_PTR),
+            ..OneShotParams::default()
+        };
+        p.inbox[..inbox.len()].copy_from_slice(inbox);
+        p
+    }
+
+    /// The bytes the kernel reads.
+    pub fn to_bytes(&self) -> [u8; size_of::<OneShotParams>()] {
+        let mut b = [0u8; size_of::<OneShotParams>()];
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(offset_of!(OneShotParams, send), &self.send.to_le_bytes());
+        put(offset_of!(OneShotParams, recv), &self.recv.to_le_bytes());
+        for (i, a) in self.inbox.iter().enumerate() {
+            put(offset_of!(OneShotParams, inbox) + 8 * i, &a.to_le_bytes());
+        }
+        put(offset_of!(OneShotParams, epochs), &self.epochs.to_le_bytes());
+        put(offset_of!(OneShotParams, abort_flag), &self.abort_flag.to_le_bytes());
+        put(offset_of!(OneShotParams, pre_scale_ptr), &self.pre_scale_ptr.to_le_bytes());
+        put(offset_of!(OneShotParams, pre_scale_bytes), &self.pre_scale_bytes.to_le_bytes());
+        put(offset_of!(OneShotParams, count), &self.count.to_le_bytes());
+        put(offset_of!(OneShotParams, rank), &self.rank.to_le_bytes());
+        put(offset_of!(OneShotParams, nranks), &self.nranks.to_le_bytes());
+        put(offset_of!(OneShotParams, post_div), &self.post_div.to_le_bytes());
+        put(offset_of!(OneShotParams, kind), &[self.kind, self.redop, self.flags, 0]);
+        b
+    }
+}
+
+/// Blocks and threads per block of a one-shot launch of `op`: one thread per 8-byte packet of
+/// a per-peer message, [`ONE_SHOT_THREADS`] per block (fewer, in warps, when one block is
+/// enough: a tiny message should not pay for idle warps). Block `b` always covers the same
+/// packets, which the kernels' per-block epochs rely on.
+pub fn one_shot_grid(op: &OneShot) -> (u32, u32) {
+    let packets = op.message_bytes().div_ceil(8).max(1);
+    let blocks = packets.div_ceil(u64::from(ONE_SHOT_THREADS)) as u32;
+    if blocks > 1 {
+        (blocks, ONE_SHOT_THREADS)
+    } else {
+        (1, packets.next_multiple_of(32) as u32)
+    }
+}
+
+#[cfg(test)]
+mod one_shot_tests {
+    use super::*;
+    use oxccl_core::datatype::{DataType, RedOp, Reduction};
+
+    fn op(kind: CollKind, dtype: DataType, count: u64) -> OneShot {
+        OneShot {
+            kind,
+            dtype,
+            reduction: Reduction::lower(RedOp::Avg, 2),
+            count,
+            send: 0x1000,
+            recv: 0x2000,
+        }
+    }
+
+    #[test]
+    fn one_thread_per_packet_and_full_blocks_beyond_one() {
+        let f32 = DataType::Float32;
+        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 1)), (1, 32));
+        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, DataType::Int8, 7)), (1, 32));
+        assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 2 * 33)), (1, 64));
+        assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 512)), (1, 256));
+        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 513)), (2, 256));
+        // The largest message fills every block.
+        let max = ONE_SHOT_MAX_BYTES / 4;
+        assert_eq!(
+            one_shot_grid(&op(CollKind::ReduceScatter, f32, max)),
+            (ONE_SHOT_MAX_BLOCKS, ONE_SHOT_THREADS)
+        );
+    }
+
+    #[test]
+    fn parameters_carry_the_reduction_and_every_inbox() {
+        let p = OneShotParams::new(
+            &op(CollKind::ReduceScatter, DataType::Float16, 9),
+            1,
+            &[0xa0, 0xb0],
+            0xe0,
+            0xf0,
+        );
+        assert_eq!((p.rank, p.nranks, p.count, p.post_div), (1, 2, 9, 2));
+        assert_eq!((p.kind, p.inbox[..3].to_vec()), (KIND_REDUCE_SCATTER, vec![0xa0, 0xb0, 0]));
+        let b = p.to_bytes();
+        assert_eq!(&b[16..24], &0xa0u64.to_le_bytes());
+        assert_eq!(&b[80..88], &0xe0u64.to_le_bytes());
+        assert_eq!(&b[124..128], &2u32.to_le_bytes());
+        assert_eq!(b[132], KIND_REDUCE_SCATTER);
+        // 2 ranks: 2 halves x 32 blocks x 2 senders x 256 packets of 16 bytes.
+        assert_eq!(one_shot_inbox_bytes(2), 512 << 10);
+        assert_eq!(one_shot_inbox_bytes(9), 0);
+    }
+}
