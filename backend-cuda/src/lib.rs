@@ -16,11 +16,11 @@ use crate::memory::Memory;
 use crate::modules::Modules;
 use cudarc::driver::sys;
 pub use kernels::{FifoGeometry, MAX_CHANNELS};
+use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
 use oxccl_core::error::{Error, Result};
-use oxccl_core::abort::AbortFlag;
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
 use std::sync::Arc;

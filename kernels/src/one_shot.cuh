@@ -2,11 +2,14 @@
 //
 // A plan-interpreting launch pays about 1.35 us before its first step and 0.4-0.5 us of
 // instructions per step (docs/perf/h200x2.md, "Launch cost"); a small collective is nothing
-// but that. Here each thread owns one 8-byte packet of every per-peer message:
-// - it stores its packet(s) as LL packets {data, flag} straight into each peer's inbox (one
-//   store over the link, no fence, no counter);
-// - it polls its own inbox for the peers' packets of the same index, combines them with its
-//   own in rank order (so every rank computes bit-identical results), and stores the output.
+// but that. Here each thread owns up to OXCCL_ONE_SHOT_MAX_ITERS 8-byte packets of every
+// per-peer message (packet k belongs to block (k / THREADS) % MAX_BLOCKS, round k / (THREADS *
+// MAX_BLOCKS)):
+// - it first stores all of them as LL packets {data, flag} straight into each peer's inbox
+//   (one store over the link each, no fence, no counter);
+// - then it polls its own inbox for the peers' packets of the same indices, combines them
+//   with its own in rank order (so every rank computes bit-identical results), and stores the
+//   output.
 //
 // Epochs instead of FIFO positions: block b of every launch handles the same packet indices,
 // and epochs[b] counts the launches block b ran (the same on every rank, since every rank makes
@@ -57,14 +60,28 @@ struct OneShot {
   const OxcclOneShotParams& p;
   uint32_t flag;
   uint64_t region;  // byte offset of this block's half in every inbox, sender 0
-  uint64_t at;      // first element of this thread's packet in a per-peer message
+  uint32_t round;   // which of this thread's packets
+  uint64_t at;      // its first element in a per-peer message
   uint32_t m;       // its elements (kPer, or fewer in the last packet)
   T scale;
   bool pre;
 
-  // Where sender `from`'s packet for this thread lies in `inbox`.
+  // Moves to this thread's packet of round `i`; false when the message has no such packet.
+  OXCCL_DEVICE bool select(uint32_t i) {
+    round = i;
+    const uint64_t k = ((uint64_t)i * OXCCL_ONE_SHOT_MAX_BLOCKS + blockIdx.x) * OXCCL_ONE_SHOT_THREADS +
+                       threadIdx.x;
+    at = k * kPer;
+    if (at >= p.count) return false;
+    m = p.count - at < kPer ? (uint32_t)(p.count - at) : kPer;
+    return true;
+  }
+
+  // Where sender `from`'s packet of this thread's round lies in `inbox`.
   OXCCL_DEVICE char* slot(char* inbox, uint32_t from) const {
-    return inbox + region + ((uint64_t)from * OXCCL_ONE_SHOT_THREADS + threadIdx.x) * 16;
+    const uint64_t packet =
+        ((uint64_t)from * OXCCL_ONE_SHOT_MAX_ITERS + round) * OXCCL_ONE_SHOT_THREADS + threadIdx.x;
+    return inbox + region + packet * 16;
   }
 
   // The packet of elements [at, at + m) of `v`, pre-scaled when the reduction asks for it.
@@ -115,68 +132,64 @@ struct OneShot {
     return true;
   }
 
-  OXCCL_DEVICE bool all_reduce() const {
-    const uint64_t mine = own(reinterpret_cast<const T*>(p.send));
+  // Phase 1 of the selected packet: send it to every peer (AllGather: and keep our own block).
+  OXCCL_DEVICE void push() const {
+    const T* in = reinterpret_cast<const T*>(p.send);
+    if (p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER) {
+      for (uint32_t q = 0; q < p.nranks; ++q) {
+        if (q != p.rank) send(q, own(in + (uint64_t)q * p.count));
+      }
+      return;
+    }
+    const uint64_t mine =
+        p.kind == OXCCL_ONE_SHOT_ALL_GATHER ? load_packet(in + at, m) : own(in);
     for (uint32_t q = 0; q < p.nranks; ++q) {
       if (q != p.rank) send(q, mine);
     }
-    return reduce_into(reinterpret_cast<T*>(p.recv), mine);
+    if (p.kind == OXCCL_ONE_SHOT_ALL_GATHER) {
+      store_packet(reinterpret_cast<T*>(p.recv) + (uint64_t)p.rank * p.count + at, mine, m);
+    }
   }
 
-  OXCCL_DEVICE bool all_gather() const {
+  // Phase 2: receive the peers' packets and store the result. False on abort.
+  OXCCL_DEVICE bool finish() const {
     const T* in = reinterpret_cast<const T*>(p.send);
     T* out = reinterpret_cast<T*>(p.recv);
-    const uint64_t mine = load_packet(in + at, m);
-    for (uint32_t q = 0; q < p.nranks; ++q) {
-      if (q != p.rank) send(q, mine);
+    switch (p.kind) {
+      case OXCCL_ONE_SHOT_ALL_GATHER:
+        for (uint32_t q = 0; q < p.nranks; ++q) {
+          if (q == p.rank) continue;
+          uint64_t v;
+          if (!recv(q, &v)) return false;
+          store_packet(out + (uint64_t)q * p.count + at, v, m);
+        }
+        return true;
+      case OXCCL_ONE_SHOT_REDUCE_SCATTER:
+        return reduce_into(out, own(in + (uint64_t)p.rank * p.count));
+      default:
+        return reduce_into(out, own(in));
     }
-    store_packet(out + (uint64_t)p.rank * p.count + at, mine, m);
-    for (uint32_t q = 0; q < p.nranks; ++q) {
-      if (q == p.rank) continue;
-      uint64_t v;
-      if (!recv(q, &v)) return false;
-      store_packet(out + (uint64_t)q * p.count + at, v, m);
-    }
-    return true;
-  }
-
-  OXCCL_DEVICE bool reduce_scatter() const {
-    const T* in = reinterpret_cast<const T*>(p.send);
-    for (uint32_t q = 0; q < p.nranks; ++q) {
-      if (q != p.rank) send(q, own(in + (uint64_t)q * p.count));
-    }
-    return reduce_into(reinterpret_cast<T*>(p.recv), own(in + (uint64_t)p.rank * p.count));
   }
 };
 
 template <class E>
 OXCCL_DEVICE void one_shot(const OxcclOneShotParams& p) {
-  constexpr uint32_t kPer = OneShot<E>::kPer;
   const uint32_t b = blockIdx.x;
   const uint64_t launches = p.epochs[b];
-  const uint64_t at = ((uint64_t)b * OXCCL_ONE_SHOT_THREADS + threadIdx.x) * kPer;
+  const uint64_t half = launches & 1;
+  OneShot<E> s{p,
+               ll_flag(launches),
+               (half * OXCCL_ONE_SHOT_MAX_BLOCKS + b) * p.nranks * OXCCL_ONE_SHOT_MAX_ITERS *
+                   OXCCL_ONE_SHOT_THREADS * 16,
+               0,
+               0,
+               0,
+               one_shot_scale<E>(p),
+               (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0};
+  // Every packet goes out before the first wait, so the link carries them all at once.
+  for (uint32_t i = 0; i < OXCCL_ONE_SHOT_MAX_ITERS && s.select(i); ++i) s.push();
   bool ok = true;
-  if (at < p.count) {
-    const uint64_t half = launches & 1;
-    OneShot<E> s{p,
-                 ll_flag(launches),
-                 ((half * OXCCL_ONE_SHOT_MAX_BLOCKS + b) * p.nranks) * OXCCL_ONE_SHOT_THREADS * 16,
-                 at,
-                 p.count - at < kPer ? (uint32_t)(p.count - at) : kPer,
-                 one_shot_scale<E>(p),
-                 (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0};
-    switch (p.kind) {
-      case OXCCL_ONE_SHOT_ALL_REDUCE:
-        ok = s.all_reduce();
-        break;
-      case OXCCL_ONE_SHOT_ALL_GATHER:
-        ok = s.all_gather();
-        break;
-      default:
-        ok = s.reduce_scatter();
-        break;
-    }
-  }
+  for (uint32_t i = 0; ok && i < OXCCL_ONE_SHOT_MAX_ITERS && s.select(i); ++i) ok = s.finish();
   // Every thread has read the epoch before it moves. An aborted launch leaves it: its
   // communicator is unusable anyway.
   oxccl_block_sync();

@@ -307,11 +307,10 @@ impl<B: Backend> Communicator<B> {
                 a.count * n * esize
             }
             CollKind::Gather | CollKind::Scatter => a.count * n * esize,
-            CollKind::AllToAllv => a
-                .layout
-                .as_ref()
-                .map(|l| l.send_counts.iter().sum::<u64>() * esize)
-                .unwrap_or(0),
+            // Every rank must choose alike, and an AlltoAllv's totals differ between ranks
+            // (8191 bytes on one and 8193 on the other got 2 and 3 LL channels, and hung): it
+            // is tuned like a send/receive group, at one size for all.
+            CollKind::AllToAllv => P2P_TUNING_BYTES,
             _ => a.count * esize,
         };
         if self.use_one_shot(a, &c.transport) {

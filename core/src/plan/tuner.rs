@@ -122,11 +122,11 @@ const HEURISTICS: Heuristics = Heuristics {
     ],
     // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count).
     one_shot_max_nvlink: [
-        64 * KIB, // AllReduce
-        0,        // Broadcast
-        0,        // Reduce
-        64 * KIB, // AllGather
-        64 * KIB, // ReduceScatter
+        256 * KIB, // AllReduce
+        0,         // Broadcast
+        0,         // Reduce
+        256 * KIB, // AllGather
+        256 * KIB, // ReduceScatter
         0,
         0,
         0,
@@ -578,8 +578,8 @@ mod tests {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         let t = tuner(&[]);
         assert!(t.one_shot(CollKind::AllReduce, 8, nvl));
-        assert!(t.one_shot(CollKind::ReduceScatter, 64 * KIB, nvl));
-        assert!(!t.one_shot(CollKind::AllGather, 64 * KIB + 1, nvl));
+        assert!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, nvl));
+        assert!(!t.one_shot(CollKind::AllGather, 256 * KIB + 1, nvl));
         assert!(!t.one_shot(CollKind::Broadcast, 8, nvl));
         assert!(!t.one_shot(CollKind::AllReduce, 8, Topology::Host));
         assert!(!tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, nvl));

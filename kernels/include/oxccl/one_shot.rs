@@ -16,20 +16,25 @@ pub const ONE_SHOT_MAX_RANKS: usize = 8;
 pub const ONE_SHOT_THREADS: u32 = 256;
 /// Most blocks of a launch (`OXCCL_ONE_SHOT_MAX_BLOCKS`).
 pub const ONE_SHOT_MAX_BLOCKS: u32 = 32;
-/// Largest per-peer message: one 8-byte packet per thread of every block.
-pub const ONE_SHOT_MAX_BYTES: u64 = ONE_SHOT_THREADS as u64 * ONE_SHOT_MAX_BLOCKS as u64 * 8;
+/// Most packets per thread (`OXCCL_ONE_SHOT_MAX_ITERS`).
+pub const ONE_SHOT_MAX_ITERS: u32 = 4;
+/// Largest per-peer message: 8-byte packets, every round of every thread of every block.
+pub const ONE_SHOT_MAX_BYTES: u64 =
+    ONE_SHOT_THREADS as u64 * ONE_SHOT_MAX_BLOCKS as u64 * ONE_SHOT_MAX_ITERS as u64 * 8;
 /// Bytes of a rank's per-block epochs (one `u64` per block).
 pub const ONE_SHOT_EPOCH_BYTES: u64 = ONE_SHOT_MAX_BLOCKS as u64 * 8;
 
 const _: () = assert!(ONE_SHOT_MAX_RANKS as u32 == one_shot::MAX_RANKS);
 
-/// Bytes of one rank's inbox: two halves x blocks x senders x one 16-byte packet per thread;
-/// 0 where a communicator is too large for the one-shot kernels.
+/// Bytes of one rank's inbox: two halves x blocks x senders x rounds x one 16-byte packet per
+/// thread; 0 where a communicator is too large for the one-shot kernels.
 pub fn one_shot_inbox_bytes(nranks: u32) -> u64 {
     if nranks as usize > ONE_SHOT_MAX_RANKS {
         return 0;
     }
-    2 * u64::from(ONE_SHOT_MAX_BLOCKS) * u64::from(nranks) * u64::from(ONE_SHOT_THREADS) * 16
+    2 * u64::from(ONE_SHOT_MAX_BLOCKS * ONE_SHOT_MAX_ITERS * ONE_SHOT_THREADS)
+        * u64::from(nranks)
+        * 16
 }
 
 /// One-shot entry points, indexed by `ncclDataType_t` like `KERNEL_NAMES`.
@@ -148,28 +153,53 @@ impl OneShotParams {
         for (i, a) in self.inbox.iter().enumerate() {
             put(offset_of!(OneShotParams, inbox) + 8 * i, &a.to_le_bytes());
         }
-        put(offset_of!(OneShotParams, epochs), &self.epochs.to_le_bytes());
-        put(offset_of!(OneShotParams, abort_flag), &self.abort_flag.to_le_bytes());
-        put(offset_of!(OneShotParams, pre_scale_ptr), &self.pre_scale_ptr.to_le_bytes());
-        put(offset_of!(OneShotParams, pre_scale_bytes), &self.pre_scale_bytes.to_le_bytes());
+        put(
+            offset_of!(OneShotParams, epochs),
+            &self.epochs.to_le_bytes(),
+        );
+        put(
+            offset_of!(OneShotParams, abort_flag),
+            &self.abort_flag.to_le_bytes(),
+        );
+        put(
+            offset_of!(OneShotParams, pre_scale_ptr),
+            &self.pre_scale_ptr.to_le_bytes(),
+        );
+        put(
+            offset_of!(OneShotParams, pre_scale_bytes),
+            &self.pre_scale_bytes.to_le_bytes(),
+        );
         put(offset_of!(OneShotParams, count), &self.count.to_le_bytes());
         put(offset_of!(OneShotParams, rank), &self.rank.to_le_bytes());
-        put(offset_of!(OneShotParams, nranks), &self.nranks.to_le_bytes());
-        put(offset_of!(OneShotParams, post_div), &self.post_div.to_le_bytes());
-        put(offset_of!(OneShotParams, kind), &[self.kind, self.redop, self.flags, 0]);
+        put(
+            offset_of!(OneShotParams, nranks),
+            &self.nranks.to_le_bytes(),
+        );
+        put(
+            offset_of!(OneShotParams, post_div),
+            &self.post_div.to_le_bytes(),
+        );
+        put(
+            offset_of!(OneShotParams, kind),
+            &[self.kind, self.redop, self.flags, 0],
+        );
         b
     }
 }
 
 /// Blocks and threads per block of a one-shot launch of `op`: one thread per 8-byte packet of
-/// a per-peer message, [`ONE_SHOT_THREADS`] per block (fewer, in warps, when one block is
-/// enough: a tiny message should not pay for idle warps). Block `b` always covers the same
-/// packets, which the kernels' per-block epochs rely on.
+/// a per-peer message up to [`ONE_SHOT_MAX_BLOCKS`] blocks of [`ONE_SHOT_THREADS`] (then more
+/// packets per thread); fewer threads, in warps, when one block is enough: a tiny message
+/// should not pay for idle warps. Block `b` always covers the same packets, which the kernels'
+/// per-block epochs rely on.
 pub fn one_shot_grid(op: &OneShot) -> (u32, u32) {
     let packets = op.message_bytes().div_ceil(8).max(1);
-    let blocks = packets.div_ceil(u64::from(ONE_SHOT_THREADS)) as u32;
+    let blocks = packets.div_ceil(u64::from(ONE_SHOT_THREADS));
     if blocks > 1 {
-        (blocks, ONE_SHOT_THREADS)
+        (
+            blocks.min(u64::from(ONE_SHOT_MAX_BLOCKS)) as u32,
+            ONE_SHOT_THREADS,
+        )
     } else {
         (1, packets.next_multiple_of(32) as u32)
     }
@@ -195,16 +225,24 @@ mod one_shot_tests {
     fn one_thread_per_packet_and_full_blocks_beyond_one() {
         let f32 = DataType::Float32;
         assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 1)), (1, 32));
-        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, DataType::Int8, 7)), (1, 32));
-        assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 2 * 33)), (1, 64));
+        assert_eq!(
+            one_shot_grid(&op(CollKind::AllReduce, DataType::Int8, 7)),
+            (1, 32)
+        );
+        assert_eq!(
+            one_shot_grid(&op(CollKind::AllGather, f32, 2 * 33)),
+            (1, 64)
+        );
         assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 512)), (1, 256));
         assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 513)), (2, 256));
-        // The largest message fills every block.
-        let max = ONE_SHOT_MAX_BYTES / 4;
-        assert_eq!(
-            one_shot_grid(&op(CollKind::ReduceScatter, f32, max)),
-            (ONE_SHOT_MAX_BLOCKS, ONE_SHOT_THREADS)
-        );
+        // Beyond one packet per thread of every block, threads take more rounds.
+        let full = (ONE_SHOT_MAX_BLOCKS * ONE_SHOT_THREADS * 2) as u64;
+        for count in [full, full + 1, ONE_SHOT_MAX_BYTES / 4] {
+            assert_eq!(
+                one_shot_grid(&op(CollKind::ReduceScatter, f32, count)),
+                (ONE_SHOT_MAX_BLOCKS, ONE_SHOT_THREADS)
+            );
+        }
     }
 
     #[test]
@@ -217,14 +255,17 @@ mod one_shot_tests {
             0xf0,
         );
         assert_eq!((p.rank, p.nranks, p.count, p.post_div), (1, 2, 9, 2));
-        assert_eq!((p.kind, p.inbox[..3].to_vec()), (KIND_REDUCE_SCATTER, vec![0xa0, 0xb0, 0]));
+        assert_eq!(
+            (p.kind, p.inbox[..3].to_vec()),
+            (KIND_REDUCE_SCATTER, vec![0xa0, 0xb0, 0])
+        );
         let b = p.to_bytes();
         assert_eq!(&b[16..24], &0xa0u64.to_le_bytes());
         assert_eq!(&b[80..88], &0xe0u64.to_le_bytes());
         assert_eq!(&b[124..128], &2u32.to_le_bytes());
         assert_eq!(b[132], KIND_REDUCE_SCATTER);
-        // 2 ranks: 2 halves x 32 blocks x 2 senders x 256 packets of 16 bytes.
-        assert_eq!(one_shot_inbox_bytes(2), 512 << 10);
+        // 2 ranks: 2 halves x 32 blocks x 2 senders x 4 rounds x 256 packets of 16 bytes.
+        assert_eq!(one_shot_inbox_bytes(2), 2 << 20);
         assert_eq!(one_shot_inbox_bytes(9), 0);
     }
 }

@@ -123,13 +123,14 @@ struct OxcclLaunchArgs {
 };
 
 // One-shot small collectives (kernels/src/one_shot.cuh): every rank pushes its packets straight
-// into each peer's inbox and reduces what arrives, with no plan to interpret. A launch has one
-// block per OXCCL_ONE_SHOT_THREADS packets of a per-peer message; block b always handles packets
-// [b * THREADS, (b + 1) * THREADS) and keeps its own epoch, so each inbox region has one writer
-// per peer and alternates between two halves on the epoch's parity.
+// into each peer's inbox and reduces what arrives, with no plan to interpret. Block b of every
+// launch handles the same packets of a per-peer message (up to OXCCL_ONE_SHOT_MAX_ITERS per
+// thread) and keeps its own epoch, so each inbox region has one writer per peer and alternates
+// between two halves on the epoch's parity.
 #define OXCCL_ONE_SHOT_MAX_RANKS 8
 #define OXCCL_ONE_SHOT_THREADS 256
 #define OXCCL_ONE_SHOT_MAX_BLOCKS 32
+#define OXCCL_ONE_SHOT_MAX_ITERS 4
 // OxcclOneShotParams::kind.
 #define OXCCL_ONE_SHOT_ALL_REDUCE 0u
 #define OXCCL_ONE_SHOT_ALL_GATHER 1u
@@ -138,7 +139,8 @@ struct OxcclLaunchArgs {
 // The one-shot kernels' only parameter. count is the elements of one per-peer message: the
 // whole vector (AllReduce), the send count (AllGather) or the receive count (ReduceScatter).
 // inbox[p] is rank p's inbox as mapped in this process (inbox[rank]: our own); each is
-// 2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_THREADS 16-byte packets.
+// 2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_MAX_ITERS x
+// OXCCL_ONE_SHOT_THREADS 16-byte packets.
 struct OxcclOneShotParams {
   const void* send;
   void* recv;
