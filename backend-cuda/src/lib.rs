@@ -284,8 +284,8 @@ impl Backend for CudaBackend {
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
     }
-    fn one_shot_bytes(&self, transport: &CudaTransport) -> u64 {
-        transport.one_shot_bytes()
+    fn one_shot_bytes(&self, transport: &CudaTransport, proto: Protocol) -> u64 {
+        transport.one_shot_bytes(proto)
     }
 
     unsafe fn launch_one_shot(

@@ -12,8 +12,8 @@ use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{
     self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, FifoGeometry,
-    LaunchArgs, ONE_SHOT_MAX_BYTES, OneShotParams, kernel_params, one_shot_grid,
-    one_shot_inbox_bytes, publish,
+    LaunchArgs, OneShotParams, kernel_params, one_shot_grid, one_shot_inbox_bytes,
+    one_shot_max_bytes, publish,
 };
 use crate::memory::Memory;
 use crate::modules::{Modules, ParamsSize};
@@ -22,7 +22,7 @@ use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::one_shot::OneShot;
-use oxccl_core::plan::{BufId, WorkDesc};
+use oxccl_core::plan::{BufId, Protocol, WorkDesc};
 use std::sync::{Arc, Mutex};
 
 /// Thread-block size of the executor kernels, small launches apart (`OXCCL_BLOCK_THREADS`
@@ -514,12 +514,13 @@ impl CudaTransport {
         })
     }
 
-    /// Largest per-peer message the one-shot kernels take on this communicator (0: none).
-    pub(crate) fn one_shot_bytes(&self) -> u64 {
+    /// Largest per-peer message the one-shot kernels take with `proto` on this communicator
+    /// (0: none).
+    pub(crate) fn one_shot_bytes(&self, proto: Protocol) -> u64 {
         if self.one_shot_inbox.is_empty() || !kernels::kernels_built() {
             0
         } else {
-            ONE_SHOT_MAX_BYTES
+            one_shot_max_bytes(proto)
         }
     }
 

@@ -155,9 +155,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
-    /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take
-    /// ([`Backend::launch_one_shot`]); 0: this backend has none.
-    fn one_shot_bytes(&self, _transport: &Self::Transport) -> u64 {
+    /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take with
+    /// `proto` ([`Backend::launch_one_shot`]); 0: this backend has none.
+    fn one_shot_bytes(&self, _transport: &Self::Transport, _proto: Protocol) -> u64 {
         0
     }
 

@@ -196,10 +196,151 @@ OXCCL_DEVICE void one_shot(const OxcclOneShotParams& p) {
   if (threadIdx.x == 0 && ok) p.epochs[b] = launches + 1;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Simple one-shot (`OxcclOneShotParams::simple`): for messages where LL's halved payload costs
+// more than a flag's round trip. Every block copies its slice of each per-peer message into the
+// peer's inbox with 16-byte stores, fences, and raises one flag per (sender, block) to the
+// launch's epoch; the receiving block waits for the flags of its slice and combines from its
+// own inbox. Slices depend on the message size, so the inbox half follows one epoch for the
+// whole launch (the last block to finish moves it), not the LL path's per-block epochs.
+// ---------------------------------------------------------------------------------------------
+
+// Offsets inside a rank's one-shot area: the LL inbox, the Simple flags, the Simple data.
+OXCCL_DEVICE uint64_t one_shot_ll_bytes(uint32_t nranks) {
+  return 2ull * OXCCL_ONE_SHOT_MAX_BLOCKS * nranks * OXCCL_ONE_SHOT_MAX_ITERS *
+         OXCCL_ONE_SHOT_THREADS * 16;
+}
+OXCCL_DEVICE uint64_t one_shot_flags_bytes(uint32_t nranks) {
+  return ((uint64_t)nranks * OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS * 8 + 4095) / 4096 * 4096;
+}
+
+// Rank `sender`'s Simple flag of block `b` inside the area at `base`.
+OXCCL_DEVICE volatile uint64_t* simple_flag(char* base, uint32_t nranks, uint32_t sender,
+                                           uint32_t b) {
+  return reinterpret_cast<volatile uint64_t*>(base + one_shot_ll_bytes(nranks)) +
+         (uint64_t)sender * OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS + b;
+}
+
+// Rank `sender`'s Simple data of inbox half `half` inside the area at `base`.
+template <class T>
+OXCCL_DEVICE T* simple_data(char* base, uint32_t nranks, uint64_t half, uint32_t sender) {
+  return reinterpret_cast<T*>(base + one_shot_ll_bytes(nranks) + one_shot_flags_bytes(nranks) +
+                              (half * nranks + sender) * OXCCL_ONE_SHOT_SIMPLE_BYTES);
+}
+
+template <class E>
+OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
+  typedef typename E::Bits T;
+  __shared__ int stop;
+  volatile uint64_t* epoch = p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS;
+  unsigned int* finished = reinterpret_cast<unsigned int*>(p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS + 1);
+  const uint64_t g = *epoch;
+  const uint64_t half = g & 1;
+  const uint32_t nb = gridDim.x, b = blockIdx.x, me = p.rank, n = p.nranks;
+  // This block's slice of every per-peer message, in whole 16-byte packs but the last.
+  constexpr uint64_t kGrain = 16 / sizeof(T);
+  const uint64_t per = ((p.count + nb - 1) / nb + kGrain - 1) / kGrain * kGrain;
+  const uint64_t start = (uint64_t)b * per < p.count ? (uint64_t)b * per : p.count;
+  const uint64_t len = p.count - start < per ? p.count - start : per;
+  const T* in = reinterpret_cast<const T*>(p.send);
+  T* out = reinterpret_cast<T*>(p.recv);
+  const bool gather = p.kind == OXCCL_ONE_SHOT_ALL_GATHER;
+  const bool scatter = p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER;
+  StepMath<T> push, plain;
+  plain.pre = plain.pre_r = plain.post = false;
+  plain.scale = T(0);
+  plain.div = 1;
+  push = plain;
+  push.pre = !gather && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+  push.scale = one_shot_scale<E>(p);
+  if (threadIdx.x == 0) stop = 0;
+
+  // Push: our slice for each peer (and, past two ranks, our own operand into our own inbox, so
+  // the rank-ordered chain below never reads an input that an in-place output overwrote).
+  const T* own_src = scatter ? in + (uint64_t)me * p.count : in;
+  for (uint32_t q = 0; q < n; ++q) {
+    if (q == me && (gather || n == 2)) continue;
+    const T* from = scatter ? in + (uint64_t)q * p.count : in;
+    T* to = simple_data<T>(p.inbox[q], n, half, me) + start;
+    reduce_copy<E>(p.redop, nullptr, from + start, nullptr, to, len, push);
+  }
+  if (gather && out + (uint64_t)me * p.count != in) {
+    reduce_copy<E>(p.redop, nullptr, in + start, out + (uint64_t)me * p.count + start, nullptr, len,
+                   plain);
+  }
+  // One fence, by the thread that raises the flags, after the barrier that ordered every
+  // thread's stores before it (a system fence is cumulative, as NCCL's Simple protocol relies
+  // on): a fence in each of 512 threads costs microseconds.
+  oxccl_block_sync();
+  if (threadIdx.x == 0) {
+    oxccl_fence_system();
+    for (uint32_t q = 0; q < n; ++q) {
+      if (q != me) oxccl_store_release_sys(simple_flag(p.inbox[q], n, me, b), g + 1);
+    }
+    for (uint32_t q = 0; q < n && !stop; ++q) {
+      if (q == me) continue;
+      const volatile uint64_t* f = simple_flag(p.inbox[me], n, q, b);
+      uint32_t spins = 0;
+      while (oxccl_load_acquire_sys(f) < g + 1) {
+        if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+          spins = 0;
+          if (p.abort_flag != nullptr && oxccl_load_relaxed_sys(p.abort_flag) != 0) {
+            stop = 1;
+            break;
+          }
+        }
+      }
+    }
+  }
+  // The barrier also extends thread 0's acquires to every thread's reads below.
+  oxccl_block_sync();
+  if (stop) return;
+
+  if (gather) {
+    for (uint32_t q = 0; q < n; ++q) {
+      if (q == me) continue;
+      reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, q) + start, nullptr,
+                     out + (uint64_t)q * p.count + start, nullptr, len, plain);
+    }
+  } else if (n == 2) {
+    // Two operands combine alike in either order, so both ranks get the same bits.
+    StepMath<T> last = push;
+    last.post = p.post_div > 1;
+    last.div = p.post_div > 1 ? p.post_div : 1;
+    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, 1 - me) + start, own_src + start,
+                   out + start, nullptr, len, last);
+  } else {
+    // Rank order, every operand (pre-scaled already) from our inbox.
+    for (uint32_t q = 1; q < n; ++q) {
+      StepMath<T> m = plain;
+      m.post = q == n - 1 && p.post_div > 1;
+      m.div = m.post ? p.post_div : 1;
+      const T* acc = q == 1 ? simple_data<T>(p.inbox[me], n, half, 0) + start : out + start;
+      reduce_copy<E>(p.redop, acc, simple_data<T>(p.inbox[me], n, half, q) + start, out + start,
+                     nullptr, len, m);
+    }
+  }
+
+  // The last block to finish moves the epoch for the next launch; every block read it above.
+  oxccl_block_sync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(finished, 1u) == nb - 1) {
+      *finished = 0;
+      *epoch = g + 1;
+    }
+  }
+}
+
 }  // namespace oxccl
 
 #define OXCCL_ONE_SHOT_ENTRY(NAME, ELEM)                                          \
-  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_ONE_SHOT_THREADS)          \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_ONE_SHOT_SIMPLE_THREADS)   \
       NAME(const OXCCL_GRID_CONSTANT OxcclOneShotParams params) {                 \
-    oxccl::one_shot<oxccl::ELEM>(params);                                         \
+    if (params.simple) {                                                          \
+      oxccl::one_shot_simple<oxccl::ELEM>(params);                                \
+    } else {                                                                      \
+      oxccl::one_shot<oxccl::ELEM>(params);                                       \
+    }                                                                             \
   }

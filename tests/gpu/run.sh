@@ -17,8 +17,9 @@
 #   z2-*                           zero-copy plans at every size (OXCCL_ZERO_COPY=1), and their
 #                                  fallback branch (rank 1 hides its buffers)
 #   x2-*                           one-shot kernels wherever they take the message
-#                                  (OXCCL_ONE_SHOT=1: up to 256 KiB per peer, every block count),
-#                                  and small messages without them (=0)
+#                                  (OXCCL_ONE_SHOT=1: LL up to 256 KiB per peer, Simple to 2 MiB;
+#                                  NCCL_PROTO=Simple: Simple at every size), and small messages
+#                                  without them (=0)
 #   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
 set -u
 BIN=${1:-target/release}
@@ -99,12 +100,14 @@ if [ "$NGPU" -ge 2 ]; then
   run z2-initall-zc       OXCCL_ZERO_COPY=1 -- --mode initall --ranks 2 $SMALL $BIG
   run z2-threads-zc-graph OXCCL_ZERO_COPY=1 -- --mode threads --ranks 2 $SMALL $BIG1 $GRAPH
   run z2-initall-zc-hide1 OXCCL_ZERO_COPY=1 OXCCL_ZERO_COPY_HIDE_RANKS=1 -- --mode initall --ranks 2 $SMALL $BIG1
-  # One-shot kernels at every size they take, one to four packets per thread (65537 f32 elements
-  # do not fit: the plans run), in a graph across processes too; and the plans the tuner gives
-  # small messages without them. AlltoAllv at 4095 int8 once hung (ranks tuned it apart).
-  ONESHOT="--counts 0,1,7,257,4095,8193,40000,65537 --types all --big-count 0 --p2p-counts none"
+  # One-shot kernels at every size they take: LL with one to four packets per thread, then
+  # Simple (300001 f64 elements do not fit: the plans run); Simple alone at every size; in a
+  # graph across processes too; and the plans the tuner gives small messages without them.
+  # AlltoAllv at 4095 int8 once hung (ranks tuned it apart).
+  ONESHOT="--counts 0,1,7,257,4095,8193,40000,65537,300001 --types all --big-count 0 --p2p-counts none"
   run x2-initall-oneshot       OXCCL_ONE_SHOT=1 -- --mode initall --ranks 2 $ONESHOT
   run x2-procs-oneshot-graph   OXCCL_ONE_SHOT=1 -- --mode procs --ranks 2 $ONESHOT $GRAPH
+  run x2-initall-oneshot-simple OXCCL_ONE_SHOT=1 NCCL_PROTO=Simple -- --mode initall --ranks 2 $ONESHOT
   run x2-initall-no-oneshot    OXCCL_ONE_SHOT=0 -- --mode initall --ranks 2 $SMALL --big-count 0
   # The HIP backend's block shape (256 threads) on the shared kernels.
   run w2-initall-256threads OXCCL_BLOCK_THREADS=256 -- --mode initall --ranks 2 $SMALL $BIG

@@ -270,16 +270,19 @@ impl<B: Backend> Communicator<B> {
         }
     }
 
-    /// Whether `a` runs on the backend's one-shot kernels: an operation they implement, a
-    /// communicator small enough, a message they take, and the tuner's word.
-    fn use_one_shot(&self, a: &CollArgs, transport: &B::Transport) -> bool {
+    /// The one-shot variant `a` runs on, if any: an operation the kernels implement, a
+    /// communicator small enough, the tuner's word, and a message the backend's kernels take.
+    fn one_shot_proto(&self, a: &CollArgs, transport: &B::Transport) -> Option<Protocol> {
         let inner = &self.inner;
         let bytes = a.count * a.dtype.size() as u64;
-        one_shot::supports(a.kind)
-            && a.layout.is_none()
-            && (2..=one_shot::MAX_RANKS).contains(&inner.nranks)
-            && bytes <= inner.backend.one_shot_bytes(transport)
-            && inner.tuner.one_shot(a.kind, bytes, self.topology())
+        if !one_shot::supports(a.kind)
+            || a.layout.is_some()
+            || !(2..=one_shot::MAX_RANKS).contains(&inner.nranks)
+        {
+            return None;
+        }
+        let proto = inner.tuner.one_shot(a.kind, bytes, self.topology())?;
+        (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
@@ -313,8 +316,9 @@ impl<B: Backend> Communicator<B> {
             CollKind::AllToAllv => P2P_TUNING_BYTES,
             _ => a.count * esize,
         };
-        if self.use_one_shot(a, &c.transport) {
+        if let Some(proto) = self.one_shot_proto(a, &c.transport) {
             let op = OneShot {
+                proto,
                 kind: a.kind,
                 dtype: a.dtype,
                 reduction: Reduction::lower(a.op, inner.nranks as usize),
@@ -322,10 +326,10 @@ impl<B: Backend> Communicator<B> {
                 send: a.send,
                 recv: a.recv,
             };
-            debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot seq {}",
-                inner.rank, a.kind, a.count, a.dtype.name(), seq);
+            debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot {:?} seq {}",
+                inner.rank, a.kind, a.count, a.dtype.name(), proto, seq);
             // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has
-            // run; `use_one_shot` checked that the kernels take this message.
+            // run; `one_shot_proto` checked that the kernels take this message.
             unsafe {
                 inner
                     .backend

@@ -3,11 +3,12 @@
 //!
 //! Every rank stores its data as flagged packets straight into each peer's inbox, mapped at
 //! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.
-//! A backend that has such kernels says how large a message they take
-//! ([`crate::backend::Backend::one_shot_bytes`]); the tuner decides when they win. The host
-//! backend has none and runs the plan.
+//! Two variants: LL (flagged 8-byte packets) for the smallest messages, Simple (a copy and one
+//! flag per block) for larger ones. A backend that has such kernels says how large a message
+//! each takes ([`crate::backend::Backend::one_shot_bytes`]); the tuner decides when they win.
+//! The host backend has none and runs the plan.
 
-use super::CollKind;
+use super::{CollKind, Protocol};
 use crate::backend::DevicePtr;
 use crate::datatype::{DataType, Reduction};
 
@@ -31,6 +32,9 @@ pub struct OneShot {
     pub send: DevicePtr,
     /// Receive buffer.
     pub recv: DevicePtr,
+    /// LL: flagged 8-byte packets, for the smallest messages. Simple: each block copies its
+    /// slice and raises one flag per peer, for larger ones.
+    pub proto: Protocol,
 }
 
 impl OneShot {

@@ -75,6 +75,8 @@ struct Heuristics {
     /// One-shot kernels up to this per-peer message size on GPUs over NVLink, indexed by
     /// [`kind_index`] (0: never).
     one_shot_max_nvlink: [u64; 10],
+    /// Their LL variant up to this per-peer size, the Simple one above it.
+    one_shot_ll_max_nvlink: u64,
 }
 
 const KIB: u64 = 1 << 10;
@@ -120,19 +122,25 @@ const HEURISTICS: Heuristics = Heuristics {
         u64::MAX,  // Scatter
         u64::MAX,  // SendRecv
     ],
-    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count).
+    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count). 2x H200 in
+    // a graph (docs/perf/data/h200x2/one-shot/crossover-*.json), LL one-shot / Simple one-shot
+    // / plans: AllReduce 256 KiB 5.69 / 7.42 / 7.83 us, 512 KiB - / 8.99 / 11.52, 2 MiB - /
+    // 13.65 / 18.60, 4 MiB - / - / 26.97; AllGather at 256 KiB per peer 4.79 / 7.50 / 7.73,
+    // 512 KiB 11.26 (beyond LL's range: more rounds would not help) / 9.19 / 12.71, 2 MiB
+    // - / 13.77 / 18.16; ReduceScatter alike.
     one_shot_max_nvlink: [
-        256 * KIB, // AllReduce
-        0,         // Broadcast
-        0,         // Reduce
-        256 * KIB, // AllGather
-        256 * KIB, // ReduceScatter
+        2 * MIB, // AllReduce
+        0,       // Broadcast
+        0,       // Reduce
+        2 * MIB, // AllGather
+        2 * MIB, // ReduceScatter
         0,
         0,
         0,
         0,
         0,
     ],
+    one_shot_ll_max_nvlink: 256 * KIB,
 };
 
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
@@ -390,22 +398,34 @@ impl Tuner {
     }
 
     /// Whether a `kind` collective whose per-peer message is `message_bytes` runs on the
-    /// one-shot kernels (when the backend has them and they take that size). A forced algorithm
-    /// or protocol turns them off, as it does zero copy; `OXCCL_ONE_SHOT=1` uses them wherever
-    /// they fit, `=0` never.
-    pub fn one_shot(&self, kind: CollKind, message_bytes: u64, topo: Topology) -> bool {
+    /// one-shot kernels, and with which variant (LL or Simple), provided the backend has them
+    /// and they take that size. A forced algorithm turns them off, as it does zero copy, and so
+    /// does a forced protocol unless `OXCCL_ONE_SHOT=1`, which uses them wherever they fit (in
+    /// the forced protocol, if any); `=0` never.
+    pub fn one_shot(&self, kind: CollKind, message_bytes: u64, topo: Topology) -> Option<Protocol> {
         if !super::one_shot::supports(kind) {
-            return false;
+            return None;
         }
+        let k = kind_index(kind);
+        let by_size = if message_bytes <= HEURISTICS.one_shot_ll_max_nvlink {
+            Protocol::Ll
+        } else {
+            Protocol::Simple
+        };
         match self.one_shot {
-            Some(forced) => forced,
-            None => {
-                let k = kind_index(kind);
-                topo == (Topology::SingleNodeGpu { nvlink: true })
-                    && self.algos[k].is_none()
-                    && self.protos[k].is_none()
-                    && message_bytes <= HEURISTICS.one_shot_max_nvlink[k]
-            }
+            Some(false) => None,
+            Some(true) => match self.protos[k] {
+                None => Some(by_size),
+                Some(mask) if mask & proto_bit(by_size) != 0 => Some(by_size),
+                Some(mask) => [Protocol::Ll, Protocol::Simple]
+                    .into_iter()
+                    .find(|&p| mask & proto_bit(p) != 0),
+            },
+            None => (topo == (Topology::SingleNodeGpu { nvlink: true })
+                && self.algos[k].is_none()
+                && self.protos[k].is_none()
+                && message_bytes <= HEURISTICS.one_shot_max_nvlink[k])
+                .then_some(by_size),
         }
     }
 
@@ -577,17 +597,37 @@ mod tests {
     fn one_shot_follows_the_table_and_the_variables() {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         let t = tuner(&[]);
-        assert!(t.one_shot(CollKind::AllReduce, 8, nvl));
-        assert!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, nvl));
-        assert!(!t.one_shot(CollKind::AllGather, 256 * KIB + 1, nvl));
-        assert!(!t.one_shot(CollKind::Broadcast, 8, nvl));
-        assert!(!t.one_shot(CollKind::AllReduce, 8, Topology::Host));
-        assert!(!tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, nvl));
+        let (ll, simple) = (Some(Protocol::Ll), Some(Protocol::Simple));
+        assert_eq!(t.one_shot(CollKind::AllReduce, 8, nvl), ll);
+        assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, nvl), ll);
+        assert_eq!(
+            t.one_shot(CollKind::ReduceScatter, 256 * KIB + 1, nvl),
+            simple
+        );
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, nvl), simple);
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB + 1, nvl), None);
+        assert_eq!(t.one_shot(CollKind::Broadcast, 8, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllReduce, 8, Topology::Host), None);
+        assert_eq!(
+            tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, nvl),
+            None
+        );
         let on = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_ALGO", "ring")]);
-        assert!(on.one_shot(CollKind::AllGather, 1 << 30, nvl));
-        assert!(!on.one_shot(CollKind::AllToAll, 8, nvl));
-        assert!(!tuner(&[("OXCCL_ONE_SHOT", "0")]).one_shot(CollKind::AllReduce, 8, nvl));
-        assert!(tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, nvl));
+        assert_eq!(on.one_shot(CollKind::AllGather, 1 << 30, nvl), simple);
+        assert_eq!(on.one_shot(CollKind::AllToAll, 8, nvl), None);
+        // Forced on, a forced protocol picks the variant.
+        let on_simple = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "simple")]);
+        assert_eq!(on_simple.one_shot(CollKind::AllReduce, 8, nvl), simple);
+        let on_ll = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "ll")]);
+        assert_eq!(on_ll.one_shot(CollKind::AllReduce, 1 << 20, nvl), ll);
+        let on_ll128 = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "ll128")]);
+        assert_eq!(on_ll128.one_shot(CollKind::AllReduce, 8, nvl), None);
+        let off = tuner(&[("OXCCL_ONE_SHOT", "0")]);
+        assert_eq!(off.one_shot(CollKind::AllReduce, 8, nvl), None);
+        assert_eq!(
+            tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, nvl),
+            ll
+        );
     }
 
     fn pick(t: &Tuner, kind: CollKind, bytes: u64, nranks: u32) -> Choice {

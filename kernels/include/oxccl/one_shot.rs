@@ -6,8 +6,8 @@
 // sender-local state (`FifoGeometry::epochs_offset`). Both are zeroed at connect.
 
 use super::{ARGS_PRE_SCALE, ARGS_PRE_SCALE_PTR, reduction_args};
-use oxccl_core::plan::CollKind;
 use oxccl_core::plan::one_shot::{self, OneShot};
+use oxccl_core::plan::{CollKind, Protocol};
 use std::mem::{offset_of, size_of};
 
 /// Most ranks (`OXCCL_ONE_SHOT_MAX_RANKS`).
@@ -21,20 +21,43 @@ pub const ONE_SHOT_MAX_ITERS: u32 = 4;
 /// Largest per-peer message: 8-byte packets, every round of every thread of every block.
 pub const ONE_SHOT_MAX_BYTES: u64 =
     ONE_SHOT_THREADS as u64 * ONE_SHOT_MAX_BLOCKS as u64 * ONE_SHOT_MAX_ITERS as u64 * 8;
-/// Bytes of a rank's per-block epochs (one `u64` per block).
-pub const ONE_SHOT_EPOCH_BYTES: u64 = ONE_SHOT_MAX_BLOCKS as u64 * 8;
+/// Threads per block of the Simple variant (`OXCCL_ONE_SHOT_SIMPLE_THREADS`).
+pub const ONE_SHOT_SIMPLE_THREADS: u32 = 512;
+/// Most blocks of a Simple launch (`OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS`).
+pub const ONE_SHOT_SIMPLE_MAX_BLOCKS: u32 = 64;
+/// Largest per-peer message of the Simple variant (`OXCCL_ONE_SHOT_SIMPLE_BYTES`).
+pub const ONE_SHOT_SIMPLE_MAX_BYTES: u64 = 2 << 20;
+/// Bytes of a Simple launch's slice per block, below [`ONE_SHOT_SIMPLE_MAX_BLOCKS`] blocks:
+/// small enough that mid-size messages still spread over many SMs (one SM pushes about
+/// 20 GB/s over NVLink, 16 about 320).
+const SIMPLE_SLICE_BYTES: u64 = 16 << 10;
+/// Bytes of a rank's epochs: the LL path's one per block, the Simple path's one and its count
+/// of finished blocks.
+pub const ONE_SHOT_EPOCH_BYTES: u64 = (ONE_SHOT_MAX_BLOCKS as u64 + 2) * 8;
 
 const _: () = assert!(ONE_SHOT_MAX_RANKS as u32 == one_shot::MAX_RANKS);
 
-/// Bytes of one rank's inbox: two halves x blocks x senders x rounds x one 16-byte packet per
-/// thread; 0 where a communicator is too large for the one-shot kernels.
+/// Bytes of one rank's one-shot area (`OxcclOneShotParams::inbox` in work.h): the LL inbox
+/// (two halves x blocks x senders x rounds x one 16-byte packet per thread), the Simple flags
+/// (a `u64` per sender and block, padded to 4 KiB) and the Simple data (two halves x senders);
+/// 0 where a communicator is too large for the one-shot kernels.
 pub fn one_shot_inbox_bytes(nranks: u32) -> u64 {
     if nranks as usize > ONE_SHOT_MAX_RANKS {
         return 0;
     }
-    2 * u64::from(ONE_SHOT_MAX_BLOCKS * ONE_SHOT_MAX_ITERS * ONE_SHOT_THREADS)
-        * u64::from(nranks)
-        * 16
+    let n = u64::from(nranks);
+    let ll = 2 * u64::from(ONE_SHOT_MAX_BLOCKS * ONE_SHOT_MAX_ITERS * ONE_SHOT_THREADS) * n * 16;
+    let flags = (n * u64::from(ONE_SHOT_SIMPLE_MAX_BLOCKS) * 8).next_multiple_of(4096);
+    ll + flags + 2 * n * ONE_SHOT_SIMPLE_MAX_BYTES
+}
+
+/// Largest per-peer message the one-shot kernels take with `proto` (LL or Simple).
+pub fn one_shot_max_bytes(proto: Protocol) -> u64 {
+    match proto {
+        Protocol::Ll => ONE_SHOT_MAX_BYTES,
+        Protocol::Simple => ONE_SHOT_SIMPLE_MAX_BYTES,
+        Protocol::Ll128 => 0,
+    }
 }
 
 /// One-shot entry points, indexed by `ncclDataType_t` like `KERNEL_NAMES`.
@@ -90,8 +113,8 @@ pub struct OneShotParams {
     pub redop: u8,
     /// `ARGS_PRE_SCALE*`.
     pub flags: u8,
-    /// Zero.
-    pub pad: u8,
+    /// 1: the Simple variant, else LL.
+    pub simple: u8,
 }
 
 const _: () = {
@@ -108,6 +131,7 @@ const _: () = {
     assert!(offset_of!(OneShotParams, kind) == 132);
     assert!(offset_of!(OneShotParams, redop) == 133);
     assert!(offset_of!(OneShotParams, flags) == 134);
+    assert!(offset_of!(OneShotParams, simple) == 135);
 };
 
 impl OneShotParams {
@@ -138,6 +162,7 @@ impl OneShotParams {
             },
             redop: red.redop,
             flags: red.flags & (ARGS_PRE_SCALE | ARGS_PRE_SCALE_PTR),
+            simple: u8::from(op.proto == Protocol::Simple),
             ..OneShotParams::default()
         };
         p.inbox[..inbox.len()].copy_from_slice(inbox);
@@ -181,7 +206,7 @@ impl OneShotParams {
         );
         put(
             offset_of!(OneShotParams, kind),
-            &[self.kind, self.redop, self.flags, 0],
+            &[self.kind, self.redop, self.flags, self.simple],
         );
         b
     }
@@ -193,6 +218,13 @@ impl OneShotParams {
 /// should not pay for idle warps. Block `b` always covers the same packets, which the kernels'
 /// per-block epochs rely on.
 pub fn one_shot_grid(op: &OneShot) -> (u32, u32) {
+    if op.proto == Protocol::Simple {
+        // One slice per block, up to the most blocks; every block takes part (it raises and
+        // waits for its flags even when its slice is empty).
+        let blocks = op.message_bytes().div_ceil(SIMPLE_SLICE_BYTES);
+        let blocks = blocks.clamp(1, u64::from(ONE_SHOT_SIMPLE_MAX_BLOCKS)) as u32;
+        return (blocks, ONE_SHOT_SIMPLE_THREADS);
+    }
     let packets = op.message_bytes().div_ceil(8).max(1);
     let blocks = packets.div_ceil(u64::from(ONE_SHOT_THREADS));
     if blocks > 1 {
@@ -218,6 +250,7 @@ mod one_shot_tests {
             count,
             send: 0x1000,
             recv: 0x2000,
+            proto: Protocol::Ll,
         }
     }
 
@@ -235,6 +268,14 @@ mod one_shot_tests {
         );
         assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 512)), (1, 256));
         assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 513)), (2, 256));
+        // Simple: a block per 16 KiB slice, up to 64.
+        let simple = |count| OneShot {
+            proto: Protocol::Simple,
+            ..op(CollKind::AllReduce, f32, count)
+        };
+        assert_eq!(one_shot_grid(&simple(1)), (1, 512));
+        assert_eq!(one_shot_grid(&simple(4097)), (2, 512));
+        assert_eq!(one_shot_grid(&simple(1 << 19)), (64, 512));
         // Beyond one packet per thread of every block, threads take more rounds.
         let full = (ONE_SHOT_MAX_BLOCKS * ONE_SHOT_THREADS * 2) as u64;
         for count in [full, full + 1, ONE_SHOT_MAX_BYTES / 4] {
@@ -264,8 +305,10 @@ mod one_shot_tests {
         assert_eq!(&b[80..88], &0xe0u64.to_le_bytes());
         assert_eq!(&b[124..128], &2u32.to_le_bytes());
         assert_eq!(b[132], KIND_REDUCE_SCATTER);
-        // 2 ranks: 2 halves x 32 blocks x 2 senders x 4 rounds x 256 packets of 16 bytes.
-        assert_eq!(one_shot_inbox_bytes(2), 2 << 20);
+        assert_eq!(p.simple, 0);
+        // 2 ranks: LL 2 halves x 32 blocks x 2 senders x 4 rounds x 256 packets of 16 bytes;
+        // a page of flags; Simple 2 halves x 2 senders x 2 MiB.
+        assert_eq!(one_shot_inbox_bytes(2), (2 << 20) + 4096 + (8 << 20));
         assert_eq!(one_shot_inbox_bytes(9), 0);
     }
 }

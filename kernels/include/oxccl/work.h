@@ -131,6 +131,11 @@ struct OxcclLaunchArgs {
 #define OXCCL_ONE_SHOT_THREADS 256
 #define OXCCL_ONE_SHOT_MAX_BLOCKS 32
 #define OXCCL_ONE_SHOT_MAX_ITERS 4
+// The Simple variant: blocks of 512 threads, each copying a slice of every per-peer message and
+// raising one flag per peer; per-peer messages up to 2 MiB.
+#define OXCCL_ONE_SHOT_SIMPLE_THREADS 512
+#define OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS 64
+#define OXCCL_ONE_SHOT_SIMPLE_BYTES (2ull << 20)
 // OxcclOneShotParams::kind.
 #define OXCCL_ONE_SHOT_ALL_REDUCE 0u
 #define OXCCL_ONE_SHOT_ALL_GATHER 1u
@@ -138,14 +143,17 @@ struct OxcclLaunchArgs {
 
 // The one-shot kernels' only parameter. count is the elements of one per-peer message: the
 // whole vector (AllReduce), the send count (AllGather) or the receive count (ReduceScatter).
-// inbox[p] is rank p's inbox as mapped in this process (inbox[rank]: our own); each is
-// 2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_MAX_ITERS x
-// OXCCL_ONE_SHOT_THREADS 16-byte packets.
+// inbox[p] is rank p's one-shot area as mapped in this process (inbox[rank]: our own): the LL
+// inbox (2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_MAX_ITERS x
+// OXCCL_ONE_SHOT_THREADS 16-byte packets), the Simple flags (nranks senders x
+// OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS u64, padded to 4 KiB), the Simple data (2 halves x nranks
+// senders x OXCCL_ONE_SHOT_SIMPLE_BYTES). epochs holds the LL path's per-block epochs, then the
+// Simple path's epoch and its count of finished blocks.
 struct OxcclOneShotParams {
   const void* send;
   void* recv;
   char* inbox[OXCCL_ONE_SHOT_MAX_RANKS];
-  uint64_t* epochs;                     // [OXCCL_ONE_SHOT_MAX_BLOCKS], launches each block ran
+  uint64_t* epochs;                     // [OXCCL_ONE_SHOT_MAX_BLOCKS + 2], this rank's
   const volatile uint32_t* abort_flag;  // non-zero: waits give up
   const void* pre_scale_ptr;            // device scalar (OXCCL_ARGS_PRE_SCALE_PTR)
   uint64_t pre_scale_bytes;             // immediate scalar (OXCCL_ARGS_PRE_SCALE)
@@ -156,7 +164,7 @@ struct OxcclOneShotParams {
   uint8_t kind;       // OXCCL_ONE_SHOT_*
   uint8_t redop;      // OXCCL_OP_*
   uint8_t flags;      // OXCCL_ARGS_PRE_SCALE*
-  uint8_t pad;
+  uint8_t simple;     // 1: the Simple variant, else LL
 };
 
 // Bytes of argument block a launch may carry inline in its parameters (args_block.rs has the
@@ -261,6 +269,7 @@ OXCCL_AT(OxcclOneShotParams, post_div, 128);
 OXCCL_AT(OxcclOneShotParams, kind, 132);
 OXCCL_AT(OxcclOneShotParams, redop, 133);
 OXCCL_AT(OxcclOneShotParams, flags, 134);
+OXCCL_AT(OxcclOneShotParams, simple, 135);
 #undef OXCCL_AT
 static_assert(sizeof(OxcclDevStep) == 64, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
