@@ -24,7 +24,7 @@ pub const ONE_SHOT_MAX_BYTES: u64 =
 /// Threads per block of the Simple variant (`OXCCL_ONE_SHOT_SIMPLE_THREADS`).
 pub const ONE_SHOT_SIMPLE_THREADS: u32 = 512;
 /// Most blocks of a Simple launch (`OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS`).
-pub const ONE_SHOT_SIMPLE_MAX_BLOCKS: u32 = 64;
+pub const ONE_SHOT_SIMPLE_MAX_BLOCKS: u32 = 128;
 /// Largest per-peer message of the Simple variant (`OXCCL_ONE_SHOT_SIMPLE_BYTES`).
 pub const ONE_SHOT_SIMPLE_MAX_BYTES: u64 = 2 << 20;
 /// Bytes of a Simple launch's slice per block, below [`ONE_SHOT_SIMPLE_MAX_BLOCKS`] blocks:
@@ -268,14 +268,15 @@ mod one_shot_tests {
         );
         assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 512)), (1, 256));
         assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 513)), (2, 256));
-        // Simple: a block per 16 KiB slice, up to 64.
+        // Simple: a block per 16 KiB slice, up to 128.
         let simple = |count| OneShot {
             proto: Protocol::Simple,
             ..op(CollKind::AllReduce, f32, count)
         };
         assert_eq!(one_shot_grid(&simple(1)), (1, 512));
         assert_eq!(one_shot_grid(&simple(4097)), (2, 512));
-        assert_eq!(one_shot_grid(&simple(1 << 19)), (64, 512));
+        assert_eq!(one_shot_grid(&simple(1 << 19)), (128, 512));
+        assert_eq!(one_shot_grid(&simple(1 << 20)), (128, 512));
         // Beyond one packet per thread of every block, threads take more rounds.
         let full = (ONE_SHOT_MAX_BLOCKS * ONE_SHOT_THREADS * 2) as u64;
         for count in [full, full + 1, ONE_SHOT_MAX_BYTES / 4] {

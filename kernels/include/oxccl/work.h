@@ -134,7 +134,7 @@ struct OxcclLaunchArgs {
 // The Simple variant: blocks of 512 threads, each copying a slice of every per-peer message and
 // raising one flag per peer; per-peer messages up to 2 MiB.
 #define OXCCL_ONE_SHOT_SIMPLE_THREADS 512
-#define OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS 64
+#define OXCCL_ONE_SHOT_SIMPLE_MAX_BLOCKS 128
 #define OXCCL_ONE_SHOT_SIMPLE_BYTES (2ull << 20)
 // OxcclOneShotParams::kind.
 #define OXCCL_ONE_SHOT_ALL_REDUCE 0u
