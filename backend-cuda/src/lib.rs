@@ -278,8 +278,8 @@ impl Backend for CudaBackend {
     fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
         Some(self.geometry.message_bytes(proto))
     }
-    fn max_channels(&self) -> Option<u32> {
-        Some(self.geometry.channels as u32)
+    fn max_channels(&self, transport: &CudaTransport) -> Option<u32> {
+        Some((self.geometry.channels as u32).min(transport.max_blocks()))
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)

@@ -137,6 +137,21 @@ impl Memory {
         Ok(self.ctxs[d].get_or_init(|| Shared(c)).0)
     }
 
+    /// Streaming multiprocessors of `device`.
+    pub fn multiprocessors(&self, device: i32) -> Result<u32> {
+        let d = self.check_device(device)?;
+        let mut n = 0i32;
+        // SAFETY: a valid device; writes an integer attribute.
+        unsafe {
+            call!(cuDeviceGetAttribute(
+                &mut n,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                self.devices[d]
+            ))
+        }?;
+        Ok(n.max(1) as u32)
+    }
+
     /// Makes `device`'s primary context current until the guard drops.
     pub fn bind(&self, device: i32) -> Result<CtxGuard> {
         let d = self.check_device(device)?;

@@ -13,7 +13,7 @@ use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{
     self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, FifoGeometry,
     LaunchArgs, OneShotParams, kernel_params, one_shot_grid, one_shot_inbox_bytes,
-    one_shot_max_bytes, publish,
+    one_shot_max_bytes, placements, publish, shared_device_max_blocks,
 };
 use crate::memory::Memory;
 use crate::modules::{Modules, ParamsSize};
@@ -112,8 +112,10 @@ struct LaunchState {
     tail: CUevent,
     /// The stream of the latest launch.
     last_stream: Option<Shared<CUstream>>,
-    /// Shared buffers replaced by larger ones, freed with the transport.
+    /// Shared buffers and arenas replaced by larger ones, freed with the transport.
     retired: Vec<CUdeviceptr>,
+    /// Pinned staging of arenas replaced by larger ones, freed with the transport.
+    retired_host: Vec<*mut u8>,
     /// Argument blocks and loopback flags of launches captured into graphs, freed with the
     /// transport (a graph may be replayed as long as its communicator lives).
     captured: Vec<CUdeviceptr>,
@@ -138,6 +140,11 @@ pub struct CudaTransport {
     /// Every rank's one-shot inbox as mapped here; empty when the communicator has none (one
     /// rank, or more than the one-shot kernels take).
     one_shot_inbox: Vec<DevicePtr>,
+    /// Most blocks one launch may use. Ranks of this communicator that share our device in
+    /// this process wait for each other's blocks, which must therefore all be resident at
+    /// once: each gets an equal share of the SMs (one block per SM, the executor's occupancy).
+    /// `u32::MAX` with one rank per device.
+    max_blocks: u32,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,
     watcher: Option<AbortWatcher>,
@@ -217,6 +224,7 @@ impl CudaTransport {
             conns: 0,
             send_state: 0,
             one_shot_inbox: Vec::new(),
+            max_blocks: u32::MAX,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
@@ -233,6 +241,7 @@ impl CudaTransport {
                 tail: std::ptr::null_mut(),
                 last_stream: None,
                 retired: Vec::new(),
+                retired_host: Vec::new(),
                 captured: Vec::new(),
             }),
         };
@@ -267,6 +276,7 @@ impl CudaTransport {
         let all = bs.all_gather(&publish(
             std::process::id(),
             device,
+            mem.multiprocessors(device)?,
             fifo,
             &geometry,
             &handle,
@@ -318,6 +328,14 @@ impl CudaTransport {
                 t.imported.push(va);
                 peer_fifo[p] = va;
             }
+        }
+
+        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &geometry, &all)?);
+        if t.max_blocks != u32::MAX {
+            tracing::info!(
+                "rank {rank}: ranks share GPUs; at most {} blocks per launch",
+                t.max_blocks
+            );
         }
 
         // Sender-local counters: the LL positions, and copies of the Simple counters that save
@@ -520,8 +538,13 @@ impl CudaTransport {
         if self.one_shot_inbox.is_empty() || !kernels::kernels_built() {
             0
         } else {
-            one_shot_max_bytes(proto)
+            one_shot_max_bytes(proto, self.max_blocks)
         }
+    }
+
+    /// Most blocks (channels) one launch may use on this communicator.
+    pub(crate) fn max_blocks(&self) -> u32 {
+        self.max_blocks
     }
 
     /// Queues a one-shot collective on `stream` (`Backend::launch_one_shot`): one kernel, its
@@ -548,15 +571,16 @@ impl CudaTransport {
                 .to_bytes()
                 .to_vec();
         let (blocks, threads) = one_shot_grid(op);
-        // SAFETY (both launches): the kernel takes one `OxcclOneShotParams`; the caller keeps
-        // the user buffers valid, this transport its inboxes and epochs.
+        let launch = move || {
+            // SAFETY: the kernel takes one `OxcclOneShotParams`; the caller keeps the user
+            // buffers valid, this transport its inboxes and epochs.
+            unsafe { launch_kernel(func.0, blocks as usize, threads, params, s) }
+        };
         if capturing {
-            return unsafe { launch_kernel(func.0, blocks as usize, threads, params, s) };
+            return launch();
         }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.in_order(s, || unsafe {
-            launch_kernel(func.0, blocks as usize, threads, params, s)
-        })
+        st.in_order(s, launch)
     }
 }
 
@@ -742,8 +766,15 @@ impl LaunchState {
         // SAFETY: a live event (recorded or not: an unrecorded event is complete).
         unsafe { call!(cuEventSynchronize(arena.event)) }?;
         if arena.cap < need {
-            host_free(arena.host);
-            dev_free(arena.dev);
+            // Retired, not freed: cuMemFree and cuMemFreeHost wait for the whole device, where
+            // another rank's kernel may be waiting for the very launch being prepared (ranks
+            // sharing a GPU, launched one after another by one thread).
+            if !arena.host.is_null() {
+                self.retired_host.push(arena.host);
+            }
+            if arena.dev != 0 {
+                self.retired.push(arena.dev);
+            }
             arena.host = std::ptr::null_mut();
             arena.dev = 0;
             arena.cap = 0;
@@ -787,6 +818,9 @@ impl Drop for CudaTransport {
         dev_free(st.scratch.0);
         dev_free(st.loopback.0);
         dev_free(st.flags.0);
+        for p in st.retired_host.drain(..) {
+            host_free(p);
+        }
         for p in st.retired.drain(..).chain(st.captured.drain(..)) {
             dev_free(p);
         }

@@ -767,7 +767,7 @@ impl Backend for HipBackend {
     fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
         Some(self.geometry.message_bytes(proto))
     }
-    fn max_channels(&self) -> Option<u32> {
+    fn max_channels(&self, _transport: &HipTransport) -> Option<u32> {
         Some(self.geometry.channels as u32)
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {

@@ -229,9 +229,12 @@ impl HipTransport {
         } else {
             Vec::new()
         };
+        // The multiprocessor count is not among the runtime calls this backend loads: ranks
+        // sharing a device get no block cap here (see `shared_device_max_blocks`).
         let all = bs.all_gather(&publish(
             std::process::id(),
             device,
+            0,
             fifo,
             &geometry,
             &handle,

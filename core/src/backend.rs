@@ -150,8 +150,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
-    /// Most channels one operation may use (connections are set up per channel). `None`: any.
-    fn max_channels(&self) -> Option<u32> {
+    /// Most channels one operation on `transport` may use (connections are set up per channel,
+    /// and ranks sharing a device must fit on it together). `None`: any.
+    fn max_channels(&self, _transport: &Self::Transport) -> Option<u32> {
         None
     }
 

@@ -1,4 +1,5 @@
-// One-shot AllReduce, AllGather and ReduceScatter for small messages (OxcclOneShotParams).
+// One-shot AllReduce, AllGather, ReduceScatter and AlltoAll for small messages
+// (OxcclOneShotParams).
 //
 // A plan-interpreting launch pays about 1.35 us before its first step and 0.4-0.5 us of
 // instructions per step (docs/perf/h200x2.md, "Launch cost"); a small collective is nothing
@@ -17,8 +18,8 @@
 // inbox half, so nothing is ever cleared and graph replays stay consistent. A half is reused
 // two launches later; by then this rank has received the peer's packets of the launch in
 // between, which the peer sent only after its launch before had read everything. In place is
-// safe: a thread reads its own input element before writing the output element of the same
-// index, and peers read only the inbox.
+// safe: a thread reads its input elements (every round's) before writing the output elements of
+// the same indices, and peers read only the inbox.
 #pragma once
 
 #include "copy_reduce.cuh"
@@ -132,13 +133,22 @@ struct OneShot {
     return true;
   }
 
-  // Phase 1 of the selected packet: send it to every peer (AllGather: and keep our own block).
+  // Phase 1 of the selected packet: send it to every peer (AllGather, AlltoAll: and keep our
+  // own block).
   OXCCL_DEVICE void push() const {
     const T* in = reinterpret_cast<const T*>(p.send);
     if (p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER) {
       for (uint32_t q = 0; q < p.nranks; ++q) {
         if (q != p.rank) send(q, own(in + (uint64_t)q * p.count));
       }
+      return;
+    }
+    if (p.kind == OXCCL_ONE_SHOT_ALL_TO_ALL) {
+      for (uint32_t q = 0; q < p.nranks; ++q) {
+        if (q != p.rank) send(q, load_packet(in + (uint64_t)q * p.count + at, m));
+      }
+      const uint64_t self = (uint64_t)p.rank * p.count + at;
+      store_packet(reinterpret_cast<T*>(p.recv) + self, load_packet(in + self, m), m);
       return;
     }
     const uint64_t mine =
@@ -157,6 +167,7 @@ struct OneShot {
     T* out = reinterpret_cast<T*>(p.recv);
     switch (p.kind) {
       case OXCCL_ONE_SHOT_ALL_GATHER:
+      case OXCCL_ONE_SHOT_ALL_TO_ALL:
         for (uint32_t q = 0; q < p.nranks; ++q) {
           if (q == p.rank) continue;
           uint64_t v;
@@ -246,28 +257,32 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   const T* in = reinterpret_cast<const T*>(p.send);
   T* out = reinterpret_cast<T*>(p.recv);
   const bool gather = p.kind == OXCCL_ONE_SHOT_ALL_GATHER;
-  const bool scatter = p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER;
+  const bool all_to_all = p.kind == OXCCL_ONE_SHOT_ALL_TO_ALL;
+  // Pure moves: each received slice lands in the output as it is.
+  const bool moves = gather || all_to_all;
+  // Each peer gets its own block of the input.
+  const bool blocks = p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER || all_to_all;
   StepMath<T> push, plain;
   plain.pre = plain.pre_r = plain.post = false;
   plain.scale = T(0);
   plain.div = 1;
   push = plain;
-  push.pre = !gather && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+  push.pre = !moves && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
   push.scale = one_shot_scale<E>(p);
   if (threadIdx.x == 0) stop = 0;
 
   // Push: our slice for each peer (and, past two ranks, our own operand into our own inbox, so
   // the rank-ordered chain below never reads an input that an in-place output overwrote).
-  const T* own_src = scatter ? in + (uint64_t)me * p.count : in;
+  const T* own_src = blocks ? in + (uint64_t)me * p.count : in;
   for (uint32_t q = 0; q < n; ++q) {
-    if (q == me && (gather || n == 2)) continue;
-    const T* from = scatter ? in + (uint64_t)q * p.count : in;
+    if (q == me && (moves || n == 2)) continue;
+    const T* from = blocks ? in + (uint64_t)q * p.count : in;
     T* to = simple_data<T>(p.inbox[q], n, half, me) + start;
     reduce_copy<E>(p.redop, nullptr, from + start, nullptr, to, len, push);
   }
-  if (gather && out + (uint64_t)me * p.count != in) {
-    reduce_copy<E>(p.redop, nullptr, in + start, out + (uint64_t)me * p.count + start, nullptr, len,
-                   plain);
+  if (moves && out + (uint64_t)me * p.count != own_src) {
+    reduce_copy<E>(p.redop, nullptr, own_src + start, out + (uint64_t)me * p.count + start, nullptr,
+                   len, plain);
   }
   // One fence, by the thread that raises the flags, after the barrier that ordered every
   // thread's stores before it (a system fence is cumulative, as NCCL's Simple protocol relies
@@ -297,7 +312,7 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   oxccl_block_sync();
   if (stop) return;
 
-  if (gather) {
+  if (moves) {
     for (uint32_t q = 0; q < n; ++q) {
       if (q == me) continue;
       reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, q) + start, nullptr,

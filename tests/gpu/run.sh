@@ -21,6 +21,9 @@
 #                                  NCCL_PROTO=Simple: Simple at every size), and small messages
 #                                  without them (=0)
 #   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
+#   m3/m4/m8-*                     3, 4 and 8 ranks on however many GPUs there are (rank r on GPU
+#                                  r % GPUs, one GPU is enough): the paths of more than two ranks,
+#                                  ranks sharing a GPU taking an equal share of its SMs
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -43,6 +46,7 @@ run() { # name, env..., -- args...
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && f=$((f+1)) && line="TIMEOUT after ${LIMIT}s"
   TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
   SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' "$name" "$rc" "$p" "$f" $((t1-t0)))")
+  echo "${SUMMARY[-1]}"
   grep -m5 -E '^(FAIL|HANG|GUARD|\[proc)' "$LOG/$name.log" | cut -c1-300
 }
 
@@ -61,6 +65,8 @@ else
   BIG2="--big-count 1048579 --big-types f32,bf16"
 fi
 GRAPH="--graph 100"
+# The one-shot kernels' sizes (see x2-*) for the configurations of more ranks than GPUs.
+ONESHOT_M="--counts 0,1,7,257,4095,8193,40000,65537,300001 --types all --big-count 0 --p2p-counts none"
 HUGE="--counts none --p2p-counts none --big-count 268435456 --big-types f32
   --big-ops allreduce,allgather,reducescatter,broadcast,reduce,alltoall,sendrecv
   --big-redops sum,premulsum"
@@ -115,6 +121,28 @@ if [ "$NGPU" -ge 2 ]; then
   if [ "${QUICK:-0}" != 1 ]; then
     run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
   fi
+fi
+# More ranks than two, sharing GPUs where there are fewer. One thread drives them all: with a
+# thread per rank, the test's own cuMemFree waits for the whole device, peers' kernels included,
+# which wait for the freeing rank's next launch.
+if [ "$NGPU" -ge 1 ]; then
+  run m3-initall-auto -- --mode initall --ranks 3 $SMALL $BIG1
+  run m4-initall-auto -- --mode initall --ranks 4 $SMALL $BIG1
+  for a in ring tree direct; do
+    run m4-initall-$a NCCL_ALGO=$a -- --mode initall --ranks 4 $SMALL $BIG1
+  done
+  for p in LL Simple; do
+    run m4-initall-$p NCCL_PROTO=$p -- --mode initall --ranks 4 $SMALL --big-count 0
+  done
+  run m4-initall-graph -- --mode initall --ranks 4 $SMALL --big-count 0 --graph 10
+  run m4-initall-zc OXCCL_ZERO_COPY=1 -- --mode initall --ranks 4 $SMALL $BIG1
+  run m4-initall-split -- --mode initall --ranks 4 $SMALL --big-count 0 --split
+  run m4-initall-offsets-vmm -- --mode initall --ranks 4 $SMALL --big-count 0 --offsets --vmm
+  run m4-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 4 $ONESHOT_M
+  run m4-initall-oneshot-simple OXCCL_ONE_SHOT=1 NCCL_PROTO=Simple -- --mode initall --ranks 4 $ONESHOT_M
+  run m8-initall-auto -- --mode initall --ranks 8 $SMALL $BIG1
+  run m8-initall-graph -- --mode initall --ranks 8 $SMALL --big-count 0 --graph 10
+  run m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
 fi
 echo "==== summary ($NGPU GPUs) ===="
 printf '%s\n' "${SUMMARY[@]}"

@@ -215,13 +215,19 @@ impl<B: Backend> Communicator<B> {
     }
 
     /// The tuner's choice for `kind`, within what the backend's connections can carry.
-    fn choose(&self, kind: CollKind, bytes: u64, dtype: DataType) -> Choice {
+    fn choose(
+        &self,
+        kind: CollKind,
+        bytes: u64,
+        dtype: DataType,
+        transport: &B::Transport,
+    ) -> Choice {
         let backend = &self.inner.backend;
         let mut c = self
             .inner
             .tuner
             .choose(kind, bytes, dtype, self.inner.nranks, self.topology());
-        if let Some(max) = backend.max_channels() {
+        if let Some(max) = backend.max_channels(transport) {
             c.nchannels = c.nchannels.clamp(1, max);
         }
         if let Some(max) = backend.max_chunk_bytes(c.proto) {
@@ -337,7 +343,7 @@ impl<B: Backend> Communicator<B> {
             }?;
             return Ok(None);
         }
-        let choice = self.choose(a.kind, bytes, a.dtype);
+        let choice = self.choose(a.kind, bytes, a.dtype, &c.transport);
         let req = CollRequest {
             kind: a.kind,
             rank: inner.rank,
@@ -472,7 +478,12 @@ impl<B: Backend> Communicator<B> {
         }
         // Both ends of a message must chunk it identically, and they only share the message
         // itself: the choice must not depend on the rest of either side's group.
-        let choice = self.choose(CollKind::SendRecv, P2P_TUNING_BYTES, DataType::Uint8);
+        let choice = self.choose(
+            CollKind::SendRecv,
+            P2P_TUNING_BYTES,
+            DataType::Uint8,
+            &c.transport,
+        );
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
             Some(fits) => plan::P2pLl {
                 max_bytes: inner.tuner.p2p_ll_max(self.topology()),

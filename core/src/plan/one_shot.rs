@@ -1,5 +1,5 @@
-//! One-shot small collectives: AllReduce, AllGather and ReduceScatter run by a dedicated device
-//! kernel instead of a plan (see `kernels/src/one_shot.cuh`).
+//! One-shot small collectives: AllReduce, AllGather, ReduceScatter and AlltoAll run by a
+//! dedicated device kernel instead of a plan (see `kernels/src/one_shot.cuh`).
 //!
 //! Every rank stores its data as flagged packets straight into each peer's inbox, mapped at
 //! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.
@@ -19,14 +19,15 @@ pub const MAX_RANKS: u32 = 8;
 /// One collective for the one-shot kernels, bound to its buffers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OneShot {
-    /// AllReduce, AllGather or ReduceScatter.
+    /// AllReduce, AllGather, ReduceScatter or AlltoAll.
     pub kind: CollKind,
     /// Element type.
     pub dtype: DataType,
     /// The reduction (AllGather: ignored).
     pub reduction: Reduction,
     /// Elements of one per-peer message: the vector (AllReduce), the send count (AllGather),
-    /// the receive count (ReduceScatter); NCCL's `count` argument in each case.
+    /// the receive count (ReduceScatter), the per-rank block (AlltoAll); NCCL's `count`
+    /// argument in each case.
     pub count: u64,
     /// Send buffer.
     pub send: DevicePtr,
@@ -46,12 +47,12 @@ impl OneShot {
 
 /// Whether the one-shot kernels implement `kind`.
 ///
-/// Broadcast and Reduce are left out on purpose: a one-shot inbox half may be rewritten once
-/// the writer has heard from its reader since the reader's previous use, and in a rooted
-/// operation the root hears from nobody.
+/// Broadcast, Reduce, Gather and Scatter are left out on purpose: a one-shot inbox half may be
+/// rewritten once the writer has heard from its reader since the reader's previous use, and in
+/// a rooted operation the root hears from nobody (or nobody hears from it).
 pub fn supports(kind: CollKind) -> bool {
     matches!(
         kind,
-        CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter
+        CollKind::AllReduce | CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll
     )
 }

@@ -134,7 +134,7 @@ const HEURISTICS: Heuristics = Heuristics {
         0,       // Reduce
         2 * MIB, // AllGather
         2 * MIB, // ReduceScatter
-        0,
+        2 * MIB, // AllToAll: the traffic of an AllGather, untested for a crossover of its own
         0,
         0,
         0,
@@ -614,7 +614,8 @@ mod tests {
         );
         let on = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_ALGO", "ring")]);
         assert_eq!(on.one_shot(CollKind::AllGather, 1 << 30, nvl), simple);
-        assert_eq!(on.one_shot(CollKind::AllToAll, 8, nvl), None);
+        assert_eq!(on.one_shot(CollKind::AllToAll, 8, nvl), ll);
+        assert_eq!(on.one_shot(CollKind::AllToAllv, 8, nvl), None);
         // Forced on, a forced protocol picks the variant.
         let on_simple = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "simple")]);
         assert_eq!(on_simple.one_shot(CollKind::AllReduce, 8, nvl), simple);

@@ -6,11 +6,12 @@
 // and LL head; page-aligned block first), then the Simple slots, then the LL packet slots, then
 // the one-shot kernels' inbox (`one_shot.rs`). A separate sender-local allocation holds each
 // send connection's own counters, then the one-shot kernels' epochs. At connect every
-// rank publishes a record (pid, device, FIFO address, geometry, export handle) through the
-// bootstrap network.
+// rank publishes a record (pid, device, its multiprocessors, FIFO address, geometry, export
+// handle) through the bootstrap network.
 
 use super::{DevConn, EncodedWork, ONE_SHOT_EPOCH_BYTES, one_shot_inbox_bytes};
 use oxccl_core::backend::DevicePtr;
+use oxccl_core::bootstrap::PeerInfo;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 
@@ -21,8 +22,9 @@ pub const CTR_BYTES: u64 = 192;
 /// Bytes of sender-local counters per send connection, one line each: tail mirror at 0, head
 /// seen at 64, LL position at 128, LL head seen at 192.
 pub const SEND_STATE_BYTES: u64 = 256;
-/// Bytes of the fixed part of a published record: pid, device, FIFO address, geometry.
-pub const RECORD_HEADER: usize = 40;
+/// Bytes of the fixed part of a published record: pid, device, FIFO address, geometry,
+/// multiprocessors.
+pub const RECORD_HEADER: usize = 44;
 
 /// How one rank's FIFOs are cut: channels, slots per FIFO, bytes per slot. Every rank of a
 /// communicator must use the same geometry (checked at connect).
@@ -256,6 +258,7 @@ impl FifoGeometry {
 pub fn publish(
     pid: u32,
     device: i32,
+    sms: u32,
     fifo: DevicePtr,
     geom: &FifoGeometry,
     handle: &[u8],
@@ -269,6 +272,7 @@ pub fn publish(
     v.extend_from_slice(&geom.slot_bytes.to_le_bytes());
     v.extend_from_slice(&geom.ll_nslots.to_le_bytes());
     v.extend_from_slice(&(geom.ll_slot_bytes as u32).to_le_bytes());
+    v.extend_from_slice(&sms.to_le_bytes());
     v.extend_from_slice(handle);
     v
 }
@@ -278,6 +282,8 @@ pub fn publish(
 pub struct PeerRecord<'a> {
     /// The peer's device ordinal.
     pub device: i32,
+    /// That device's multiprocessors (0: unknown).
+    pub sms: u32,
     /// Its FIFO allocation's address in its own process.
     pub fifo: DevicePtr,
     /// How its FIFOs are cut.
@@ -297,12 +303,68 @@ pub fn parse_record(b: &[u8]) -> Option<PeerRecord<'_>> {
         ll_nslots: u32::from_le_bytes(b.get(32..36)?.try_into().ok()?),
         ll_slot_bytes: u64::from(u32::from_le_bytes(b.get(36..40)?.try_into().ok()?)),
     };
+    let sms = u32::from_le_bytes(b.get(40..44)?.try_into().ok()?);
     Some(PeerRecord {
         device,
+        sms,
         fifo,
         geometry,
         handle: &b[RECORD_HEADER..],
     })
+}
+
+/// Where a rank runs, as far as sharing a device goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Its process: host hash, pid namespace hash, pid.
+    pub process: (u64, u64, u32),
+    /// Its device ordinal in that process.
+    pub device: i32,
+    /// That device's multiprocessors (0: unknown).
+    pub sms: u32,
+}
+
+/// Every rank's [`Placement`], from the bootstrap's peers and the records they published.
+pub fn placements(
+    peers: &[PeerInfo],
+    geometry: &FifoGeometry,
+    records: &[Vec<u8>],
+) -> Result<Vec<Placement>> {
+    peers
+        .iter()
+        .zip(records)
+        .enumerate()
+        .map(|(p, (info, rec))| {
+            let rec = geometry.peer_record(p, rec)?;
+            Ok(Placement {
+                process: (info.host_hash, info.pidns_hash, info.pid),
+                device: rec.device,
+                sms: rec.sms,
+            })
+        })
+        .collect()
+}
+
+/// Most blocks one launch may use on a communicator whose ranks run at `ranks`.
+///
+/// Ranks of one process that share a device wait for each other's blocks, which must
+/// therefore all be resident at once: each gets an equal share of the device's SMs (one block
+/// per SM, the executor's occupancy). Every rank computes this from the same published
+/// records, so all choose the same channel counts. `u32::MAX` when no device is shared (or
+/// its size is unknown). Ranks of different processes on one device are not seen here: without
+/// MPS their kernels take turns on the device rather than sharing it.
+pub fn shared_device_max_blocks(ranks: &[Placement]) -> u32 {
+    let mut cap = u32::MAX;
+    for r in ranks {
+        let sharing = ranks
+            .iter()
+            .filter(|q| q.process == r.process && q.device == r.device)
+            .count() as u32;
+        if sharing > 1 && r.sms > 0 {
+            cap = cap.min((r.sms / sharing).max(1));
+        }
+    }
+    cap
 }
 
 #[cfg(test)]
@@ -428,19 +490,20 @@ mod tests {
             ll_nslots: 5,
             ll_slot_bytes: 2048,
         };
-        let b = publish(42, 3, 0xdead_beef_0000, &g, &[1, 2, 3]);
+        let b = publish(42, 3, 132, 0xdead_beef_0000, &g, &[1, 2, 3]);
         let r = parse_record(&b).unwrap();
         assert_eq!(
             r,
             PeerRecord {
                 device: 3,
+                sms: 132,
                 fifo: 0xdead_beef_0000,
                 geometry: g,
                 handle: &[1, 2, 3]
             }
         );
         assert!(
-            parse_record(&publish(1, 0, 0, &g, &[]))
+            parse_record(&publish(1, 0, 0, 0, &g, &[]))
                 .unwrap()
                 .handle
                 .is_empty()
@@ -451,7 +514,7 @@ mod tests {
     #[test]
     fn peer_records_must_match_the_geometry() {
         let g = FifoGeometry::default();
-        let rec = publish(1, 0, 0x1000, &g, &[9]);
+        let rec = publish(1, 0, 0, 0x1000, &g, &[9]);
         assert_eq!(g.peer_record(1, &rec).unwrap().fifo, 0x1000);
         for other in [
             FifoGeometry {
@@ -465,6 +528,36 @@ mod tests {
         }
         let e = g.peer_record(2, &rec[..4]).unwrap_err().to_string();
         assert!(e.contains("rank 2 published a short FIFO record"), "{e}");
+    }
+
+    #[test]
+    fn ranks_sharing_a_device_split_its_sms() {
+        let at = |pid, device, sms| Placement {
+            process: (7, 9, pid),
+            device,
+            sms,
+        };
+        // One rank per device, or one device each in different processes: no cap.
+        assert_eq!(
+            shared_device_max_blocks(&[at(1, 0, 132), at(1, 1, 132)]),
+            u32::MAX
+        );
+        assert_eq!(
+            shared_device_max_blocks(&[at(1, 0, 132), at(2, 0, 132)]),
+            u32::MAX
+        );
+        // Two ranks of one process on GPU 0 and one on GPU 1: every rank takes half of GPU 0.
+        let three = [at(1, 0, 132), at(1, 1, 132), at(1, 0, 132)];
+        assert_eq!(shared_device_max_blocks(&three), 66);
+        // Eight on one small device: at least one block each; an unknown size: no cap.
+        assert_eq!(shared_device_max_blocks(&[at(1, 0, 4); 8]), 1);
+        assert_eq!(shared_device_max_blocks(&[at(1, 0, 0); 8]), u32::MAX);
+        // Another host with the same pid is another process.
+        let other = Placement {
+            process: (8, 9, 1),
+            ..at(1, 0, 132)
+        };
+        assert_eq!(shared_device_max_blocks(&[at(1, 0, 132), other]), u32::MAX);
     }
 
     #[test]

@@ -51,11 +51,18 @@ pub fn one_shot_inbox_bytes(nranks: u32) -> u64 {
     ll + flags + 2 * n * ONE_SHOT_SIMPLE_MAX_BYTES
 }
 
-/// Largest per-peer message the one-shot kernels take with `proto` (LL or Simple).
-pub fn one_shot_max_bytes(proto: Protocol) -> u64 {
+/// Largest per-peer message the one-shot kernels take with `proto` (LL or Simple) in launches
+/// of at most `max_blocks` blocks ([`one_shot_grid`] never exceeds it for such a message).
+pub fn one_shot_max_bytes(proto: Protocol, max_blocks: u32) -> u64 {
+    let blocks = u64::from(max_blocks);
     match proto {
+        // Packets are spread over all ONE_SHOT_MAX_BLOCKS block indices before a thread takes a
+        // second round, so fewer blocks only carry a single round.
+        Protocol::Ll if max_blocks < ONE_SHOT_MAX_BLOCKS => {
+            blocks * u64::from(ONE_SHOT_THREADS) * 8
+        }
         Protocol::Ll => ONE_SHOT_MAX_BYTES,
-        Protocol::Simple => ONE_SHOT_SIMPLE_MAX_BYTES,
+        Protocol::Simple => ONE_SHOT_SIMPLE_MAX_BYTES.min(blocks * SIMPLE_SLICE_BYTES),
         Protocol::Ll128 => 0,
     }
 }
@@ -80,6 +87,7 @@ pub const ONE_SHOT_KERNEL_NAMES: [&str; 12] = [
 const KIND_ALL_REDUCE: u8 = 0;
 const KIND_ALL_GATHER: u8 = 1;
 const KIND_REDUCE_SCATTER: u8 = 2;
+const KIND_ALL_TO_ALL: u8 = 3;
 
 /// The one-shot kernels' parameter (`OxcclOneShotParams`).
 #[repr(C)]
@@ -158,6 +166,7 @@ impl OneShotParams {
             kind: match op.kind {
                 CollKind::AllGather => KIND_ALL_GATHER,
                 CollKind::ReduceScatter => KIND_REDUCE_SCATTER,
+                CollKind::AllToAll => KIND_ALL_TO_ALL,
                 _ => KIND_ALL_REDUCE,
             },
             redop: red.redop,
@@ -284,6 +293,33 @@ mod one_shot_tests {
                 one_shot_grid(&op(CollKind::ReduceScatter, f32, count)),
                 (ONE_SHOT_MAX_BLOCKS, ONE_SHOT_THREADS)
             );
+        }
+    }
+
+    #[test]
+    fn messages_within_a_block_cap_launch_within_it() {
+        assert_eq!(one_shot_max_bytes(Protocol::Ll, 1000), ONE_SHOT_MAX_BYTES);
+        assert_eq!(one_shot_max_bytes(Protocol::Ll, 4), 8 << 10);
+        assert_eq!(one_shot_max_bytes(Protocol::Simple, 128), 2 << 20);
+        assert_eq!(one_shot_max_bytes(Protocol::Simple, 16), 256 << 10);
+        assert_eq!(one_shot_max_bytes(Protocol::Ll128, 128), 0);
+        for cap in 1..=140 {
+            for proto in [Protocol::Ll, Protocol::Simple] {
+                let max = one_shot_max_bytes(proto, cap);
+                assert!(max > 0);
+                for dtype in [DataType::Int8, DataType::Float32, DataType::Float64] {
+                    let count = max / dtype.size() as u64;
+                    let o = OneShot {
+                        proto,
+                        ..op(CollKind::AllReduce, dtype, count)
+                    };
+                    let (blocks, _) = one_shot_grid(&o);
+                    assert!(
+                        blocks <= cap,
+                        "{proto:?} cap {cap} {dtype:?}: {blocks} blocks"
+                    );
+                }
+            }
         }
     }
 

@@ -140,9 +140,11 @@ struct OxcclLaunchArgs {
 #define OXCCL_ONE_SHOT_ALL_REDUCE 0u
 #define OXCCL_ONE_SHOT_ALL_GATHER 1u
 #define OXCCL_ONE_SHOT_REDUCE_SCATTER 2u
+#define OXCCL_ONE_SHOT_ALL_TO_ALL 3u
 
 // The one-shot kernels' only parameter. count is the elements of one per-peer message: the
-// whole vector (AllReduce), the send count (AllGather) or the receive count (ReduceScatter).
+// whole vector (AllReduce), the send count (AllGather), the receive count (ReduceScatter) or the
+// per-rank block (AlltoAll).
 // inbox[p] is rank p's one-shot area as mapped in this process (inbox[rank]: our own): the LL
 // inbox (2 halves x OXCCL_ONE_SHOT_MAX_BLOCKS x nranks senders x OXCCL_ONE_SHOT_MAX_ITERS x
 // OXCCL_ONE_SHOT_THREADS 16-byte packets), the Simple flags (nranks senders x
