@@ -281,6 +281,9 @@ impl Backend for CudaBackend {
     fn max_channels(&self, transport: &CudaTransport) -> Option<u32> {
         Some((self.geometry.channels as u32).min(transport.max_blocks()))
     }
+    fn needs_peer_watch(&self) -> bool {
+        true
+    }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
     }

@@ -770,6 +770,9 @@ impl Backend for HipBackend {
     fn max_channels(&self, _transport: &HipTransport) -> Option<u32> {
         Some(self.geometry.channels as u32)
     }
+    fn needs_peer_watch(&self) -> bool {
+        true
+    }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
         HipTransport::connect(self, ctx)
     }

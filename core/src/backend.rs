@@ -150,6 +150,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Whether this backend's operations wait on peers where no bootstrap wait sees them (in
+    /// device memory), so that the communicator must watch its peers for deaths itself.
+    fn needs_peer_watch(&self) -> bool {
+        false
+    }
+
     /// Most channels one operation on `transport` may use (connections are set up per channel,
     /// and ranks sharing a device must fit on it together). `None`: any.
     fn max_channels(&self, _transport: &Self::Transport) -> Option<u32> {

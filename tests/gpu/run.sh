@@ -22,8 +22,9 @@
 #                                  without them (=0)
 #   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
 #   m3/m4/m8-*                     3, 4 and 8 ranks on however many GPUs there are (rank r on GPU
-#                                  r % GPUs, one GPU is enough): the paths of more than two ranks,
-#                                  ranks sharing a GPU taking an equal share of its SMs
+#                                  r % GPUs, one GPU is enough), one process or one per rank: the
+#                                  paths of more than two ranks, ranks sharing a GPU taking an
+#                                  equal share of its SMs; a peer process that dies mid-operation
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -122,9 +123,9 @@ if [ "$NGPU" -ge 2 ]; then
     run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
   fi
 fi
-# More ranks than two, sharing GPUs where there are fewer. One thread drives them all: with a
-# thread per rank, the test's own cuMemFree waits for the whole device, peers' kernels included,
-# which wait for the freeing rank's next launch.
+# More ranks than two, sharing GPUs where there are fewer. No thread per rank: the test's own
+# cuMemFree would wait for the whole device, peers' kernels included, which wait for the freeing
+# rank's next launch.
 if [ "$NGPU" -ge 1 ]; then
   run m3-initall-auto -- --mode initall --ranks 3 $SMALL $BIG1
   run m4-initall-auto -- --mode initall --ranks 4 $SMALL $BIG1
@@ -142,6 +143,15 @@ if [ "$NGPU" -ge 1 ]; then
   run m4-initall-oneshot-simple OXCCL_ONE_SHOT=1 NCCL_PROTO=Simple -- --mode initall --ranks 4 $ONESHOT_M
   run m8-initall-auto -- --mode initall --ranks 8 $SMALL $BIG1
   run m8-initall-graph -- --mode initall --ranks 8 $SMALL --big-count 0 --graph 10
+  # A process per rank: every peer's FIFO imported through VMM handles. Processes sharing a GPU
+  # take turns on it (no MPS), so each spinning kernel waits for its peers' time slices: slow,
+  # hence few cases.
+  run m4-procs-auto -- --mode procs --ranks 4 $SMALL $BIG1
+  run m8-procs-auto -- --mode procs --ranks 8 $SMALL --big-count 0
+  # A rank exits without a goodbye: the others' AllReduce (plan, one-shot) ends with an error.
+  run m4-procs-dead-peer -- --mode procs --ranks 4 --dead-peer 1048579
+  run m2-procs-dead-peer-oneshot OXCCL_ONE_SHOT=1 -- --mode procs --ranks 2 --dead-peer 1000
+  run m4-procs-oneshot-graph OXCCL_ONE_SHOT=1 -- --mode procs --ranks 4 $ONESHOT_M --types bf16,f64 --graph 10
   run m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
 fi
 echo "==== summary ($NGPU GPUs) ===="

@@ -156,6 +156,16 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
+    /// The first dead rank after a look at `/proc` (rate-limited), for watchers outside waits
+    /// (after set-up, so without the service's "during bootstrap").
+    pub fn probe(&self) -> Option<Error> {
+        self.check_liveness();
+        let st = lock(&self.state);
+        st.first_dead
+            .as_ref()
+            .map(|(r, why)| Error::Remote(format!("{} died: {why}", self.describe(*r))))
+    }
+
     /// The first dead rank, as the error every wait reports.
     pub fn dead_error(&self) -> Option<Error> {
         let st = lock(&self.state);
@@ -186,8 +196,14 @@ impl Mailbox {
             return;
         };
         let me = process::current().pid;
+        let closed = lock(&self.state).closed.clone();
         for p in peers.iter() {
-            if p.rank == self.me || p.pid == me || !p.shares_proc_with_caller() {
+            // A peer that said goodbye may exit; that is no death.
+            if p.rank == self.me
+                || p.pid == me
+                || !p.shares_proc_with_caller()
+                || closed.contains(&p.rank)
+            {
                 continue;
             }
             if let Err(why) = process::check_alive(p.pid, p.start_time) {

@@ -120,6 +120,21 @@ pub struct Bootstrap {
     coll: Mutex<()>,
 }
 
+/// A handle that tells whether a bootstrap's peers are alive, usable from another thread and
+/// after the [`Bootstrap`] itself is gone (it then reports nothing new).
+#[derive(Clone)]
+pub struct PeerLiveness {
+    net: Arc<PeerNet>,
+}
+
+impl PeerLiveness {
+    /// The first peer found dead (its connection dropped without a goodbye or, on this host,
+    /// its process gone), as the error to report; `None` while every peer lives or left cleanly.
+    pub fn failure(&self) -> Option<Error> {
+        self.net.mailbox.probe()
+    }
+}
+
 impl std::fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bootstrap")
@@ -232,6 +247,13 @@ impl Bootstrap {
     /// The rendezvous table: every rank's address, pid and host, indexed by rank.
     pub fn peers(&self) -> &[PeerInfo] {
         &self.peers
+    }
+
+    /// A handle that watches the peers' liveness (see [`PeerLiveness`]).
+    pub fn liveness(&self) -> PeerLiveness {
+        PeerLiveness {
+            net: self.net.clone(),
+        }
     }
 
     /// The secret of this communicator, for transports that authenticate their own connections.

@@ -3,6 +3,7 @@
 
 pub mod group;
 mod ops;
+mod peer_watch;
 mod redop;
 mod split;
 
@@ -89,6 +90,10 @@ struct Connected<B: Backend> {
     /// Every rank lives in this process, so an address one rank publishes is valid for all
     /// (zero-copy plans).
     one_process: bool,
+    /// Turns a peer's death into an error and an abort, where the backend's kernels wait on
+    /// peers out of the bootstrap's sight. Declared last, so it outlives the transport's
+    /// teardown, which waits for the last kernel.
+    _peer_watch: Option<peer_watch::PeerWatch>,
 }
 
 impl<B: Backend> Communicator<B> {
@@ -208,10 +213,21 @@ impl<B: Backend> Communicator<B> {
                 .peers()
                 .iter()
                 .all(|p| p.pid == me && p.shares_proc_with_caller());
+            let peer_watch = if inner.backend.needs_peer_watch() && inner.nranks > 1 {
+                let liveness = bootstrap.liveness();
+                Some(peer_watch::PeerWatch::start(
+                    format!("oxccl-peers-r{}", inner.rank),
+                    move || liveness.failure(),
+                    inner.abort.clone(),
+                )?)
+            } else {
+                None
+            };
             Ok(Arc::new(Connected {
                 bootstrap,
                 transport: Arc::new(transport),
                 one_process,
+                _peer_watch: peer_watch,
             }))
         })();
         let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());

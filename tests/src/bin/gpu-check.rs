@@ -5,6 +5,7 @@
 //!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
 //!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
 //!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--list]
+//! gpu-check --mode procs --ranks N --dead-peer COUNT
 //! ```
 //! Every rank `r` runs on device `r % devices`. `initall` drives every rank from one thread
 //! (`ncclCommInitAll` + group calls), `threads` runs one thread per rank, `procs` one process per
@@ -24,6 +25,9 @@
 //!   poisoned guard bytes on each side of both buffers must survive the operation.
 //! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
 //!   returns) instead of `cuMemAlloc`.
+//! - `--dead-peer COUNT` (procs): the last rank exits right after init without destroying its
+//!   communicator; every other rank runs an AllReduce of COUNT f32 elements, which must end
+//!   within 15 s with the communicator reporting the death as a remote error (one pass each).
 //! - `--big-ops` / `--big-redops`: restrict the `--big-count` cases to some operations and
 //!   reduction operators (`sendrecv` adds a ring shift of `--big-count` elements per big type).
 //!   Inputs are generated and outputs checked in 64 MiB chunks on every core, so counts of 256M
@@ -68,6 +72,8 @@ struct Opts {
     /// Print the cases and exit (no GPU needed).
     list: bool,
     worker: Option<usize>,
+    /// The dead-peer check's AllReduce count, instead of the cases.
+    dead_peer: Option<u64>,
 }
 
 fn parse_types(s: &str) -> Vec<DataType> {
@@ -164,6 +170,7 @@ fn opts() -> Opts {
         vmm: false,
         list: false,
         worker: None,
+        dead_peer: None,
     };
     let a: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -182,6 +189,7 @@ fn opts() -> Opts {
             "--p2p-counts" => o.p2p_counts = parse_counts(&v),
             "--graph" => o.graph = v.parse().expect("--graph REPLAYS"),
             "--worker" => o.worker = Some(v.parse().expect("--worker RANK")),
+            "--dead-peer" => o.dead_peer = Some(v.parse().expect("--dead-peer COUNT")),
             "--split" => (o.split, flag) = (true, true),
             "--offsets" => (o.offsets, flag) = (true, true),
             "--vmm" => (o.vmm, flag) = (true, true),
@@ -877,6 +885,68 @@ fn run_cases(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], label: &str) -> Tally 
     t
 }
 
+/// `--dead-peer`: the last rank leaves without a goodbye; the others' AllReduce must end and
+/// the communicator must name the death.
+fn dead_peer(
+    b: &CudaBackend,
+    comm: &Communicator<CudaBackend>,
+    dev: i32,
+    count: u64,
+) -> Result<Tally> {
+    if comm.rank() + 1 == comm.nranks() {
+        println!("RESULT pass=0 fail=0");
+        // Sockets close with the process, but no goodbye is sent and nothing is destroyed.
+        std::thread::sleep(Duration::from_millis(200));
+        std::process::exit(0);
+    }
+    let bytes = count as usize * 4;
+    let send = b.plain_alloc(dev, bytes)?;
+    let recv = b.plain_alloc(dev, bytes)?;
+    let stream = b.stream_create(dev)?;
+    step(&format!(
+        "rank {} AllReduce of {count} f32 with a dead peer",
+        comm.rank()
+    ));
+    let args = CollArgs {
+        kind: CollKind::AllReduce,
+        send,
+        recv,
+        count,
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        root: 0,
+        layout: None,
+    };
+    let t0 = Instant::now();
+    // SAFETY: both buffers hold `count` f32 elements until the stream is synchronised below.
+    let issued = unsafe { comm.collective(args, &stream) };
+    let synced = b.stream_synchronize(&stream);
+    let took = t0.elapsed();
+    let status = comm.status();
+    let mut t = Tally { pass: 0, fail: 0 };
+    let what = format!("dead peer: rank {} AllReduce of {count}", comm.rank());
+    let verdict = match (&status, took < Duration::from_secs(15)) {
+        (Err(Error::Remote(m)), true) => {
+            println!(
+                "INFO {what}: ended in {:.2} s (issue {issued:?}, sync {synced:?}); {m}",
+                took.as_secs_f64()
+            );
+            Ok(0)
+        }
+        _ => Err(Error::Internal(format!(
+            "took {took:?}, issue {issued:?}, sync {synced:?}, status {status:?}"
+        ))),
+    };
+    t.add(&what, verdict);
+    // SAFETY: the stream was synchronised; nothing uses the buffers.
+    unsafe {
+        let _ = b.plain_free(dev, send);
+        let _ = b.plain_free(dev, recv);
+    }
+    comm.abort();
+    Ok(t)
+}
+
 /// Ranks reversed: one color, key `nranks - 1 - rank`.
 fn split_key(n: usize, rank: usize) -> i32 {
     (n - 1 - rank) as i32
@@ -977,6 +1047,9 @@ fn run_rank(
     let n = o.ranks;
     step(&format!("rank {rank} init"));
     let world = Communicator::init_rank(b.clone(), n, id, rank, dev, CommConfig::default())?;
+    if let Some(count) = o.dead_peer {
+        return dead_peer(b, &world, dev, count);
+    }
     let comm = if o.split {
         step(&format!("rank {rank} split"));
         split_one(&world)?
