@@ -12,7 +12,8 @@
 # status differs from NVIDIA's, and a table. Full logs (every PASS line) go to $LOG_DIR
 # (default: $OUT/clients-logs when $OUT is set, else a fresh /tmp directory); --full prints them.
 # Environment: PYTHON (default python3), CLIENT_TIMEOUT (seconds per python run, default 300),
-# OURS_VERSION (the ncclGetVersion() ours must report, default 22809).
+# OURS_VERSION (the ncclGetVersion() ours must report, default 22809), CLIENTS_SHARE_GPUS=1
+# (torch_ops: ranks share the GPUs there are, which only oxccl accepts; use --no-baseline).
 # CLIENT_BACKEND=gloo is a dry run of this script where there is no GPU: the torch scripts use
 # gloo, and cupy_nccl.py runs on the NumPy stand-in (mock_cupy/) over oxccl's host backend.
 # Exit status: 0 when ours has no FAIL and no case does worse on ours than on NVIDIA's.
@@ -23,7 +24,7 @@ TMO="${CLIENT_TIMEOUT:-300}"
 OURS_VERSION="${OURS_VERSION:-22809}"
 BACKEND="${CLIENT_BACKEND:-nccl}"
 
-[ $# -ge 1 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
 OURS_DIR="$(cd "$1" 2>/dev/null && pwd)" || { echo "no such directory: $1"; exit 2; }
 shift
 OURS="$OURS_DIR/libnccl.so.2"
