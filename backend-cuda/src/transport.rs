@@ -140,10 +140,9 @@ pub struct CudaTransport {
     /// Every rank's one-shot inbox as mapped here; empty when the communicator has none (one
     /// rank, or more than the one-shot kernels take).
     one_shot_inbox: Vec<DevicePtr>,
-    /// Most blocks one launch may use. Ranks of this communicator that share our device in
-    /// this process wait for each other's blocks, which must therefore all be resident at
-    /// once: each gets an equal share of the SMs (one block per SM, the executor's occupancy).
-    /// `u32::MAX` with one rank per device.
+    /// Most blocks one launch may use, the same on every rank: ranks of one process that share
+    /// a device wait for each other's blocks, which must all be resident at once
+    /// ([`shared_device_max_blocks`]). `u32::MAX` when every rank has a device to itself.
     max_blocks: u32,
     abort_host: *mut u32,
     abort_dev: CUdeviceptr,

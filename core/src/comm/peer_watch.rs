@@ -69,7 +69,9 @@ impl PeerWatch {
                         }
                         Some(_) => {}
                     }
-                    std::thread::sleep(period);
+                    // Parked rather than asleep, so that dropping the watch (every
+                    // communicator's destroy) does not wait out the period.
+                    std::thread::park_timeout(period);
                 }
             })
             .map_err(|e| Error::io("spawning the peer watch", e))?;
@@ -84,6 +86,7 @@ impl Drop for PeerWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -136,6 +139,26 @@ mod tests {
         assert!(wait_until(|| abort.is_aborted()), "never aborted");
         assert!(seen.elapsed() >= grace - Duration::from_millis(50));
         drop(w);
+    }
+
+    #[test]
+    fn dropping_the_watch_does_not_wait_out_the_period() {
+        let w = PeerWatch::start_with(
+            "test".into(),
+            || None,
+            AbortFlag::new(),
+            Duration::ZERO,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let t = Instant::now();
+        drop(w);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "drop took {:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
