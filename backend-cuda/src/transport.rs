@@ -280,14 +280,18 @@ impl CudaTransport {
             &geometry,
             &handle,
         ))?;
+        let records = all
+            .iter()
+            .enumerate()
+            .map(|(p, b)| geometry.peer_record(p, b))
+            .collect::<Result<Vec<_>>>()?;
         let me = &bs.peers()[rank as usize];
         let mut peer_fifo = vec![0u64; nranks as usize];
-        for p in 0..nranks as usize {
+        for (p, rec) in records.iter().enumerate() {
             if p == rank as usize {
                 peer_fifo[p] = fifo;
                 continue;
             }
-            let rec = geometry.peer_record(p, &all[p])?;
             let (pdev, pfifo) = (rec.device, rec.fifo);
             let info = &bs.peers()[p];
             if !info.same_host(me) {
@@ -329,7 +333,7 @@ impl CudaTransport {
             }
         }
 
-        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &geometry, &all)?);
+        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &records));
         if t.max_blocks != u32::MAX {
             tracing::info!(
                 "rank {rank}: ranks share GPUs; at most {} blocks per launch",

@@ -71,13 +71,60 @@ impl AbortFlag {
 /// How often an [`AbortWatcher`] looks at its flag.
 const WATCH_INTERVAL: Duration = Duration::from_millis(10);
 
+/// A thread that calls `tick` every `period` until `tick` returns false or the owner drops it;
+/// dropping wakes it at once and joins it.
+pub(crate) struct PollThread {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PollThread {
+    /// Starts the thread. `tick` gets whether the owner has asked it to stop (read before the
+    /// call, so the call after a stop request is the last); it returns false to end early.
+    pub(crate) fn spawn(
+        name: String,
+        period: Duration,
+        what: &'static str,
+        mut tick: impl FnMut(bool) -> bool + Send + 'static,
+    ) -> Result<PollThread, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                loop {
+                    let halted = halt.load(Ordering::Acquire);
+                    if !tick(halted) || halted {
+                        break;
+                    }
+                    // Parked rather than asleep, so that a drop does not wait out the period.
+                    std::thread::park_timeout(period);
+                }
+            })
+            .map_err(|e| Error::io(what, e))?;
+        Ok(PollThread {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PollThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
 /// A thread that runs a callback once its [`AbortFlag`] is raised; stopped and joined on drop.
 ///
 /// Device backends use it to mirror the flag into memory their kernels poll, so an abort also
 /// stops kernels spinning on a dead peer.
 pub struct AbortWatcher {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: PollThread,
 }
 
 impl AbortFlag {
@@ -87,41 +134,25 @@ impl AbortFlag {
         name: String,
         on_abort: impl FnOnce() + Send + 'static,
     ) -> Result<AbortWatcher, Error> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, halt) = (self.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let mut on_abort = Some(on_abort);
-                loop {
-                    // Read `halt` first: an abort raised just before the owner stops the watcher
-                    // (abort then destroy) must still reach the device, or kernels keep spinning.
-                    let halted = halt.load(Ordering::Acquire);
-                    if flag.is_aborted()
-                        && let Some(f) = on_abort.take()
-                    {
-                        f();
-                    }
-                    if halted {
-                        break;
-                    }
-                    std::thread::sleep(WATCH_INTERVAL);
+        let flag = self.clone();
+        let mut on_abort = Some(on_abort);
+        // The stop request is read before the flag: an abort raised just before the owner
+        // stops the watcher (abort then destroy) must still reach the device, or kernels keep
+        // spinning.
+        let thread = PollThread::spawn(
+            name,
+            WATCH_INTERVAL,
+            "spawning the abort watcher",
+            move |_| {
+                if flag.is_aborted()
+                    && let Some(f) = on_abort.take()
+                {
+                    f();
                 }
-            })
-            .map_err(|e| Error::io("spawning the abort watcher", e))?;
-        Ok(AbortWatcher {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for AbortWatcher {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+                true
+            },
+        )?;
+        Ok(AbortWatcher { _thread: thread })
     }
 }
 

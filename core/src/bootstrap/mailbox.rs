@@ -163,7 +163,7 @@ impl Mailbox {
         let st = lock(&self.state);
         st.first_dead
             .as_ref()
-            .map(|(r, why)| Error::Remote(format!("{} died: {why}", self.describe(*r))))
+            .map(|(r, why)| self.died(*r, why, ""))
     }
 
     /// The first dead rank, as the error every wait reports.
@@ -179,6 +179,11 @@ impl Mailbox {
             Service::Bootstrap => " during bootstrap",
             Service::Net => "",
         };
+        self.died(rank, why, during)
+    }
+
+    /// "rank 3 (pid 1234 on host X) died{during}: {why}".
+    fn died(&self, rank: u32, why: &str, during: &str) -> Error {
         Error::Remote(format!("{} died{during}: {why}", self.describe(rank)))
     }
 

@@ -6,11 +6,8 @@
 //! names the rank), then, after a grace period, aborts the communicator, which stops its
 //! kernels. The grace lets an operation whose data all arrived before the peer exited finish.
 
-use crate::abort::AbortFlag;
+use crate::abort::{AbortFlag, PollThread};
 use crate::error::Error;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often the watch looks at the peers.
@@ -22,8 +19,7 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(1);
 /// A thread that turns a peer's death into the communicator's error and abort; stopped and
 /// joined on drop.
 pub(crate) struct PeerWatch {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: PollThread,
 }
 
 impl PeerWatch {
@@ -47,55 +43,37 @@ impl PeerWatch {
         grace: Duration,
         period: Duration,
     ) -> Result<PeerWatch, Error> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let halt = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let mut died: Option<Instant> = None;
-                while !halt.load(Ordering::Acquire) && !abort.is_aborted() {
-                    match died {
-                        None => {
-                            if let Some(e) = probe() {
-                                tracing::warn!(target: "oxccl::init",
-                                    "{e}; aborting the communicator in {grace:?}");
-                                abort.record(e);
-                                died = Some(Instant::now());
-                            }
-                        }
-                        Some(t) if t.elapsed() >= grace => {
-                            abort.abort();
-                            break;
-                        }
-                        Some(_) => {}
+        let mut died: Option<Instant> = None;
+        let thread = PollThread::spawn(name, period, "spawning the peer watch", move |halted| {
+            if halted || abort.is_aborted() {
+                return false;
+            }
+            match died {
+                None => {
+                    if let Some(e) = probe() {
+                        tracing::warn!(target: "oxccl::init",
+                            "{e}; aborting the communicator in {grace:?}");
+                        abort.record(e);
+                        died = Some(Instant::now());
                     }
-                    // Parked rather than asleep, so that dropping the watch (every
-                    // communicator's destroy) does not wait out the period.
-                    std::thread::park_timeout(period);
+                    true
                 }
-            })
-            .map_err(|e| Error::io("spawning the peer watch", e))?;
-        Ok(PeerWatch {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for PeerWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+                Some(t) if t.elapsed() >= grace => {
+                    abort.abort();
+                    false
+                }
+                Some(_) => true,
+            }
+        })?;
+        Ok(PeerWatch { _thread: thread })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn wait_until(what: impl Fn() -> bool) -> bool {
         let t = Instant::now();

@@ -325,22 +325,14 @@ pub struct Placement {
 }
 
 /// Every rank's [`Placement`], from the bootstrap's peers and the records they published.
-pub fn placements(
-    peers: &[PeerInfo],
-    geometry: &FifoGeometry,
-    records: &[Vec<u8>],
-) -> Result<Vec<Placement>> {
+pub fn placements(peers: &[PeerInfo], records: &[PeerRecord<'_>]) -> Vec<Placement> {
     peers
         .iter()
         .zip(records)
-        .enumerate()
-        .map(|(p, (info, rec))| {
-            let rec = geometry.peer_record(p, rec)?;
-            Ok(Placement {
-                process: (info.host_hash, info.pidns_hash, info.pid),
-                device: rec.device,
-                sms: rec.sms,
-            })
+        .map(|(info, rec)| Placement {
+            process: (info.host_hash, info.pidns_hash, info.pid),
+            device: rec.device,
+            sms: rec.sms,
         })
         .collect()
 }
