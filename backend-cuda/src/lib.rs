@@ -9,6 +9,7 @@ pub mod driver;
 pub mod kernels;
 pub mod memory;
 pub mod modules;
+mod net;
 pub mod transport;
 
 use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
@@ -23,6 +24,7 @@ use oxccl_core::backend::{
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
+use oxccl_core::plan::tuner::Topology;
 use std::sync::Arc;
 pub use transport::{CudaStream, CudaTransport};
 
@@ -283,6 +285,12 @@ impl Backend for CudaBackend {
     }
     fn needs_peer_watch(&self) -> bool {
         true
+    }
+    fn topology(&self, transport: &CudaTransport) -> Option<Topology> {
+        transport.has_net().then_some(Topology::MultiNode)
+    }
+    fn ll_supported(&self, transport: &CudaTransport) -> bool {
+        !transport.has_net()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)

@@ -17,10 +17,12 @@ use crate::kernels::{
 };
 use crate::memory::Memory;
 use crate::modules::{Modules, ParamsSize};
+use crate::net::{NetFifos, net_channels};
 use cudarc::driver::sys;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
+use oxccl_core::net::proxy::Proxy;
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::{BufId, Protocol, WorkDesc};
 use std::sync::{Arc, Mutex};
@@ -155,6 +157,13 @@ pub struct CudaTransport {
     /// launch ([`launch_threads`]).
     fixed_threads: Option<u32>,
     state: Mutex<LaunchState>,
+    /// The proxy driving the NET connections and their FIFOs (`None`: every peer is P2P).
+    /// Dropped before anything else is freed: the proxy stops first.
+    net: Option<(Proxy, NetFifos)>,
+    /// Some pair of this communicator meets over the network: plans stay on the channels NET
+    /// connections exist for and run Simple, and the one-shot kernels (which write into every
+    /// peer's memory) are off. The same on every rank.
+    net_limits: bool,
 }
 
 // SAFETY: the raw pointers are pinned host memory and device addresses owned by the transport,
@@ -243,6 +252,8 @@ impl CudaTransport {
                 retired_host: Vec::new(),
                 captured: Vec::new(),
             }),
+            net: None,
+            net_limits: false,
         };
         let mut setup: CUstream = std::ptr::null_mut();
         // SAFETY: creates a stream in the device's (current) context.
@@ -286,7 +297,9 @@ impl CudaTransport {
             .map(|(p, b)| geometry.peer_record(p, b))
             .collect::<Result<Vec<_>>>()?;
         let me = &bs.peers()[rank as usize];
+        let p2p_disabled = std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1");
         let mut peer_fifo = vec![0u64; nranks as usize];
+        let mut net_peers = Vec::new();
         for (p, rec) in records.iter().enumerate() {
             if p == rank as usize {
                 peer_fifo[p] = fifo;
@@ -294,27 +307,29 @@ impl CudaTransport {
             }
             let (pdev, pfifo) = (rec.device, rec.fifo);
             let info = &bs.peers()[p];
-            if !info.same_host(me) {
-                return Err(Error::usage(format!(
-                    "{} is on another host: the CUDA backend has no network transport yet",
-                    info.describe()
-                )));
-            }
-            if info.pid == std::process::id() && info.shares_proc_with_caller() {
-                let pd = usize::try_from(pdev).unwrap_or(usize::MAX);
-                let md = device as usize;
-                if pd != md
-                    && !mem
+            let same_process = info.pid == std::process::id() && info.shares_proc_with_caller();
+            let pd = usize::try_from(pdev).unwrap_or(usize::MAX);
+            let md = device as usize;
+            // Decided from what both ends see alike, so the pair agrees. SHM is not built yet:
+            // ranks of one host without P2P meet over the network too.
+            let p2p = info.same_host(me)
+                && !p2p_disabled
+                && (!same_process
+                    || pd == md
+                    || mem
                         .peer
                         .get(md)
                         .and_then(|r| r.get(pd))
                         .copied()
-                        .unwrap_or(false)
-                {
-                    return Err(Error::usage(format!(
-                        "GPU {device} cannot access GPU {pdev} peer to peer; the CUDA backend has no SHM fallback yet"
-                    )));
-                }
+                        .unwrap_or(false));
+            if !p2p {
+                net_peers.push(p as u32);
+                continue;
+            }
+            tracing::info!(target: "oxccl::init",
+                "Channels 00-{:02} : {rank}[{device}] -> {p}[{pdev}] via P2P",
+                geometry.channels - 1);
+            if same_process {
                 if pd != md {
                     // Zero-copy plans read and write the peer's own buffers, not only ours.
                     mem.enable_peer_access(device, pdev)?;
@@ -355,6 +370,32 @@ impl CudaTransport {
         if inbox_bytes > 0 && nranks > 1 {
             let off = geometry.inbox_offset(nranks);
             t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
+        }
+        let mut table = table;
+        // Plans must be cut alike on every rank: if any pair meets over the network, every
+        // rank keeps to NET's limits (channels, Simple protocol, no one-shot kernels).
+        let any_net = bs
+            .all_gather(&[u8::from(!net_peers.is_empty())])?
+            .iter()
+            .any(|v| v.first() == Some(&1));
+        if any_net {
+            t.max_blocks = t.max_blocks.min(net_channels(&geometry));
+            t.one_shot_inbox.clear();
+            t.net_limits = true;
+        }
+        if !net_peers.is_empty() {
+            let channels = net_channels(&geometry);
+            let fifos = NetFifos::alloc(&geometry, net_peers, channels)?;
+            fifos.patch_table(&mut table, &geometry, nranks);
+            let net = oxccl_core::net::connect::choose_net(bs)?;
+            let proxy = oxccl_core::net::connect::connect(
+                bs,
+                ctx.abort,
+                net,
+                fifos.peer_fifos(),
+                ctx.timeout,
+            )?;
+            t.net = Some((proxy, fifos));
         }
         t.conns = dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
@@ -409,6 +450,9 @@ impl CudaTransport {
         let nch = work.channels.len();
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
+        }
+        if let Some((proxy, _)) = &self.net {
+            proxy.wake();
         }
 
         let s = stream.raw();
@@ -543,6 +587,11 @@ impl CudaTransport {
         } else {
             one_shot_max_bytes(proto, self.max_blocks)
         }
+    }
+
+    /// Whether some pair of this communicator meets over the network (see `net_limits`).
+    pub(crate) fn has_net(&self) -> bool {
+        self.net_limits
     }
 
     /// Most blocks (channels) one launch may use on this communicator.
@@ -804,6 +853,7 @@ impl Drop for CudaTransport {
         let Ok(_g) = self.mem.bind(self.device) else {
             return;
         };
+        let net = self.net.take();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         // Nothing may run on our memory any more: wait for the last launch.
         if !st.tail.is_null() {
@@ -818,6 +868,8 @@ impl Drop for CudaTransport {
             // SAFETY: the event is ours and complete.
             let _ = unsafe { sys::cuEventDestroy_v2(a.event) };
         }
+        // The proxy stops before its FIFOs are freed (after the last kernel that used them).
+        drop(net);
         dev_free(st.scratch.0);
         dev_free(st.loopback.0);
         dev_free(st.flags.0);

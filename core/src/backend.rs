@@ -156,6 +156,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
+    /// What joins the ranks of `transport`, for the tuner; `None`: judge by the backend's name
+    /// (one host, NVLink between GPUs).
+    fn topology(&self, _transport: &Self::Transport) -> Option<crate::plan::tuner::Topology> {
+        None
+    }
+
+    /// Whether every connection of `transport` carries LL packets (NET connections run the
+    /// Simple protocol only: their proxy sends whole slots it learns of from counters).
+    fn ll_supported(&self, _transport: &Self::Transport) -> bool {
+        true
+    }
+
     /// Most channels one operation on `transport` may use (connections are set up per channel,
     /// and ranks sharing a device must fit on it together). `None`: any.
     fn max_channels(&self, _transport: &Self::Transport) -> Option<u32> {

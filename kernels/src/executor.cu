@@ -444,6 +444,10 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
       ++r_pos;
     }
     if (sconn && (s_in + n == s_slot || done == count)) {
+      // block_publish's fence orders this count before the tail, for the network proxy.
+      if (threadIdx.x == 0 && sconn->sizes != nullptr) {
+        sconn->sizes[s_pos % sconn->nslots] = (s_in + n) * sizeof(T);
+      }
       block_publish(sconn->tail, s_pos + 1);
       if (threadIdx.x == 0 && sconn->tail_mirror != nullptr) *sconn->tail_mirror = s_pos + 1;
       ++s_pos;

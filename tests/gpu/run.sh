@@ -25,6 +25,10 @@
 #                                  r % GPUs, one GPU is enough), one process or one per rank: the
 #                                  paths of more than two ranks, ranks sharing a GPU taking an
 #                                  equal share of its SMs; a peer process that dies mid-operation
+#   n2/n3/n4/n8-*                  several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
+#                                  ranks): NET between hosts, P2P inside (n4-procs-mixed), NET
+#                                  inside one process (NCCL_P2P_DISABLE=1); NET_ONLY=1 runs only
+#                                  these. Start MPS first (tests/gpu/mps.sh) or they crawl
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -71,6 +75,31 @@ ONESHOT_M="--counts 0,1,7,257,4095,8193,40000,65537,300001 --types all --big-cou
 HUGE="--counts none --p2p-counts none --big-count 268435456 --big-types f32
   --big-ops allreduce,allgather,reducescatter,broadcast,reduce,alltoall,sendrecv
   --big-redops sum,premulsum"
+
+# Several "hosts" on this machine (OXCCL_TEST_HOSTS=K gives the workers K NCCL_HOSTIDs): NET
+# connections over the built-in sockets between hosts, P2P inside one.
+net_configs() {
+  run n2-procs-auto      OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL $BIG1
+  run n2-procs-graph     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --graph 10
+  for a in ring tree direct; do
+    run n2-procs-$a NCCL_ALGO=$a OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0
+  done
+  run n2-procs-split     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --split
+  run n2-initall-p2p-disabled NCCL_P2P_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
+  run n3-procs-auto      OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1
+  run n4-procs-mixed     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
+  run n4-procs-auto      OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 $SMALL --big-count 0
+  run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
+  run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
+  run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
+}
+if [ "${NET_ONLY:-0}" = 1 ]; then
+  net_configs
+  echo "==== summary ($NGPU GPUs) ===="
+  printf '%s\n' "${SUMMARY[@]}"
+  echo "TOTAL pass=$TOTAL_PASS fail=$TOTAL_FAIL"
+  exit 0
+fi
 
 run r1-initall -- --mode initall --ranks 1 $SMALL $BIG
 run g1-initall-graph -- --mode initall --ranks 1 $SMALL $BIG1 $GRAPH
@@ -154,6 +183,7 @@ if [ "$NGPU" -ge 1 ]; then
   run m4-procs-oneshot-graph OXCCL_ONE_SHOT=1 -- --mode procs --ranks 4 $ONESHOT_M --types bf16,f64 --graph 10
   run m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
 fi
+net_configs
 echo "==== summary ($NGPU GPUs) ===="
 printf '%s\n' "${SUMMARY[@]}"
 echo "TOTAL pass=$TOTAL_PASS fail=$TOTAL_FAIL"

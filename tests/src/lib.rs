@@ -85,6 +85,27 @@ fn exact_range(t: DataType) -> u64 {
     }
 }
 
+/// The `NCCL_HOSTID` a test launcher gives worker `rank` of `nranks` under `OXCCL_TEST_HOSTS=K`:
+/// the ranks are cut into K contiguous "hosts" (K = nranks: every rank its own host), so that
+/// processes of one machine reach each other only over the network, as NVIDIA's NCCL does under
+/// the same variable. `None` without the variable.
+pub fn test_host_id(rank: usize, nranks: usize) -> Option<String> {
+    let hosts: usize = std::env::var("OXCCL_TEST_HOSTS")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let hosts = hosts.clamp(1, nranks.max(1));
+    Some(format!("oxccl-test-host{}", rank * hosts / nranks.max(1)))
+}
+
+/// Sets `NCCL_HOSTID` on `cmd` for worker `rank` of `nranks` as [`test_host_id`] says.
+pub fn apply_test_host(cmd: &mut std::process::Command, rank: usize, nranks: usize) {
+    if let Some(id) = test_host_id(rank, nranks) {
+        cmd.env("NCCL_HOSTID", id);
+    }
+}
+
 /// Input element `i` of `rank` for an operation reducing with `op` (None: data movement only).
 pub fn input_value(dtype: DataType, op: Option<TestOp>, rank: usize, i: usize) -> f64 {
     let (r, i) = (rank as u64, i as u64);

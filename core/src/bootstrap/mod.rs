@@ -12,7 +12,7 @@
 //! - untrusted connections are handshaken off the accept path and dropped with a warning;
 //! - a peer that exits while others wait on it makes their waits fail and name it.
 
-mod iface;
+pub(crate) mod iface;
 mod info;
 pub(crate) mod listener;
 pub(crate) mod mailbox;

@@ -35,11 +35,21 @@ pub(crate) fn current() -> &'static ProcessIdentity {
         ProcessIdentity {
             pid,
             start_time,
-            host_hash: fnv1a(&[hostname.as_bytes(), b"\0", boot_id.as_bytes()]),
+            host_hash: host_hash(&hostname, &boot_id, std::env::var("NCCL_HOSTID").ok()),
             pidns_hash: fnv1a(&[pidns.as_bytes()]),
             hostname,
         }
     })
+}
+
+/// The host hash: of host name and boot id, as NCCL computes it, or of `NCCL_HOSTID` alone when
+/// that is set (NCCL's override replaces the whole string, so processes of one machine with
+/// different values are different hosts, joined only by the network).
+fn host_hash(hostname: &str, boot_id: &str, host_id: Option<String>) -> u64 {
+    match host_id.filter(|h| !h.is_empty()) {
+        Some(id) => fnv1a(&[b"NCCL_HOSTID\0", id.as_bytes()]),
+        None => fnv1a(&[hostname.as_bytes(), b"\0", boot_id.as_bytes()]),
+    }
 }
 
 /// FNV-1a: a hash that is identical in every build and process (unlike `DefaultHasher`).
@@ -113,6 +123,18 @@ pub(crate) fn check_alive(pid: u32, start_time: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bootstrap_host_id_replaces_host_name_and_boot_id() {
+        let plain = host_hash("node1", "b00t", None);
+        assert_eq!(plain, host_hash("node1", "b00t", Some(String::new())));
+        assert_ne!(plain, host_hash("node2", "b00t", None));
+        assert_ne!(plain, host_hash("node1", "other-boot", None));
+        let a = host_hash("node1", "b00t", Some("host0".into()));
+        assert_eq!(a, host_hash("node2", "x", Some("host0".into())));
+        assert_ne!(a, host_hash("node1", "b00t", Some("host1".into())));
+        assert_ne!(a, plain);
+    }
 
     #[test]
     fn bootstrap_process_stat_parsing() {

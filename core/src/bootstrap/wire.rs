@@ -56,6 +56,8 @@ pub(crate) enum ConnKind {
     Bootstrap = 2,
     /// The socket transport's data connections.
     Data = 3,
+    /// The socket network's connections (GPU communicators across hosts).
+    Net = 4,
 }
 
 /// The first message on every connection, in both directions for rank-to-rank connections.
@@ -98,6 +100,7 @@ impl Hello {
             1 => ConnKind::Root,
             2 => ConnKind::Bootstrap,
             3 => ConnKind::Data,
+            4 => ConnKind::Net,
             k => return Err(format!("unknown connection kind {k}")),
         };
         if kind != want {

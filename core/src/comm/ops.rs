@@ -206,8 +206,10 @@ impl<B: Backend> Communicator<B> {
         Ok(())
     }
 
-    fn topology(&self) -> Topology {
-        if self.inner.backend.name() == "host" {
+    fn topology(&self, transport: &B::Transport) -> Topology {
+        if let Some(t) = self.inner.backend.topology(transport) {
+            t
+        } else if self.inner.backend.name() == "host" {
             Topology::Host
         } else {
             Topology::SingleNodeGpu { nvlink: true }
@@ -223,10 +225,16 @@ impl<B: Backend> Communicator<B> {
         transport: &B::Transport,
     ) -> Choice {
         let backend = &self.inner.backend;
-        let mut c = self
-            .inner
-            .tuner
-            .choose(kind, bytes, dtype, self.inner.nranks, self.topology());
+        let mut c = self.inner.tuner.choose(
+            kind,
+            bytes,
+            dtype,
+            self.inner.nranks,
+            self.topology(transport),
+        );
+        if c.proto == Protocol::Ll && !backend.ll_supported(transport) {
+            c.proto = Protocol::Simple;
+        }
         if let Some(max) = backend.max_channels(transport) {
             c.nchannels = c.nchannels.clamp(1, max);
         }
@@ -287,7 +295,9 @@ impl<B: Backend> Communicator<B> {
         {
             return None;
         }
-        let proto = inner.tuner.one_shot(a.kind, bytes, self.topology())?;
+        let proto = inner
+            .tuner
+            .one_shot(a.kind, bytes, self.topology(transport))?;
         (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 
@@ -364,7 +374,10 @@ impl<B: Backend> Communicator<B> {
             && inner.backend.zero_copy()
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
-            && inner.tuner.zero_copy(a.kind, bytes, self.topology());
+            && inner.backend.ll_supported(&c.transport)
+            && inner
+                .tuner
+                .zero_copy(a.kind, bytes, self.topology(&c.transport));
         if zero_copy {
             work = plan::zero_copy::wrap(&req, work);
             let backend = &inner.backend;
@@ -485,8 +498,9 @@ impl<B: Backend> Communicator<B> {
             &c.transport,
         );
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
+            _ if !inner.backend.ll_supported(&c.transport) => plan::P2pLl::default(),
             Some(fits) => plan::P2pLl {
-                max_bytes: inner.tuner.p2p_ll_max(self.topology()),
+                max_bytes: inner.tuner.p2p_ll_max(self.topology(&c.transport)),
                 chunk_bytes: fits,
             },
             None => plan::P2pLl::default(),

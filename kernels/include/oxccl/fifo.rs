@@ -165,6 +165,7 @@ impl FifoGeometry {
             ll_head_seen: 0,
             ll_slot_bytes: self.ll_slot_bytes as u32,
             ll_nslots: self.ll_nslots,
+            sizes: 0,
         }
     }
 

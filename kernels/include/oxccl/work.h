@@ -94,6 +94,9 @@ struct OxcclConn {
   volatile uint64_t* ll_head_seen;
   uint32_t ll_slot_bytes;
   uint32_t ll_nslots;
+  // Send side of a NET connection (null otherwise): per-slot byte counts in host memory, written
+  // before `tail` moves, so the network proxy sends only the bytes a slot holds.
+  volatile uint64_t* sizes;
 };
 
 // Everything one launch needs, at the start of its argument block (args_block.rs). The block is
@@ -238,6 +241,7 @@ OXCCL_AT(OxcclConn, ll_pos, 72);
 OXCCL_AT(OxcclConn, ll_head_seen, 80);
 OXCCL_AT(OxcclConn, ll_slot_bytes, 88);
 OXCCL_AT(OxcclConn, ll_nslots, 92);
+OXCCL_AT(OxcclConn, sizes, 96);
 OXCCL_AT(OxcclLaunchArgs, channels, 0);
 OXCCL_AT(OxcclLaunchArgs, buffers, 8);
 OXCCL_AT(OxcclLaunchArgs, send_conns, 16);
@@ -276,7 +280,7 @@ OXCCL_AT(OxcclOneShotParams, simple, 135);
 static_assert(sizeof(OxcclDevStep) == 64, "OxcclDevStep layout is shared with Rust");
 static_assert(alignof(OxcclDevStep) == 8, "OxcclDevStep layout is shared with Rust");
 static_assert(sizeof(OxcclDevChannel) == 16, "OxcclDevChannel layout is shared with Rust");
-static_assert(sizeof(OxcclConn) == 96, "OxcclConn layout is shared with Rust");
+static_assert(sizeof(OxcclConn) == 104, "OxcclConn layout is shared with Rust");
 static_assert(sizeof(OxcclLaunchArgs) == 112, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(alignof(OxcclLaunchArgs) == 8, "OxcclLaunchArgs layout is shared with Rust");
 static_assert(sizeof(OxcclOneShotParams) == 136, "OxcclOneShotParams layout is shared with Rust");

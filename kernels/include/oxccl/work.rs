@@ -203,6 +203,9 @@ pub struct DevConn {
     pub ll_slot_bytes: u32,
     /// Number of LL slots.
     pub ll_nslots: u32,
+    /// Send side of a NET connection (0 otherwise): address of the per-slot `u64` byte counts
+    /// the network proxy reads, written before `tail` moves.
+    pub sizes: u64,
 }
 
 /// Everything one launch reads (`OxcclLaunchArgs`), at the start of its argument block
@@ -272,7 +275,7 @@ const _: () = {
     assert!(align_of::<DevChannel>() == 8);
     assert!(offset_of!(DevChannel, steps) == 0);
     assert!(offset_of!(DevChannel, nsteps) == 8);
-    assert!(size_of::<DevConn>() == 96);
+    assert!(size_of::<DevConn>() == 104);
     assert!(align_of::<DevConn>() == 8);
     assert!(offset_of!(DevConn, buff) == 0);
     assert!(offset_of!(DevConn, head) == 8);
@@ -287,6 +290,7 @@ const _: () = {
     assert!(offset_of!(DevConn, ll_head_seen) == 80);
     assert!(offset_of!(DevConn, ll_slot_bytes) == 88);
     assert!(offset_of!(DevConn, ll_nslots) == 92);
+    assert!(offset_of!(DevConn, sizes) == 96);
     assert!(size_of::<LaunchArgs>() == 112);
     assert!(align_of::<LaunchArgs>() == 8);
     assert!(offset_of!(LaunchArgs, channels) == 0);
@@ -423,6 +427,7 @@ impl DevConn {
             (offset_of!(DevConn, ll_head), self.ll_head),
             (offset_of!(DevConn, ll_pos), self.ll_pos),
             (offset_of!(DevConn, ll_head_seen), self.ll_head_seen),
+            (offset_of!(DevConn, sizes), self.sizes),
         ] {
             put(&mut b, at, &v.to_le_bytes());
         }
@@ -1165,12 +1170,13 @@ mod tests {
             ll_head_seen: 11,
             ll_slot_bytes: 12,
             ll_nslots: 13,
+            sizes: 14,
         };
         let cb = conn.to_bytes();
-        let at = [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 92];
+        let at = [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 92, 96];
         assert_eq!(
             at.map(|i| cb[i]),
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         );
         assert_eq!(concat_bytes(&[st, st], DevStep::to_bytes).len(), 128);
     }

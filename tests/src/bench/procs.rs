@@ -140,13 +140,14 @@ pub fn run_procs(
         }
     };
     for rank in 0..n {
-        let spawned = Command::new(&exe)
-            .args(o.worker_args(path, rank))
+        let mut cmd = Command::new(&exe);
+        cmd.args(o.worker_args(path, rank))
             .env(ID_VAR, &id)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
+            .stderr(Stdio::inherit());
+        crate::apply_test_host(&mut cmd, rank, n);
+        let spawned = cmd.spawn();
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {

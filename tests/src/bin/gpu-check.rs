@@ -1166,13 +1166,13 @@ fn main() {
                 let args: Vec<String> = std::env::args().skip(1).collect();
                 let children: Vec<_> = (0..o.ranks)
                     .map(|r| {
-                        std::process::Command::new(&exe)
-                            .args(&args)
+                        let mut cmd = std::process::Command::new(&exe);
+                        cmd.args(&args)
                             .args(["--worker", &r.to_string()])
                             .env("OXCCL_GPU_CHECK_ID", &hex)
-                            .stdout(std::process::Stdio::piped())
-                            .spawn()
-                            .expect("spawn worker")
+                            .stdout(std::process::Stdio::piped());
+                        oxccl_tests::apply_test_host(&mut cmd, r, o.ranks);
+                        cmd.spawn().expect("spawn worker")
                     })
                     .collect();
                 let mut t = Tally { pass: 0, fail: 0 };

@@ -1,0 +1,162 @@
+//! The CUDA side of NET connections: FIFOs in mapped pinned host memory, and their entries in
+//! the kernels' connection table.
+//!
+//! The kernels use a NET FIFO exactly like a peer's P2P FIFO (Simple protocol): the send side
+//! also writes each slot's byte count (`DevConn::sizes`), which the proxy (`oxccl_core::net`)
+//! reads to send only what a slot holds. No socket network reads GPU memory, so every FIFO lives
+//! in host memory the GPU reaches over PCIe, as NCCL stages it without GPUDirect RDMA.
+
+use crate::call;
+use crate::driver::CUdeviceptr;
+use crate::kernels::{DevConn, FifoGeometry};
+use cudarc::driver::sys;
+use oxccl_core::error::Result;
+use oxccl_core::net::connect::PeerFifos;
+use oxccl_core::net::proxy::{FifoLayout, HostFifo};
+
+/// Channels a communicator with NET peers uses by default (`OXCCL_NET_CHANNELS` changes it):
+/// each is a connection with its own sockets and helper threads per peer and direction.
+const NET_CHANNELS: u32 = 2;
+
+/// The channels NET connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO channels),
+/// else [`NET_CHANNELS`].
+pub(crate) fn net_channels(geometry: &FifoGeometry) -> u32 {
+    let max = geometry.channels as u32;
+    std::env::var("OXCCL_NET_CHANNELS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(NET_CHANNELS)
+        .clamp(1, max)
+}
+
+/// Pinned host memory holding every NET FIFO of one communicator.
+pub(crate) struct NetFifos {
+    host: *mut u8,
+    dev: CUdeviceptr,
+    layout: FifoLayout,
+    /// NET peers, in the order of the FIFOs.
+    peers: Vec<u32>,
+    channels: u32,
+}
+
+impl NetFifos {
+    /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers`.
+    pub(crate) fn alloc(
+        geometry: &FifoGeometry,
+        peers: Vec<u32>,
+        channels: u32,
+    ) -> Result<NetFifos> {
+        let layout = FifoLayout {
+            nslots: geometry.nslots,
+            slot_bytes: geometry.slot_bytes,
+        };
+        let n = peers.len() * channels as usize * 2;
+        let bytes = (layout.bytes() as usize * n).max(4096);
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: allocates pinned, device-mapped host memory; `p` receives the address.
+        unsafe {
+            call!(cuMemHostAlloc(
+                &mut p,
+                bytes,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
+            ))
+        }?;
+        // SAFETY: `p` holds `bytes` writable bytes; counters and sizes must start at zero.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: `p` was allocated with DEVICEMAP; `dev` receives its device address.
+        let mapped = unsafe { call!(cuMemHostGetDevicePointer_v2(&mut dev, p, 0)) };
+        if let Err(e) = mapped {
+            // SAFETY: ours, unused.
+            let _ = unsafe { sys::cuMemFreeHost(p) };
+            return Err(e);
+        }
+        Ok(NetFifos {
+            host: p.cast(),
+            dev,
+            layout,
+            peers,
+            channels,
+        })
+    }
+
+    /// Byte offset of FIFO `(peer index, channel, receive?)`.
+    fn offset(&self, i: usize, c: u32, recv: bool) -> u64 {
+        let k = (i * self.channels as usize + c as usize) * 2 + usize::from(recv);
+        k as u64 * self.layout.bytes()
+    }
+
+    fn fifo(&self, i: usize, c: u32, recv: bool) -> HostFifo {
+        HostFifo {
+            // SAFETY: the offset lies inside the allocation.
+            base: unsafe { self.host.add(self.offset(i, c, recv) as usize) },
+            layout: self.layout,
+        }
+    }
+
+    /// The FIFOs the proxy drives, per peer.
+    pub(crate) fn peer_fifos(&self) -> Vec<PeerFifos> {
+        self.peers
+            .iter()
+            .enumerate()
+            .map(|(i, &peer)| PeerFifos {
+                peer,
+                channels: (0..self.channels)
+                    .map(|c| (self.fifo(i, c, false), self.fifo(i, c, true)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Points the connection table's entries of every NET peer at its FIFOs: `table` holds
+    /// `channels * nranks` send then as many receive connections (`FifoGeometry::conn_table`).
+    /// Send sides keep their sender-local counter copies; LL fields stay zero (NET runs Simple).
+    pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
+        let one = size_of::<DevConn>();
+        let half = geometry.recv_table_offset(nranks) as usize;
+        for (i, &peer) in self.peers.iter().enumerate() {
+            for c in 0..self.channels {
+                let at = (c as usize * nranks as usize + peer as usize) * one;
+                for recv in [false, true] {
+                    let base = self.dev + self.offset(i, c, recv);
+                    let pos = at + if recv { half } else { 0 };
+                    let old = read_conn(&table[pos..pos + one]);
+                    let conn = DevConn {
+                        buff: base + self.layout.slots_offset(),
+                        head: base + FifoLayout::HEAD,
+                        tail: base + FifoLayout::TAIL,
+                        slot_bytes: self.layout.slot_bytes,
+                        nslots: self.layout.nslots,
+                        tail_mirror: if recv { 0 } else { old.0 },
+                        head_seen: if recv { 0 } else { old.1 },
+                        sizes: if recv { 0 } else { base + FifoLayout::SIZES },
+                        ..DevConn::default()
+                    };
+                    table[pos..pos + one].copy_from_slice(&conn.to_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// `(tail_mirror, head_seen)` of an encoded connection.
+fn read_conn(b: &[u8]) -> (u64, u64) {
+    let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    (
+        at(std::mem::offset_of!(DevConn, tail_mirror)),
+        at(std::mem::offset_of!(DevConn, head_seen)),
+    )
+}
+
+impl Drop for NetFifos {
+    fn drop(&mut self) {
+        // SAFETY: ours; the transport dropped the proxy and waited for its kernels first.
+        let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+    }
+}
+
+// SAFETY: pinned memory owned by this value; the proxy and the kernels touch it only through
+// the counters' protocol.
+unsafe impl Send for NetFifos {}
+// SAFETY: as above; nothing here mutates through `&self`.
+unsafe impl Sync for NetFifos {}

@@ -1,0 +1,150 @@
+//! Setting up a communicator's NET connections: which network, the handle exchange over the
+//! bootstrap, and the proxy that drives them. Backends supply the FIFO memory (host-pinned and
+//! mapped for their kernels); everything else is here, so every backend connects alike.
+
+use super::proxy::{HostFifo, Proxy, ProxyConn, Side};
+use super::socket::{SocketConfig, SocketNet};
+use super::{HANDLE_BYTES, Handle, Net};
+use crate::abort::{AbortFlag, Deadline};
+use crate::bootstrap::Bootstrap;
+use crate::bootstrap::iface::list_interfaces;
+use crate::error::{Error, Result};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bootstrap tag of the handle exchange (top bit clear: an ordinary tag of this communicator).
+const TAG_NET_HANDLES: u64 = 0x4E45_5400_0000;
+
+/// The network a communicator's NET connections use: the built-in sockets unless `NCCL_NET`
+/// names another (network plugins are not built yet, so that is an error naming the variable).
+pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
+    if let Ok(want) = std::env::var("NCCL_NET")
+        && !want.trim().is_empty()
+        && !want.trim().eq_ignore_ascii_case("socket")
+    {
+        return Err(Error::usage(format!(
+            "NCCL_NET={want}: oxccl has only its built-in socket network so far (NCCL_NET=Socket); loading network plugins is not built yet"
+        )));
+    }
+    let ip = bootstrap.local_ip();
+    let ifname = list_interfaces()
+        .into_iter()
+        .find(|i| i.addr == ip)
+        .map_or_else(|| ip.to_string(), |i| i.name);
+    Ok(Arc::new(SocketNet::new(
+        ip,
+        &ifname,
+        bootstrap.rank(),
+        bootstrap.session_key(),
+        bootstrap.handshake_timeout(),
+        SocketConfig::from_env(),
+    )))
+}
+
+/// The FIFOs of one NET peer: the send and the receive FIFO of each channel.
+pub struct PeerFifos {
+    /// The peer rank.
+    pub peer: u32,
+    /// Per channel: (FIFO this rank's kernels fill for the peer, FIFO the peer's messages land in).
+    pub channels: Vec<(HostFifo, HostFifo)>,
+}
+
+/// Connects every channel of every peer in `fifos` over `net` (each peer runs this with us in
+/// its list) and starts the proxy that drives them.
+pub fn connect(
+    bootstrap: &Bootstrap,
+    abort: &AbortFlag,
+    net: Arc<dyn Net>,
+    fifos: Vec<PeerFifos>,
+    timeout: Duration,
+) -> Result<Proxy> {
+    let rank = bootstrap.rank();
+    let dev = 0;
+    let props = net.properties(dev)?;
+    // Listen for every receive first and tell each peer where, so that nobody waits for a
+    // handle while holding one back.
+    let mut listens = Vec::new();
+    for pf in &fifos {
+        let mut msg = Vec::with_capacity(pf.channels.len() * HANDLE_BYTES);
+        let mut mine = Vec::new();
+        for _ in &pf.channels {
+            let mut h: Handle = [0; HANDLE_BYTES];
+            mine.push(net.listen(dev, &mut h)?);
+            msg.extend_from_slice(&h);
+        }
+        bootstrap.send(pf.peer, TAG_NET_HANDLES, &msg)?;
+        listens.push(mine);
+    }
+    let deadline = Deadline::after(timeout);
+    let mut conns = Vec::new();
+    let mut sends = Vec::new();
+    for pf in &fifos {
+        let msg = bootstrap.recv(pf.peer, TAG_NET_HANDLES)?;
+        if msg.len() != pf.channels.len() * HANDLE_BYTES {
+            return Err(Error::Internal(format!(
+                "rank {} sent {} bytes of network handles for {} channels",
+                pf.peer,
+                msg.len(),
+                pf.channels.len()
+            )));
+        }
+        let mut per = Vec::new();
+        for chunk in msg.chunks_exact(HANDLE_BYTES) {
+            let mut h: Handle = chunk.try_into().expect("a handle");
+            let comm = loop {
+                abort.check()?;
+                if let Some(c) = net.connect(dev, &mut h)? {
+                    break c;
+                }
+                if deadline.expired() {
+                    return Err(Error::Timeout(format!(
+                        "connecting to rank {} over the network timed out",
+                        pf.peer
+                    )));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            };
+            per.push(comm);
+        }
+        sends.push(per);
+    }
+    for ((pf, mine), per) in fifos.into_iter().zip(listens).zip(sends) {
+        for (c, ((mut l, comm), &(send_fifo, recv_fifo))) in
+            mine.into_iter().zip(per).zip(&pf.channels).enumerate()
+        {
+            let recv = loop {
+                abort.check()?;
+                if let Some(r) = net.accept(&mut l)? {
+                    break r;
+                }
+                if deadline.expired() {
+                    return Err(Error::Timeout(format!(
+                        "rank {} did not connect over the network in time",
+                        pf.peer
+                    )));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            };
+            net.close_listen(l)?;
+            tracing::info!(target: "oxccl::init",
+                "Channel {c:02} : {rank} -> {peer} via NET/{name}/{dev} ({iface})",
+                peer = pf.peer, name = net.name(), iface = props.name);
+            tracing::info!(target: "oxccl::init",
+                "Channel {c:02} : {peer} -> {rank} via NET/{name}/{dev} ({iface})",
+                peer = pf.peer, name = net.name(), iface = props.name);
+            conns.push(ProxyConn {
+                peer: pf.peer,
+                channel: c as u32,
+                fifo: send_fifo,
+                side: Side::Send(comm),
+            });
+            conns.push(ProxyConn {
+                peer: pf.peer,
+                channel: c as u32,
+                fifo: recv_fifo,
+                side: Side::Recv(recv),
+            });
+        }
+    }
+    Proxy::start(net, rank, conns, abort.clone())
+}

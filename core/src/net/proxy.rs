@@ -1,0 +1,548 @@
+//! The host proxy: one thread per communicator that moves FIFO slots between memory the device
+//! reaches (host-pinned) and a [`Net`].
+//!
+//! A NET connection has a FIFO on each side, laid out as [`FifoLayout`] says. On the sending
+//! rank the kernel fills slots, writes each slot's byte count and advances `tail`, exactly as it
+//! would into a peer's P2P FIFO; the proxy sends every slot the kernel published and, once the
+//! network is done with it, advances `head`, which frees the slot for the kernel. On the
+//! receiving rank the proxy posts a receive into every slot the kernel has freed (`head`) and
+//! advances `tail` as messages land. The proxy follows counters, not host calls, so operations
+//! captured into CUDA graphs run like eager ones.
+//!
+//! A network error records `ncclRemoteError` naming the peer and aborts the communicator, which
+//! ends every kernel wait; abort stops the proxy.
+
+use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
+use crate::abort::AbortFlag;
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How one NET FIFO is laid out: counters, per-slot sizes, then the slots (page aligned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FifoLayout {
+    /// Slots.
+    pub nslots: u32,
+    /// Bytes per slot.
+    pub slot_bytes: u64,
+}
+
+impl FifoLayout {
+    /// Offset of `head` (slots freed: by the proxy on the send side, by the kernel on the receive
+    /// side), on its own 64-byte line.
+    pub const HEAD: u64 = 0;
+    /// Offset of `tail` (slots filled: by the kernel on the send side, by the proxy on the
+    /// receive side).
+    pub const TAIL: u64 = 64;
+    /// Offset of the `u64` byte count of each slot (written by the sending kernel).
+    pub const SIZES: u64 = 128;
+
+    /// Offset of the slots.
+    pub fn slots_offset(&self) -> u64 {
+        (Self::SIZES + 8 * u64::from(self.nslots)).next_multiple_of(4096)
+    }
+
+    /// Bytes of one FIFO.
+    pub fn bytes(&self) -> u64 {
+        self.slots_offset() + u64::from(self.nslots) * self.slot_bytes
+    }
+}
+
+/// A FIFO in host memory the proxy and the device both reach.
+#[derive(Debug, Clone, Copy)]
+pub struct HostFifo {
+    /// Host address of the FIFO (`layout.bytes()` bytes, 64-byte aligned, zeroed).
+    pub base: *mut u8,
+    /// Its layout.
+    pub layout: FifoLayout,
+}
+
+// SAFETY: the memory is owned by the transport for the proxy's whole life; the proxy thread is
+// its only host user, and it touches the counters only atomically.
+unsafe impl Send for HostFifo {}
+
+impl HostFifo {
+    fn counter(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: `base` is 64-byte aligned and `off` is one of the layout's counters, inside
+        // the FIFO, which outlives the proxy; the device writes it atomically too.
+        unsafe { AtomicU64::from_ptr(self.base.add(off as usize).cast()) }
+    }
+
+    fn slot(&self, pos: u64) -> *mut u8 {
+        let l = self.layout;
+        let at = l.slots_offset() + (pos % u64::from(l.nslots)) * l.slot_bytes;
+        // SAFETY: the slot lies inside the FIFO.
+        unsafe { self.base.add(at as usize) }
+    }
+
+    fn size(&self, pos: u64) -> u64 {
+        let at = FifoLayout::SIZES + (pos % u64::from(self.layout.nslots)) * 8;
+        self.counter(at).load(Ordering::Acquire)
+    }
+}
+
+/// The network side of one FIFO.
+pub enum Side {
+    /// This rank sends the FIFO's slots to the peer.
+    Send(SendComm),
+    /// This rank receives the peer's messages into the FIFO's slots.
+    Recv(RecvComm),
+}
+
+/// One NET connection the proxy drives.
+pub struct ProxyConn {
+    /// The peer rank.
+    pub peer: u32,
+    /// The channel.
+    pub channel: u32,
+    /// The FIFO.
+    pub fifo: HostFifo,
+    /// The connection.
+    pub side: Side,
+}
+
+/// A connection in flight: its registration, positions and requests.
+struct Active {
+    conn: ProxyConn,
+    mh: Option<MemHandle>,
+    /// Slots handed to the network.
+    posted: u64,
+    /// Slots the network is done with.
+    done: u64,
+    reqs: VecDeque<Request>,
+}
+
+impl Active {
+    /// Hands new slots to the network and retires finished ones; true when anything moved.
+    fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool> {
+        let fifo = self.conn.fifo;
+        let nslots = u64::from(fifo.layout.nslots);
+        let mh = self.mh.as_ref().expect("registered while active");
+        let mut moved = false;
+        match &mut self.conn.side {
+            Side::Send(comm) => {
+                let tail = fifo.counter(FifoLayout::TAIL).load(Ordering::Acquire);
+                while self.posted < tail && self.posted - self.done < nslots {
+                    let size = fifo.size(self.posted);
+                    if size > fifo.layout.slot_bytes {
+                        return Err(Error::Internal(format!(
+                            "a FIFO slot claims {size} bytes of {}",
+                            fifo.layout.slot_bytes
+                        )));
+                    }
+                    // SAFETY: the slot holds `size` published bytes that the kernel does not
+                    // touch again until `head` passes it, after the request is done.
+                    let req = unsafe {
+                        net.isend(comm, fifo.slot(self.posted), size as usize, rank as i32, mh)
+                    }?;
+                    let Some(req) = req else { break };
+                    self.reqs.push_back(req);
+                    self.posted += 1;
+                    moved = true;
+                }
+            }
+            Side::Recv(comm) => {
+                let head = fifo.counter(FifoLayout::HEAD).load(Ordering::Acquire);
+                while self.posted < head + nslots && self.posted - self.done < nslots {
+                    // SAFETY: the kernel freed this slot (`head`) and reads it again only after
+                    // `tail` passes it, after the request is done.
+                    let req = unsafe {
+                        net.irecv(
+                            comm,
+                            fifo.slot(self.posted),
+                            fifo.layout.slot_bytes as usize,
+                            self.conn.peer as i32,
+                            mh,
+                        )
+                    }?;
+                    let Some(req) = req else { break };
+                    self.reqs.push_back(req);
+                    self.posted += 1;
+                    moved = true;
+                }
+            }
+        }
+        while let Some(front) = self.reqs.front_mut() {
+            if net.test(front)?.is_none() {
+                break;
+            }
+            self.reqs.pop_front();
+            self.done += 1;
+            moved = true;
+            let counter = match self.conn.side {
+                Side::Send(_) => FifoLayout::HEAD,
+                Side::Recv(_) => FifoLayout::TAIL,
+            };
+            fifo.counter(counter).store(self.done, Ordering::Release);
+        }
+        Ok(moved)
+    }
+
+    fn describe(&self, rank: u32) -> String {
+        let (dir, peer) = match self.conn.side {
+            Side::Send(_) => ("to", self.conn.peer),
+            Side::Recv(_) => ("from", self.conn.peer),
+        };
+        format!(
+            "rank {rank}: network connection {dir} rank {peer} (channel {})",
+            self.conn.channel
+        )
+    }
+
+    /// Deregisters and closes the connection.
+    fn close(mut self, net: &dyn Net) {
+        if let Some(mh) = self.mh.take() {
+            let r = match &self.conn.side {
+                Side::Send(c) => net.dereg_mr(CommRef::Send(c), mh),
+                Side::Recv(c) => net.dereg_mr(CommRef::Recv(c), mh),
+            };
+            if let Err(e) = r {
+                tracing::debug!(target: "oxccl::net", "deregistering a FIFO: {e}");
+            }
+        }
+        self.reqs.clear();
+        let r = match self.conn.side {
+            Side::Send(c) => net.close_send(c),
+            Side::Recv(c) => net.close_recv(c),
+        };
+        if let Err(e) = r {
+            tracing::debug!(target: "oxccl::net", "closing a network connection: {e}");
+        }
+    }
+}
+
+/// Busy polling lasts this long after the last progress, then the proxy yields...
+const SPIN: Duration = Duration::from_micros(200);
+/// ...until this much idle time, then sleeps [`PARK`] at a time (woken early by each launch).
+const YIELD: Duration = Duration::from_millis(5);
+/// Longest sleep of an idle proxy: what an operation replayed from a graph after a long idle
+/// period may wait before the proxy looks again.
+const PARK: Duration = Duration::from_micros(500);
+
+/// The proxy thread of one communicator; stops and closes its connections on drop.
+pub struct Proxy {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Registers every FIFO with `net` and starts driving `conns` for rank `rank`.
+    pub fn start(
+        net: Arc<dyn Net>,
+        rank: u32,
+        conns: Vec<ProxyConn>,
+        abort: AbortFlag,
+    ) -> Result<Proxy> {
+        let mut active = Vec::with_capacity(conns.len());
+        for conn in conns {
+            let f = conn.fifo;
+            let (base, bytes) = (
+                f.slot(0),
+                (f.layout.nslots as usize) * f.layout.slot_bytes as usize,
+            );
+            let mh = match &conn.side {
+                Side::Send(c) => net.reg_mr(CommRef::Send(c), base, bytes, PTR_HOST),
+                Side::Recv(c) => net.reg_mr(CommRef::Recv(c), base, bytes, PTR_HOST),
+            };
+            let a = Active {
+                conn,
+                mh: None,
+                posted: 0,
+                done: 0,
+                reqs: VecDeque::new(),
+            };
+            match mh {
+                Ok(mh) => active.push(Active { mh: Some(mh), ..a }),
+                Err(e) => {
+                    a.close(&*net);
+                    for a in active {
+                        a.close(&*net);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("oxccl-proxy-r{rank}"))
+            .spawn(move || run(&*net, rank, active, &abort, &stop2))
+            .map_err(|e| Error::io("spawning the network proxy thread", e))?;
+        Ok(Proxy {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Wakes an idle proxy at once (a launch is coming).
+    pub fn wake(&self) {
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// The proxy thread's loop.
+fn run(net: &dyn Net, rank: u32, mut conns: Vec<Active>, abort: &AbortFlag, stop: &AtomicBool) {
+    let mut last = Instant::now();
+    'outer: while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
+        let mut moved = false;
+        for c in &mut conns {
+            match c.progress(net, rank) {
+                Ok(m) => moved |= m,
+                Err(e) => {
+                    abort.record(Error::Remote(format!("{}: {e}", c.describe(rank))));
+                    abort.abort();
+                    break 'outer;
+                }
+            }
+        }
+        if moved {
+            last = Instant::now();
+            continue;
+        }
+        let idle = last.elapsed();
+        if idle < SPIN {
+            std::hint::spin_loop();
+        } else if idle < YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(PARK);
+        }
+    }
+    for c in conns {
+        c.close(net);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::socket::{SocketConfig, SocketNet};
+    use super::super::{HANDLE_BYTES, Net};
+    use super::*;
+    use crate::bootstrap::wire::SessionKey;
+    use std::alloc::Layout;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// Zeroed, 4 KiB-aligned memory standing in for pinned host memory.
+    struct Mem {
+        ptr: *mut u8,
+        layout: Layout,
+    }
+
+    impl Mem {
+        fn new(bytes: usize) -> Mem {
+            let layout = Layout::from_size_align(bytes, 4096).unwrap();
+            // SAFETY: a non-zero size.
+            let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!ptr.is_null());
+            Mem { ptr, layout }
+        }
+    }
+
+    impl Drop for Mem {
+        fn drop(&mut self) {
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+        }
+    }
+
+    fn net(rank: u32, config: SocketConfig) -> Arc<dyn Net> {
+        Arc::new(SocketNet::new(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            "lo",
+            rank,
+            SessionKey {
+                secret: 11,
+                nonce: 12,
+            },
+            Duration::from_secs(5),
+            config,
+        ))
+    }
+
+    /// The device's side of a FIFO, played by a CPU thread.
+    struct Kernel(HostFifo);
+
+    // SAFETY: as HostFifo; the test keeps the memory alive until the threads end.
+    unsafe impl Send for Kernel {}
+
+    impl Kernel {
+        fn ctr(&self, off: u64) -> &AtomicU64 {
+            self.0.counter(off)
+        }
+
+        fn wait_geq(&self, off: u64, v: u64, abort: &AbortFlag) -> bool {
+            let t0 = Instant::now();
+            while self.ctr(off).load(Ordering::Acquire) < v {
+                if abort.is_aborted() || t0.elapsed() > Duration::from_secs(20) {
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+            true
+        }
+    }
+
+    fn message(i: usize, slot_bytes: usize) -> Vec<u8> {
+        let n = [1, 8, 1000, slot_bytes, 4097, slot_bytes - 1, 0][i % 7].max(1);
+        (0..n).map(|k| (k * 31 + i * 7) as u8).collect()
+    }
+
+    #[test]
+    fn net_proxy_moves_slots_between_two_fifos_in_order() {
+        let layout = FifoLayout {
+            nslots: 4,
+            slot_bytes: 64 << 10,
+        };
+        let config = SocketConfig {
+            nsocks: 2,
+            inline_max: 1024,
+            min_task: 4096,
+        };
+        let (n0, n1) = (net(0, config), net(1, config));
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = n1.listen(0, &mut h).unwrap();
+        let s = n0.connect(0, &mut h).unwrap().unwrap();
+        let r = loop {
+            if let Some(r) = n1.accept(&mut l).unwrap() {
+                break r;
+            }
+        };
+        let (m0, m1) = (
+            Mem::new(layout.bytes() as usize),
+            Mem::new(layout.bytes() as usize),
+        );
+        let (f0, f1) = (
+            HostFifo {
+                base: m0.ptr,
+                layout,
+            },
+            HostFifo {
+                base: m1.ptr,
+                layout,
+            },
+        );
+        let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
+        let p0 = Proxy::start(
+            n0,
+            0,
+            vec![ProxyConn {
+                peer: 1,
+                channel: 0,
+                fifo: f0,
+                side: Side::Send(s),
+            }],
+            a0.clone(),
+        )
+        .unwrap();
+        let p1 = Proxy::start(
+            n1,
+            1,
+            vec![ProxyConn {
+                peer: 0,
+                channel: 0,
+                fifo: f1,
+                side: Side::Recv(r),
+            }],
+            a1.clone(),
+        )
+        .unwrap();
+        const N: usize = 60;
+        let sb = layout.slot_bytes as usize;
+        let (k0, k1) = (Kernel(f0), Kernel(f1));
+        let abort = a0.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..N as u64 {
+                if i >= 4 {
+                    assert!(k0.wait_geq(FifoLayout::HEAD, i + 1 - 4, &abort));
+                }
+                let m = message(i as usize, sb);
+                // SAFETY: the slot is free (head) and inside the FIFO.
+                unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), k0.0.slot(i), m.len()) };
+                k0.ctr(FifoLayout::SIZES + (i % 4) * 8)
+                    .store(m.len() as u64, Ordering::Release);
+                k0.ctr(FifoLayout::TAIL).store(i + 1, Ordering::Release);
+            }
+        });
+        let abort = a1.clone();
+        let receiver = std::thread::spawn(move || {
+            for i in 0..N as u64 {
+                assert!(k1.wait_geq(FifoLayout::TAIL, i + 1, &abort), "message {i}");
+                let m = message(i as usize, sb);
+                // SAFETY: the proxy filled the slot (tail) and waits for head before reusing it.
+                let got = unsafe { std::slice::from_raw_parts(k1.0.slot(i), m.len()) };
+                assert_eq!(got, &m[..], "message {i}");
+                k1.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
+            }
+        });
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        assert!(a0.error().is_none() && a1.error().is_none());
+        drop((p0, p1));
+    }
+
+    #[test]
+    fn net_proxy_records_a_lost_peer_and_aborts() {
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let (n0, n1) = (
+            net(0, SocketConfig::default()),
+            net(1, SocketConfig::default()),
+        );
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = n1.listen(0, &mut h).unwrap();
+        let s = n0.connect(0, &mut h).unwrap().unwrap();
+        let r = loop {
+            if let Some(r) = n1.accept(&mut l).unwrap() {
+                break r;
+            }
+        };
+        let m1 = Mem::new(layout.bytes() as usize);
+        let a1 = AbortFlag::new();
+        let p1 = Proxy::start(
+            n1,
+            1,
+            vec![ProxyConn {
+                peer: 0,
+                channel: 3,
+                fifo: HostFifo {
+                    base: m1.ptr,
+                    layout,
+                },
+                side: Side::Recv(r),
+            }],
+            a1.clone(),
+        )
+        .unwrap();
+        // Half a message header, then the sender vanishes.
+        let mut s = s;
+        let mh = n0.reg_mr(CommRef::Send(&s), m1.ptr, 1, PTR_HOST).unwrap();
+        let big = vec![3u8; 100_000];
+        // SAFETY: `big` outlives the request; the connection closes right after.
+        let _ = unsafe { n0.isend(&mut s, big.as_ptr(), big.len(), 0, &mh) };
+        n0.close_send(s).unwrap();
+        let t0 = Instant::now();
+        while !a1.is_aborted() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let err = a1.error().expect("an error").to_string();
+        assert!(err.contains("from rank 0 (channel 3)"), "{err}");
+        drop(p1);
+    }
+}

@@ -1,0 +1,1036 @@
+//! The built-in socket network ("Socket"): TCP between hosts, behind the plugin-shaped [`Net`].
+//!
+//! A connection is one control socket and `nsocks` data sockets, all opened by the sending side
+//! to the listener named in the handle. Every connection starts with the communicator's hello
+//! (its secret: a stranger who knows the port is refused, as on the bootstrap), then the
+//! listen token and the socket's index. Each message sends its 8-byte size on the control socket;
+//! up to [`SocketConfig::inline_max`] bytes follow inline there, driven by the proxy thread
+//! itself (no hand-off: lowest latency). Larger messages are cut into `nsocks` parts of at least
+//! [`SocketConfig::min_task`] bytes, each written (and read) by the helper thread of one data
+//! socket, so a large transfer runs on several cores and TCP streams at once.
+//!
+//! A receive never writes past the size it posted: a larger message is an error ("message
+//! truncated"), as with NCCL. A connection reset or a peer that closes in the middle of a message
+//! fails the request on that side; a peer that closes between messages only marks the
+//! connection closed (a clean shutdown), and any later wait is the peer watch's business.
+
+use super::{CommRef, Handle, Listen, MemHandle, Net, PTR_HOST, Properties, RecvComm, Request};
+use super::{HANDLE_BYTES, SendComm};
+use crate::abort::Deadline;
+use crate::bootstrap::listener::AuthListener;
+use crate::bootstrap::wire::{self, ConnKind, HELLO_BYTES, Hello, SessionKey, Watch};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::time::Duration;
+
+/// First bytes of a socket handle (tells a socket handle from another network's).
+const HANDLE_MAGIC: [u8; 8] = *b"OXSOCKH1";
+/// Bytes that follow the hello on every connection: listen token, socket index.
+const PREAMBLE_BYTES: usize = 12;
+/// Largest data socket count (`NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD`, as NCCL caps it).
+pub const MAX_SOCKS: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How the socket network cuts and carries messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// Data sockets (and helper threads) per connection; 0 sends everything on the control
+    /// socket.
+    pub nsocks: usize,
+    /// Messages up to this size travel inline on the control socket.
+    pub inline_max: usize,
+    /// Smallest part a data socket carries.
+    pub min_task: usize,
+}
+
+impl SocketConfig {
+    /// Defaults, changed by `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets, each
+    /// with its own thread; at most 64), `NCCL_SOCKET_INLINE` and `NCCL_SOCKET_MIN_TASKSIZE`.
+    pub fn from_env() -> SocketConfig {
+        let num = |name: &str| -> Option<usize> {
+            let v = std::env::var(name).ok()?;
+            match v.trim().parse::<usize>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    tracing::warn!(target: "oxccl::net", "{name}={v} is not a number; ignored");
+                    None
+                }
+            }
+        };
+        let d = SocketConfig::default();
+        let threads = num("NCCL_SOCKET_NTHREADS");
+        let per = num("NCCL_NSOCKS_PERTHREAD");
+        let nsocks = match (threads, per) {
+            (None, None) => d.nsocks,
+            (t, p) => t.unwrap_or(1).min(16) * p.unwrap_or(1),
+        };
+        SocketConfig {
+            nsocks: nsocks.min(MAX_SOCKS),
+            inline_max: num("NCCL_SOCKET_INLINE").unwrap_or(d.inline_max),
+            min_task: num("NCCL_SOCKET_MIN_TASKSIZE").unwrap_or(d.min_task).max(1),
+        }
+    }
+}
+
+impl Default for SocketConfig {
+    fn default() -> SocketConfig {
+        SocketConfig {
+            nsocks: 4,
+            inline_max: 64 << 10,
+            min_task: 64 << 10,
+        }
+    }
+}
+
+/// The built-in socket network of one communicator (a v11 plugin's per-communicator context).
+pub struct SocketNet {
+    ip: IpAddr,
+    ifname: String,
+    rank: u32,
+    key: SessionKey,
+    handshake_timeout: Duration,
+    config: SocketConfig,
+    acceptor: Mutex<Option<Acceptor>>,
+}
+
+/// The listener every `listen` of a [`SocketNet`] shares; connections are sorted by token.
+struct Acceptor {
+    listener: AuthListener,
+    arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>,
+}
+
+impl SocketNet {
+    /// The network of rank `rank`, listening on `ip` (interface `ifname`), admitting only
+    /// connections that present `key`.
+    pub fn new(
+        ip: IpAddr,
+        ifname: &str,
+        rank: u32,
+        key: SessionKey,
+        handshake_timeout: Duration,
+        config: SocketConfig,
+    ) -> SocketNet {
+        SocketNet {
+            ip,
+            ifname: ifname.to_string(),
+            rank,
+            key,
+            handshake_timeout,
+            config,
+            acceptor: Mutex::new(None),
+        }
+    }
+
+    /// The shared listener's address and arrival table, started on first use.
+    fn acceptor(&self) -> Result<(SocketAddr, Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>)> {
+        let mut slot = lock(&self.acceptor);
+        if let Some(a) = &*slot {
+            return Ok((a.listener.local_addr(), a.arrived.clone()));
+        }
+        let listener = TcpListener::bind((self.ip, 0))
+            .map_err(|e| Error::io(format!("binding a network listener on {}", self.ip), e))?;
+        let arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>> = Arc::default();
+        let (key, timeout, table) = (self.key, self.handshake_timeout, arrived.clone());
+        let listener = AuthListener::spawn(listener, "net", move |stream, peer| {
+            if let Err(why) = admit(&stream, key, timeout, &table) {
+                tracing::warn!(target: "oxccl::net", "dropped network connection from {peer}: {why}");
+            }
+        })?;
+        let addr = listener.local_addr();
+        *slot = Some(Acceptor {
+            listener,
+            arrived: arrived.clone(),
+        });
+        Ok((addr, arrived))
+    }
+}
+
+/// Checks a new connection's hello and preamble, then files it under its token.
+fn admit(
+    stream: &TcpStream,
+    key: SessionKey,
+    timeout: Duration,
+    table: &Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>,
+) -> std::result::Result<(), String> {
+    let watch = Watch::new(Deadline::after(timeout), None);
+    let mut h = [0u8; HELLO_BYTES];
+    wire::read_exact_watched(stream, &mut h, &watch).map_err(|e| format!("hello: {e}"))?;
+    Hello::decode(&h, ConnKind::Net, &key)?;
+    let mut p = [0u8; PREAMBLE_BYTES];
+    wire::read_exact_watched(stream, &mut p, &watch).map_err(|e| format!("preamble: {e}"))?;
+    let token = u64::from_le_bytes(p[0..8].try_into().expect("8 bytes"));
+    let index = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+    if index as usize > MAX_SOCKS {
+        return Err(format!("socket index {index} out of range"));
+    }
+    let s = stream
+        .try_clone()
+        .map_err(|e| format!("cloning the socket: {e}"))?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let mut t = lock(table);
+    let entry = t.entry(token).or_default();
+    if entry.len() > MAX_SOCKS {
+        return Err("too many connections for one token".into());
+    }
+    entry.push((index, s));
+    Ok(())
+}
+
+/// What a handle says: where to connect, the listen token, the data socket count.
+struct HandleInfo {
+    addr: SocketAddr,
+    token: u64,
+    nsocks: usize,
+}
+
+fn encode_handle(h: &mut Handle, info: &HandleInfo) {
+    *h = [0u8; HANDLE_BYTES];
+    h[0..8].copy_from_slice(&HANDLE_MAGIC);
+    match info.addr.ip() {
+        IpAddr::V4(a) => {
+            h[8] = 4;
+            h[9..13].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            h[8] = 6;
+            h[9..25].copy_from_slice(&a.octets());
+        }
+    }
+    h[25..27].copy_from_slice(&info.addr.port().to_le_bytes());
+    h[27..35].copy_from_slice(&info.token.to_le_bytes());
+    h[35..39].copy_from_slice(&(info.nsocks as u32).to_le_bytes());
+}
+
+fn decode_handle(h: &Handle) -> Result<HandleInfo> {
+    if h[0..8] != HANDLE_MAGIC {
+        return Err(Error::Internal(
+            "a network handle that the socket network did not make".into(),
+        ));
+    }
+    let ip = match h[8] {
+        4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&h[9..13]).expect("4"))),
+        6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[9..25]).expect("16"))),
+        f => return Err(Error::Internal(format!("network handle family {f}"))),
+    };
+    let port = u16::from_le_bytes([h[25], h[26]]);
+    let nsocks = u32::from_le_bytes(h[35..39].try_into().expect("4")) as usize;
+    if nsocks > MAX_SOCKS {
+        return Err(Error::Internal(format!(
+            "network handle with {nsocks} sockets"
+        )));
+    }
+    Ok(HandleInfo {
+        addr: SocketAddr::new(ip, port),
+        token: u64::from_le_bytes(h[27..35].try_into().expect("8")),
+        nsocks,
+    })
+}
+
+/// A listen: the token its connections present, and how many sockets make one.
+struct SocketListen {
+    token: u64,
+    nsocks: usize,
+    arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>,
+}
+
+/// A byte range in memory the caller keeps valid until its request completes.
+#[derive(Clone, Copy)]
+struct Span {
+    addr: usize,
+    len: usize,
+}
+
+/// One part of a message for a data socket's helper thread.
+struct Job {
+    span: Span,
+    state: Arc<ReqState>,
+}
+
+/// Completion state of one request.
+#[derive(Default)]
+struct ReqState {
+    /// Parts still with helper threads.
+    parts: AtomicUsize,
+    /// The first failure of a part.
+    failed: Mutex<Option<String>>,
+}
+
+impl ReqState {
+    fn fail(&self, why: String) {
+        lock(&self.failed).get_or_insert(why);
+    }
+}
+
+/// A data socket and the helper thread that reads or writes it.
+struct Lane {
+    jobs: mpsc::Sender<Job>,
+    stream: TcpStream,
+}
+
+impl Lane {
+    /// Starts the helper of `stream`: it writes (send side) or reads (receive side) each job.
+    fn start(stream: TcpStream, sending: bool, name: String) -> Result<Lane> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let mut s = stream
+            .try_clone()
+            .map_err(|e| Error::io("cloning a data socket", e))?;
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let mut broken: Option<String> = None;
+                while let Ok(job) = rx.recv() {
+                    if broken.is_none() {
+                        // SAFETY: isend/irecv's contract keeps the span valid (and unaliased
+                        // for receives) until the request completes, which needs this part.
+                        let r = unsafe { transfer(&mut s, job.span, sending) };
+                        if let Err(e) = r {
+                            broken = Some(e.to_string());
+                        }
+                    }
+                    if let Some(why) = &broken {
+                        job.state.fail(why.clone());
+                    }
+                    job.state.parts.fetch_sub(1, Ordering::AcqRel);
+                }
+            })
+            .map_err(|e| Error::io("spawning a network helper thread", e))?;
+        Ok(Lane { jobs: tx, stream })
+    }
+}
+
+/// Writes or reads a whole span on `s`.
+///
+/// # Safety
+/// `span` is valid memory (writable when receiving) that nothing else touches meanwhile.
+unsafe fn transfer(s: &mut TcpStream, span: Span, sending: bool) -> io::Result<()> {
+    if sending {
+        // SAFETY: the caller's contract.
+        let buf = unsafe { std::slice::from_raw_parts(span.addr as *const u8, span.len) };
+        s.write_all(buf)
+    } else {
+        // SAFETY: the caller's contract.
+        let buf = unsafe { std::slice::from_raw_parts_mut(span.addr as *mut u8, span.len) };
+        s.read_exact(buf).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                io::Error::new(e.kind(), "the peer closed the connection mid-message")
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// The parts of a `size`-byte message: `(offset, length, lane)`.
+fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usize)> {
+    let per = size.div_ceil(nlanes.max(1)).max(min_task);
+    (0..size)
+        .step_by(per.max(1))
+        .enumerate()
+        .map(|(i, off)| (off, per.min(size - off), i % nlanes.max(1)))
+        .collect()
+}
+
+/// The sending side of a socket connection.
+struct SendSide {
+    peer: SocketAddr,
+    ctrl: TcpStream,
+    /// Control bytes not written yet (sizes and inline payloads).
+    out: VecDeque<u8>,
+    lanes: Vec<Lane>,
+    config: SocketConfig,
+    failed: Option<String>,
+}
+
+impl SendSide {
+    /// Writes as much of `out` as the socket takes now.
+    fn flush(&mut self) -> Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(Error::Remote(why.clone()));
+        }
+        while !self.out.is_empty() {
+            let (a, _) = self.out.as_slices();
+            match (&self.ctrl).write(a) {
+                Ok(0) => {
+                    return Err(self.fail("the connection closed".into()));
+                }
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, why: String) -> Error {
+        let msg = format!("network send to {} failed: {why}", self.peer);
+        self.failed = Some(msg.clone());
+        Error::Remote(msg)
+    }
+}
+
+/// A send request: done once its control bytes are written and its parts are through.
+struct SendReq {
+    side: Arc<Mutex<SendSide>>,
+    state: Arc<ReqState>,
+    size: usize,
+}
+
+/// What a [`SendComm`] of the socket network holds.
+struct SocketSendComm {
+    side: Arc<Mutex<SendSide>>,
+}
+
+/// The receiving side of a socket connection.
+struct RecvSide {
+    peer: SocketAddr,
+    ctrl: TcpStream,
+    lanes: Vec<Lane>,
+    config: SocketConfig,
+    /// Receives posted and not yet matched with a message's size.
+    posted: VecDeque<Arc<RecvState>>,
+    /// The message being read inline on the control socket.
+    inline: Option<(Arc<RecvState>, usize)>,
+    /// Size-header bytes read so far.
+    hdr: [u8; 8],
+    hdr_got: usize,
+    /// The peer closed between messages.
+    closed: bool,
+    failed: Option<String>,
+}
+
+/// One posted receive.
+struct RecvState {
+    span: Span,
+    /// The message's size once known.
+    size: Mutex<Option<usize>>,
+    /// Set once every byte is in place.
+    done: AtomicBool,
+    parts: Arc<ReqState>,
+}
+
+struct RecvReq {
+    side: Arc<Mutex<RecvSide>>,
+    state: Arc<RecvState>,
+}
+
+impl RecvSide {
+    fn fail(&mut self, why: String) -> Error {
+        let msg = format!("network receive from {} failed: {why}", self.peer);
+        self.failed = Some(msg.clone());
+        Error::Remote(msg)
+    }
+
+    /// Reads into `buf` what the control socket has now: `Ok(n)`, 0 at a clean EOF.
+    fn read_ctrl(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
+        loop {
+            match (&self.ctrl).read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(e.to_string())),
+            }
+        }
+    }
+
+    /// Matches arriving messages with posted receives, in order, as far as the data allows.
+    fn progress(&mut self) -> Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(Error::Remote(why.clone()));
+        }
+        loop {
+            if let Some((st, got)) = self.inline.take() {
+                let size = lock(&st.size).unwrap_or(0);
+                // SAFETY: irecv's contract: the posted span is ours until the request is done;
+                // `size` was checked against it.
+                let buf = unsafe {
+                    std::slice::from_raw_parts_mut((st.span.addr + got) as *mut u8, size - got)
+                };
+                match self.read_ctrl(buf)? {
+                    Some(0) => {
+                        return Err(self.fail("the peer closed the connection mid-message".into()));
+                    }
+                    Some(n) if got + n == size => st.done.store(true, Ordering::Release),
+                    Some(n) => {
+                        self.inline = Some((st, got + n));
+                        continue;
+                    }
+                    None => {
+                        self.inline = Some((st, got));
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
+            if self.closed || self.posted.is_empty() {
+                return Ok(());
+            }
+            let mut hdr = self.hdr;
+            let at = self.hdr_got;
+            match self.read_ctrl(&mut hdr[at..])? {
+                Some(0) if at == 0 => {
+                    self.closed = true;
+                    return Ok(());
+                }
+                Some(0) => {
+                    return Err(self.fail("the peer closed the connection mid-message".into()));
+                }
+                Some(n) => {
+                    self.hdr = hdr;
+                    self.hdr_got += n;
+                }
+                None => return Ok(()),
+            }
+            if self.hdr_got < 8 {
+                continue;
+            }
+            self.hdr_got = 0;
+            let size = u64::from_le_bytes(self.hdr) as usize;
+            let st = self.posted.pop_front().expect("a posted receive");
+            if size > st.span.len {
+                return Err(self.fail(format!(
+                    "message truncated: {size} bytes sent, {} posted",
+                    st.span.len
+                )));
+            }
+            *lock(&st.size) = Some(size);
+            if size == 0 {
+                st.done.store(true, Ordering::Release);
+            } else if size <= self.config.inline_max || self.lanes.is_empty() {
+                self.inline = Some((st, 0));
+            } else {
+                let ps = parts(size, self.lanes.len(), self.config.min_task);
+                st.parts.parts.store(ps.len(), Ordering::Release);
+                for (off, len, lane) in ps {
+                    let job = Job {
+                        span: Span {
+                            addr: st.span.addr + off,
+                            len,
+                        },
+                        state: st.parts.clone(),
+                    };
+                    if self.lanes[lane].jobs.send(job).is_err() {
+                        return Err(self.fail("a network helper thread ended".into()));
+                    }
+                }
+                st.done.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Opens one socket of a connection and presents the hello and preamble.
+fn dial(
+    addr: SocketAddr,
+    rank: u32,
+    key: SessionKey,
+    token: u64,
+    index: u32,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    let watch = Watch::new(Deadline::after(timeout), None);
+    let s = wire::connect_watched(addr, Some(Deadline::after(timeout)), &watch)
+        .map_err(|e| Error::Remote(format!("connecting to network peer {addr}: {e}")))?;
+    let hello = Hello {
+        kind: ConnKind::Net,
+        rank,
+        key,
+    }
+    .encode();
+    let mut pre = [0u8; PREAMBLE_BYTES];
+    pre[0..8].copy_from_slice(&token.to_le_bytes());
+    pre[8..12].copy_from_slice(&index.to_le_bytes());
+    wire::write_all_watched(&s, &[&hello, &pre], &watch)
+        .map_err(|e| Error::Remote(format!("greeting network peer {addr}: {e}")))?;
+    s.set_nodelay(true)
+        .and_then(|()| s.set_write_timeout(None))
+        .map_err(|e| Error::io("setting up a network socket", e))?;
+    Ok(s)
+}
+
+fn downcast<'a, T: 'static>(
+    b: &'a mut Box<dyn std::any::Any + Send>,
+    what: &str,
+) -> Result<&'a mut T> {
+    b.downcast_mut::<T>()
+        .ok_or_else(|| Error::Internal(format!("a {what} the socket network did not make")))
+}
+
+impl Net for SocketNet {
+    fn name(&self) -> &str {
+        "Socket"
+    }
+
+    fn devices(&self) -> Result<usize> {
+        Ok(1)
+    }
+
+    fn properties(&self, dev: usize) -> Result<Properties> {
+        if dev != 0 {
+            return Err(Error::arg(format!(
+                "socket network device {dev} does not exist"
+            )));
+        }
+        let speed = std::fs::read_to_string(format!("/sys/class/net/{}/speed", self.ifname))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|&s| s > 0)
+            .unwrap_or(10_000);
+        Ok(Properties {
+            name: self.ifname.clone(),
+            pci_path: std::fs::canonicalize(format!("/sys/class/net/{}/device", self.ifname))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+            guid: 0,
+            ptr_support: PTR_HOST,
+            speed_mbps: speed,
+            port: 0,
+            latency_us: 0.0,
+            max_comms: 65536,
+            max_recvs: 1,
+            max_p2p_bytes: 1 << 40,
+        })
+    }
+
+    fn listen(&self, dev: usize, handle: &mut Handle) -> Result<Listen> {
+        self.properties(dev)?;
+        let (addr, arrived) = self.acceptor()?;
+        let token = rand::random::<u64>();
+        let nsocks = self.config.nsocks;
+        encode_handle(
+            handle,
+            &HandleInfo {
+                addr,
+                token,
+                nsocks,
+            },
+        );
+        Ok(Listen(Box::new(SocketListen {
+            token,
+            nsocks,
+            arrived,
+        })))
+    }
+
+    fn connect(&self, _dev: usize, handle: &mut Handle) -> Result<Option<SendComm>> {
+        let info = decode_handle(handle)?;
+        let t = self.handshake_timeout;
+        let mut lanes = Vec::with_capacity(info.nsocks);
+        for i in 0..info.nsocks {
+            let s = dial(info.addr, self.rank, self.key, info.token, i as u32, t)?;
+            lanes.push(Lane::start(s, true, format!("oxccl-net-tx{i}"))?);
+        }
+        // The control socket last: its arrival tells the listener the set is complete.
+        let ctrl = dial(
+            info.addr,
+            self.rank,
+            self.key,
+            info.token,
+            info.nsocks as u32,
+            t,
+        )?;
+        ctrl.set_nonblocking(true)
+            .map_err(|e| Error::io("setting up a network socket", e))?;
+        let side = SendSide {
+            peer: info.addr,
+            ctrl,
+            out: VecDeque::new(),
+            lanes,
+            config: SocketConfig {
+                nsocks: info.nsocks,
+                ..self.config
+            },
+            failed: None,
+        };
+        Ok(Some(SendComm(Box::new(SocketSendComm {
+            side: Arc::new(Mutex::new(side)),
+        }))))
+    }
+
+    fn accept(&self, listen: &mut Listen) -> Result<Option<RecvComm>> {
+        let l = downcast::<SocketListen>(&mut listen.0, "listen comm")?;
+        let mut socks = {
+            let mut t = lock(&l.arrived);
+            match t.get(&l.token) {
+                Some(v) if v.len() > l.nsocks => t.remove(&l.token).expect("present"),
+                _ => return Ok(None),
+            }
+        };
+        socks.sort_by_key(|(i, _)| *i);
+        let indices: Vec<u32> = socks.iter().map(|(i, _)| *i).collect();
+        if indices != (0..=l.nsocks as u32).collect::<Vec<_>>() {
+            return Err(Error::Remote(format!(
+                "a network connection arrived with sockets {indices:?}"
+            )));
+        }
+        let (_, ctrl) = socks.pop().expect("control socket");
+        let peer = ctrl
+            .peer_addr()
+            .map_err(|e| Error::io("network peer address", e))?;
+        ctrl.set_nonblocking(true)
+            .map_err(|e| Error::io("setting up a network socket", e))?;
+        let mut lanes = Vec::with_capacity(socks.len());
+        for (i, s) in socks {
+            lanes.push(Lane::start(s, false, format!("oxccl-net-rx{i}"))?);
+        }
+        Ok(Some(RecvComm(Box::new(Arc::new(Mutex::new(RecvSide {
+            peer,
+            ctrl,
+            lanes,
+            config: SocketConfig {
+                nsocks: l.nsocks,
+                ..self.config
+            },
+            posted: VecDeque::new(),
+            inline: None,
+            hdr: [0; 8],
+            hdr_got: 0,
+            closed: false,
+            failed: None,
+        }))))))
+    }
+
+    fn reg_mr(
+        &self,
+        _comm: CommRef<'_>,
+        _data: *mut u8,
+        _size: usize,
+        ptr_type: u32,
+    ) -> Result<MemHandle> {
+        if ptr_type != PTR_HOST {
+            return Err(Error::Internal(format!(
+                "the socket network registers host memory only (type {ptr_type:#x})"
+            )));
+        }
+        Ok(MemHandle(Box::new(())))
+    }
+
+    fn dereg_mr(&self, _comm: CommRef<'_>, _mh: MemHandle) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn isend(
+        &self,
+        comm: &mut SendComm,
+        data: *const u8,
+        size: usize,
+        _tag: i32,
+        _mh: &MemHandle,
+    ) -> Result<Option<Request>> {
+        let c = downcast::<SocketSendComm>(&mut comm.0, "send comm")?;
+        let mut side = lock(&c.side);
+        side.flush()?;
+        let state = Arc::new(ReqState::default());
+        side.out.extend(&(size as u64).to_le_bytes());
+        if size <= side.config.inline_max || side.lanes.is_empty() {
+            // SAFETY: isend's contract: `data` is readable for `size` bytes now.
+            let bytes = unsafe { std::slice::from_raw_parts(data, size) };
+            side.out.extend(bytes);
+        } else {
+            let ps = parts(size, side.lanes.len(), side.config.min_task);
+            state.parts.store(ps.len(), Ordering::Release);
+            for (off, len, lane) in ps {
+                let job = Job {
+                    span: Span {
+                        addr: data as usize + off,
+                        len,
+                    },
+                    state: state.clone(),
+                };
+                if side.lanes[lane].jobs.send(job).is_err() {
+                    return Err(side.fail("a network helper thread ended".into()));
+                }
+            }
+        }
+        side.flush()?;
+        drop(side);
+        Ok(Some(Request(Box::new(SendReq {
+            side: c.side.clone(),
+            state,
+            size,
+        }))))
+    }
+
+    unsafe fn irecv(
+        &self,
+        comm: &mut RecvComm,
+        data: *mut u8,
+        size: usize,
+        _tag: i32,
+        _mh: &MemHandle,
+    ) -> Result<Option<Request>> {
+        let side = downcast::<Arc<Mutex<RecvSide>>>(&mut comm.0, "recv comm")?.clone();
+        let state = Arc::new(RecvState {
+            span: Span {
+                addr: data as usize,
+                len: size,
+            },
+            size: Mutex::new(None),
+            done: AtomicBool::new(false),
+            parts: Arc::new(ReqState::default()),
+        });
+        {
+            let mut s = lock(&side);
+            if let Some(why) = &s.failed {
+                return Err(Error::Remote(why.clone()));
+            }
+            s.posted.push_back(state.clone());
+            s.progress()?;
+        }
+        Ok(Some(Request(Box::new(RecvReq { side, state }))))
+    }
+
+    fn test(&self, req: &mut Request) -> Result<Option<usize>> {
+        if let Some(r) = req.0.downcast_mut::<SendReq>() {
+            let mut side = lock(&r.side);
+            side.flush()?;
+            if !side.out.is_empty() {
+                // Control bytes are written in order: once `out` is empty every request's are.
+                return Ok(None);
+            }
+            drop(side);
+            if let Some(why) = lock(&r.state.failed).clone() {
+                return Err(Error::Remote(format!("network send failed: {why}")));
+            }
+            return Ok((r.state.parts.load(Ordering::Acquire) == 0).then_some(r.size));
+        }
+        let r = req
+            .0
+            .downcast_mut::<RecvReq>()
+            .ok_or_else(|| Error::Internal("a request the socket network did not make".into()))?;
+        lock(&r.side).progress()?;
+        if !r.state.done.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        if let Some(why) = lock(&r.state.parts.failed).clone() {
+            return Err(Error::Remote(format!("network receive failed: {why}")));
+        }
+        if r.state.parts.parts.load(Ordering::Acquire) != 0 {
+            return Ok(None);
+        }
+        Ok(*lock(&r.state.size))
+    }
+
+    fn close_send(&self, mut comm: SendComm) -> Result<()> {
+        let c = downcast::<SocketSendComm>(&mut comm.0, "send comm")?;
+        let side = lock(&c.side);
+        let _ = side.ctrl.shutdown(Shutdown::Both);
+        for l in &side.lanes {
+            let _ = l.stream.shutdown(Shutdown::Both);
+        }
+        Ok(())
+    }
+
+    fn close_recv(&self, mut comm: RecvComm) -> Result<()> {
+        let side = downcast::<Arc<Mutex<RecvSide>>>(&mut comm.0, "recv comm")?;
+        let side = lock(side);
+        let _ = side.ctrl.shutdown(Shutdown::Both);
+        for l in &side.lanes {
+            let _ = l.stream.shutdown(Shutdown::Both);
+        }
+        Ok(())
+    }
+
+    fn close_listen(&self, mut listen: Listen) -> Result<()> {
+        let l = downcast::<SocketListen>(&mut listen.0, "listen comm")?;
+        lock(&l.arrived).remove(&l.token);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(rank: u32, config: SocketConfig) -> SocketNet {
+        SocketNet::new(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            "lo",
+            rank,
+            SessionKey {
+                secret: 0x1234_5679,
+                nonce: 7,
+            },
+            Duration::from_secs(5),
+            config,
+        )
+    }
+
+    fn connect_pair(config: SocketConfig) -> (SocketNet, SocketNet, SendComm, RecvComm) {
+        let (a, b) = (net(0, config), net(1, config));
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = b.listen(0, &mut h).unwrap();
+        let s = a.connect(0, &mut h).unwrap().unwrap();
+        let r = loop {
+            if let Some(r) = b.accept(&mut l).unwrap() {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        b.close_listen(l).unwrap();
+        (a, b, s, r)
+    }
+
+    fn wait(n: &SocketNet, req: &mut Request) -> Result<usize> {
+        loop {
+            if let Some(bytes) = n.test(req)? {
+                return Ok(bytes);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn net_socket_parts_cover_the_message() {
+        for (size, lanes, min) in [(1, 4, 64), (1000, 4, 64), (1 << 20, 4, 1 << 16), (7, 0, 1)] {
+            let ps = parts(size, lanes, min);
+            let mut at = 0;
+            for (off, len, lane) in &ps {
+                assert_eq!(*off, at);
+                assert!(*lane < lanes.max(1));
+                at += len;
+            }
+            assert_eq!(at, size);
+            assert!(ps.len() <= lanes.max(1));
+        }
+    }
+
+    #[test]
+    fn net_socket_handle_round_trips_and_rejects_foreign_bytes() {
+        let mut h = [0u8; HANDLE_BYTES];
+        let info = HandleInfo {
+            addr: "[::1]:4242".parse().unwrap(),
+            token: 99,
+            nsocks: 3,
+        };
+        encode_handle(&mut h, &info);
+        let back = decode_handle(&h).unwrap();
+        assert_eq!((back.addr, back.token, back.nsocks), (info.addr, 99, 3));
+        assert!(decode_handle(&[7u8; HANDLE_BYTES]).is_err());
+        h[35] = 200;
+        assert!(decode_handle(&h).is_err());
+    }
+
+    #[test]
+    fn net_socket_messages_arrive_in_order_inline_and_in_parts() {
+        let config = SocketConfig {
+            nsocks: 3,
+            inline_max: 100,
+            min_task: 16,
+        };
+        let (a, b, mut s, mut r) = connect_pair(config);
+        let mh = MemHandle(Box::new(()));
+        let sizes = [0usize, 1, 100, 101, 4096, 100_003];
+        let msgs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|k| (k * 7 + i) as u8).collect())
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xEEu8; n + 5]).collect();
+        let mut rreqs = Vec::new();
+        for buf in &mut bufs {
+            // SAFETY: `buf` outlives the request, which is waited for below.
+            let req = unsafe { b.irecv(&mut r, buf.as_mut_ptr(), buf.len(), 0, &mh) };
+            rreqs.push(req.unwrap().unwrap());
+        }
+        let mut sreqs = Vec::new();
+        for m in &msgs {
+            // SAFETY: `m` outlives the request, which is waited for below.
+            let req = unsafe { a.isend(&mut s, m.as_ptr(), m.len(), 0, &mh) };
+            sreqs.push(req.unwrap().unwrap());
+        }
+        for (i, req) in rreqs.iter_mut().enumerate() {
+            assert_eq!(wait(&b, req).unwrap(), sizes[i]);
+            assert_eq!(&bufs[i][..sizes[i]], &msgs[i][..]);
+            assert!(
+                bufs[i][sizes[i]..].iter().all(|&x| x == 0xEE),
+                "no byte past the message"
+            );
+        }
+        for (i, req) in sreqs.iter_mut().enumerate() {
+            assert_eq!(wait(&a, req).unwrap(), sizes[i]);
+        }
+        a.close_send(s).unwrap();
+        b.close_recv(r).unwrap();
+    }
+
+    #[test]
+    fn net_socket_too_large_a_message_is_an_error_not_an_overrun() {
+        let (a, b, mut s, mut r) = connect_pair(SocketConfig::default());
+        let mh = MemHandle(Box::new(()));
+        let mut small = vec![0u8; 4];
+        // SAFETY: `small` outlives the request.
+        let mut rq = unsafe { b.irecv(&mut r, small.as_mut_ptr(), 4, 0, &mh) }
+            .unwrap()
+            .unwrap();
+        let big = [1u8; 64];
+        // SAFETY: `big` outlives the request.
+        let mut sq = unsafe { a.isend(&mut s, big.as_ptr(), 64, 0, &mh) }
+            .unwrap()
+            .unwrap();
+        let err = wait(&b, &mut rq).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
+        assert_eq!(small, [0u8; 4]);
+        let _ = wait(&a, &mut sq);
+    }
+
+    #[test]
+    fn net_socket_reset_mid_message_fails_the_receive() {
+        let config = SocketConfig {
+            nsocks: 2,
+            inline_max: 8,
+            min_task: 16,
+        };
+        let (a, b, mut s, mut r) = connect_pair(config);
+        let mh = MemHandle(Box::new(()));
+        let mut buf = vec![0u8; 1 << 20];
+        // SAFETY: `buf` outlives the request.
+        let mut rq = unsafe { b.irecv(&mut r, buf.as_mut_ptr(), buf.len(), 0, &mh) }
+            .unwrap()
+            .unwrap();
+        // Announce a large message, send only its header, then drop the connection.
+        {
+            let c = downcast::<SocketSendComm>(&mut s.0, "send comm").unwrap();
+            let mut side = lock(&c.side);
+            side.out.extend(&(1u64 << 20).to_le_bytes());
+            side.flush().unwrap();
+        }
+        a.close_send(s).unwrap();
+        let err = wait(&b, &mut rq).unwrap_err().to_string();
+        assert!(err.contains("network receive"), "{err}");
+    }
+
+    #[test]
+    fn net_socket_refuses_a_stranger_without_the_secret() {
+        let b = net(1, SocketConfig::default());
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = b.listen(0, &mut h).unwrap();
+        let info = decode_handle(&h).unwrap();
+        let stranger = SessionKey {
+            secret: 1,
+            nonce: 7,
+        };
+        for i in 0..=info.nsocks as u32 {
+            let _ = dial(
+                info.addr,
+                0,
+                stranger,
+                info.token,
+                i,
+                Duration::from_secs(2),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(b.accept(&mut l).unwrap().is_none());
+    }
+}
