@@ -15,8 +15,11 @@ use oxccl_core::net::connect::PeerFifos;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo};
 
 /// Channels a communicator with NET peers uses by default (`OXCCL_NET_CHANNELS` changes it):
-/// each is a connection with its own sockets and helper threads per peer and direction.
-const NET_CHANNELS: u32 = 2;
+/// each is a connection with its own sockets and helper threads per peer and direction. On one
+/// H100 under MPS, two ranks as two hosts (2026-11-25), AllReduce busbw at 64 MiB with 2 data
+/// sockets per connection: 1 channel 5.6 GB/s, 2 channels 6.7, 4 channels 9.0; 4 sockets per
+/// connection did no better (8.6).
+const NET_CHANNELS: u32 = 4;
 
 /// The channels NET connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO channels),
 /// else [`NET_CHANNELS`].

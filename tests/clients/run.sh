@@ -13,7 +13,9 @@
 # (default: $OUT/clients-logs when $OUT is set, else a fresh /tmp directory); --full prints them.
 # Environment: PYTHON (default python3), CLIENT_TIMEOUT (seconds per python run, default 300),
 # OURS_VERSION (the ncclGetVersion() ours must report, default 22809), CLIENTS_SHARE_GPUS=1
-# (torch_ops: ranks share the GPUs there are, which only oxccl accepts; use --no-baseline).
+# (torch_ops: ranks share the GPUs there are, which only oxccl accepts; use --no-baseline),
+# OXCCL_TEST_HOSTS=K (torch_ops, torch_ddp: K groups of ranks, each its own NCCL_HOSTID, so both
+# libraries connect them over the network and accept ranks sharing a GPU; start MPS first).
 # CLIENT_BACKEND=gloo is a dry run of this script where there is no GPU: the torch scripts use
 # gloo, and cupy_nccl.py runs on the NumPy stand-in (mock_cupy/) over oxccl's host backend.
 # Exit status: 0 when ours has no FAIL and no case does worse on ours than on NVIDIA's.

@@ -76,7 +76,13 @@ def worker(rank, world, backend, steps, store_port, expect_lib, expect_version):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         nccl = backend == "nccl"
-        dev = torch.device("cuda", rank) if nccl else torch.device("cpu")
+        hosts = os.environ.get("OXCCL_TEST_HOSTS")
+        if hosts:
+            # Each group of ranks its own host (NCCL_HOSTID); ranks then may share GPUs.
+            k = max(1, min(int(hosts), world))
+            os.environ["NCCL_HOSTID"] = f"oxccl-test-host{rank * k // world}"
+        ngpu = max(1, torch.cuda.device_count()) if nccl else 1
+        dev = torch.device("cuda", rank % ngpu) if nccl else torch.device("cpu")
         if nccl:
             torch.cuda.set_device(dev)
         dist.init_process_group(backend, store=dist.PrefixStore("ddp/", store), rank=rank,

@@ -860,8 +860,18 @@ PHASES = {"main": phase_main, "nonblocking": phase_nonblocking, "register": phas
 # ---------------------------------------------------------------------------------------------
 # processes
 # ---------------------------------------------------------------------------------------------
+def set_test_host(rank, world):
+    """OXCCL_TEST_HOSTS=K: K contiguous groups of ranks, each its own host (NCCL_HOSTID), so
+    that NVIDIA's NCCL and ours both connect them over the network."""
+    hosts = os.environ.get("OXCCL_TEST_HOSTS")
+    if hosts:
+        k = max(1, min(int(hosts), world))
+        os.environ["NCCL_HOSTID"] = f"oxccl-test-host{rank * k // world}"
+
+
 def worker(rank, world, backend, phase, store_port, args):
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+    set_test_host(rank, world)
     store = dist.TCPStore("127.0.0.1", store_port, world_size=None, is_master=False,
                           timeout=TIMEOUT + datetime.timedelta(seconds=30))
     ctx = Ctx(rank, world, backend, phase, store, args.verbose)
@@ -943,8 +953,10 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="tracebacks of failures on stderr")
     args = ap.parse_args()
     # CLIENTS_SHARE_GPUS=1: ranks share the GPUs there are (only oxccl takes that).
+    # OXCCL_TEST_HOSTS: every group of ranks is its own host, where NVIDIA's NCCL shares GPUs too.
     if (args.backend == "nccl" and torch.cuda.device_count() < args.nprocs
-            and os.environ.get("CLIENTS_SHARE_GPUS") != "1"):
+            and os.environ.get("CLIENTS_SHARE_GPUS") != "1"
+            and not os.environ.get("OXCCL_TEST_HOSTS")):
         print(f"FAIL setup: {torch.cuda.device_count()} GPUs, need {args.nprocs}")
         print("SUMMARY passed=0 failed=1 skipped=0")
         return 1

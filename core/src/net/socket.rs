@@ -80,9 +80,11 @@ impl SocketConfig {
 }
 
 impl Default for SocketConfig {
+    /// Two data sockets: with 4 channels, 8 streams each way per peer, which measured best
+    /// (`backend-cuda/src/net.rs`, NET_CHANNELS); more sockets only added threads.
     fn default() -> SocketConfig {
         SocketConfig {
-            nsocks: 4,
+            nsocks: 2,
             inline_max: 64 << 10,
             min_task: 64 << 10,
         }

@@ -24,7 +24,8 @@ impl Device<'_> {
     pub fn set(&self, gpu: usize) -> Result<(), String> {
         match self {
             Device::Host => Ok(()),
-            Device::Cuda(rt) => rt.set_device(gpu),
+            // More ranks than GPUs (`--launch procs`): ranks share them round robin.
+            Device::Cuda(rt) => rt.set_device(gpu % rt.device_count().max(1)),
         }
     }
 

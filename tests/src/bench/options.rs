@@ -364,6 +364,12 @@ pub fn parse(args: &[String], gpus: impl FnOnce() -> usize) -> Result<Options, S
                 return Err("--mem cuda: no GPU visible (or no CUDA runtime)".into());
             }
             o.ranks = match ranks {
+                // Processes may share a GPU (under MPS, each its own host: OXCCL_TEST_HOSTS);
+                // rank r runs on GPU r % GPUs.
+                Some(n) if n > g && o.launch == Launch::Procs => {
+                    eprintln!("oxccl-bench: {n} ranks on {g} GPUs: rank r runs on GPU r % {g}");
+                    n
+                }
                 Some(n) if n > g => {
                     eprintln!("oxccl-bench: {n} ranks asked for, {g} GPUs visible: running {g}");
                     g
