@@ -88,7 +88,7 @@ def worker(rank, world, backend, steps, store_port, expect_lib, expect_version):
         dist.init_process_group(backend, store=dist.PrefixStore("ddp/", store), rank=rank,
                                 world_size=world, timeout=TIMEOUT)
         model = make_model().to(dev)
-        ddp = DDP(model, device_ids=[rank] if nccl else None, bucket_cap_mb=0.25)
+        ddp = DDP(model, device_ids=[dev.index] if nccl else None, bucket_cap_mb=0.25)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
         xs, ys = make_data(rank, steps)
         losses = []

@@ -10,6 +10,7 @@
 
 pub mod connect;
 pub mod proxy;
+mod readiness;
 pub mod socket;
 
 use crate::error::Result;

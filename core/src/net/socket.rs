@@ -14,6 +14,7 @@
 //! fails the request on that side; a peer that closes between messages only marks the
 //! connection closed (a clean shutdown), and any later wait is the peer watch's business.
 
+use super::readiness::Readiness;
 use super::{CommRef, Handle, Listen, MemHandle, Net, PTR_HOST, Properties, RecvComm, Request};
 use super::{HANDLE_BYTES, SendComm};
 use crate::abort::Deadline;
@@ -100,6 +101,8 @@ pub struct SocketNet {
     handshake_timeout: Duration,
     config: SocketConfig,
     acceptor: Mutex<Option<Acceptor>>,
+    /// The epoll set of the receive sides' control sockets, made on first accept.
+    readiness: Mutex<Option<Arc<Readiness>>>,
 }
 
 /// The listener every `listen` of a [`SocketNet`] shares; connections are sorted by token.
@@ -127,7 +130,19 @@ impl SocketNet {
             handshake_timeout,
             config,
             acceptor: Mutex::new(None),
+            readiness: Mutex::new(None),
         }
+    }
+
+    /// The receive sides' epoll set, made on first use.
+    fn readiness(&self) -> Result<Arc<Readiness>> {
+        let mut slot = lock(&self.readiness);
+        if let Some(r) = &*slot {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(Readiness::new()?);
+        *slot = Some(r.clone());
+        Ok(r)
     }
 
     /// The shared listener's address and arrival table, started on first use.
@@ -409,6 +424,9 @@ struct RecvSide {
     /// The peer closed between messages.
     closed: bool,
     failed: Option<String>,
+    /// Set when the control socket may have data (see [`Readiness`]).
+    ready: Arc<AtomicBool>,
+    readiness: Arc<Readiness>,
 }
 
 /// One posted receive.
@@ -435,10 +453,21 @@ impl RecvSide {
 
     /// Reads into `buf` what the control socket has now: `Ok(n)`, 0 at a clean EOF.
     fn read_ctrl(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
+        if !self.ready.load(Ordering::Acquire) {
+            self.readiness.refresh();
+            if !self.ready.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+        }
         loop {
             match (&self.ctrl).read(buf) {
                 Ok(n) => return Ok(Some(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Bytes arriving after this read are reported by a later refresh (the set
+                    // is level triggered), so clearing the flag loses nothing.
+                    self.ready.store(false, Ordering::Release);
+                    return Ok(None);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.fail(e.to_string())),
             }
@@ -685,6 +714,8 @@ impl Net for SocketNet {
         for (i, s) in socks {
             lanes.push(Lane::start(s, false, format!("oxccl-net-rx{i}"))?);
         }
+        let readiness = self.readiness()?;
+        let ready = readiness.add(&ctrl)?;
         Ok(Some(RecvComm(Box::new(Arc::new(Mutex::new(RecvSide {
             peer,
             ctrl,
@@ -699,6 +730,8 @@ impl Net for SocketNet {
             hdr_got: 0,
             closed: false,
             failed: None,
+            ready,
+            readiness,
         }))))))
     }
 
@@ -836,6 +869,7 @@ impl Net for SocketNet {
     fn close_recv(&self, mut comm: RecvComm) -> Result<()> {
         let side = downcast::<Arc<Mutex<RecvSide>>>(&mut comm.0, "recv comm")?;
         let side = lock(side);
+        side.readiness.remove(&side.ctrl);
         let _ = side.ctrl.shutdown(Shutdown::Both);
         for l in &side.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
