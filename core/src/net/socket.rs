@@ -105,10 +105,13 @@ pub struct SocketNet {
     readiness: Mutex<Option<Arc<Readiness>>>,
 }
 
+/// Connections that arrived at a listener, by listen token: (socket index, socket).
+type Arrivals = Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>;
+
 /// The listener every `listen` of a [`SocketNet`] shares; connections are sorted by token.
 struct Acceptor {
     listener: AuthListener,
-    arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>,
+    arrived: Arrivals,
 }
 
 impl SocketNet {
@@ -146,14 +149,14 @@ impl SocketNet {
     }
 
     /// The shared listener's address and arrival table, started on first use.
-    fn acceptor(&self) -> Result<(SocketAddr, Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>)> {
+    fn acceptor(&self) -> Result<(SocketAddr, Arrivals)> {
         let mut slot = lock(&self.acceptor);
         if let Some(a) = &*slot {
             return Ok((a.listener.local_addr(), a.arrived.clone()));
         }
         let listener = TcpListener::bind((self.ip, 0))
             .map_err(|e| Error::io(format!("binding a network listener on {}", self.ip), e))?;
-        let arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>> = Arc::default();
+        let arrived: Arrivals = Arc::default();
         let (key, timeout, table) = (self.key, self.handshake_timeout, arrived.clone());
         let listener = AuthListener::spawn(listener, "net", move |stream, peer| {
             if let Err(why) = admit(&stream, key, timeout, &table) {
@@ -255,7 +258,7 @@ fn decode_handle(h: &Handle) -> Result<HandleInfo> {
 struct SocketListen {
     token: u64,
     nsocks: usize,
-    arrived: Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>,
+    arrived: Arrivals,
 }
 
 /// A byte range in memory the caller keeps valid until its request completes.
