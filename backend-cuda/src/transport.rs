@@ -5,8 +5,9 @@
 //! channels of its [`FifoGeometry`]: slots plus a head and a tail counter, each on its own
 //! 64-byte line. The allocation is published through the bootstrap; peers of the same
 //! process use its address directly (VMM access was granted to every P2P-capable device), peers in
-//! other processes of the same host import its exported descriptor. There is no SHM or NET
-//! fallback yet: a pair of devices without P2P access, or ranks on different hosts, fail at init.
+//! other processes of the same host import its exported descriptor. Ranks on other hosts, and
+//! pairs without P2P, are connected over the network instead (`crate::net`, `docs/transports.md`);
+//! there is no SHM transport yet.
 
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};

@@ -128,12 +128,47 @@ pub(crate) fn matches_filter(spec: &str, name: &str) -> bool {
     hit != exclude
 }
 
-/// The first address of an interface matching `spec`, or an error listing what exists.
-fn select_by_name(spec: &str, ifaces: &[IfaceAddr]) -> Result<IpAddr> {
+/// An address family NCCL's `NCCL_SOCKET_FAMILY` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// `AF_INET`.
+    V4,
+    /// `AF_INET6`.
+    V6,
+}
+
+impl Family {
+    /// `NCCL_SOCKET_FAMILY`: exactly `AF_INET` or `AF_INET6`, as NCCL reads it; anything else
+    /// (or nothing) filters nothing.
+    pub fn from_env() -> Option<Family> {
+        let v = std::env::var("NCCL_SOCKET_FAMILY").ok()?;
+        match v.trim() {
+            "AF_INET" => Some(Family::V4),
+            "AF_INET6" => Some(Family::V6),
+            "" => None,
+            other => {
+                tracing::warn!(target: "oxccl::bootstrap", "NCCL_SOCKET_FAMILY={other} is neither AF_INET nor AF_INET6; ignored");
+                None
+            }
+        }
+    }
+
+    fn admits(self, ip: &IpAddr) -> bool {
+        matches!(
+            (self, ip),
+            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
+        )
+    }
+}
+
+/// The first address of an interface matching `spec` (and `family`, if given), or an error
+/// listing what exists.
+fn select_by_name(spec: &str, family: Option<Family>, ifaces: &[IfaceAddr]) -> Result<IpAddr> {
     // Loopback only when the filter names it, so "^docker" still prefers a real NIC.
     let pick = ifaces
         .iter()
-        .filter(|i| matches_filter(spec, &i.name))
+        .filter(|i| spec.is_empty() || matches_filter(spec, &i.name))
+        .filter(|i| family.is_none_or(|f| f.admits(&i.addr)))
         .min_by_key(|i| i.addr.is_loopback());
     match pick {
         Some(i) => Ok(i.addr),
@@ -143,8 +178,13 @@ fn select_by_name(spec: &str, ifaces: &[IfaceAddr]) -> Result<IpAddr> {
                 .map(|i| format!("{} ({})", i.name, i.addr))
                 .collect();
             Err(Error::arg(format!(
-                "NCCL_SOCKET_IFNAME=\"{spec}\" matches no network interface with a usable \
+                "NCCL_SOCKET_IFNAME=\"{spec}\"{} matches no network interface with a usable \
                  address; interfaces found: {}",
+                match family {
+                    Some(Family::V4) => " with NCCL_SOCKET_FAMILY=AF_INET",
+                    Some(Family::V6) => " with NCCL_SOCKET_FAMILY=AF_INET6",
+                    None => "",
+                },
                 if found.is_empty() {
                     "none".to_string()
                 } else {
@@ -170,8 +210,9 @@ fn route_source(target: SocketAddr) -> Option<IpAddr> {
 /// The address a root listens on: the filter's interface, else the default route's source
 /// address, else loopback (single host).
 pub(crate) fn root_ip(ifname: Option<&str>) -> Result<IpAddr> {
-    if let Some(spec) = ifname {
-        return select_by_name(spec, &list_interfaces());
+    let family = Family::from_env();
+    if ifname.is_some() || family.is_some() {
+        return select_by_name(ifname.unwrap_or(""), family, &list_interfaces());
     }
     let public: SocketAddr = (Ipv4Addr::new(8, 8, 8, 8), 53).into();
     let ip = route_source(public).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
@@ -183,7 +224,7 @@ pub(crate) fn root_ip(ifname: Option<&str>) -> Result<IpAddr> {
 /// toward the root (peers that reach the root the same way reach us there).
 pub(crate) fn rank_ip(ifname: Option<&str>, root: SocketAddr) -> Result<IpAddr> {
     if let Some(spec) = ifname {
-        return select_by_name(spec, &list_interfaces());
+        return select_by_name(spec, Family::from_env(), &list_interfaces());
     }
     if root.ip().is_loopback() {
         return Ok(root.ip());
@@ -232,18 +273,18 @@ mod tests {
                 ]
             );
             assert_eq!(
-                select_by_name("ib", &ifs).unwrap(),
+                select_by_name("ib", None, &ifs).unwrap(),
                 IpAddr::from([10, 1, 2, 3])
             );
             assert_eq!(
-                select_by_name("^ib", &ifs).unwrap(),
+                select_by_name("^ib", None, &ifs).unwrap(),
                 IpAddr::from([192, 0, 2, 2])
             );
             assert_eq!(
-                select_by_name("=lo", &ifs).unwrap(),
+                select_by_name("=lo", None, &ifs).unwrap(),
                 IpAddr::from([127, 0, 0, 1])
             );
-            let err = select_by_name("enp", &ifs).unwrap_err().to_string();
+            let err = select_by_name("enp", None, &ifs).unwrap_err().to_string();
             assert!(err.contains("matches no network interface"), "{err}");
             assert!(err.contains("eth0 (192.0.2.2)"), "{err}");
         }
@@ -254,6 +295,31 @@ mod tests {
         );
         assert_eq!(v6.len(), 2);
         assert_eq!(v6[1].addr, "fd00::2".parse::<IpAddr>().unwrap());
+        // NCCL_SOCKET_FAMILY narrows the choice; an empty name filter admits every interface.
+        let mixed = [
+            IfaceAddr {
+                name: "eth0".into(),
+                addr: IpAddr::from([192, 0, 2, 2]),
+            },
+            v6[1].clone(),
+        ];
+        let v6_addr = "fd00::2".parse::<IpAddr>().unwrap();
+        assert_eq!(
+            select_by_name("eth", Some(Family::V6), &mixed).unwrap(),
+            v6_addr
+        );
+        assert_eq!(
+            select_by_name("", Some(Family::V6), &mixed).unwrap(),
+            v6_addr
+        );
+        assert_eq!(
+            select_by_name("", Some(Family::V4), &mixed).unwrap(),
+            IpAddr::from([192, 0, 2, 2])
+        );
+        let err = select_by_name("ib", Some(Family::V6), &mixed)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("AF_INET6"), "{err}");
     }
 
     #[test]
