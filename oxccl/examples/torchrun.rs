@@ -63,11 +63,12 @@ fn launch() {
                 .expect("start a rank")
         })
         .collect();
-    let ok = children
+    // Wait for every child, even after one failed.
+    let ok: Vec<bool> = children
         .into_iter()
         .map(|mut c| c.wait().map(|s| s.success()).unwrap_or(false))
-        .fold(true, |a, b| a && b);
-    if !ok {
+        .collect();
+    if !ok.iter().all(|&b| b) {
         eprintln!("a rank failed");
         std::process::exit(1);
     }

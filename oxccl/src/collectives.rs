@@ -469,7 +469,7 @@ impl Target<'_> {
     /// `len` / nranks, which must divide evenly.
     fn block(&self, what: &str, len: usize) -> Result<usize> {
         let n = self.comm.size();
-        if len % n != 0 {
+        if !len.is_multiple_of(n) {
             return Err(Error::arg(format!(
                 "{what}: buffer length {len} is not a multiple of the {n} ranks"
             )));

@@ -11,7 +11,7 @@ use crate::comm::Communicator;
 use crate::dispatch::{AnyStream, CommOps, RuntimeBackend};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use oxccl_core::CollArgs;
 use oxccl_core::datatype::RedOp;
 use oxccl_core::plan::{CollKind, P2pDir};

@@ -116,7 +116,7 @@
 //!
 //! - `cuda` (default): the CUDA backend. `hip` (default): the HIP backend.
 //! - `cudarc`: operations on cudarc's `CudaSlice<T>` on a cudarc `CudaStream`
-//!   ([`Communicator::on_cudarc`]).
+//!   (`Communicator::on_cudarc`).
 //! - `dispatch`: the raw, `unsafe` backend dispatch layer the C ABI (`oxccl-ffi`) is built on.
 //!
 //! # Environment
