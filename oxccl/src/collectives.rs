@@ -10,7 +10,7 @@ use crate::op::ReduceOp;
 use crate::stream::Stream;
 use oxccl_core::CollArgs;
 use oxccl_core::backend::DevicePtr;
-use oxccl_core::datatype::RedOp;
+use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::{AllToAllvLayout, CollKind, P2pDir};
 
 pub use crate::private::Target;
@@ -48,11 +48,12 @@ pub trait Collectives<'b> {
         op: ReduceOp<T>,
     ) -> Result<()> {
         same_len("all_reduce", send.len(), recv.len())?;
-        let a = args(
+        let a = coll_args(
             CollKind::AllReduce,
             send.addr(0),
             recv.addr(0),
             send.len(),
+            T::DTYPE,
             op.lower(),
             0,
         );
@@ -65,11 +66,12 @@ pub trait Collectives<'b> {
         buf: &'b mut DeviceBuffer<T>,
         op: ReduceOp<T>,
     ) -> Result<()> {
-        let a = args(
+        let a = coll_args(
             CollKind::AllReduce,
             buf.addr(0),
             buf.addr(0),
             buf.len(),
+            T::DTYPE,
             op.lower(),
             0,
         );
@@ -84,22 +86,9 @@ pub trait Collectives<'b> {
         recv: &'b mut DeviceBuffer<T>,
         root: usize,
     ) -> Result<()> {
-        let t = self.target();
-        t.check_rank("root", root)?;
-        let send = t.root_input("broadcast", send, root, recv.len())?;
-        let s = send.map_or(recv.addr(0), |b| b.addr(0));
-        let a = args(
-            CollKind::Broadcast,
-            s,
-            recv.addr(0),
-            recv.len(),
-            RedOp::Sum,
-            root,
-        );
-        match send {
-            Some(b) => t.launch(&[b, recv], a),
-            None => t.launch(&[recv], a),
-        }
+        let want = recv.len();
+        self.target()
+            .spread_from_root(CollKind::Broadcast, "broadcast", send, recv, want, root)
     }
 
     /// `ncclBroadcast` in place (`ncclBcast`): the root's `buf` is copied to every rank's.
@@ -109,11 +98,12 @@ pub trait Collectives<'b> {
         root: usize,
     ) -> Result<()> {
         self.target().check_rank("root", root)?;
-        let a = args(
+        let a = coll_args(
             CollKind::Broadcast,
             buf.addr(0),
             buf.addr(0),
             buf.len(),
+            T::DTYPE,
             RedOp::Sum,
             root,
         );
@@ -129,22 +119,16 @@ pub trait Collectives<'b> {
         op: ReduceOp<T>,
         root: usize,
     ) -> Result<()> {
-        let t = self.target();
-        t.check_rank("root", root)?;
-        let recv = t.root_output("reduce", recv, root, send.len())?;
-        let r = recv.as_ref().map_or(send.addr(0), |b| b.addr(0));
-        let a = args(
+        let want = send.len();
+        self.target().collect_at_root(
             CollKind::Reduce,
-            send.addr(0),
-            r,
-            send.len(),
+            "reduce",
+            send,
+            recv,
+            want,
             op.lower(),
             root,
-        );
-        match recv {
-            Some(b) => t.launch(&[send, b], a),
-            None => t.launch(&[send], a),
-        }
+        )
     }
 
     /// `ncclReduce` in place: the root's `buf` gets `op` over every rank's `buf`.
@@ -155,11 +139,12 @@ pub trait Collectives<'b> {
         root: usize,
     ) -> Result<()> {
         self.target().check_rank("root", root)?;
-        let a = args(
+        let a = coll_args(
             CollKind::Reduce,
             buf.addr(0),
             buf.addr(0),
             buf.len(),
+            T::DTYPE,
             op.lower(),
             root,
         );
@@ -175,11 +160,12 @@ pub trait Collectives<'b> {
     ) -> Result<()> {
         let t = self.target();
         t.check_multiple("all_gather", "receive", recv.len(), send.len())?;
-        let a = args(
+        let a = coll_args(
             CollKind::AllGather,
             send.addr(0),
             recv.addr(0),
             send.len(),
+            T::DTYPE,
             RedOp::Sum,
             0,
         );
@@ -192,11 +178,12 @@ pub trait Collectives<'b> {
         let t = self.target();
         let count = t.block("all_gather_in_place", buf.len())?;
         let me = t.comm.rank();
-        let a = args(
+        let a = coll_args(
             CollKind::AllGather,
             buf.addr(me * count),
             buf.addr(0),
             count,
+            T::DTYPE,
             RedOp::Sum,
             0,
         );
@@ -213,11 +200,12 @@ pub trait Collectives<'b> {
     ) -> Result<()> {
         let t = self.target();
         t.check_multiple("reduce_scatter", "send", send.len(), recv.len())?;
-        let a = args(
+        let a = coll_args(
             CollKind::ReduceScatter,
             send.addr(0),
             recv.addr(0),
             recv.len(),
+            T::DTYPE,
             op.lower(),
             0,
         );
@@ -234,11 +222,12 @@ pub trait Collectives<'b> {
         let t = self.target();
         let count = t.block("reduce_scatter_in_place", buf.len())?;
         let me = t.comm.rank();
-        let a = args(
+        let a = coll_args(
             CollKind::ReduceScatter,
             buf.addr(0),
             buf.addr(me * count),
             count,
+            T::DTYPE,
             op.lower(),
             0,
         );
@@ -255,11 +244,12 @@ pub trait Collectives<'b> {
         let t = self.target();
         same_len("all_to_all", send.len(), recv.len())?;
         let count = t.block("all_to_all", send.len())?;
-        let a = args(
+        let a = coll_args(
             CollKind::AllToAll,
             send.addr(0),
             recv.addr(0),
             count,
+            T::DTYPE,
             RedOp::Sum,
             0,
         );
@@ -305,11 +295,12 @@ pub trait Collectives<'b> {
         };
         fits(&l.send_counts, &l.send_displs, send.len(), "send")?;
         fits(&l.recv_counts, &l.recv_displs, recv.len(), "receive")?;
-        let mut a = args(
+        let mut a = coll_args(
             CollKind::AllToAllv,
             send.addr(0),
             recv.addr(0),
             0,
+            T::DTYPE,
             RedOp::Sum,
             0,
         );
@@ -326,22 +317,16 @@ pub trait Collectives<'b> {
         root: usize,
     ) -> Result<()> {
         let t = self.target();
-        t.check_rank("root", root)?;
         let want = send.len().saturating_mul(t.comm.size());
-        let recv = t.root_output("gather", recv, root, want)?;
-        let r = recv.as_ref().map_or(send.addr(0), |b| b.addr(0));
-        let a = args(
+        t.collect_at_root(
             CollKind::Gather,
-            send.addr(0),
-            r,
-            send.len(),
+            "gather",
+            send,
+            recv,
+            want,
             RedOp::Sum,
             root,
-        );
-        match recv {
-            Some(b) => t.launch(&[send, b], a),
-            None => t.launch(&[send], a),
-        }
+        )
     }
 
     /// `ncclGather` in place: block `rank` of every rank's `buf` (length a multiple of nranks)
@@ -351,11 +336,12 @@ pub trait Collectives<'b> {
         t.check_rank("root", root)?;
         let count = t.block("gather_in_place", buf.len())?;
         let me = t.comm.rank();
-        let a = args(
+        let a = coll_args(
             CollKind::Gather,
             buf.addr(me * count),
             buf.addr(0),
             count,
+            T::DTYPE,
             RedOp::Sum,
             root,
         );
@@ -371,22 +357,8 @@ pub trait Collectives<'b> {
         root: usize,
     ) -> Result<()> {
         let t = self.target();
-        t.check_rank("root", root)?;
         let want = recv.len().saturating_mul(t.comm.size());
-        let send = t.root_input("scatter", send, root, want)?;
-        let s = send.map_or(recv.addr(0), |b| b.addr(0));
-        let a = args(
-            CollKind::Scatter,
-            s,
-            recv.addr(0),
-            recv.len(),
-            RedOp::Sum,
-            root,
-        );
-        match send {
-            Some(b) => t.launch(&[b, recv], a),
-            None => t.launch(&[recv], a),
-        }
+        t.spread_from_root(CollKind::Scatter, "scatter", send, recv, want, root)
     }
 
     /// `ncclScatter` in place: block `p` of the root's `buf` (length a multiple of nranks)
@@ -400,11 +372,12 @@ pub trait Collectives<'b> {
         t.check_rank("root", root)?;
         let count = t.block("scatter_in_place", buf.len())?;
         let me = t.comm.rank();
-        let a = args(
+        let a = coll_args(
             CollKind::Scatter,
             buf.addr(0),
             buf.addr(me * count),
             count,
+            T::DTYPE,
             RedOp::Sum,
             root,
         );
@@ -425,11 +398,12 @@ pub trait Collectives<'b> {
 }
 
 /// Arguments of a collective without an AlltoAllv layout.
-fn args(
+pub(crate) fn coll_args(
     kind: CollKind,
     send: DevicePtr,
     recv: DevicePtr,
     count: usize,
+    dtype: DataType,
     op: RedOp,
     root: usize,
 ) -> CollArgs {
@@ -438,11 +412,20 @@ fn args(
         send,
         recv,
         count: count as u64,
-        dtype: oxccl_core::datatype::DataType::Uint8,
+        dtype,
         op,
         root: root as u32,
         layout: None,
     }
+}
+
+fn check_root_len(what: &str, which: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::arg(format!(
+            "{what}: the root's {which} buffer has {got} elements, it must have {want}"
+        )));
+    }
+    Ok(())
 }
 
 fn same_len(what: &str, send: usize, recv: usize) -> Result<()> {
@@ -488,56 +471,75 @@ impl Target<'_> {
         Ok(())
     }
 
-    /// The root's input buffer of a rooted operation: required (of `want` elements) on the root,
-    /// ignored elsewhere.
-    fn root_input<'x, T: Element>(
+    /// A rooted operation whose input lives on the root: `send` is required there (of `want`
+    /// elements) and ignored elsewhere; every rank's `recv` gets `recv.len()` elements.
+    fn spread_from_root<T: Element>(
         &self,
+        kind: CollKind,
         what: &str,
-        send: Option<&'x DeviceBuffer<T>>,
-        root: usize,
+        send: Option<&DeviceBuffer<T>>,
+        recv: &mut DeviceBuffer<T>,
         want: usize,
-    ) -> Result<Option<&'x DeviceBuffer<T>>> {
-        if self.comm.rank() != root {
-            return Ok(None);
-        }
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        let send = if self.comm.rank() == root {
+            let b =
+                send.ok_or_else(|| Error::arg(format!("{what}: the root needs a send buffer")))?;
+            check_root_len(what, "send", b.len(), want)?;
+            Some(b)
+        } else {
+            None
+        };
+        let s = send.map_or(recv.addr(0), |b| b.addr(0));
+        let a = coll_args(
+            kind,
+            s,
+            recv.addr(0),
+            recv.len(),
+            T::DTYPE,
+            RedOp::Sum,
+            root,
+        );
         match send {
-            None => Err(Error::arg(format!("{what}: the root needs a send buffer"))),
-            Some(b) if b.len() != want => Err(Error::arg(format!(
-                "{what}: the root's send buffer has {} elements, it must have {want}",
-                b.len()
-            ))),
-            Some(b) => Ok(Some(b)),
+            Some(b) => self.launch(&[b, recv], a),
+            None => self.launch(&[recv], a),
         }
     }
 
-    /// The root's output buffer of a rooted operation: required (of `want` elements) on the
-    /// root, ignored elsewhere.
-    fn root_output<'x, T: Element>(
+    /// A rooted operation whose output lives on the root: `recv` is required there (of `want`
+    /// elements) and ignored elsewhere; every rank sends all of `send`.
+    #[allow(clippy::too_many_arguments)]
+    fn collect_at_root<T: Element>(
         &self,
+        kind: CollKind,
         what: &str,
-        recv: Option<&'x mut DeviceBuffer<T>>,
-        root: usize,
+        send: &DeviceBuffer<T>,
+        recv: Option<&mut DeviceBuffer<T>>,
         want: usize,
-    ) -> Result<Option<&'x mut DeviceBuffer<T>>> {
-        if self.comm.rank() != root {
-            return Ok(None);
-        }
+        op: RedOp,
+        root: usize,
+    ) -> Result<()> {
+        self.check_rank("root", root)?;
+        let recv = if self.comm.rank() == root {
+            let b =
+                recv.ok_or_else(|| Error::arg(format!("{what}: the root needs a receive buffer")))?;
+            check_root_len(what, "receive", b.len(), want)?;
+            Some(b)
+        } else {
+            None
+        };
+        let r = recv.as_ref().map_or(send.addr(0), |b| b.addr(0));
+        let a = coll_args(kind, send.addr(0), r, send.len(), T::DTYPE, op, root);
         match recv {
-            None => Err(Error::arg(format!(
-                "{what}: the root needs a receive buffer"
-            ))),
-            Some(b) if b.len() != want => Err(Error::arg(format!(
-                "{what}: the root's receive buffer has {} elements, it must have {want}",
-                b.len()
-            ))),
-            Some(b) => Ok(Some(b)),
+            Some(b) => self.launch(&[send, b], a),
+            None => self.launch(&[send], a),
         }
     }
 
     /// Checks places and group state, orders the buffers' streams, queues the collective.
-    fn launch<T: Element>(&self, bufs: &[&DeviceBuffer<T>], mut a: CollArgs) -> Result<()> {
+    fn launch<T: Element>(&self, bufs: &[&DeviceBuffer<T>], a: CollArgs) -> Result<()> {
         self.prepare(bufs)?;
-        a.dtype = T::DTYPE;
         // SAFETY: every address lies in a live `DeviceBuffer` of this communicator's device,
         // sized for the operation by the checks above. The buffers are borrowed until the call
         // (or, in a group, the group's end) returns, and afterwards their release and host

@@ -7,12 +7,12 @@
 //! use, so cudarc's stream-ordered free and its later uses wait for it.
 
 use crate::Element;
+use crate::collectives::coll_args;
 use crate::comm::Communicator;
 use crate::dispatch::{AnyStream, CommOps, RuntimeBackend};
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use oxccl_core::CollArgs;
 use oxccl_core::datatype::RedOp;
 use oxccl_core::plan::{CollKind, P2pDir};
 use std::sync::Arc;
@@ -168,7 +168,7 @@ impl CudarcOps<'_> {
         Ok(unsafe {
             self.comm
                 .comm
-                .collective_on(coll(kind, s, r, count, T::DTYPE, op, 0), &self.stream)
+                .collective_on(coll_args(kind, s, r, count, T::DTYPE, op, 0), &self.stream)
         }?)
     }
 
@@ -186,7 +186,7 @@ impl CudarcOps<'_> {
         Communicator::check_no_group()?;
         let size = size_of::<T>() as u64;
         let (p, _written) = buf.device_ptr_mut(self.cudarc);
-        let a = coll(
+        let a = coll_args(
             kind,
             p + send_at as u64 * size,
             p + recv_at as u64 * size,
@@ -207,25 +207,4 @@ fn check_len(what: &str, want: usize, got: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn coll(
-    kind: CollKind,
-    send: u64,
-    recv: u64,
-    count: usize,
-    dtype: oxccl_core::datatype::DataType,
-    op: RedOp,
-    root: usize,
-) -> CollArgs {
-    CollArgs {
-        kind,
-        send,
-        recv,
-        count: count as u64,
-        dtype,
-        op,
-        root: root as u32,
-        layout: None,
-    }
 }
