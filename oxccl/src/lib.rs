@@ -125,6 +125,8 @@
 //! variables (`NCCL_DEBUG`, `NCCL_ALGO`, `NCCL_PROTO`, `NCCL_SOCKET_IFNAME`, ...) apply as they
 //! do to the C library.
 
+#![warn(missing_docs)]
+
 mod buffer;
 mod collectives;
 mod comm;
@@ -163,3 +165,20 @@ pub use op::ReduceOp;
 pub use raw::RawCollective;
 pub use runtime::{Device, Runtime};
 pub use stream::Stream;
+
+#[cfg(test)]
+mod tests {
+    /// The handles a program shares between rank threads are `Send` and `Sync`.
+    #[test]
+    fn handles_cross_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<crate::Runtime>();
+        shared::<crate::Device>();
+        shared::<crate::Communicator>();
+        shared::<crate::DeviceBuffer<f32>>();
+        shared::<crate::Stream>();
+        shared::<crate::UniqueId>();
+        shared::<crate::AbortHandle>();
+        shared::<crate::Error>();
+    }
+}
