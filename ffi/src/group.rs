@@ -10,7 +10,7 @@
 //!
 //! Argument errors are still reported at the call, as NCCL does, and fail the group end too.
 
-use crate::runtime::{AnyComm, CommOps};
+use oxccl::dispatch::{AnyComm, CommOps};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::comm::group as core_group;
 use oxccl_core::datatype::DataType;

@@ -7,7 +7,7 @@
 //! anything is dereferenced. Addresses are never reused, so a stale handle cannot alias a new one.
 
 use crate::abi::{ncclComm, ncclComm_t};
-use crate::runtime::{AnyComm, CommOps};
+use oxccl::dispatch::{AnyComm, CommOps};
 use oxccl_core::{Error, Result};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};

@@ -1,5 +1,7 @@
 //! oxccl's C ABI: builds as a drop-in `libnccl.so.2` (feature `nccl`, the default) or
-//! `librccl.so.1` (feature `rccl`), and is the Rust entry point that picks a backend at run time.
+//! `librccl.so.1` (feature `rccl`). A thin layer on top of the `oxccl` crate, whose `dispatch`
+//! module picks the backend at run time: this crate keeps the C handles, result codes and the
+//! last-error text.
 //!
 //! Layout:
 //! - [`abi`]: the C types of `include/nccl.h` / `include/rccl/rccl.h`; [`decl`] checks every
@@ -7,7 +9,6 @@
 //! - [`boundary`]: the panic/error boundary and the macro emitting `ncclX` + `pncclX`.
 //! - [`api`]: the exports. [`handles`]: `ncclComm_t` registry. [`group`]: group bookkeeping.
 //! - [`config`]: versioned `ncclConfig_t`. [`last_error`]: `ncclGetLastError`'s buffer.
-//! - [`runtime`]: the `enum_dispatch` enums over the compiled-in backends.
 //!
 //! Only `#[no_mangle]` functions of this crate are exported from the shared library; rustc's
 //! version script hides everything else.
@@ -30,6 +31,5 @@ pub mod handles;
 pub mod last_error;
 pub mod msccl;
 pub mod result;
-pub mod runtime;
 
-pub use runtime::{AnyBackend, AnyComm, CommOps, RuntimeBackend, backend};
+pub use oxccl::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend, backend};

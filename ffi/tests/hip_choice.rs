@@ -4,8 +4,8 @@
 //! binary with its own `OXCCL_BACKEND`.
 #![cfg(feature = "rccl")]
 
-use oxccl::abi::{Stream, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
-use oxccl::api::{
+use oxccl_ffi::abi::{Stream, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
+use oxccl_ffi::api::{
     ncclAllReduce, ncclCommDestroy, ncclCommInitRank, ncclGetLastError, ncclGetUniqueId,
 };
 use std::ffi::CStr;

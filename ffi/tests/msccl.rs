@@ -2,11 +2,11 @@
 //! thread-ranks of the host backend, checked element by element against a direct reference, and
 //! malformed files refused with a sentence.
 
-use oxccl::msccl::{MscclAlgo, run};
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::{Communicator, Error, HostBackend};
+use oxccl_ffi::msccl::{MscclAlgo, run};
 use std::path::PathBuf;
 use std::sync::Arc;
 

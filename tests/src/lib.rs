@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod cudart;
 pub mod nccl_lib;
+pub mod safe;
 pub mod suite;
 
 use oxccl_core::datatype::{DataType, RedOp, Scalar, ScalarSource};

@@ -147,7 +147,7 @@ pub fn build(flavour: Flavour, profile: Profile) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("{cmd:?} failed with {status}"));
     }
-    let lib = target.join(profile.dir()).join("liboxccl.so");
+    let lib = target.join(profile.dir()).join("liboxccl_ffi.so");
     if !lib.is_file() {
         return Err(format!("cargo did not produce {}", lib.display()));
     }

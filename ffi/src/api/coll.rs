@@ -8,7 +8,7 @@ use crate::abi::{
 use crate::boundary::nccl_api;
 use crate::group::{self, Op};
 use crate::handles::{self, Live, Need};
-use crate::runtime::CommOps;
+use oxccl::dispatch::CommOps;
 use oxccl_core::datatype::{DataType, RedOp, Scalar, ScalarSource};
 use oxccl_core::plan::{AllToAllvLayout, CollKind, P2pDir};
 use oxccl_core::{CollArgs, Error, Result};

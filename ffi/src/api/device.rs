@@ -11,7 +11,7 @@ use crate::abi::{
 };
 use crate::boundary::nccl_api;
 use crate::handles::{self, Need};
-use crate::runtime::CommOps;
+use oxccl::dispatch::CommOps;
 use oxccl_core::{Error, Result};
 use std::ffi::c_int;
 

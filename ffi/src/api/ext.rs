@@ -4,7 +4,7 @@ use super::out;
 use crate::abi::{NCCL_SUSPEND_MEM, ncclComm_t, ncclCommMemStat_t, ncclConfig_t, ncclUniqueId};
 use crate::boundary::nccl_api;
 use crate::handles::{self, Need};
-use crate::runtime::CommOps;
+use oxccl::dispatch::CommOps;
 use oxccl_core::bootstrap::UNIQUE_ID_BYTES;
 use oxccl_core::{Error, Result};
 use std::ffi::{c_char, c_int};

@@ -7,8 +7,8 @@ use crate::abi::{
 };
 use crate::boundary::nccl_api;
 use crate::handles::{self, Life, Need};
-use crate::runtime::{self, AnyComm, CommOps, RuntimeBackend};
 use crate::{config, last_error, result};
+use oxccl::dispatch::{self as runtime, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::bootstrap::{BootstrapOptions, UNIQUE_ID_BYTES, UniqueId};
 use oxccl_core::{Error, Result};
 use std::ffi::{c_char, c_int};

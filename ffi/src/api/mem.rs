@@ -6,7 +6,7 @@ use crate::abi::{
 };
 use crate::boundary::nccl_api;
 use crate::handles::{self, Need, Registration, Window};
-use crate::runtime::{self, RuntimeBackend};
+use oxccl::dispatch::{self as runtime, RuntimeBackend};
 use oxccl_core::{Error, Result};
 use std::ffi::{c_int, c_void};
 

@@ -8,7 +8,7 @@ use crate::abi::{
 use crate::boundary::nccl_api;
 use crate::group;
 use crate::handles::{self, Need};
-use crate::runtime::CommOps;
+use oxccl::dispatch::CommOps;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Error, Result};

@@ -1,14 +1,13 @@
 //! The C side of `mscclLoadAlgo` / `mscclRunAlgo` / `mscclUnloadAlgo` (exported by `api::rccl`).
 
-use super::{handle_algo, load_handle, run, unload_handle};
+use super::{handle_algo, load_handle, plan, unload_handle};
 use crate::abi::{Stream, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use crate::group;
 use crate::handles::{self, Need};
-use crate::runtime::{AnyComm, CommOps, FfiBackend, GenComm};
+use oxccl::dispatch::CommOps;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::{Error, Result};
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::Arc;
 
 /// Parses the file at `path` and returns its handle.
 ///
@@ -65,29 +64,11 @@ pub(crate) unsafe fn run_c(
     if count > 0 && recv.is_null() {
         return Err(Error::arg("receive buffer is NULL"));
     }
-    let args = (&algo, send as u64, recv as u64, count as u64, dt, op);
-    let raw = stream.0 as usize;
-    match &live.comm {
+    let at = (live.comm.rank() as u32, live.comm.nranks());
+    let (send, recv) = (send as u64, recv as u64);
+    match plan(&algo, at, send, recv, count as u64, dt, op)? {
         // SAFETY: forwarded from the caller.
-        AnyComm::Host(g) => unsafe { run_on(g, args, raw) },
-        // SAFETY: forwarded from the caller.
-        #[cfg(feature = "rccl")]
-        AnyComm::Hip(g) => unsafe { run_on(g, args, raw) },
+        Some(build) => unsafe { live.comm.run_plan(build, send, recv, stream.0 as usize) },
+        None => Ok(()),
     }
-}
-
-type Args<'a> = (&'a Arc<super::MscclAlgo>, u64, u64, u64, DataType, RedOp);
-
-/// # Safety
-/// As for [`run_c`]; `raw` is 0 or a live stream handle of `B`'s runtime.
-unsafe fn run_on<B: FfiBackend>(
-    g: &GenComm<B>,
-    (algo, send, recv, count, dt, op): Args,
-    raw: usize,
-) -> Result<()> {
-    let comm = g.communicator();
-    // SAFETY: forwarded from the caller.
-    let stream = unsafe { comm.backend().comm_stream(raw) }?;
-    // SAFETY: forwarded from the caller.
-    unsafe { run(comm, algo, send, recv, count, dt, op, &stream) }
 }

@@ -1,13 +1,14 @@
 //! MSCCL algorithm files run through our own plan format: custom collectives as data.
 //!
 //! [`MscclAlgo::load`] / [`MscclAlgo::parse`] read and check an algorithm (every rank's part), and
-//! [`MscclAlgo::lower`] turns one rank's part into a [`WorkDesc`](oxccl_core::plan::WorkDesc)
+//! [`MscclAlgo::lower`] turns one rank's part into a [`WorkDesc`]
 //! that [`Communicator::run_plan`] runs like any collective. [`run`] does both for embedders;
 //! `mscclLoadAlgo` / `mscclRunAlgo` / `mscclUnloadAlgo` (RCCL flavour) go through the handle
 //! table here. The supported subset and the mapping are in `docs/msccl.md`.
 
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::datatype::{DataType, RedOp, Reduction};
+use oxccl_core::plan::WorkDesc;
 use oxccl_core::{Communicator, Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,9 @@ mod parse;
 
 pub use lower::Sizes;
 pub use parse::{Buf, ChunkRef, Gpu, MStep, MscclAlgo, StepType, Tb};
+
+/// Builds a plan that runs `algo` on rank `rank` of `nranks`.
+pub type PlanBuilder = Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>;
 
 /// Runs `algo` as one collective on `comm`: `count` as [`MscclAlgo::sizes`] explains, `op` where
 /// steps reduce (Sum, Prod, Max, Min, PreMulSum; Avg is refused). A count of 0 does nothing.
@@ -37,7 +41,25 @@ pub unsafe fn run<B: Backend>(
     op: RedOp,
     stream: &B::Stream,
 ) -> Result<()> {
-    let nranks = comm.nranks();
+    let at = (comm.rank() as u32, comm.nranks());
+    match plan(algo, at, send, recv, count, dtype, op)? {
+        // SAFETY: forwarded from the caller.
+        Some(build) => unsafe { comm.run_plan(build, send, recv, stream) },
+        None => Ok(()),
+    }
+}
+
+/// Checks `algo`'s arguments for rank `rank` of `nranks` and returns the builder of its plan;
+/// `None` when there is nothing to do (a count of 0).
+pub fn plan(
+    algo: &Arc<MscclAlgo>,
+    (rank, nranks): (u32, usize),
+    send: DevicePtr,
+    recv: DevicePtr,
+    count: u64,
+    dtype: DataType,
+    op: RedOp,
+) -> Result<Option<PlanBuilder>> {
     let sizes = algo.sizes(count, nranks)?;
     let reduction = if algo.reduces() {
         if op == RedOp::Avg {
@@ -52,7 +74,7 @@ pub unsafe fn run<B: Backend>(
         Reduction::none()
     };
     if count == 0 {
-        return Ok(());
+        return Ok(None);
     }
     let esize = dtype.size() as u64;
     let (s_end, r_end) = (
@@ -72,11 +94,10 @@ pub unsafe fn run<B: Backend>(
             algo.source
         )));
     }
-    let rank = comm.rank() as u32;
     let algo = algo.clone();
-    let build = Box::new(move |seq| algo.lower(rank, sizes.chunk, dtype, reduction, seq));
-    // SAFETY: forwarded from the caller.
-    unsafe { comm.run_plan(build, send, recv, stream) }
+    Ok(Some(Box::new(move |seq| {
+        algo.lower(rank, sizes.chunk, dtype, reduction, seq)
+    })))
 }
 
 /// Algorithms loaded by [`load_handle`], by handle (`mscclAlgoHandle_t`).

@@ -1,0 +1,79 @@
+//! Which backend a process uses: `OXCCL_BACKEND`, else CUDA, then HIP, then the host.
+
+use super::{AnyBackend, Backed};
+use oxccl_core::{Error, HostBackend, Result};
+use std::sync::{Arc, OnceLock};
+
+/// Picks a backend from `OXCCL_BACKEND` (`host`, `cuda`, `hip`, `auto` or unset).
+///
+/// Unset or `auto`: the first of CUDA and HIP whose runtime loads and has a device, else the
+/// host. A named device backend that cannot be used is an error, never a silent fallback.
+pub fn choose() -> Result<AnyBackend> {
+    let wanted = std::env::var("OXCCL_BACKEND")
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match wanted.as_str() {
+        "host" => Ok(host()),
+        #[cfg(feature = "cuda")]
+        "cuda" => cuda(),
+        #[cfg(feature = "hip")]
+        "hip" => hip(),
+        "" | "auto" => {
+            #[cfg(feature = "cuda")]
+            match cuda() {
+                Ok(b) => return Ok(b),
+                Err(e) => tracing::info!(target: "oxccl::init", "not using CUDA: {e}"),
+            }
+            #[cfg(feature = "hip")]
+            match hip() {
+                Ok(b) => return Ok(b),
+                Err(e) => tracing::info!(target: "oxccl::init", "not using HIP: {e}"),
+            }
+            tracing::info!(target: "oxccl::init", "using the host backend");
+            Ok(host())
+        }
+        // Each build matches its own device backends above; only missing ones reach here.
+        #[allow(unreachable_patterns)]
+        "cuda" | "hip" => Err(Error::usage(format!(
+            "OXCCL_BACKEND={wanted}: this build of oxccl has no {wanted} backend; use OXCCL_BACKEND=host"
+        ))),
+        other => Err(Error::arg(format!(
+            "OXCCL_BACKEND={other} is not one of host, cuda, hip, auto"
+        ))),
+    }
+}
+
+/// The host backend.
+pub(crate) fn host() -> AnyBackend {
+    AnyBackend::from(Backed(Arc::new(HostBackend::new())))
+}
+
+/// The CUDA backend when its driver loads and has a device.
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda() -> Result<AnyBackend> {
+    let b = oxccl_cuda::CudaBackend::load()?;
+    let n = oxccl_core::backend::Backend::device_count(&b)?;
+    if n == 0 {
+        return Err(Error::usage("no CUDA device"));
+    }
+    tracing::info!(target: "oxccl::init", "using the CUDA backend ({n} devices)");
+    Ok(AnyBackend::from(Backed(Arc::new(b))))
+}
+
+/// The HIP backend when its runtime loads and has a device.
+#[cfg(feature = "hip")]
+pub(crate) fn hip() -> Result<AnyBackend> {
+    let b = oxccl_hip::HipBackend::load()?;
+    tracing::info!(target: "oxccl::init", "using the HIP backend ({:?})", b.runtime());
+    Ok(AnyBackend::from(Backed(Arc::new(b))))
+}
+
+/// The process-wide backend, chosen on first use (what the C ABI and `Runtime::auto` share).
+pub fn backend() -> Result<&'static Arc<AnyBackend>> {
+    static BACKEND: OnceLock<Result<Arc<AnyBackend>>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| choose().map(Arc::new))
+        .as_ref()
+        .map_err(Clone::clone)
+}

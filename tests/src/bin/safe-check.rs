@@ -1,0 +1,306 @@
+//! The safe `oxccl` API on real devices: its correctness matrix, and its overhead over the raw
+//! core path.
+//!
+//! ```text
+//! safe-check [--backend auto|cuda|host] [--ranks N] [--counts 0,1,7,1048579] [--bench] [--iters N]
+//! ```
+//! One thread per rank, rank `r` on device `r % devices` (default: one rank per device, at least
+//! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
+//! `--counts`, through the typed methods; prints one `FAIL` line per wrong case and
+//! `RESULT pass=P fail=F`, exits 1 on a failure and 2 when the backend is missing.
+//!
+//! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
+//! followed by one synchronize, in place and out of place, through the safe API and through
+//! core's `Communicator::collective` on the same backend (separate communicators, same
+//! devices); the median of 5 rounds, and the difference, in microseconds.
+
+use oxccl::{Collectives, Communicator, ReduceOp, Runtime, UniqueId};
+use oxccl_core::backend::{Backend, DevicePtr};
+use oxccl_core::comm::CollArgs;
+use oxccl_core::datatype::{DataType, RedOp};
+use oxccl_core::plan::CollKind;
+use oxccl_tests::safe::run_safe_case;
+use oxccl_tests::suite::full_matrix;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+struct Opts {
+    backend: String,
+    ranks: Option<usize>,
+    counts: Vec<usize>,
+    bench: bool,
+    iters: usize,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        backend: "auto".into(),
+        ranks: None,
+        counts: vec![0, 1, 7, 1_048_579],
+        bench: false,
+        iters: 2000,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || {
+            args.next()
+                .unwrap_or_else(|| usage(&format!("{a} needs a value")))
+        };
+        match a.as_str() {
+            "--backend" => o.backend = val(),
+            "--ranks" => o.ranks = Some(val().parse().unwrap_or_else(|_| usage("bad --ranks"))),
+            "--counts" => {
+                o.counts = val()
+                    .split(',')
+                    .map(|c| c.parse().unwrap_or_else(|_| usage("bad --counts")))
+                    .collect()
+            }
+            "--iters" => o.iters = val().parse().unwrap_or_else(|_| usage("bad --iters")),
+            "--bench" => o.bench = true,
+            _ => usage(&format!("unknown argument {a}")),
+        }
+    }
+    o
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!(
+        "{why}\nusage: safe-check [--backend auto|cuda|host] [--ranks N] [--counts 0,1,7] [--bench] [--iters N]"
+    );
+    std::process::exit(64);
+}
+
+fn runtime(name: &str) -> oxccl::Result<Runtime> {
+    match name {
+        "host" => Ok(Runtime::host()),
+        "cuda" => Runtime::cuda(),
+        _ => Runtime::auto(),
+    }
+}
+
+/// One communicator per rank, one thread each, all running `f`.
+fn on_ranks<R: Send>(
+    rt: &Runtime,
+    n: usize,
+    f: impl Fn(&Communicator) -> R + Sync,
+) -> oxccl::Result<Vec<R>> {
+    let ndev = rt.device_count()?;
+    let id = UniqueId::new()?;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let f = &f;
+                s.spawn(move || -> oxccl::Result<R> {
+                    let comm = Communicator::init(&id, r, n, &rt.device(r % ndev)?)?;
+                    let out = f(&comm);
+                    comm.finalize()?;
+                    Ok(out)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect()
+    })
+}
+
+fn matrix(rt: &Runtime, n: usize, counts: &[usize]) -> usize {
+    let cases = full_matrix(n, counts, &DataType::ALL);
+    let start = Instant::now();
+    let results = on_ranks(rt, n, |comm| {
+        cases
+            .iter()
+            .map(|c| match run_safe_case(comm, c) {
+                Ok(0) => None,
+                Ok(w) => Some(format!("rank {}: {c:?}: {w} wrong elements", comm.rank())),
+                Err(e) => Some(format!("rank {}: {c:?}: error {e}", comm.rank())),
+            })
+            .collect::<Vec<_>>()
+    })
+    .unwrap_or_else(|e| {
+        println!("FAIL: {e}");
+        std::process::exit(1)
+    });
+    let mut fail = 0;
+    for line in results.iter().flatten().flatten() {
+        println!("FAIL {line}");
+        fail += 1;
+    }
+    let total = cases.len() * n;
+    println!(
+        "safe API matrix on {} with {n} ranks: {} cases per rank in {:.1} s",
+        rt.name(),
+        cases.len(),
+        start.elapsed().as_secs_f64()
+    );
+    println!("RESULT pass={} fail={fail}", total - fail);
+    fail
+}
+
+/// Median of microseconds per operation over 5 rounds of `iters` calls of `op` followed by
+/// `sync`, measured on every rank (rounds start together).
+fn time_rounds(iters: usize, barrier: &Barrier, mut op: impl FnMut(), sync: impl Fn()) -> f64 {
+    // Warm-up: first launches load modules and grow arenas.
+    for _ in 0..50 {
+        op();
+    }
+    sync();
+    let mut rounds: Vec<f64> = (0..5)
+        .map(|_| {
+            barrier.wait();
+            let t = Instant::now();
+            for _ in 0..iters {
+                op();
+            }
+            sync();
+            t.elapsed().as_secs_f64() * 1e6 / iters as f64
+        })
+        .collect();
+    rounds.sort_by(|a, b| a.total_cmp(b));
+    rounds[2]
+}
+
+/// Times 8-byte AllReduce through the safe API: (in place, out of place) microseconds per op.
+fn bench_safe(rt: &Runtime, n: usize, iters: usize) -> Vec<(f64, f64)> {
+    let barrier = Barrier::new(n);
+    on_ranks(rt, n, |comm| {
+        let dev = comm.device();
+        let mut buf = dev.buffer_from(&[1.0f32, 2.0]).expect("alloc");
+        let send = dev.buffer_from(&[1.0f32, 2.0]).expect("alloc");
+        let mut recv = dev.alloc::<f32>(2).expect("alloc");
+        let sync = || comm.synchronize().expect("synchronize");
+        let inp = time_rounds(
+            iters,
+            &barrier,
+            || {
+                comm.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+                    .expect("all_reduce")
+            },
+            sync,
+        );
+        let oop = time_rounds(
+            iters,
+            &barrier,
+            || {
+                comm.all_reduce(&send, &mut recv, ReduceOp::Sum)
+                    .expect("all_reduce")
+            },
+            sync,
+        );
+        (inp, oop)
+    })
+    .expect("safe bench")
+}
+
+/// Times the same through core's `Communicator::collective` on backend `B`.
+fn bench_raw<B: Backend>(
+    backend: Arc<B>,
+    n: usize,
+    iters: usize,
+    make_stream: impl Fn(&B, i32) -> B::Stream + Sync,
+) -> Vec<(f64, f64)> {
+    let ndev = backend.device_count().expect("device count");
+    let id = oxccl_core::bootstrap::UniqueId::generate(
+        &oxccl_core::bootstrap::BootstrapOptions::from_env(),
+    )
+    .expect("unique id");
+    let barrier = Barrier::new(n);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (backend, barrier, make_stream) = (backend.clone(), &barrier, &make_stream);
+                s.spawn(move || {
+                    let dev = (r % ndev) as i32;
+                    let comm = oxccl_core::Communicator::init_rank(
+                        backend.clone(),
+                        n,
+                        id,
+                        r,
+                        dev,
+                        oxccl_core::config::CommConfig::from_env(),
+                    )
+                    .expect("core init");
+                    let stream = make_stream(&backend, dev);
+                    let bufs: Vec<DevicePtr> = (0..3)
+                        .map(|_| backend.mem_alloc(dev, 8).expect("alloc"))
+                        .collect();
+                    let args = |send, recv| CollArgs {
+                        kind: CollKind::AllReduce,
+                        send,
+                        recv,
+                        count: 2,
+                        dtype: DataType::Float32,
+                        op: RedOp::Sum,
+                        root: 0,
+                        layout: None,
+                    };
+                    let sync = || backend.stream_synchronize(&stream).expect("sync");
+                    let run = |a: CollArgs| {
+                        // SAFETY: the buffers are 8-byte allocations of this device that live
+                        // until after the final synchronize below.
+                        unsafe { comm.collective(a, &stream) }.expect("collective")
+                    };
+                    let inp = time_rounds(iters, barrier, || run(args(bufs[0], bufs[0])), sync);
+                    let oop = time_rounds(iters, barrier, || run(args(bufs[1], bufs[2])), sync);
+                    sync();
+                    for p in bufs {
+                        // SAFETY: the stream was synchronized; nothing uses the buffers.
+                        unsafe { backend.mem_free(p) }.expect("free");
+                    }
+                    (inp, oop)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank")).collect()
+    })
+}
+
+fn bench(rt: &Runtime, n: usize, iters: usize) {
+    let safe = bench_safe(rt, n, iters);
+    let raw = match rt.name() {
+        "cuda" => {
+            let b = Arc::new(oxccl_cuda::CudaBackend::load().expect("CUDA"));
+            bench_raw(b, n, iters, |b, d| b.stream_create(d).expect("stream"))
+        }
+        _ => {
+            let b = Arc::new(oxccl_core::HostBackend::new());
+            bench_raw(b, n, iters, |b, _| b.stream_create().expect("stream"))
+        }
+    };
+    println!(
+        "8 B AllReduce, eager, {} on {n} ranks, {iters} calls then one synchronize, median of 5 (us per op):",
+        rt.name()
+    );
+    println!(
+        "rank  safe-inplace  raw-inplace  overhead  safe-outofplace  raw-outofplace  overhead"
+    );
+    for (r, ((si, so), (ri, ro))) in safe.iter().zip(&raw).enumerate() {
+        println!(
+            "{r:>4}  {si:>12.3}  {ri:>11.3}  {:>8.3}  {so:>15.3}  {ro:>14.3}  {:>8.3}",
+            si - ri,
+            so - ro
+        );
+    }
+}
+
+fn main() {
+    let o = opts();
+    let rt = match runtime(&o.backend) {
+        Ok(rt) => rt,
+        Err(e) => {
+            println!("SKIP: {e}");
+            std::process::exit(2);
+        }
+    };
+    let ndev = rt.device_count().unwrap_or(1);
+    let n = o
+        .ranks
+        .unwrap_or(if rt.name() == "host" { 2 } else { ndev });
+    if o.bench {
+        bench(&rt, n, o.iters);
+        return;
+    }
+    if matrix(&rt, n, &o.counts) > 0 {
+        std::process::exit(1);
+    }
+}
