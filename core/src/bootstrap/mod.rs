@@ -19,6 +19,7 @@ pub(crate) mod mailbox;
 mod peers;
 pub(crate) mod process;
 mod root;
+pub(crate) mod side;
 mod unique_id;
 pub(crate) mod wire;
 
