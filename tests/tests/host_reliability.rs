@@ -268,8 +268,8 @@ fn check_mode_names_mismatched_count_type_and_root() {
 #[ignore = "a measurement, not a test"]
 fn check_mode_cost() {
     let iters = 2000;
-    for check in [false, true] {
-        let times = with_ranks(4, settings(Some(120.0), false, check), |_, comm, stream| {
+    for (watchdog, check) in [(None, false), (Some(120.0), false), (Some(120.0), true)] {
+        let times = with_ranks(4, settings(watchdog, false, check), |_, comm, stream| {
             let mut buf = vec![1f32; 8];
             for _ in 0..100 {
                 all_reduce(
@@ -299,6 +299,8 @@ fn check_mode_cost() {
             t.elapsed()
         });
         let us = times[0].as_secs_f64() * 1e6 / iters as f64;
-        println!("check mode {check}: {us:.1} us per 8-element AllReduce, 4 ranks");
+        println!(
+            "watchdog {watchdog:?} s, check mode {check}: {us:.1} us per 8-element AllReduce, 4 ranks"
+        );
     }
 }

@@ -52,7 +52,7 @@ fn sigstopped_rank_is_named_and_results_stay_correct() {
     }
     drop(tx);
     let mut lines: Vec<(usize, String, Instant)> = Vec::new();
-    let mut next = |lines: &mut Vec<(usize, String, Instant)>, what: &str| {
+    let next = |lines: &mut Vec<(usize, String, Instant)>, what: &str| {
         let (rank, line, at) = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("no output while waiting for {what}; so far: {lines:?}"));
