@@ -12,6 +12,8 @@
 //! - untrusted connections are handshaken off the accept path and dropped with a warning;
 //! - a peer that exits while others wait on it makes their waits fail and name it.
 
+#[cfg(test)]
+mod fuzz;
 mod iface;
 mod info;
 pub(crate) mod listener;

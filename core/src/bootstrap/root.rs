@@ -70,6 +70,12 @@ impl Registration {
     }
 }
 
+/// Decodes a registration, for the fuzz tests.
+#[cfg(test)]
+pub(super) fn decode_registration_for_tests(b: &[u8]) -> Result<(), String> {
+    Registration::decode(b).map(|_| ())
+}
+
 struct Arrival {
     reg: Registration,
     stream: TcpStream,

@@ -177,4 +177,25 @@ mod tests {
         let e = verdict(&[ok.clone(), vec![1, 2, 3]]).unwrap_err();
         assert!(e.contains("rank 1 sent a malformed signature"), "{e}");
     }
+
+    #[test]
+    fn fuzz_signature_decoder_and_verdict() {
+        let mut rng = crate::testing::Rng::new(12);
+        let good = encode(&signature(
+            9,
+            &args(CollKind::Gather, 5, DataType::Float16, 2),
+        ));
+        for _ in 0..20_000 {
+            let len = rng.below(2 * SIG_BYTES as u64) as usize;
+            let noise = rng.bytes(len);
+            let _ = decode(&noise);
+            let mut m = good.clone();
+            let i = rng.below(m.len() as u64) as usize;
+            m[i] ^= 1 + rng.below(255) as u8;
+            // Any change to a checked byte is a mismatch; the pad-free layout checks them all
+            // except the reduction of a non-reducing operation.
+            let r = verdict(&[good.clone(), m]);
+            assert_eq!(r.is_err(), i != 18, "byte {i}");
+        }
+    }
 }

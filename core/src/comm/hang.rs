@@ -376,4 +376,39 @@ mod tests {
         assert_eq!(Request::decode(&q.encode()).unwrap(), q);
         assert!(Request::decode(&[1, 0, 0]).is_err());
     }
+
+    #[test]
+    fn fuzz_status_and_request_decoders() {
+        let mut rng = crate::testing::Rng::new(11);
+        let recs: Vec<(OpRecord, u64)> = (0..5)
+            .map(|i| (rec(i, AR, i, 0, OpState::Pending), i))
+            .collect();
+        let good = Status {
+            id: 3,
+            records: recs,
+        }
+        .encode();
+        for _ in 0..20_000 {
+            let len = rng.below(600) as usize;
+            let noise = rng.bytes(len);
+            let _ = Status::decode(&noise);
+            let _ = Request::decode(&noise);
+            let cut = rng.below(good.len() as u64) as usize;
+            assert!(Status::decode(&good[..cut]).is_err());
+            let mut m = good.clone();
+            let i = rng.below(m.len() as u64) as usize;
+            m[i] = rng.below(256) as u8;
+            if let Ok(st) = Status::decode(&m) {
+                // Whatever decodes can be reported on without panicking.
+                let mut views = BTreeMap::new();
+                views.insert(1, View::Answered(st.records));
+                let _ = report(
+                    0,
+                    &rec(4, AR, 4, 0, OpState::Pending),
+                    Duration::ZERO,
+                    &views,
+                );
+            }
+        }
+    }
 }
