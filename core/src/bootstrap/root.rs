@@ -349,6 +349,9 @@ fn coordinate(rx: mpsc::Receiver<Arrival>, svc: AuthListener, cfg: RootConfig) {
         )),
     };
     let late_payload = error_payload(&late);
+    // The ranks' registration sockets are done with: holding them through the linger kept 4
+    // descriptors per used unique id open for 10 minutes (users.md T5).
+    drop(book);
     let end = Instant::now() + cfg.linger;
     while let Ok(a) = rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
         tracing::warn!(target: "oxccl::bootstrap", "bootstrap root {addr}: {} arrived late: {late}", a.reg.info.describe());
