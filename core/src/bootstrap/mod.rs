@@ -14,6 +14,7 @@
 
 #[cfg(test)]
 mod fuzz;
+mod handshakes;
 mod iface;
 mod info;
 pub(crate) mod listener;
