@@ -239,7 +239,8 @@ impl<B: Backend> Communicator<B> {
             } else {
                 None
             };
-            let watchdog = watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort)?;
+            let watchdog =
+                watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
             Ok(Arc::new(Connected {
                 bootstrap,
                 transport: Arc::new(transport),

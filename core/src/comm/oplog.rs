@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::plan::P2pOp;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 /// Default `OXCCL_WATCHDOG_SECONDS`.
@@ -79,6 +79,8 @@ pub(crate) struct OpLog<B: Backend> {
     check: AtomicBool,
     backend: Arc<B>,
     events: Mutex<Events<B::Event>>,
+    /// Whether the backend answers event queries (asked once, on the first event).
+    queries: OnceLock<bool>,
     report: Mutex<Option<String>>,
 }
 
@@ -98,11 +100,17 @@ impl<B: Backend> OpLog<B> {
                 free: Vec::new(),
                 pending: VecDeque::with_capacity(MAX_TRACKED),
             }),
+            queries: OnceLock::new(),
             report: Mutex::new(None),
         });
         let weak: Weak<dyn ReportSource> = Arc::downgrade(&log) as Weak<dyn ReportSource>;
         register(id, rank, weak);
         log
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
     }
 
     /// The current settings.
@@ -218,7 +226,11 @@ impl<B: Backend> OpLog<B> {
     /// Records a completion event for the slots `range` on `stream`; false when the backend cannot tell
     /// completion, the watchdog is off, or too many are in flight.
     fn track_event(&self, range: (Slot, Slot), stream: &B::Stream) -> bool {
-        if lock(&self.settings).watchdog.is_none() {
+        if lock(&self.settings).watchdog.is_none() || self.queries.get() == Some(&false) {
+            return false;
+        }
+        // A captured operation runs at each graph launch, not now: nothing to follow.
+        if self.backend.is_capturing(stream).unwrap_or(true) {
             return false;
         }
         let mut ev = lock(&self.events);
@@ -232,9 +244,8 @@ impl<B: Backend> OpLog<B> {
                 Err(_) => return false,
             },
         };
-        if self.backend.event_record(&e, stream).is_err()
-            || !matches!(self.backend.event_query(&e), Ok(Some(_)))
-        {
+        let answers = || matches!(self.backend.event_query(&e), Ok(Some(_)));
+        if self.backend.event_record(&e, stream).is_err() || !*self.queries.get_or_init(answers) {
             ev.free.push(e);
             return false;
         }
@@ -242,20 +253,19 @@ impl<B: Backend> OpLog<B> {
         true
     }
 
-    /// Ends the operations whose completion events have run (called by the watchdog).
+    /// Ends the operations whose completion events have run (called by the watchdog). Looks
+    /// from the oldest and stops at the first still running, so the launching thread never
+    /// waits long for the lock; a later event that ran first is ended on a later look.
     pub fn poll_events(&self) {
         let mut ev = lock(&self.events);
-        let ev = &mut *ev;
-        let mut i = 0;
-        while i < ev.pending.len() {
-            match self.backend.event_query(&ev.pending[i].1) {
-                Ok(Some(false)) => i += 1,
-                done => {
-                    let ((first, last), e) = ev.pending.remove(i).expect("index in range");
-                    self.finish_range(first, last, done.is_ok());
-                    ev.free.push(e);
-                }
+        while let Some((_, e)) = ev.pending.front() {
+            let done = self.backend.event_query(e);
+            if matches!(done, Ok(Some(false))) {
+                break;
             }
+            let ((first, last), e) = ev.pending.pop_front().expect("front exists");
+            self.finish_range(first, last, done.is_ok());
+            ev.free.push(e);
         }
     }
 
@@ -310,6 +320,8 @@ pub fn hang_report_of(id: &UniqueId, rank: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::flight::OpState;
+    use crate::host::HostBackend;
 
     #[test]
     fn settings_from_lookup() {
@@ -328,5 +340,50 @@ mod tests {
         assert_eq!(s.watchdog, Some(Duration::from_millis(2500)));
         let s = Settings::from_lookup(|k| (k == "OXCCL_WATCHDOG_SECONDS").then(|| "soon".into()));
         assert_eq!(s.watchdog, Some(Duration::from_secs(120)));
+    }
+
+    /// The device-backend path (completion events polled by the watchdog), on host streams.
+    #[test]
+    fn completion_events_end_operations_in_order() {
+        let backend = Arc::new(HostBackend::new());
+        let settings = Settings::from_lookup(|_| None);
+        let log = OpLog::new(backend.clone(), settings, &UniqueId([7; 128]), 0);
+        let stream = backend.stream_create().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        stream.push(Box::new(move || {
+            let _ = rx.recv();
+            Ok(())
+        }));
+        let a = CollArgs {
+            kind: crate::plan::CollKind::AllReduce,
+            send: 1,
+            recv: 1,
+            count: 8,
+            dtype: DataType::Float32,
+            op: crate::datatype::RedOp::Sum,
+            root: 0,
+            layout: None,
+        };
+        let s0 = log.issue_coll(0, &a, &stream);
+        assert!(log.track_event((s0, s0), &stream));
+        let s1 = log.issue_coll(1, &a, &stream);
+        assert!(log.track_event((s1, s1), &stream));
+        log.poll_events();
+        assert_eq!(log.recorder.oldest_pending().unwrap().0.seq, 0);
+        tx.send(()).unwrap();
+        stream.synchronize().unwrap();
+        log.poll_events();
+        assert!(log.recorder.oldest_pending().is_none());
+        assert!(
+            log.recorder
+                .recent(2)
+                .iter()
+                .all(|r| r.state == OpState::Done)
+        );
+        // Both events went back to the pool.
+        assert_eq!(lock(&log.events).free.len(), 2);
+        assert_eq!(hang_report_of(&UniqueId([7; 128]), 0), None);
+        log.set_report("r".into());
+        assert_eq!(hang_report_of(&UniqueId([7; 128]), 0).as_deref(), Some("r"));
     }
 }

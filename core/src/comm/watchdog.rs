@@ -57,6 +57,7 @@ impl Watchdog {
         ch: SideChannel,
         log: Arc<OpLog<B>>,
         abort: AbortFlag,
+        device: i32,
     ) -> Result<Watchdog, Error> {
         let stop = AbortFlag::new();
         let mut dog = Dog {
@@ -69,9 +70,17 @@ impl Watchdog {
             last_heard: HashMap::new(),
         };
         let name = format!("oxccl-watchdog-r{}", dog.ch.rank());
+        let mut bound = false;
         let thread = PollThread::spawn(name, PERIOD, "spawning the watchdog", move |halted| {
             if halted || dog.stop.is_aborted() || dog.abort.is_aborted() {
                 return false;
+            }
+            if !bound {
+                // Event queries of device backends need the communicator's device current.
+                if let Err(e) = dog.log.backend().set_device(device) {
+                    tracing::warn!(target: "oxccl::watchdog", "binding device {device}: {e}");
+                }
+                bound = true;
             }
             dog.tick();
             true
@@ -253,9 +262,10 @@ pub(crate) fn start_for<B: Backend>(
     bootstrap: &crate::bootstrap::Bootstrap,
     log: &Arc<OpLog<B>>,
     abort: &AbortFlag,
+    device: i32,
 ) -> Result<Option<Watchdog>, Error> {
     if bootstrap.nranks() < 2 || log.settings().watchdog.is_none() {
         return Ok(None);
     }
-    Watchdog::start(bootstrap.side_channel(), log.clone(), abort.clone()).map(Some)
+    Watchdog::start(bootstrap.side_channel(), log.clone(), abort.clone(), device).map(Some)
 }
