@@ -17,6 +17,7 @@ mod fuzz;
 mod handshakes;
 mod iface;
 mod info;
+mod linger;
 pub(crate) mod listener;
 pub(crate) mod mailbox;
 mod peers;
