@@ -78,6 +78,7 @@ fn sigstopped_rank_is_named_and_results_stay_correct() {
             );
             assert!(line.contains("AllReduce #"), "{line}");
             if !named.iter().any(|(r, _)| *r == rank) {
+                eprintln!("{line}");
                 named.push((rank, at.duration_since(stopped_at)));
             }
         }
