@@ -84,10 +84,12 @@ fn own_listeners() -> Vec<u16> {
             .skip(1)
         {
             let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                if let Some(port) = f[1].rsplit(':').next() {
-                    ports.push(u16::from_str_radix(port, 16).unwrap_or(0));
-                }
+            if f.len() > 9
+                && f[3] == "0A"
+                && inodes.contains(f[9])
+                && let Some(port) = f[1].rsplit(':').next()
+            {
+                ports.push(u16::from_str_radix(port, 16).unwrap_or(0));
             }
         }
     }

@@ -198,7 +198,9 @@ fn watchdog_reports_without_aborting_and_the_late_rank_completes_it() {
 #[test]
 fn check_mode_names_mismatched_count_type_and_root() {
     let n = 3;
-    let cases: [(CollKind, [u64; 3], [DataType; 3], [u32; 3], &str); 3] = [
+    // Per case: operation, each rank's count, type and root, and the sentence expected.
+    type Case = (CollKind, [u64; 3], [DataType; 3], [u32; 3], &'static str);
+    let cases: [Case; 3] = [
         (
             CollKind::AllReduce,
             [1024, 512, 1024],

@@ -35,7 +35,7 @@ fn fuzz_hello_decode() {
         let mut m = good;
         let i = rng.below(HELLO_BYTES as u64) as usize;
         m[i] ^= 1 + rng.below(255) as u8;
-        let checked = i < 11 || i >= 16;
+        let checked = !(11..16).contains(&i);
         let r = Hello::decode(&m, ConnKind::Bootstrap, &key());
         assert_eq!(r.is_err(), checked, "byte {i}: {r:?}");
     }
