@@ -74,6 +74,12 @@ impl SideChannel {
         None
     }
 
+    /// True once `peer` closed its bootstrap connections on purpose (its communicator was
+    /// destroyed or aborted).
+    pub fn peer_left(&self, peer: u32) -> bool {
+        self.net.mailbox.is_closed(peer)
+    }
+
     /// The first peer known dead, as an error (see [`super::PeerLiveness::failure`]).
     pub fn dead_peer(&self) -> Option<Error> {
         self.net.mailbox.probe()

@@ -141,6 +141,8 @@ pub(crate) enum View {
     Silent(SystemTime),
     /// Its bootstrap connection or process is gone.
     Dead(String),
+    /// It closed its connections on purpose: its communicator was destroyed or aborted.
+    Left,
 }
 
 /// "12:03:55 UTC".
@@ -171,7 +173,7 @@ fn place(stuck: &OpRecord, me: u32, recs: &[(OpRecord, u64)]) -> String {
             return match r.state {
                 OpState::Pending => "entered it".into(),
                 OpState::Done => "completed it".into(),
-                OpState::Failed => "failed it".into(),
+                OpState::Failed => "gave up on it (aborted or failed)".into(),
             };
         }
         match colls.iter().max_by_key(|(r, _)| r.seq) {
@@ -265,6 +267,7 @@ pub(crate) fn report(
             View::Answered(recs) => add(place(stuck, me, recs), r),
             View::Silent(since) => add(format!("unreachable since {}", clock(*since)), r),
             View::Dead(why) => add(format!("died ({why})"), r),
+            View::Left => add("left (communicator destroyed or aborted)".into(), r),
         }
     }
     // Ranks waiting in the operation first, as the context for the others.

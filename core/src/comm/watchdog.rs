@@ -72,7 +72,9 @@ impl Watchdog {
         let name = format!("oxccl-watchdog-r{}", dog.ch.rank());
         let mut bound = false;
         let thread = PollThread::spawn(name, PERIOD, "spawning the watchdog", move |halted| {
-            if halted || dog.stop.is_aborted() || dog.abort.is_aborted() {
+            // An aborted communicator keeps answering until it is dropped, so ranks still
+            // waiting learn that this one gave up instead of finding it unreachable.
+            if halted || dog.stop.is_aborted() {
                 return false;
             }
             if !bound {
@@ -98,6 +100,9 @@ impl<B: Backend> Dog<B> {
         self.serve();
         // Answers that arrive outside a collection belong to an exchange that gave up.
         while self.ch.try_recv(TAG_STATUS_RESP).is_some() {}
+        if self.abort.is_aborted() {
+            return;
+        }
         let settings = self.log.settings();
         let Some(limit) = settings.watchdog else {
             return;
@@ -222,12 +227,13 @@ impl<B: Backend> Dog<B> {
         views.insert(me, View::Answered(self.my_records()));
         for (p, e) in self.ask_all(&Request { id, seq: stuck.seq }.encode()) {
             let view = match e {
+                _ if self.ch.peer_left(p) => View::Left,
                 Error::Remote(why) if why.contains("died") => View::Dead(why),
                 _ => View::Silent(*self.last_heard.get(&p).unwrap_or(&asked_at)),
             };
             views.insert(p, view);
         }
-        let wait = limit.clamp(Duration::from_secs(2), Duration::from_secs(10));
+        let wait = limit.clamp(Duration::from_secs(3), Duration::from_secs(10));
         let until = Instant::now() + wait;
         while views.len() < n as usize && Instant::now() < until && !self.stop.is_aborted() {
             self.serve();
@@ -245,9 +251,13 @@ impl<B: Backend> Dog<B> {
             std::thread::park_timeout(COLLECT_PERIOD);
         }
         for p in 0..n {
-            views
-                .entry(p)
-                .or_insert_with(|| View::Silent(*self.last_heard.get(&p).unwrap_or(&asked_at)));
+            views.entry(p).or_insert_with(|| {
+                if self.ch.peer_left(p) {
+                    View::Left
+                } else {
+                    View::Silent(*self.last_heard.get(&p).unwrap_or(&asked_at))
+                }
+            });
         }
         if let Some(e) = self.ch.dead_peer() {
             tracing::warn!(target: "oxccl::watchdog", "rank {me}: {e}");
