@@ -5,12 +5,9 @@
 //! `OXCCL_TEST_RACES` sets T10's iterations (default 300 for CI; the suite's figure is 10^4).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;
-use oxccl_core::datatype::{DataType, RedOp};
-use oxccl_core::host::HostStream;
-use oxccl_core::plan::CollKind;
-use oxccl_core::{Communicator, ErrorKind, HostBackend, Result};
+use oxccl_core::{Communicator, ErrorKind, HostBackend};
+use oxccl_tests::harness::{all_reduce, proc_status};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -35,26 +32,6 @@ fn init_all(n: usize, config: CommConfig) -> (Arc<HostBackend>, Vec<Communicator
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     (backend, comms)
-}
-
-fn all_reduce(
-    comm: &Communicator<HostBackend>,
-    stream: &HostStream,
-    buf: &mut [f32],
-) -> Result<()> {
-    let p = buf.as_mut_ptr() as u64;
-    let args = CollArgs {
-        kind: CollKind::AllReduce,
-        send: p,
-        recv: p,
-        count: buf.len() as u64,
-        dtype: DataType::Float32,
-        op: RedOp::Sum,
-        root: 0,
-        layout: None,
-    };
-    // SAFETY: `buf` outlives the synchronous host call.
-    unsafe { comm.collective(args, stream) }
 }
 
 /// T9: rank 0 issues one extra AllReduce; an abort from another thread releases it in < 2 s,
@@ -148,14 +125,7 @@ fn abort_races_with_polling_and_enqueueing() {
 #[test]
 fn non_blocking_init_with_a_missing_peer_returns_at_once_and_aborts_cleanly() {
     let _one = serial();
-    let threads = || {
-        std::fs::read_to_string("/proc/self/status")
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.starts_with("Threads:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
-            .unwrap_or(0)
-    };
+    let threads = || proc_status("Threads:");
     let backend = Arc::new(HostBackend::new());
     let id = UniqueId::generate(&BootstrapOptions::from_env()).expect("id");
     let config = CommConfig {

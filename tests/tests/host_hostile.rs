@@ -7,12 +7,10 @@
 //! the suite's figure is 1000).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;
-use oxccl_core::datatype::{DataType, RedOp};
-use oxccl_core::plan::CollKind;
 use oxccl_core::testing::Rng;
 use oxccl_core::{Communicator, HostBackend};
+use oxccl_tests::harness::{all_reduce, proc_status};
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -105,31 +103,10 @@ fn cpu_ticks() -> u64 {
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
-
 fn all_reduce_ok(comm: &Communicator<HostBackend>, stream: &oxccl_core::host::HostStream) -> bool {
     let n = comm.nranks();
     let mut buf = vec![(comm.rank() + 1) as f32; 4096];
-    let p = buf.as_mut_ptr() as u64;
-    let args = CollArgs {
-        kind: CollKind::AllReduce,
-        send: p,
-        recv: p,
-        count: buf.len() as u64,
-        dtype: DataType::Float32,
-        op: RedOp::Sum,
-        root: 0,
-        layout: None,
-    };
-    // SAFETY: `buf` outlives the synchronous host call.
-    unsafe { comm.collective(args, stream) }.expect("allreduce under attack");
+    all_reduce(comm, stream, &mut buf).expect("allreduce under attack");
     buf.iter().all(|&x| x == (n * (n + 1) / 2) as f32)
 }
 
@@ -216,7 +193,7 @@ fn malformed_traffic_to_every_listener_leaves_init_and_collectives_intact() {
     // Idle: handshake threads of the dropped connections end within their 5 s deadline; then
     // the communicators' own threads only.
     std::thread::sleep(Duration::from_secs(6));
-    let rss = rss_kib();
+    let rss = proc_status("VmRSS:");
     let (c0, t0) = (cpu_ticks(), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
     let ticks_per_s = 100.0;

@@ -5,13 +5,11 @@
 //! `OXCCL_TEST_CYCLES` sets the number of cycles (default 30 for CI; the suite's figure is 1000).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;
-use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::host::HostStream;
-use oxccl_core::plan::CollKind;
 use oxccl_core::testing::Rng;
 use oxccl_core::{Communicator, ErrorKind, HostBackend};
+use oxccl_tests::harness::{all_reduce, open_fds, proc_status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,17 +22,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// `(open fds, threads, RSS in KiB)` of this process.
 fn usage() -> (usize, usize, usize) {
-    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (fds, field("Threads:"), field("VmRSS:"))
+    (open_fds(), proc_status("Threads:"), proc_status("VmRSS:"))
 }
 
 /// One cycle: 4 thread-ranks init, AllReduce (checked), destroy.
@@ -48,19 +36,7 @@ fn cycle(backend: &Arc<HostBackend>, streams: &[HostStream], opts: &BootstrapOpt
                 let comm = Communicator::init_rank(backend, n, id, rank, 0, CommConfig::default())
                     .expect("init");
                 let mut buf = vec![(rank + 1) as f32; 256];
-                let p = buf.as_mut_ptr() as u64;
-                let args = CollArgs {
-                    kind: CollKind::AllReduce,
-                    send: p,
-                    recv: p,
-                    count: 256,
-                    dtype: DataType::Float32,
-                    op: RedOp::Sum,
-                    root: 0,
-                    layout: None,
-                };
-                // SAFETY: `buf` outlives the synchronous host call.
-                unsafe { comm.collective(args, stream) }.expect("allreduce");
+                all_reduce(&comm, stream, &mut buf).expect("allreduce");
                 assert!(buf.iter().all(|&x| x == (n * (n + 1) / 2) as f32));
                 comm.destroy().expect("destroy");
             });

@@ -2,13 +2,13 @@
 //! process (users.md T12 and T13; the SIGSTOP case is in `host_reliability_procs.rs`).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::CollArgs;
 use oxccl_core::comm::oplog::{Settings, hang_report_of};
 use oxccl_core::config::CommConfig;
-use oxccl_core::datatype::{DataType, RedOp};
+use oxccl_core::datatype::DataType;
 use oxccl_core::host::HostStream;
 use oxccl_core::plan::CollKind;
-use oxccl_core::{Communicator, ErrorKind, HostBackend, Result};
+use oxccl_core::{Communicator, ErrorKind, HostBackend};
+use oxccl_tests::harness::coll_in_place;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -55,32 +55,6 @@ fn with_ranks<T: Send>(
     })
 }
 
-/// One AllReduce of `buf` (in place), `root` passed for the signature's sake.
-fn all_reduce(
-    comm: &Communicator<HostBackend>,
-    stream: &HostStream,
-    kind: CollKind,
-    buf: &mut [f32],
-    count: u64,
-    dtype: DataType,
-    root: u32,
-) -> Result<()> {
-    let p = buf.as_mut_ptr() as u64;
-    let args = CollArgs {
-        kind,
-        send: p,
-        recv: p,
-        count,
-        dtype,
-        op: RedOp::Sum,
-        root,
-        layout: None,
-    };
-    // SAFETY: `buf` holds at least `count` elements of `dtype` (callers pass f32 buffers large
-    // enough) and outlives the synchronous host call.
-    unsafe { comm.collective(args, stream) }
-}
-
 /// T13 (default mode) and T12: a rank that skips the last collective is named, with where it
 /// is, by every rank waiting in it, within the configured time; nothing is aborted unless asked.
 #[test]
@@ -91,7 +65,7 @@ fn watchdog_names_the_rank_that_skipped_a_collective() {
     let out = with_ranks(n, settings(Some(1.0), true, false), |rank, comm, stream| {
         let mut buf = vec![1f32; 1024];
         for _ in 0..2 {
-            all_reduce(
+            coll_in_place(
                 comm,
                 stream,
                 CollKind::AllReduce,
@@ -105,7 +79,7 @@ fn watchdog_names_the_rank_that_skipped_a_collective() {
         let mut result = None;
         if rank != skipper {
             let t = Instant::now();
-            let r = all_reduce(
+            let r = coll_in_place(
                 comm,
                 stream,
                 CollKind::AllReduce,
@@ -183,7 +157,7 @@ fn watchdog_reports_without_aborting_and_the_late_rank_completes_it() {
                     }
                 }
             }
-            all_reduce(
+            coll_in_place(
                 comm,
                 stream,
                 CollKind::AllReduce,
@@ -241,7 +215,7 @@ fn check_mode_names_mismatched_count_type_and_root() {
         for (kind, counts, types, roots, _) in &cases {
             let mut buf = vec![1f32; 1024];
             let t = Instant::now();
-            let r = all_reduce(
+            let r = coll_in_place(
                 comm,
                 stream,
                 *kind,
@@ -253,7 +227,7 @@ fn check_mode_names_mismatched_count_type_and_root() {
             errs.push((r, t.elapsed()));
         }
         let mut buf = vec![(rank + 1) as f32; 16];
-        all_reduce(
+        coll_in_place(
             comm,
             stream,
             CollKind::AllReduce,
@@ -287,7 +261,7 @@ fn check_mode_cost() {
         let times = with_ranks(4, settings(watchdog, false, check), |_, comm, stream| {
             let mut buf = vec![1f32; 8];
             for _ in 0..100 {
-                all_reduce(
+                coll_in_place(
                     comm,
                     stream,
                     CollKind::AllReduce,
@@ -300,7 +274,7 @@ fn check_mode_cost() {
             }
             let t = Instant::now();
             for _ in 0..iters {
-                all_reduce(
+                coll_in_place(
                     comm,
                     stream,
                     CollKind::AllReduce,

@@ -3,14 +3,11 @@
 //! correct.
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
+use oxccl_tests::harness::id_to_hex;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn hex(id: &UniqueId) -> String {
-    id.0.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
@@ -32,7 +29,7 @@ fn sigstopped_rank_is_named_and_results_stay_correct() {
     let mut children: Vec<Child> = (0..n)
         .map(|rank| {
             Command::new(env!("CARGO_BIN_EXE_rel-worker"))
-                .args(["steady", &hex(&id), &n.to_string(), &rank.to_string()])
+                .args(["steady", &id_to_hex(&id), &n.to_string(), &rank.to_string()])
                 .env("OXCCL_WATCHDOG_SECONDS", "1")
                 .env("OXCCL_TEST_STOP_FILE", &stop_file)
                 .stdout(Stdio::piped())

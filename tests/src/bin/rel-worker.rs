@@ -6,24 +6,16 @@
 //! the file named by `OXCCL_TEST_STOP_FILE` exists, or for `OXCCL_TEST_SECONDS` (default 60).
 
 use oxccl_core::backend::Backend;
-use oxccl_core::bootstrap::UniqueId;
 use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Communicator, HostBackend};
+use oxccl_tests::harness::id_from_hex;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn parse_id(hex: &str) -> UniqueId {
-    let mut id = [0u8; 128];
-    for (k, b) in id.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).expect("hex unique id");
-    }
-    UniqueId(id)
-}
 
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
@@ -35,7 +27,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (scenario, id, nranks, rank) = (
         args[1].as_str(),
-        parse_id(&args[2]),
+        id_from_hex(&args[2]),
         args[3].parse::<usize>().expect("nranks"),
         args[4].parse::<usize>().expect("rank"),
     );
