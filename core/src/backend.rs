@@ -108,6 +108,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn event_record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
     /// Blocks the calling thread until the work before `event` has run.
     fn event_synchronize(&self, event: &Self::Event) -> Result<()>;
+    /// Whether the work before `event` has run, without blocking (`cuEventQuery`); `None`
+    /// where this backend cannot tell, which leaves its operations out of the watchdog.
+    fn event_query(&self, _event: &Self::Event) -> Result<Option<bool>> {
+        Ok(None)
+    }
+    /// A number naming `stream` in hang reports (the raw handle; 0 where there is none).
+    fn stream_id(&self, _stream: &Self::Stream) -> u64 {
+        0
+    }
     /// Makes `stream` wait for `event` without blocking the host.
     fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
 

@@ -23,6 +23,8 @@ pub mod comm;
 pub mod config;
 pub mod host;
 pub mod logging;
+#[doc(hidden)]
+pub mod testing;
 
 pub use comm::{CollArgs, Communicator};
 pub use host::HostBackend;

@@ -239,9 +239,15 @@ pub const SINGLES: &[Decl] = &[
         "oxcclGetVersionString",
         <unsafe extern "C" fn() -> *const c_char as CSig>::proto,
     ),
+    (
+        "oxcclCommHangReport",
+        <unsafe extern "C" fn(ncclComm_t, *mut c_char, usize) -> ncclResult_t as CSig>::proto,
+    ),
 ];
 const _: unsafe extern "C" fn() = crate::api::ncclResetDebugInitInternal;
 const _: unsafe extern "C" fn() -> *const c_char = crate::api::oxcclGetVersionString;
+const _: unsafe extern "C" fn(ncclComm_t, *mut c_char, usize) -> ncclResult_t =
+    crate::api::oxcclCommHangReport;
 
 /// Every function this flavour exports.
 pub fn all() -> Vec<Decl> {

@@ -25,6 +25,8 @@ pub mod abi;
 pub mod api;
 pub mod boundary;
 pub mod config;
+#[cfg(test)]
+mod config_fuzz;
 pub mod decl;
 pub mod group;
 pub mod handles;

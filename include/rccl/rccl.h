@@ -606,6 +606,11 @@ ncclResult_t pmscclUnloadAlgo(mscclAlgoHandle_t mscclAlgoHandle);
 /* oxccl's own version, e.g. "oxccl 0.1.0 (RCCL 2.30.4 API)"; ncclGetVersion reports the API. */
 const char *oxcclGetVersionString(void);
 
+/* The watchdog's latest hang report on comm (OXCCL_WATCHDOG_SECONDS), e.g. "rank 0: AllReduce #12
+ * (count 1024 f32 sum) waiting 120 s: ranks 0-2 entered it; rank 3 is at #11 (AllReduce, done)";
+ * an empty string when none was made. NUL-terminated, truncated to len - 1 bytes. */
+ncclResult_t oxcclCommHangReport(ncclComm_t comm, char *buf, size_t len);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

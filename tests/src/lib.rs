@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod cudart;
+pub mod harness;
 pub mod nccl_lib;
 pub mod safe;
 pub mod suite;

@@ -2,20 +2,17 @@
 //! middle of a collective (survivors get a remote error naming it and abort cleanly).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
+use oxccl_tests::harness::id_to_hex;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn hex(id: &UniqueId) -> String {
-    id.0.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn spawn_ranks(scenario: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
     let id = UniqueId::generate(&BootstrapOptions::from_env()).expect("unique id");
     (0..n)
         .map(|rank| {
             let mut c = Command::new(env!("CARGO_BIN_EXE_host-worker"));
-            c.args([scenario, &hex(&id), &n.to_string(), &rank.to_string()])
+            c.args([scenario, &id_to_hex(&id), &n.to_string(), &rank.to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
             for (k, v) in env {

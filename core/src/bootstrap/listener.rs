@@ -5,28 +5,17 @@
 //! garbage senders therefore cost one thread for at most the handshake timeout (NCCL's bootstrap
 //! hung or crashed on such traffic: NVIDIA/nccl#1612, #1871).
 
+use super::handshakes::Handshakes;
 use crate::error::{Error, Result};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// Handshakes in flight beyond which new connections are dropped unread (bounds thread count
-/// under a connection flood).
-const MAX_HANDSHAKES: usize = 256;
 
 /// A listening socket served by a background accept thread; stops (and closes the port) on drop.
 pub(crate) struct AuthListener {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-}
-
-struct SlotGuard(Arc<AtomicUsize>);
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl AuthListener {
@@ -42,7 +31,7 @@ impl AuthListener {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handler = Arc::new(handler);
-        let active = Arc::new(AtomicUsize::new(0));
+        let active = Handshakes::default();
         let tname = format!("oxccl-{name}-accept");
         let name = name.to_string();
         std::thread::Builder::new()
@@ -62,12 +51,10 @@ impl AuthListener {
                             continue;
                         }
                     };
-                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                        tracing::warn!(target: "oxccl::bootstrap", "{name} listener {addr}: dropped connection from {peer}: too many handshakes in flight");
-                        continue;
+                    let (guard, evicted) = active.admit(&stream);
+                    if let Some(old) = evicted {
+                        tracing::warn!(target: "oxccl::bootstrap", "{name} listener {addr}: cut off the oldest handshake (from {old}): too many in flight");
                     }
-                    let guard = SlotGuard(active.clone());
                     let h = handler.clone();
                     let spawned = std::thread::Builder::new()
                         .name(format!("oxccl-{name}-hs"))

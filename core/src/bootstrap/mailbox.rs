@@ -127,6 +127,11 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
+    /// True once `peer` closed every connection after a goodbye (destroyed or aborted).
+    pub fn is_closed(&self, peer: u32) -> bool {
+        lock(&self.state).closed.contains(&peer)
+    }
+
     /// `peer` died: every wait of this rank fails from now on, whichever peer it waits on,
     /// because ranks waiting on healthy peers may be stuck behind the dead one.
     pub fn mark_dead(&self, peer: u32, why: &str) {

@@ -12,13 +12,18 @@
 //! - untrusted connections are handshaken off the accept path and dropped with a warning;
 //! - a peer that exits while others wait on it makes their waits fail and name it.
 
+#[cfg(test)]
+mod fuzz;
+mod handshakes;
 pub(crate) mod iface;
 mod info;
+mod linger;
 pub(crate) mod listener;
 pub(crate) mod mailbox;
 mod peers;
 pub(crate) mod process;
 mod root;
+pub(crate) mod side;
 mod unique_id;
 pub(crate) mod wire;
 

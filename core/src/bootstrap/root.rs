@@ -7,6 +7,7 @@
 //! earliest arrived rank would give up, so every waiting rank hears which ranks are missing.
 
 use super::info::PeerInfo;
+use super::linger;
 use super::listener::AuthListener;
 use super::wire::{
     self, ConnKind, Dec, Enc, HELLO_BYTES, Hello, IoFail, MAX_BOOTSTRAP_MSG, SessionKey, Watch,
@@ -68,6 +69,12 @@ impl Registration {
         d.finish()?;
         Ok(r)
     }
+}
+
+/// Decodes a registration, for the fuzz tests.
+#[cfg(test)]
+pub(super) fn decode_registration_for_tests(b: &[u8]) -> Result<(), String> {
+    Registration::decode(b).map(|_| ())
 }
 
 struct Arrival {
@@ -343,10 +350,24 @@ fn coordinate(rx: mpsc::Receiver<Arrival>, svc: AuthListener, cfg: RootConfig) {
         )),
     };
     let late_payload = error_payload(&late);
+    // The ranks' registration sockets are done with: holding them through the linger kept 4
+    // descriptors per used unique id open for 10 minutes (users.md T5).
+    drop(book);
     let end = Instant::now() + cfg.linger;
-    while let Ok(a) = rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-        tracing::warn!(target: "oxccl::bootstrap", "bootstrap root {addr}: {} arrived late: {late}", a.reg.info.describe());
-        reply(&a.stream, TAG_ERROR, &late_payload, hs);
+    let ticket = (!cfg.linger.is_zero()).then(linger::Ticket::take);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() || ticket.as_ref().is_some_and(linger::Ticket::cut_short) {
+            break;
+        }
+        match rx.recv_timeout(left.min(linger::LOOK)) {
+            Ok(a) => {
+                tracing::warn!(target: "oxccl::bootstrap", "bootstrap root {addr}: {} arrived late: {late}", a.reg.info.describe());
+                reply(&a.stream, TAG_ERROR, &late_payload, hs);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
     }
     drop(svc);
 }

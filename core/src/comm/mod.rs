@@ -1,11 +1,16 @@
 //! The communicator: init (blocking, non-blocking, in a group, all-in-one-process), split,
 //! shrink, finalize, destroy, abort, and every operation's validation and launch.
 
+mod check;
+pub mod flight;
 pub mod group;
+mod hang;
+pub mod oplog;
 mod ops;
 mod peer_watch;
 mod redop;
 mod split;
+mod watchdog;
 
 pub use ops::CollArgs;
 
@@ -64,6 +69,8 @@ struct Inner<B: Backend> {
     p2p_seq: Mutex<PeerSeq>,
     red_ops: Mutex<Vec<Option<(DataType, ScalarSource)>>>,
     tuner: Tuner,
+    /// Recent operations, their completion, and the watchdog's and check mode's settings.
+    op_log: Arc<oplog::OpLog<B>>,
 }
 
 #[derive(Default)]
@@ -94,6 +101,8 @@ struct Connected<B: Backend> {
     /// peers out of the bootstrap's sight. Declared last, so it outlives the transport's
     /// teardown, which waits for the last kernel.
     _peer_watch: Option<peer_watch::PeerWatch>,
+    /// Reports operations that stop making progress (`OXCCL_WATCHDOG_SECONDS`).
+    _watchdog: Option<watchdog::Watchdog>,
 }
 
 impl<B: Backend> Communicator<B> {
@@ -125,6 +134,12 @@ impl<B: Backend> Communicator<B> {
                 backend.name()
             )));
         }
+        let op_log = oplog::OpLog::new(
+            backend.clone(),
+            oplog::Settings::from_env(),
+            &id,
+            rank as u32,
+        );
         let comm = Communicator {
             inner: Arc::new(Inner {
                 backend,
@@ -145,6 +160,7 @@ impl<B: Backend> Communicator<B> {
                 red_ops: Mutex::new(Vec::new()),
                 tuner: Tuner::from_env(),
                 config,
+                op_log,
             }),
         };
         let in_group = group::group_depth() > 0;
@@ -223,11 +239,14 @@ impl<B: Backend> Communicator<B> {
             } else {
                 None
             };
+            let watchdog =
+                watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
             Ok(Arc::new(Connected {
                 bootstrap,
                 transport: Arc::new(transport),
                 one_process,
                 _peer_watch: peer_watch,
+                _watchdog: watchdog,
             }))
         })();
         let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -324,6 +343,18 @@ impl<B: Backend> Communicator<B> {
     /// The configuration it was created with.
     pub fn config(&self) -> &CommConfig {
         &self.inner.config
+    }
+    /// The latest hang report of the watchdog (`oxcclCommHangReport`), if one was made.
+    pub fn hang_report(&self) -> Option<String> {
+        self.inner.op_log.report()
+    }
+    /// The watchdog and check-mode settings (from the environment at init).
+    pub fn reliability(&self) -> oplog::Settings {
+        self.inner.op_log.settings()
+    }
+    /// Replaces the watchdog and check-mode settings; every rank must agree on check mode.
+    pub fn set_reliability(&self, s: oplog::Settings) {
+        self.inner.op_log.set_settings(s);
     }
     /// The abort flag (for tests and the C layer).
     pub fn abort_flag(&self) -> &AbortFlag {

@@ -1,7 +1,7 @@
 //! Operations: argument checks, planning, launch, and their deferral inside groups.
 
 use super::group::{self, Deferred, Waiter};
-use super::{Communicator, P2P_TUNING_BYTES};
+use super::{Communicator, Connected, P2P_TUNING_BYTES, check};
 use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
@@ -301,10 +301,29 @@ impl<B: Backend> Communicator<B> {
         (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 
+    /// Numbers, records, checks (in check mode) and launches a collective.
     fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
         let c = self.connected()?;
+        let seq = self.inner.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let log = &self.inner.op_log;
+        let slot = log.issue_coll(seq, a, stream);
+        let r = if log.check() {
+            check::run(&c.bootstrap, seq, a)
+        } else {
+            Ok(())
+        };
+        let r = r.and_then(|()| self.launch_coll_as(&c, seq, a, stream));
+        log.track(Some((slot, slot)), r, stream)
+    }
+
+    fn launch_coll_as(
+        &self,
+        c: &Connected<B>,
+        seq: u64,
+        a: &CollArgs,
+        stream: &B::Stream,
+    ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
-        let seq = inner.coll_seq.fetch_add(1, Ordering::Relaxed);
         let n = inner.nranks as u64;
         let empty = match &a.layout {
             Some(l) => l.send_counts.iter().chain(&l.recv_counts).all(|&c| c == 0),
@@ -431,15 +450,29 @@ impl<B: Backend> Communicator<B> {
         r
     }
 
+    /// Numbers, records and launches a caller-built plan.
     fn launch_plan(
         &self,
+        build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>,
+        buffers: [DevicePtr; 2],
+        stream: &B::Stream,
+    ) -> Result<Option<Waiter>> {
+        let c = self.connected()?;
+        let seq = self.inner.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let slot = self.inner.op_log.issue_plan(seq, stream);
+        let r = self.launch_plan_as(&c, seq, build, buffers, stream);
+        self.inner.op_log.track(Some((slot, slot)), r, stream)
+    }
+
+    fn launch_plan_as(
+        &self,
+        c: &Connected<B>,
+        seq: u64,
         build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>,
         [send, recv]: [DevicePtr; 2],
         stream: &B::Stream,
     ) -> Result<Option<Waiter>> {
-        let c = self.connected()?;
         let inner = &self.inner;
-        let seq = inner.coll_seq.fetch_add(1, Ordering::Relaxed);
         let work = Arc::new(build(seq)?);
         let launch = Launch {
             work,
@@ -474,9 +507,22 @@ impl<B: Backend> Communicator<B> {
             })
             .collect();
         drop(seqs);
+        let stream = &ops[0].stream;
+        let slots = inner.op_log.issue_p2p(&planned, stream);
+        let r = self.launch_p2p_as(&c, ops, &planned);
+        inner.op_log.track(slots, r, stream)
+    }
+
+    fn launch_p2p_as(
+        &self,
+        c: &Connected<B>,
+        ops: &[PendingP2p<B>],
+        planned: &[P2pOp],
+    ) -> Result<Option<Waiter>> {
+        let inner = &self.inner;
         let self_copies = self
             .single_rank_copies()
-            .then(|| plan::only_self_copies(inner.rank, &planned))
+            .then(|| plan::only_self_copies(inner.rank, planned))
             .flatten();
         if let Some(copies) = self_copies {
             // A one-rank group is copies only: the copy engine does them faster than one
@@ -508,7 +554,7 @@ impl<B: Backend> Communicator<B> {
         let work = Arc::new(plan::build_p2p(
             inner.rank,
             inner.nranks,
-            &planned,
+            planned,
             DataType::Uint8,
             choice.nchannels,
             choice.chunk_elems,

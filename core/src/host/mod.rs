@@ -175,6 +175,13 @@ impl Backend for HostBackend {
         }
         Ok(())
     }
+    fn event_query(&self, event: &HostEvent) -> Result<Option<bool>> {
+        let mark = event.mark.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Ok(Some(mark.is_none_or(|(stream, pos)| stream.has_run(pos))))
+    }
+    fn stream_id(&self, stream: &HostStream) -> u64 {
+        stream.id()
+    }
     fn stream_wait_event(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
         let mark = event.mark.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some((other, pos)) = mark

@@ -61,6 +61,16 @@ impl HostStream {
         self.shared.lock().queued
     }
 
+    /// True once job number `pos` has run.
+    pub fn has_run(&self, pos: u64) -> bool {
+        self.shared.lock().completed >= pos
+    }
+
+    /// A number naming this stream (its shared state's address), for hang reports.
+    pub fn id(&self) -> u64 {
+        Arc::as_ptr(&self.shared) as u64
+    }
+
     /// Blocks until job number `pos` has run.
     pub fn wait_for(&self, pos: u64) {
         let mut q = self.shared.lock();

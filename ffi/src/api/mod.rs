@@ -13,6 +13,7 @@ pub mod init;
 pub mod mem;
 #[cfg(feature = "rccl")]
 pub mod rccl;
+pub mod reliability;
 
 pub use coll::*;
 pub use device::*;
@@ -21,6 +22,7 @@ pub use init::*;
 pub use mem::*;
 #[cfg(feature = "rccl")]
 pub use rccl::*;
+pub use reliability::*;
 
 /// `p` as a writable reference; NULL is `ncclInvalidArgument` naming `what`.
 ///

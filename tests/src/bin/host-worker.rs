@@ -3,29 +3,21 @@
 //!
 //! Usage: host-worker <scenario> <unique-id-hex> <nranks> <rank>
 
-use oxccl_core::bootstrap::UniqueId;
 use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Communicator, HostBackend};
+use oxccl_tests::harness::id_from_hex;
 use oxccl_tests::suite::{full_matrix, run_cases};
 use std::sync::Arc;
 use std::time::Instant;
-
-fn parse_id(hex: &str) -> UniqueId {
-    let mut id = [0u8; 128];
-    for (k, b) in id.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).expect("hex unique id");
-    }
-    UniqueId(id)
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (scenario, id, nranks, rank) = (
         args[1].as_str(),
-        parse_id(&args[2]),
+        id_from_hex(&args[2]),
         args[3].parse::<usize>().expect("nranks"),
         args[4].parse::<usize>().expect("rank"),
     );
