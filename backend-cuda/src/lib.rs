@@ -251,6 +251,16 @@ impl Backend for CudaBackend {
         // SAFETY: the event is live.
         unsafe { call!(cuEventSynchronize(event.0.0)) }
     }
+    fn event_query(&self, event: &CudaEvent) -> Result<Option<bool>> {
+        // SAFETY: the event is live; the query never blocks.
+        match unsafe { sys::cuEventQuery(event.0.0) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(Some(false)),
+            rc => crate::driver::check("cuEventQuery", rc).map(|()| Some(true)),
+        }
+    }
+    fn stream_id(&self, stream: &CudaStream) -> u64 {
+        stream.raw() as u64
+    }
     fn stream_wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
         // SAFETY: both handles are live.
         unsafe { call!(cuStreamWaitEvent(stream.raw(), event.0.0, 0)) }
