@@ -41,6 +41,26 @@ pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
     )))
 }
 
+/// Calls `step` (a never-blocking connect or accept) until it yields, the communicator aborts,
+/// or `deadline` passes (a timeout saying `what`).
+fn poll_until<T>(
+    abort: &AbortFlag,
+    deadline: Deadline,
+    mut step: impl FnMut() -> Result<Option<T>>,
+    what: impl Fn() -> String,
+) -> Result<T> {
+    loop {
+        abort.check()?;
+        if let Some(v) = step()? {
+            return Ok(v);
+        }
+        if deadline.expired() {
+            return Err(Error::Timeout(what()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// The FIFOs of one NET peer: the send and the receive FIFO of each channel.
 pub struct PeerFifos {
     /// The peer rank.
@@ -91,19 +111,12 @@ pub fn connect(
         let mut per = Vec::new();
         for chunk in msg.chunks_exact(HANDLE_BYTES) {
             let mut h: Handle = chunk.try_into().expect("a handle");
-            let comm = loop {
-                abort.check()?;
-                if let Some(c) = net.connect(dev, &mut h)? {
-                    break c;
-                }
-                if deadline.expired() {
-                    return Err(Error::Timeout(format!(
-                        "connecting to rank {} over the network timed out",
-                        pf.peer
-                    )));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            };
+            let comm = poll_until(
+                abort,
+                deadline,
+                || net.connect(dev, &mut h),
+                || format!("connecting to rank {} over the network timed out", pf.peer),
+            )?;
             per.push(comm);
         }
         sends.push(per);
@@ -112,19 +125,12 @@ pub fn connect(
         for (c, ((mut l, comm), &(send_fifo, recv_fifo))) in
             mine.into_iter().zip(per).zip(&pf.channels).enumerate()
         {
-            let recv = loop {
-                abort.check()?;
-                if let Some(r) = net.accept(&mut l)? {
-                    break r;
-                }
-                if deadline.expired() {
-                    return Err(Error::Timeout(format!(
-                        "rank {} did not connect over the network in time",
-                        pf.peer
-                    )));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            };
+            let recv = poll_until(
+                abort,
+                deadline,
+                || net.accept(&mut l),
+                || format!("rank {} did not connect over the network in time", pf.peer),
+            )?;
             net.close_listen(l)?;
             tracing::info!(target: "oxccl::init",
                 "Channel {c:02} : {rank} -> {peer} via NET/{name}/{dev} ({iface})",

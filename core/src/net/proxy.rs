@@ -374,6 +374,20 @@ mod tests {
         ))
     }
 
+    /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
+    fn pair(config: SocketConfig) -> (Arc<dyn Net>, Arc<dyn Net>, SendComm, RecvComm) {
+        let (n0, n1) = (net(0, config), net(1, config));
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = n1.listen(0, &mut h).unwrap();
+        let s = n0.connect(0, &mut h).unwrap().unwrap();
+        let r = loop {
+            if let Some(r) = n1.accept(&mut l).unwrap() {
+                break r;
+            }
+        };
+        (n0, n1, s, r)
+    }
+
     /// The device's side of a FIFO, played by a CPU thread.
     struct Kernel(HostFifo);
 
@@ -413,15 +427,7 @@ mod tests {
             inline_max: 1024,
             min_task: 4096,
         };
-        let (n0, n1) = (net(0, config), net(1, config));
-        let mut h = [0u8; HANDLE_BYTES];
-        let mut l = n1.listen(0, &mut h).unwrap();
-        let s = n0.connect(0, &mut h).unwrap().unwrap();
-        let r = loop {
-            if let Some(r) = n1.accept(&mut l).unwrap() {
-                break r;
-            }
-        };
+        let (n0, n1, s, r) = pair(config);
         let (m0, m1) = (
             Mem::new(layout.bytes() as usize),
             Mem::new(layout.bytes() as usize),
@@ -501,18 +507,7 @@ mod tests {
             nslots: 2,
             slot_bytes: 4096,
         };
-        let (n0, n1) = (
-            net(0, SocketConfig::default()),
-            net(1, SocketConfig::default()),
-        );
-        let mut h = [0u8; HANDLE_BYTES];
-        let mut l = n1.listen(0, &mut h).unwrap();
-        let s = n0.connect(0, &mut h).unwrap().unwrap();
-        let r = loop {
-            if let Some(r) = n1.accept(&mut l).unwrap() {
-                break r;
-            }
-        };
+        let (n0, n1, s, r) = pair(SocketConfig::default());
         let m1 = Mem::new(layout.bytes() as usize);
         let a1 = AbortFlag::new();
         let p1 = Proxy::start(
