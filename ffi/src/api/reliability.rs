@@ -2,7 +2,7 @@
 
 use crate::abi::{ncclComm_t, ncclResult_t};
 use crate::handles::{self, Need};
-use crate::runtime::CommOps;
+use oxccl::dispatch::CommOps;
 use oxccl_core::comm::oplog::hang_report_of;
 use oxccl_core::{Error, Result};
 use std::ffi::c_char;
