@@ -29,6 +29,10 @@
 #                                  ranks): NET between hosts, P2P inside (n4-procs-mixed), NET
 #                                  inside one process (NCCL_P2P_DISABLE=1); NET_ONLY=1 runs only
 #                                  these. Start MPS first (tests/gpu/mps.sh) or they crawl
+#   a1/a3-safe-matrix              the safe Rust API (safe-check) on 1 rank per GPU and on 3
+#   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
+#                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
+# ONLY=REGEX runs only the configurations whose names match.
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -38,12 +42,15 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 TOTAL_PASS=0; TOTAL_FAIL=0; SUMMARY=()
 export NCCL_NVLS_ENABLE=0
 
-run() { # name, env..., -- args...
-  local name=$1; shift
+run() { run_exe "$BIN/gpu-check" "$@"; }
+
+run_exe() { # executable, name, env..., -- args...: one configuration, counted by its RESULT line
+  local exe=$1 name=$2; shift 2
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local t0=$(date +%s)
-  env "${envs[@]}" timeout -k 5 "$LIMIT" "$BIN/gpu-check" "$@" >"$LOG/$name.log" 2>&1
+  env "${envs[@]}" timeout -k 5 "$LIMIT" "$exe" "$@" >"$LOG/$name.log" 2>&1
   local rc=$? t1=$(date +%s)
   local line=$(grep '^RESULT' "$LOG/$name.log" | tail -1)
   local p=$(echo "$line" | sed -n 's/.*pass=\([0-9]*\).*/\1/p'); p=${p:-0}
@@ -70,6 +77,8 @@ else
   BIG2="--big-count 1048579 --big-types f32,bf16"
 fi
 GRAPH="--graph 100"
+SAFE_COUNTS="--counts 0,1,7,1048579"
+[ "${QUICK:-0}" = 1 ] && SAFE_COUNTS="--counts 0,1,7"
 # The one-shot kernels' sizes (see x2-*) for the configurations of more ranks than GPUs.
 ONESHOT_M="--counts 0,1,7,257,4095,8193,40000,65537,300001 --types all --big-count 0 --p2p-counts none"
 HUGE="--counts none --p2p-counts none --big-count 268435456 --big-types f32
@@ -92,6 +101,22 @@ net_configs() {
   run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
+}
+# The safe Rust API's matrix (safe-check, when built into BIN) and the reliability checks that
+# torch.distributed drives on the C library (BIN/libnccl.so.2): the watchdog's report of a
+# stalled rank (T12) and check mode's refusal of a mismatched count (T13).
+api_configs() {
+  if [ -x "$BIN/safe-check" ]; then
+    run_exe "$BIN/safe-check" a1-safe-matrix -- --backend cuda $SAFE_COUNTS
+    run_exe "$BIN/safe-check" a3-safe-matrix -- --backend cuda --ranks 3 --counts 0,1,7,4099
+  fi
+  if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then
+    local lib share=
+    lib="$(cd "$BIN" && pwd)/libnccl.so.2"
+    [ "$NGPU" -lt 2 ] && share=--share-gpu
+    run_exe python3 t12-torch-stall LD_PRELOAD="$lib" -- tests/clients/torch_hang.py stall $share
+    run_exe python3 t13-torch-count LD_PRELOAD="$lib" -- tests/clients/torch_hang.py count $share
+  fi
 }
 if [ "${NET_ONLY:-0}" = 1 ]; then
   net_configs
@@ -184,6 +209,7 @@ if [ "$NGPU" -ge 1 ]; then
   run m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
 fi
 net_configs
+api_configs
 echo "==== summary ($NGPU GPUs) ===="
 printf '%s\n' "${SUMMARY[@]}"
 echo "TOTAL pass=$TOTAL_PASS fail=$TOTAL_FAIL"

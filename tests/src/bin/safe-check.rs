@@ -12,13 +12,16 @@
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
 //! followed by one synchronize, in place and out of place, through the safe API and through
 //! core's `Communicator::collective` on the same backend (separate communicators, same
-//! devices); the median of 5 rounds, and the difference, in microseconds.
+//! devices); the median of 5 rounds, and the difference, in microseconds. On CUDA also in
+//! place inside a CUDA graph: 100 operations captured (the safe path on a stream wrapped with
+//! `Stream::from_raw`), the graph replayed; microseconds per captured operation.
 
 use oxccl::{Collectives, Communicator, ReduceOp, Runtime, UniqueId};
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::comm::CollArgs;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
+use oxccl_tests::cudart::{self, CAPTURE_MODE_THREAD_LOCAL, Cudart};
 use oxccl_tests::safe::run_safe_case;
 use oxccl_tests::suite::full_matrix;
 use std::sync::{Arc, Barrier};
@@ -255,6 +258,153 @@ fn bench_raw<B: Backend>(
     })
 }
 
+/// Operations captured per graph: many per launch, so the graph launch itself is amortised.
+const GRAPH_OPS: usize = 100;
+
+/// Microseconds per operation of a graph that `enqueue` fills with [`GRAPH_OPS`] operations on
+/// `stream` (thread-local capture: other ranks capture at the same time), replayed
+/// `iters / GRAPH_OPS` times per round; median of 5 rounds started together.
+fn time_graph(
+    cu: &Cudart,
+    stream: cudart::Stream,
+    iters: usize,
+    barrier: &Barrier,
+    mut enqueue: impl FnMut(),
+) -> Result<f64, String> {
+    // SAFETY: `stream` is a live stream of this thread's current device, not the default one.
+    unsafe { cu.begin_capture(stream, CAPTURE_MODE_THREAD_LOCAL) }?;
+    for _ in 0..GRAPH_OPS {
+        enqueue();
+    }
+    // SAFETY: capture was begun above.
+    let graph = unsafe { cu.end_capture(stream) }?;
+    // SAFETY: a graph just captured; it is not needed once instantiated.
+    let exec = unsafe { cu.instantiate(graph) };
+    // SAFETY: as above.
+    unsafe { cu.graph_destroy(graph) };
+    let exec = exec?;
+    let launches = iters.div_ceil(GRAPH_OPS).max(1);
+    let run = || -> Result<(), String> {
+        for _ in 0..launches {
+            // SAFETY: `exec` was captured from `stream`, which is live.
+            unsafe { cu.graph_launch(exec, stream) }?;
+        }
+        // SAFETY: as above.
+        unsafe { cu.sync(stream) }
+    };
+    let mut res = run();
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        barrier.wait();
+        let t = Instant::now();
+        res = res.and_then(|()| run());
+        rounds.push(t.elapsed().as_secs_f64() * 1e6 / (launches * GRAPH_OPS) as f64);
+    }
+    // SAFETY: the stream was synchronized; no launch of `exec` is running.
+    unsafe { cu.graph_exec_destroy(exec) };
+    res?;
+    rounds.sort_by(|a, b| a.total_cmp(b));
+    Ok(rounds[2])
+}
+
+/// A CUDA runtime stream on `dev` for graph capture (the safe API captures through streams
+/// other libraries made: [`oxccl::Stream::from_raw`]).
+fn capture_stream(dev: usize) -> Result<(Cudart, cudart::Stream), String> {
+    let cu = Cudart::load()?;
+    cu.set_device(dev)?;
+    let s = cu.stream()?;
+    Ok((cu, s))
+}
+
+/// 8-byte in-place AllReduce captured in a CUDA graph through the safe API, per rank.
+fn bench_graph_safe(rt: &Runtime, n: usize, iters: usize) -> Vec<Result<f64, String>> {
+    let barrier = Barrier::new(n);
+    on_ranks(rt, n, |comm| {
+        let (cu, raw) = capture_stream(comm.device().ordinal())?;
+        // SAFETY: `raw` is a live stream of this device until `stream_destroy` below, after
+        // the stream and the buffer (its last user) are dropped.
+        let stream = unsafe { oxccl::Stream::from_raw(comm.device(), raw as usize) }
+            .map_err(|e| e.to_string())?;
+        let mut buf = comm.device().buffer_from(&[1.0f32, 2.0]).map_err(|e| e.to_string())?;
+        // Outside the capture first: the buffer's last stream becomes the capture stream, so
+        // the captured operations need no cross-stream wait.
+        let all_reduce = |buf: &mut oxccl::DeviceBuffer<f32>| {
+            comm.on(&stream)
+                .all_reduce_in_place(buf, ReduceOp::Sum)
+                .expect("all_reduce")
+        };
+        all_reduce(&mut buf);
+        stream.synchronize().map_err(|e| e.to_string())?;
+        let t = time_graph(&cu, raw, iters, &barrier, || all_reduce(&mut buf));
+        drop(buf);
+        drop(stream);
+        // SAFETY: synchronized and no longer referenced.
+        unsafe { cu.stream_destroy(raw) };
+        t
+    })
+    .expect("safe graph bench")
+}
+
+/// The same through core's `Communicator::collective` on the CUDA backend.
+fn bench_graph_raw(n: usize, iters: usize) -> Vec<Result<f64, String>> {
+    let backend = Arc::new(oxccl_cuda::CudaBackend::load().expect("CUDA"));
+    let ndev = backend.device_count().expect("device count");
+    let id = oxccl_core::bootstrap::UniqueId::generate(
+        &oxccl_core::bootstrap::BootstrapOptions::from_env(),
+    )
+    .expect("unique id");
+    let barrier = Barrier::new(n);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (backend, barrier) = (backend.clone(), &barrier);
+                s.spawn(move || -> Result<f64, String> {
+                    let dev = r % ndev;
+                    let comm = oxccl_core::Communicator::init_rank(
+                        backend.clone(),
+                        n,
+                        id,
+                        r,
+                        dev as i32,
+                        oxccl_core::config::CommConfig::from_env(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    let (cu, raw) = capture_stream(dev)?;
+                    // SAFETY: `raw` is live until `stream_destroy` below.
+                    let stream = unsafe { backend.stream_from_raw(raw as usize) }
+                        .map_err(|e| e.to_string())?;
+                    let buf = backend.mem_alloc(dev as i32, 8).map_err(|e| e.to_string())?;
+                    let all_reduce = || {
+                        let a = CollArgs {
+                            kind: CollKind::AllReduce,
+                            send: buf,
+                            recv: buf,
+                            count: 2,
+                            dtype: DataType::Float32,
+                            op: RedOp::Sum,
+                            root: 0,
+                            layout: None,
+                        };
+                        // SAFETY: an 8-byte allocation of this device, freed only after the
+                        // stream was synchronized below.
+                        unsafe { comm.collective(a, &stream) }.expect("collective")
+                    };
+                    all_reduce();
+                    // SAFETY: `raw` is live.
+                    unsafe { cu.sync(raw) }?;
+                    let t = time_graph(&cu, raw, iters, barrier, all_reduce);
+                    // SAFETY: `time_graph` synchronized the stream; nothing uses the buffer.
+                    unsafe { backend.mem_free(buf) }.map_err(|e| e.to_string())?;
+                    // SAFETY: synchronized and no longer referenced.
+                    unsafe { cu.stream_destroy(raw) };
+                    t
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank")).collect()
+    })
+}
+
 fn bench(rt: &Runtime, n: usize, iters: usize) {
     let safe = bench_safe(rt, n, iters);
     let raw = match rt.name() {
@@ -280,6 +430,21 @@ fn bench(rt: &Runtime, n: usize, iters: usize) {
             si - ri,
             so - ro
         );
+    }
+    if rt.name() != "cuda" {
+        return;
+    }
+    let safe = bench_graph_safe(rt, n, iters);
+    let raw = bench_graph_raw(n, iters);
+    println!(
+        "8 B AllReduce in place, CUDA graph of {GRAPH_OPS} captured operations replayed, cuda on {n} ranks, median of 5 (us per op):"
+    );
+    println!("rank  safe-graph  raw-graph  overhead");
+    for (r, (s, w)) in safe.iter().zip(&raw).enumerate() {
+        match (s, w) {
+            (Ok(s), Ok(w)) => println!("{r:>4}  {s:>10.3}  {w:>9.3}  {:>8.3}", s - w),
+            (s, w) => println!("{r:>4}  FAIL safe: {s:?} raw: {w:?}"),
+        }
     }
 }
 
