@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! safe-check [--backend auto|cuda|host] [--ranks N] [--counts 0,1,7,1048579] [--bench] [--iters N]
+//!            [--cycles N]
 //! ```
 //! One thread per rank, rank `r` on device `r % devices` (default: one rank per device, at least
 //! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
@@ -22,6 +23,7 @@ use oxccl_core::comm::CollArgs;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
 use oxccl_tests::cudart::{self, CAPTURE_MODE_THREAD_LOCAL, Cudart};
+use oxccl_tests::harness::{open_fds, proc_status};
 use oxccl_tests::safe::run_safe_case;
 use oxccl_tests::suite::full_matrix;
 use std::sync::{Arc, Barrier};
@@ -33,6 +35,7 @@ struct Opts {
     counts: Vec<usize>,
     bench: bool,
     iters: usize,
+    cycles: Option<usize>,
 }
 
 fn opts() -> Opts {
@@ -42,6 +45,7 @@ fn opts() -> Opts {
         counts: vec![0, 1, 7, 1_048_579],
         bench: false,
         iters: 2000,
+        cycles: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -60,6 +64,7 @@ fn opts() -> Opts {
             }
             "--iters" => o.iters = val().parse().unwrap_or_else(|_| usage("bad --iters")),
             "--bench" => o.bench = true,
+            "--cycles" => o.cycles = Some(val().parse().unwrap_or_else(|_| usage("bad --cycles"))),
             _ => usage(&format!("unknown argument {a}")),
         }
     }
@@ -68,7 +73,7 @@ fn opts() -> Opts {
 
 fn usage(why: &str) -> ! {
     eprintln!(
-        "{why}\nusage: safe-check [--backend auto|cuda|host] [--ranks N] [--counts 0,1,7] [--bench] [--iters N]"
+        "{why}\nusage: safe-check [--backend auto|cuda|host] [--ranks N] [--counts 0,1,7] [--bench] [--iters N] [--cycles N]"
     );
     std::process::exit(64);
 }
@@ -325,7 +330,10 @@ fn bench_graph_safe(rt: &Runtime, n: usize, iters: usize) -> Vec<Result<f64, Str
         // the stream and the buffer (its last user) are dropped.
         let stream = unsafe { oxccl::Stream::from_raw(comm.device(), raw as usize) }
             .map_err(|e| e.to_string())?;
-        let mut buf = comm.device().buffer_from(&[1.0f32, 2.0]).map_err(|e| e.to_string())?;
+        let mut buf = comm
+            .device()
+            .buffer_from(&[1.0f32, 2.0])
+            .map_err(|e| e.to_string())?;
         // Outside the capture first: the buffer's last stream becomes the capture stream, so
         // the captured operations need no cross-stream wait.
         let all_reduce = |buf: &mut oxccl::DeviceBuffer<f32>| {
@@ -373,7 +381,9 @@ fn bench_graph_raw(n: usize, iters: usize) -> Vec<Result<f64, String>> {
                     // SAFETY: `raw` is live until `stream_destroy` below.
                     let stream = unsafe { backend.stream_from_raw(raw as usize) }
                         .map_err(|e| e.to_string())?;
-                    let buf = backend.mem_alloc(dev as i32, 8).map_err(|e| e.to_string())?;
+                    let buf = backend
+                        .mem_alloc(dev as i32, 8)
+                        .map_err(|e| e.to_string())?;
                     let all_reduce = || {
                         let a = CollArgs {
                             kind: CollKind::AllReduce,
@@ -448,6 +458,104 @@ fn bench(rt: &Runtime, n: usize, iters: usize) {
     }
 }
 
+/// `(open fds, threads, RSS KiB, GPU memory in use MiB)` of this process / its first GPU.
+type Usage = (usize, usize, usize, Option<usize>);
+
+/// T5 on devices: after a warm-up, `cycles` rounds of init, a checked 1024-element AllReduce and finalize on
+/// `n` thread-ranks; fds, threads, RSS and the GPU's memory in use before and after. Fails on a
+/// wrong element, on fds or threads above the first round's, or on GPU memory grown by more
+/// than 64 MiB.
+fn cycles(rt: &Runtime, n: usize, cycles: usize) -> usize {
+    let cu = if rt.name() == "cuda" {
+        Cudart::load().ok()
+    } else {
+        None
+    };
+    let usage = || -> Usage {
+        let gpu = cu
+            .as_ref()
+            .and_then(|c| c.set_device(0).ok().and_then(|()| c.mem_used()));
+        (
+            open_fds(),
+            proc_status("Threads:"),
+            proc_status("VmRSS:"),
+            gpu.map(|b| b >> 20),
+        )
+    };
+    let want = (n * (n + 1) / 2) as f32;
+    let round = || -> usize {
+        on_ranks(rt, n, |comm| -> oxccl::Result<usize> {
+            let mut buf = comm
+                .device()
+                .buffer_from(&vec![(comm.rank() + 1) as f32; 1024])?;
+            comm.all_reduce_in_place(&mut buf, ReduceOp::Sum)?;
+            Ok(buf.to_vec()?.iter().filter(|&&x| x != want).count())
+        })
+        .map_or(1, |per_rank| {
+            per_rank
+                .into_iter()
+                .map(|r| {
+                    r.unwrap_or_else(|e| {
+                        println!("FAIL {e}");
+                        1
+                    })
+                })
+                .sum()
+        })
+    };
+    let show = |what: &str, u: Usage| {
+        let gpu = u.3.map_or("-".to_string(), |m| format!("{m} MiB"));
+        println!(
+            "{what:>12}: fds {}, threads {}, RSS {} KiB, GPU memory in use {gpu}",
+            u.0, u.1, u.2
+        );
+    };
+    // Warm-up: the roots of used unique ids linger (answering late ranks), at most 16 per
+    // process, so the steady state starts after 17 rounds.
+    const WARM_UP: usize = 20;
+    let mut wrong: usize = (0..WARM_UP).map(|_| round()).sum();
+    let base = usage();
+    show(&format!("after {WARM_UP}"), base);
+    let start = Instant::now();
+    for c in 1..=cycles {
+        wrong += round();
+        if c % (cycles / 5).max(1) == 0 {
+            show(&format!("after {}", c + WARM_UP), usage());
+        }
+    }
+    let per_cycle = start.elapsed().as_secs_f64() * 1e3 / cycles.max(1) as f64;
+    // Threads of torn-down communicators may take a moment to finish.
+    let settle = Instant::now();
+    let mut end = usage();
+    while (end.0 > base.0 || end.1 > base.1) && settle.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        end = usage();
+    }
+    show("settled", end);
+    let gpu_growth = match (base.3, end.3) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
+    let mut fail = usize::from(wrong > 0);
+    for (what, grew) in [
+        ("open fds", end.0 > base.0),
+        ("threads", end.1 > base.1),
+        ("GPU memory (> 64 MiB)", gpu_growth > 64),
+    ] {
+        if grew {
+            println!("FAIL {what} grew over {cycles} cycles");
+            fail += 1;
+        }
+    }
+    println!(
+        "{cycles} cycles of init / AllReduce / finalize on {n} ranks ({}): {per_cycle:.1} ms per cycle, {wrong} wrong elements",
+        rt.name()
+    );
+    let rounds = cycles + WARM_UP;
+    println!("RESULT pass={} fail={fail}", rounds - fail.min(rounds));
+    fail
+}
+
 fn main() {
     let o = opts();
     let rt = match runtime(&o.backend) {
@@ -463,6 +571,12 @@ fn main() {
         .unwrap_or(if rt.name() == "host" { 2 } else { ndev });
     if o.bench {
         bench(&rt, n, o.iters);
+        return;
+    }
+    if let Some(c) = o.cycles {
+        if cycles(&rt, n, c) > 0 {
+            std::process::exit(1);
+        }
         return;
     }
     if matrix(&rt, n, &o.counts) > 0 {
