@@ -64,6 +64,7 @@ pub fn declare_inputs(f: &Flavour) {
         f.archs_env,
         "OXCCL_PREBUILT_KERNELS",
         "OXCCL_REQUIRE_KERNELS",
+        "OXCCL_KERNEL_CACHE",
     ] {
         println!("cargo::rerun-if-env-changed={var}");
     }
@@ -205,9 +206,13 @@ fn hash_tree(h: &mut Fnv, dir: &Path) {
 /// A directory shared by every profile and every cargo command of this target directory
 /// (OUT_DIR is `<target>/<profile>/build/<pkg>-<hash>/out`), so `cargo test`, `cargo clippy`
 /// and `cargo build --release` compile identical kernels once instead of three times.
+/// `OXCCL_KERNEL_CACHE=<dir>` names another (xtask points the librccl build's own target
+/// directory at the main one's), `0` turns caching off.
 fn cache_dir() -> Option<PathBuf> {
-    if env("OXCCL_KERNEL_CACHE").as_deref() == Some("0") {
-        return None;
+    match env("OXCCL_KERNEL_CACHE").as_deref() {
+        Some("0") => return None,
+        Some(dir) if !dir.is_empty() => return Some(PathBuf::from(dir)),
+        _ => {}
     }
     let out = out_dir();
     Some(out.ancestors().nth(4)?.join("oxccl-kernels"))

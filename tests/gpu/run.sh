@@ -30,6 +30,7 @@
 #                                  inside one process (NCCL_P2P_DISABLE=1); NET_ONLY=1 runs only
 #                                  these. Start MPS first (tests/gpu/mps.sh) or they crawl
 #   a1/a3-safe-matrix              the safe Rust API (safe-check) on 1 rank per GPU and on 3
+#   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
 # ONLY=REGEX runs only the configurations whose names match.
@@ -78,7 +79,8 @@ else
 fi
 GRAPH="--graph 100"
 SAFE_COUNTS="--counts 0,1,7,1048579"
-[ "${QUICK:-0}" = 1 ] && SAFE_COUNTS="--counts 0,1,7"
+CYCLES=300
+[ "${QUICK:-0}" = 1 ] && SAFE_COUNTS="--counts 0,1,7" && CYCLES=50
 # The one-shot kernels' sizes (see x2-*) for the configurations of more ranks than GPUs.
 ONESHOT_M="--counts 0,1,7,257,4095,8193,40000,65537,300001 --types all --big-count 0 --p2p-counts none"
 HUGE="--counts none --p2p-counts none --big-count 268435456 --big-types f32
@@ -109,6 +111,7 @@ api_configs() {
   if [ -x "$BIN/safe-check" ]; then
     run_exe "$BIN/safe-check" a1-safe-matrix -- --backend cuda $SAFE_COUNTS
     run_exe "$BIN/safe-check" a3-safe-matrix -- --backend cuda --ranks 3 --counts 0,1,7,4099
+    run_exe "$BIN/safe-check" t5-safe-cycles -- --backend cuda --ranks 2 --cycles $CYCLES
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then
     local lib share=

@@ -138,6 +138,14 @@ pub fn build(flavour: Flavour, profile: Profile) -> Result<PathBuf, String> {
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--package", "oxccl-ffi", "--lib"])
         .args(flavour.cargo_features());
+    if flavour == Flavour::Rccl && std::env::var_os("OXCCL_KERNEL_CACHE").is_none() {
+        // The librccl build has its own target directory (other features); its HIP kernels
+        // are the ones the main build compiled, so it shares that build's compile cache.
+        cmd.env(
+            "OXCCL_KERNEL_CACHE",
+            target_dir(Flavour::Nccl).join("oxccl-kernels"),
+        );
+    }
     if profile == Profile::Release {
         cmd.arg("--release");
     }
