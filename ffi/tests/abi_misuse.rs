@@ -942,7 +942,7 @@ fn out_of_range_init_arguments() {
     setup();
     let mut t = Table::new();
     let id = unique_id();
-    let cases: [(c_int, c_int, &str); 10] = [
+    let cases: [(c_int, c_int, &str); 13] = [
         (0, 0, "number of ranks"),
         (-1, 0, "number of ranks"),
         (c_int::MIN, 0, "number of ranks"),
@@ -953,6 +953,9 @@ fn out_of_range_init_arguments() {
         (2, c_int::MIN, "invalid rank"),
         (c_int::MAX, -1, "invalid rank"),
         (1, 1, "rank 1"),
+        ((1 << 24) + 1, 0, "number of ranks"),
+        (c_int::MAX, 0, "number of ranks"),
+        (c_int::MAX, c_int::MAX - 1, "number of ranks"),
     ];
     for (nranks, rank, word) in cases {
         for api in ["ncclCommInitRank", "ncclCommInitRankConfig"] {
@@ -983,4 +986,56 @@ fn out_of_range_init_arguments() {
         }
     }
     t.finish("T2 init arguments");
+}
+
+/// Resident memory of this process in KiB.
+fn rss_kib() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// T2: the largest nranks accepted (2^24), as rank 0 (whose process hosts the unique id's root)
+/// and as the last rank, non-blocking: init returns at once, waits for the missing ranks with
+/// bounded memory, and abort ends it at once. (Above 2^24 init is refused: the table
+/// above; before, `nranks = INT_MAX` aborted the process on a 16 GiB allocation.)
+#[test]
+fn largest_nranks_waits_without_memory_and_aborts() {
+    setup();
+    let n = 1 << 24;
+    for rank in [0, n - 1] {
+        let before = rss_kib();
+        let id = unique_id();
+        let mut cfg = ncclConfig_t::initializer();
+        cfg.blocking = 0;
+        let mut c = ncclComm_t::NULL;
+        let t = Instant::now();
+        // SAFETY: valid out-pointer and config.
+        let r = unsafe { ncclCommInitRankConfig(&mut c, n, id, rank, &mut cfg) };
+        let took = t.elapsed();
+        assert_eq!(r, R::IN_PROGRESS, "rank {rank} of {n}: {}", last_error());
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        let mut e = R::SUCCESS;
+        // SAFETY: a live handle and a valid out-pointer.
+        assert_eq!(unsafe { ncclCommGetAsyncError(c, &mut e) }, R::SUCCESS);
+        assert_eq!(e, R::IN_PROGRESS, "rank {rank}: {}", last_error());
+        let grew = rss_kib().saturating_sub(before);
+        let t = Instant::now();
+        // SAFETY: a live handle, not used afterwards.
+        assert_eq!(unsafe { ncclCommAbort(c) }, R::SUCCESS);
+        let abort_took = t.elapsed();
+        eprintln!(
+            "nranks {n} rank {rank}: init returned in {took:?}, RSS +{grew} KiB while waiting, \
+             abort {abort_took:?}"
+        );
+        // The rank's bootstrap connection tables take 16 bytes per rank before the root's
+        // table arrives (256 MiB at 2^24); nothing else may grow with nranks.
+        let bound = 20 * n as usize / 1024 + 16 * 1024;
+        assert!(grew < bound, "RSS grew by {grew} KiB waiting for {n} ranks");
+        assert!(abort_took < Duration::from_secs(2), "{abort_took:?}");
+    }
 }

@@ -32,6 +32,11 @@ pub const SPLIT_NOCOLOR: i32 = -1;
 /// Number of built-in `ncclRedOp_t` values; user-created operators start here.
 pub const NUM_BUILTIN_OPS: i32 = 5;
 
+/// Most ranks a communicator may have (2^24, far above any real job). A larger nranks is refused
+/// at init as an invalid argument instead of sizing per-rank tables for it: `nranks = INT_MAX`
+/// used to abort the process on a failed allocation.
+pub const MAX_NRANKS: u32 = 1 << 24;
+
 /// Message size the tuner is asked about for every send/recv group (see `launch_p2p`).
 const P2P_TUNING_BYTES: u64 = 1 << 30;
 
@@ -119,8 +124,10 @@ impl<B: Backend> Communicator<B> {
         config: CommConfig,
     ) -> Result<Communicator<B>> {
         crate::logging::init_from_env();
-        if nranks == 0 || nranks > u32::MAX as usize / 2 {
-            return Err(Error::arg(format!("invalid number of ranks {nranks}")));
+        if nranks == 0 || nranks > MAX_NRANKS as usize {
+            return Err(Error::arg(format!(
+                "invalid number of ranks {nranks}: must be in 1..={MAX_NRANKS}"
+            )));
         }
         if rank >= nranks {
             return Err(Error::arg(format!(
