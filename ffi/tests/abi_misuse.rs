@@ -1039,3 +1039,554 @@ fn largest_nranks_waits_without_memory_and_aborts() {
         assert!(abort_took < Duration::from_secs(2), "{abort_took:?}");
     }
 }
+
+/// A one-rank communicator.
+fn one_rank() -> ncclComm_t {
+    let mut c = ncclComm_t::NULL;
+    // SAFETY: a valid out-pointer.
+    let r = unsafe { ncclCommInitRank(&mut c, 1, unique_id(), 0) };
+    assert_eq!(r, R::SUCCESS, "{}", last_error());
+    c
+}
+
+/// Every call that needs a live communicator, on `c`, must return `want` naming `word`.
+fn dead_handle_table(t: &mut Table, c: ncclComm_t, what: &str, want: R, word: &str) {
+    let mut b = Bufs::new();
+    let mut v: c_int = 0;
+    for f in ALL_F {
+        let (s, r) = (b.send(), b.recv());
+        // SAFETY: 4096-byte buffers; the call must be refused without touching them.
+        t.case(
+            &format!("{} on a {what} comm", f.api()),
+            f.api(),
+            want,
+            &[word],
+            || unsafe { f.call(s, r, 4, FLOAT32, SUM, 0, c) },
+        );
+    }
+    // SAFETY (below): valid out-pointers; `c` is a handle this library issued.
+    unsafe {
+        t.case(
+            &format!("ncclCommCount on a {what} comm"),
+            "ncclCommCount",
+            want,
+            &[word],
+            || ncclCommCount(c, &mut v),
+        );
+        t.case(
+            &format!("ncclCommUserRank on a {what} comm"),
+            "ncclCommUserRank",
+            want,
+            &[word],
+            || ncclCommUserRank(c, &mut v),
+        );
+        t.case(
+            &format!("ncclCommCuDevice on a {what} comm"),
+            "ncclCommCuDevice",
+            want,
+            &[word],
+            || ncclCommCuDevice(c, &mut v),
+        );
+        t.case(
+            &format!("ncclCommGetAsyncError on a {what} comm"),
+            "ncclCommGetAsyncError",
+            want,
+            &[word],
+            || {
+                let mut e = R::SUCCESS;
+                ncclCommGetAsyncError(c, &mut e)
+            },
+        );
+        t.case(
+            &format!("ncclCommSplit on a {what} comm"),
+            "ncclCommSplit",
+            want,
+            &[word],
+            || {
+                let mut n = ncclComm_t::NULL;
+                ncclCommSplit(c, 0, 0, &mut n, std::ptr::null_mut())
+            },
+        );
+        t.case(
+            &format!("ncclCommFinalize on a {what} comm"),
+            "ncclCommFinalize",
+            want,
+            &[word],
+            || ncclCommFinalize(c),
+        );
+        t.case(
+            &format!("ncclCommRevoke on a {what} comm"),
+            "ncclCommRevoke",
+            want,
+            &[word],
+            || ncclCommRevoke(c, 0),
+        );
+        t.case(
+            &format!("ncclCommRegister on a {what} comm"),
+            "ncclCommRegister",
+            want,
+            &[word],
+            || {
+                let mut h: *mut c_void = std::ptr::null_mut();
+                ncclCommRegister(c, b.recv.as_mut_ptr().cast(), 64, &mut h)
+            },
+        );
+        t.case(
+            &format!("ncclRedOpCreatePreMulSum on a {what} comm"),
+            "ncclRedOpCreatePreMulSum",
+            want,
+            &[word],
+            || {
+                let mut op = ncclRedOp_t(0);
+                let mut x = 2.0f32;
+                ncclRedOpCreatePreMulSum(
+                    &mut op,
+                    (&mut x as *mut f32).cast(),
+                    FLOAT32,
+                    ncclScalarResidence_t(1),
+                    c,
+                )
+            },
+        );
+    }
+    assert!(b.untouched(), "a refused call wrote into a buffer");
+}
+
+/// T4: destroy twice, use after destroy, abort after destroy; abort twice, use and destroy
+/// after abort. (NCCL frees the object, so its answer to a dead handle is undefined; oxccl keeps
+/// a tombstone per handle and answers `ncclInvalidUsage`, docs/abi.md.)
+#[test]
+fn destroyed_and_aborted_handles() {
+    setup();
+    let mut t = Table::new();
+    let usage = R::INVALID_USAGE;
+    // SAFETY (every call): handles issued by this library, alive or dead.
+    unsafe {
+        let c = one_rank();
+        t.case("destroy", "ncclCommDestroy", R::SUCCESS, &[], || {
+            ncclCommDestroy(c)
+        });
+        t.case(
+            "destroy twice",
+            "ncclCommDestroy",
+            usage,
+            &["destroyed"],
+            || ncclCommDestroy(c),
+        );
+        dead_handle_table(&mut t, c, "destroyed", usage, "destroyed");
+        t.case(
+            "abort after destroy",
+            "ncclCommAbort",
+            usage,
+            &["destroyed"],
+            || ncclCommAbort(c),
+        );
+        t.case(
+            "destroy a third time",
+            "ncclCommDestroy",
+            usage,
+            &["destroyed"],
+            || ncclCommDestroy(c),
+        );
+
+        let c = one_rank();
+        t.case("abort", "ncclCommAbort", R::SUCCESS, &[], || {
+            ncclCommAbort(c)
+        });
+        t.case(
+            "abort twice (idempotent)",
+            "ncclCommAbort",
+            R::SUCCESS,
+            &[],
+            || ncclCommAbort(c),
+        );
+        dead_handle_table(&mut t, c, "aborted", usage, "aborted");
+        t.case(
+            "destroy after abort",
+            "ncclCommDestroy",
+            usage,
+            &["aborted"],
+            || ncclCommDestroy(c),
+        );
+
+        // NULL: destroy, abort, finalize and revoke are no-ops (as in NCCL).
+        t.case("destroy NULL", "ncclCommDestroy", R::SUCCESS, &[], || {
+            ncclCommDestroy(ncclComm_t::NULL)
+        });
+        t.case("abort NULL", "ncclCommAbort", R::SUCCESS, &[], || {
+            ncclCommAbort(ncclComm_t::NULL)
+        });
+        t.case("finalize NULL", "ncclCommFinalize", R::SUCCESS, &[], || {
+            ncclCommFinalize(ncclComm_t::NULL)
+        });
+        t.case("revoke NULL", "ncclCommRevoke", R::SUCCESS, &[], || {
+            ncclCommRevoke(ncclComm_t::NULL, 0)
+        });
+
+        // Finalize twice: ncclInvalidArgument the second time (NCCL); no operation after
+        // finalize; destroy still works.
+        let c = one_rank();
+        let mut buf = [1.0f32; 8];
+        let p: *mut c_void = buf.as_mut_ptr().cast();
+        t.case("finalize", "ncclCommFinalize", R::SUCCESS, &[], || {
+            ncclCommFinalize(c)
+        });
+        t.case(
+            "finalize twice",
+            "ncclCommFinalize",
+            R::INVALID_ARGUMENT,
+            &["already finalized"],
+            || ncclCommFinalize(c),
+        );
+        t.case(
+            "allreduce after finalize",
+            "ncclAllReduce",
+            usage,
+            &["finalized"],
+            || ncclAllReduce(p, p, 8, FLOAT32, SUM, c, NO_STREAM),
+        );
+        t.case(
+            "count after finalize",
+            "ncclCommCount",
+            R::SUCCESS,
+            &[],
+            || {
+                let mut v = 0;
+                ncclCommCount(c, &mut v)
+            },
+        );
+        t.case(
+            "destroy after finalize",
+            "ncclCommDestroy",
+            R::SUCCESS,
+            &[],
+            || ncclCommDestroy(c),
+        );
+        t.case(
+            "finalize after destroy",
+            "ncclCommFinalize",
+            usage,
+            &["destroyed"],
+            || ncclCommFinalize(c),
+        );
+    }
+    t.finish("T4 dead handles");
+}
+
+/// T4: group misuse on one thread: `ncclGroupEnd` without start, unbalanced nesting (two starts,
+/// one end: the operations wait for the second end), a group whose call failed (the end fails
+/// with that error and nothing of the group runs), destroy and abort inside an open group.
+#[test]
+fn unbalanced_and_failed_groups() {
+    setup();
+    let mut t = Table::new();
+    let c = one_rank();
+    let n = 64;
+    let send: Vec<f32> = (0..n).map(|i| i as f32 + 0.25).collect();
+    let mut recv = vec![-7.0f32; n];
+    let sp: *const c_void = send.as_ptr().cast();
+    let rp: *mut c_void = recv.as_mut_ptr().cast();
+    let untouched = |r: &[f32]| r.iter().all(|&x| x == -7.0);
+    // SAFETY (every call): `c` is live until destroyed below; buffers of `n` floats that outlive
+    // every group end.
+    unsafe {
+        t.case(
+            "GroupEnd without GroupStart",
+            "ncclGroupEnd",
+            R::INVALID_USAGE,
+            &["ncclGroupStart"],
+            || ncclGroupEnd(),
+        );
+        t.case(
+            "GroupEnd without GroupStart again",
+            "ncclGroupEnd",
+            R::INVALID_USAGE,
+            &["ncclGroupStart"],
+            || ncclGroupEnd(),
+        );
+
+        // Two starts, one end: still inside the group, nothing launched.
+        t.case("GroupStart 1", "ncclGroupStart", R::SUCCESS, &[], || {
+            ncclGroupStart()
+        });
+        t.case("GroupStart 2", "ncclGroupStart", R::SUCCESS, &[], || {
+            ncclGroupStart()
+        });
+        t.case(
+            "AllReduce in a nested group",
+            "ncclAllReduce",
+            R::SUCCESS,
+            &[],
+            || ncclAllReduce(sp, rp, n, FLOAT32, SUM, c, NO_STREAM),
+        );
+        t.case("inner GroupEnd", "ncclGroupEnd", R::SUCCESS, &[], || {
+            ncclGroupEnd()
+        });
+        if !untouched(&recv) {
+            t.failures
+                .push("the inner GroupEnd of a nested group launched its operation".into());
+        }
+        t.case("outer GroupEnd", "ncclGroupEnd", R::SUCCESS, &[], || {
+            ncclGroupEnd()
+        });
+        let wrong = recv.iter().zip(&send).filter(|(r, s)| r != s).count();
+        if wrong != 0 {
+            t.failures.push(format!(
+                "nested group: {wrong} wrong elements after the outer end"
+            ));
+        }
+        t.case(
+            "GroupEnd after balance",
+            "ncclGroupEnd",
+            R::INVALID_USAGE,
+            &["ncclGroupStart"],
+            || ncclGroupEnd(),
+        );
+
+        // A failed call inside a (nested) group: it fails at once, the inner end succeeds, the
+        // outer end returns its error and runs nothing of the group.
+        recv.fill(-7.0);
+        t.case("GroupStart a", "ncclGroupStart", R::SUCCESS, &[], || {
+            ncclGroupStart()
+        });
+        t.case("GroupStart b", "ncclGroupStart", R::SUCCESS, &[], || {
+            ncclGroupStart()
+        });
+        t.case(
+            "good AllReduce before the bad one",
+            "ncclAllReduce",
+            R::SUCCESS,
+            &[],
+            || ncclAllReduce(sp, rp, n, FLOAT32, SUM, c, NO_STREAM),
+        );
+        t.case(
+            "bad datatype in a group",
+            "ncclAllReduce",
+            R::INVALID_ARGUMENT,
+            &["data type"],
+            || ncclAllReduce(sp, rp, n, ncclDataType_t(99), SUM, c, NO_STREAM),
+        );
+        t.case(
+            "bad root in a group",
+            "ncclBroadcast",
+            R::INVALID_ARGUMENT,
+            &["root"],
+            || ncclBroadcast(sp, rp, n, FLOAT32, 3, c, NO_STREAM),
+        );
+        t.case(
+            "inner end of a failed group",
+            "ncclGroupEnd",
+            R::SUCCESS,
+            &[],
+            || ncclGroupEnd(),
+        );
+        t.case(
+            "outer end of a failed group",
+            "ncclGroupEnd",
+            R::INVALID_ARGUMENT,
+            &["data type"],
+            || ncclGroupEnd(),
+        );
+        if !untouched(&recv) {
+            t.failures
+                .push("a failed group ran its good operation".into());
+        }
+        t.case(
+            "GroupEnd after a failed group",
+            "ncclGroupEnd",
+            R::INVALID_USAGE,
+            &["ncclGroupStart"],
+            || ncclGroupEnd(),
+        );
+        // The next group and the next plain call are not affected by the failed one.
+        t.case(
+            "GroupStart after a failed group",
+            "ncclGroupStart",
+            R::SUCCESS,
+            &[],
+            || ncclGroupStart(),
+        );
+        t.case(
+            "AllReduce in the next group",
+            "ncclAllReduce",
+            R::SUCCESS,
+            &[],
+            || ncclAllReduce(sp, rp, n, FLOAT32, SUM, c, NO_STREAM),
+        );
+        t.case(
+            "GroupEnd of the next group",
+            "ncclGroupEnd",
+            R::SUCCESS,
+            &[],
+            || ncclGroupEnd(),
+        );
+        let wrong = recv.iter().zip(&send).filter(|(r, s)| r != s).count();
+        if wrong != 0 {
+            t.failures
+                .push(format!("group after a failed one: {wrong} wrong elements"));
+        }
+
+        // Destroy, and abort, of a communicator with an operation recorded in an open group:
+        // the end fails naming it, nothing runs, nothing hangs.
+        for (what, word) in [("destroy", "destroyed"), ("abort", "aborted")] {
+            let d = one_rank();
+            recv.fill(-7.0);
+            t.case(
+                &format!("GroupStart before {what}"),
+                "ncclGroupStart",
+                R::SUCCESS,
+                &[],
+                || ncclGroupStart(),
+            );
+            t.case(
+                &format!("AllReduce before {what}"),
+                "ncclAllReduce",
+                R::SUCCESS,
+                &[],
+                || ncclAllReduce(sp, rp, n, FLOAT32, SUM, d, NO_STREAM),
+            );
+            if what == "destroy" {
+                t.case(
+                    "destroy inside a group",
+                    "ncclCommDestroy",
+                    R::SUCCESS,
+                    &[],
+                    || ncclCommDestroy(d),
+                );
+            } else {
+                t.case(
+                    "abort inside a group",
+                    "ncclCommAbort",
+                    R::SUCCESS,
+                    &[],
+                    || ncclCommAbort(d),
+                );
+            }
+            t.case(
+                &format!("GroupEnd after {what}"),
+                "ncclGroupEnd",
+                R::INVALID_USAGE,
+                &[word],
+                || ncclGroupEnd(),
+            );
+            if !untouched(&recv) {
+                t.failures.push(format!(
+                    "an operation of a communicator {word} inside the group ran"
+                ));
+            }
+            t.case(
+                &format!("GroupEnd after {what} again"),
+                "ncclGroupEnd",
+                R::INVALID_USAGE,
+                &["ncclGroupStart"],
+                || ncclGroupEnd(),
+            );
+        }
+        t.case("destroy", "ncclCommDestroy", R::SUCCESS, &[], || {
+            ncclCommDestroy(c)
+        });
+    }
+    t.finish("T4 groups");
+}
+
+/// T4: calls on a communicator whose non-blocking init is in progress (its second rank never
+/// comes): NCCL's `ncclInvalidArgument` for operations and queries, `ncclInProgress` from
+/// `ncclCommGetAsyncError`, and abort ends it at once.
+#[test]
+fn calls_during_in_progress_init() {
+    setup();
+    let mut t = Table::new();
+    let mut cfg = ncclConfig_t::initializer();
+    cfg.blocking = 0;
+    let mut c = ncclComm_t::NULL;
+    // SAFETY: valid out-pointer and config.
+    let r = unsafe { ncclCommInitRankConfig(&mut c, 2, unique_id(), 0, &mut cfg) };
+    assert_eq!(r, R::IN_PROGRESS, "{}", last_error());
+    let mut buf = [1.0f32; 8];
+    let p: *mut c_void = buf.as_mut_ptr().cast();
+    let ia = R::INVALID_ARGUMENT;
+    // SAFETY (every call): `c` is a live handle until aborted; valid out-pointers.
+    unsafe {
+        t.case(
+            "GetAsyncError while in progress",
+            "ncclCommGetAsyncError",
+            R::SUCCESS,
+            &[],
+            || {
+                let mut e = R::SUCCESS;
+                let r = ncclCommGetAsyncError(c, &mut e);
+                if e != R::IN_PROGRESS {
+                    return R::INTERNAL_ERROR;
+                }
+                r
+            },
+        );
+        for f in ALL_F {
+            t.case(
+                &format!("{} while in progress", f.api()),
+                f.api(),
+                ia,
+                &["still initializing"],
+                || f.call(p, p, 8, FLOAT32, SUM, 1, c),
+            );
+        }
+        let mut v = 0;
+        t.case(
+            "Count while in progress",
+            "ncclCommCount",
+            ia,
+            &["initializing"],
+            || ncclCommCount(c, &mut v),
+        );
+        t.case(
+            "UserRank while in progress",
+            "ncclCommUserRank",
+            ia,
+            &["initializing"],
+            || ncclCommUserRank(c, &mut v),
+        );
+        t.case(
+            "CuDevice while in progress",
+            "ncclCommCuDevice",
+            ia,
+            &["initializing"],
+            || ncclCommCuDevice(c, &mut v),
+        );
+        t.case(
+            "Finalize while in progress",
+            "ncclCommFinalize",
+            ia,
+            &["initializing"],
+            || ncclCommFinalize(c),
+        );
+        t.case(
+            "Split while in progress",
+            "ncclCommSplit",
+            ia,
+            &["initializing"],
+            || {
+                let mut n = ncclComm_t::NULL;
+                ncclCommSplit(c, 0, 0, &mut n, std::ptr::null_mut())
+            },
+        );
+        t.case(
+            "Abort while in progress",
+            "ncclCommAbort",
+            R::SUCCESS,
+            &[],
+            || ncclCommAbort(c),
+        );
+        t.case(
+            "AllReduce after that abort",
+            "ncclAllReduce",
+            R::INVALID_USAGE,
+            &["aborted"],
+            || ncclAllReduce(p, p, 8, FLOAT32, SUM, c, NO_STREAM),
+        );
+    }
+    assert!(
+        buf.iter().all(|&x| x == 1.0),
+        "a refused call wrote into the buffer"
+    );
+    t.finish("T4 in progress");
+}

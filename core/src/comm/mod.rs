@@ -310,8 +310,9 @@ impl<B: Backend> Communicator<B> {
         let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let c = match &*state {
             State::Ready(c) => c.clone(),
+            // ncclInvalidArgument, as NCCL answers a use before init completed.
             State::Initializing => {
-                return Err(Error::usage(
+                return Err(Error::arg(
                     "communicator is still initializing; poll ncclCommGetAsyncError until it returns ncclSuccess",
                 ));
             }
@@ -377,8 +378,11 @@ impl<B: Backend> Communicator<B> {
                 *state = State::Finalized(c);
                 Ok(())
             }
-            State::Finalized(_) => Ok(()),
-            State::Initializing => Err(Error::usage("communicator is still initializing")),
+            // Both ncclInvalidArgument, as in NCCL.
+            State::Finalized(_) => Err(Error::arg(
+                "communicator was already finalized (ncclCommFinalize called twice)",
+            )),
+            State::Initializing => Err(Error::arg("communicator is still initializing")),
             State::Failed(e) => Err(e.clone()),
             State::Destroyed => Err(Error::usage("communicator was destroyed")),
             State::Aborted => Err(Error::usage("communicator was aborted")),
