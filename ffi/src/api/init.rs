@@ -182,6 +182,10 @@ unsafe fn comm_destroy(comm: ncclComm_t) -> Result<()> {
         return Ok(());
     }
     let h = handles::handle(comm)?;
+    if h.forked() {
+        h.forget_after_fork(Life::Destroyed);
+        return Ok(());
+    }
     let mut st = h.lock();
     if st.life != Life::Live {
         return Err(handles::dead_error(st.life));
@@ -199,6 +203,10 @@ unsafe fn comm_abort(comm: ncclComm_t) -> Result<()> {
         return Ok(());
     }
     let h = handles::handle(comm)?;
+    if h.forked() {
+        h.forget_after_fork(Life::Aborted);
+        return Ok(());
+    }
     let mut st = h.lock();
     match st.life {
         // Abort is idempotent: watchdogs and error handlers race to call it.
