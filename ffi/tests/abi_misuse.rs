@@ -324,10 +324,24 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
     let bad_ops: [c_int; 6] = [-1, 5, 6, 1000, c_int::MAX, c_int::MIN];
     let bad_ranks: [c_int; 5] = [-1, ni, ni + 1, c_int::MAX, c_int::MIN];
     let foreign = ncclComm_t(&b as *const Bufs as *mut ncclComm);
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        f: F,
+        s: *const c_void,
+        r: *mut c_void,
+        count: usize,
+        dt: ncclDataType_t,
+        op: ncclRedOp_t,
+        rank: c_int,
+        comm: ncclComm_t,
+    ) -> R {
+        // SAFETY: the buffers passed below are NULL (the case) or hold 4096 bytes, more than any
+        // call that is accepted reads or writes; refused calls must not touch them (checked at
+        // the end of the table).
+        unsafe { f.call(s, r, count, dt, op, rank, comm) }
+    }
     for f in ALL_F {
         let api = f.api();
-        // SAFETY (every call below): the buffers hold 4096 bytes, more than any call that is
-        // accepted reads or writes; refused calls must not touch them (checked).
         for &dt in &bad_types {
             let (s, r) = (b.send(), b.recv());
             t.case(
@@ -335,7 +349,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                 api,
                 R::INVALID_ARGUMENT,
                 &["data type"],
-                || unsafe { f.call(s, r, 4, ncclDataType_t(dt), SUM, 0, comm) },
+                || call(f, s, r, 4, ncclDataType_t(dt), SUM, 0, comm),
             );
         }
         if f.has_op() {
@@ -346,7 +360,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                     api,
                     R::INVALID_ARGUMENT,
                     &["reduction operator"],
-                    || unsafe { f.call(s, r, 4, FLOAT32, ncclRedOp_t(op), 0, comm) },
+                    || call(f, s, r, 4, FLOAT32, ncclRedOp_t(op), 0, comm),
                 );
             }
         }
@@ -359,7 +373,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                     api,
                     R::INVALID_ARGUMENT,
                     &[w],
-                    || unsafe { f.call(s, r, 4, FLOAT32, SUM, rk, comm) },
+                    || call(f, s, r, 4, FLOAT32, SUM, rk, comm),
                 );
             }
         }
@@ -370,7 +384,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                 api,
                 R::INVALID_ARGUMENT,
                 &["comm"],
-                || unsafe { f.call(s, r, 4, FLOAT32, SUM, 0, c) },
+                || call(f, s, r, 4, FLOAT32, SUM, 0, c),
             );
         }
         // NULL buffers with a nonzero count; this rank is the root (or the peer), so it uses
@@ -385,7 +399,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                 api,
                 R::INVALID_ARGUMENT,
                 &["send buffer is NULL"],
-                || unsafe { f.call(std::ptr::null(), r, 4, FLOAT32, SUM, me, comm) },
+                || call(f, std::ptr::null(), r, 4, FLOAT32, SUM, me, comm),
             );
         }
         if null_recv {
@@ -400,7 +414,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                 api,
                 R::INVALID_ARGUMENT,
                 &[word],
-                || unsafe { f.call(s, std::ptr::null_mut(), 4, FLOAT32, SUM, me, comm) },
+                || call(f, s, std::ptr::null_mut(), 4, FLOAT32, SUM, me, comm),
             );
         }
         t.case(
@@ -408,8 +422,9 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
             api,
             R::INVALID_ARGUMENT,
             &["NULL"],
-            || unsafe {
-                f.call(
+            || {
+                call(
+                    f,
                     std::ptr::null(),
                     std::ptr::null_mut(),
                     7,
@@ -427,8 +442,9 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                 api,
                 R::SUCCESS,
                 &[],
-                || unsafe {
-                    f.call(
+                || {
+                    call(
+                        f,
                         std::ptr::null(),
                         std::ptr::null_mut(),
                         0,
@@ -458,7 +474,7 @@ fn argument_table(t: &mut Table, comm: ncclComm_t, me: usize, n: usize, solo: bo
                     api,
                     R::INVALID_ARGUMENT,
                     &["count", "overflows"],
-                    || unsafe { f.call(s, r, count, ncclDataType_t(ty as c_int), SUM, me, comm) },
+                    || call(f, s, r, count, ncclDataType_t(ty as c_int), SUM, me, comm),
                 );
             }
         }
@@ -475,7 +491,7 @@ fn other_functions_table(t: &mut Table, comm: ncclComm_t) {
     let mut buf = [0f32; 16];
     let garbage = ncclComm_t(0x5a5a_5a5a as *mut ncclComm);
     let ia = R::INVALID_ARGUMENT;
-    // SAFETY (every call below): each pointer is NULL (the case) or valid for the call.
+    // SAFETY: (every call below) each pointer is NULL (the case) or valid for the call.
     unsafe {
         t.case(
             "ncclGetVersion(NULL)",
@@ -1064,7 +1080,7 @@ fn dead_handle_table(t: &mut Table, c: ncclComm_t, what: &str, want: R, word: &s
             || unsafe { f.call(s, r, 4, FLOAT32, SUM, 0, c) },
         );
     }
-    // SAFETY (below): valid out-pointers; `c` is a handle this library issued.
+    // SAFETY: (every call below) valid out-pointers; `c` is a handle this library issued.
     unsafe {
         t.case(
             &format!("ncclCommCount on a {what} comm"),
@@ -1160,7 +1176,7 @@ fn destroyed_and_aborted_handles() {
     setup();
     let mut t = Table::new();
     let usage = R::INVALID_USAGE;
-    // SAFETY (every call): handles issued by this library, alive or dead.
+    // SAFETY: (every call) handles issued by this library, alive or dead.
     unsafe {
         let c = one_rank();
         t.case("destroy", "ncclCommDestroy", R::SUCCESS, &[], || {
@@ -1287,7 +1303,7 @@ fn unbalanced_and_failed_groups() {
     let sp: *const c_void = send.as_ptr().cast();
     let rp: *mut c_void = recv.as_mut_ptr().cast();
     let untouched = |r: &[f32]| r.iter().all(|&x| x == -7.0);
-    // SAFETY (every call): `c` is live until destroyed below; buffers of `n` floats that outlive
+    // SAFETY: (every call) `c` is live until destroyed below; buffers of `n` floats that outlive
     // every group end.
     unsafe {
         t.case(
@@ -1505,7 +1521,7 @@ fn calls_during_in_progress_init() {
     let mut buf = [1.0f32; 8];
     let p: *mut c_void = buf.as_mut_ptr().cast();
     let ia = R::INVALID_ARGUMENT;
-    // SAFETY (every call): `c` is a live handle until aborted; valid out-pointers.
+    // SAFETY: (every call) `c` is a live handle until aborted; valid out-pointers.
     unsafe {
         t.case(
             "GetAsyncError while in progress",
