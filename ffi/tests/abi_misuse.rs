@@ -836,6 +836,126 @@ fn other_functions_table(t: &mut Table, comm: ncclComm_t) {
             &["comm"],
             || ncclRedOpDestroy(ncclRedOp_t(5), ncclComm_t::NULL),
         );
+        // AlltoAllv (one entry per rank: one here): NULL arrays, bad type, counts and
+        // displacements whose sum or byte size overflows.
+        let one = [1usize];
+        let zero = [0usize];
+        let arrays: [(&str, *const usize); 2] = [("NULL", std::ptr::null()), ("ok", one.as_ptr())];
+        for (k, name) in ["sendcounts", "sdispls", "recvcounts", "rdispls"]
+            .iter()
+            .enumerate()
+        {
+            let pick = |i: usize| if i == k { arrays[0].1 } else { arrays[1].1 };
+            let (sp, rp) = (
+                buf.as_ptr().cast::<c_void>(),
+                buf.as_mut_ptr().cast::<c_void>(),
+            );
+            t.case(
+                &format!("ncclAlltoAllv NULL {name}"),
+                "ncclAlltoAllv",
+                ia,
+                &[name, "NULL"],
+                || {
+                    ncclAlltoAllv(
+                        sp,
+                        pick(0),
+                        pick(1),
+                        rp,
+                        pick(2),
+                        pick(3),
+                        FLOAT32,
+                        comm,
+                        NO_STREAM,
+                    )
+                },
+            );
+        }
+        let huge: [(&str, [usize; 1], [usize; 1]); 4] = [
+            ("count SIZE_MAX", [usize::MAX], zero),
+            ("count SIZE_MAX/4+1", [usize::MAX / 4 + 1], zero),
+            ("displacement SIZE_MAX", one, [usize::MAX]),
+            (
+                "count + displacement past PTRDIFF_MAX",
+                [1 << 61],
+                [1 << 61],
+            ),
+        ];
+        for (what, counts, displs) in huge {
+            for side in ["send", "recv"] {
+                let (sp, rp) = (
+                    buf.as_ptr().cast::<c_void>(),
+                    buf.as_mut_ptr().cast::<c_void>(),
+                );
+                let (sc, sd, rc, rd) = if side == "send" {
+                    (
+                        counts.as_ptr(),
+                        displs.as_ptr(),
+                        one.as_ptr(),
+                        zero.as_ptr(),
+                    )
+                } else {
+                    (
+                        one.as_ptr(),
+                        zero.as_ptr(),
+                        counts.as_ptr(),
+                        displs.as_ptr(),
+                    )
+                };
+                t.case(
+                    &format!("ncclAlltoAllv {side} {what}"),
+                    "ncclAlltoAllv",
+                    ia,
+                    &["overflows"],
+                    || ncclAlltoAllv(sp, sc, sd, rp, rc, rd, FLOAT32, comm, NO_STREAM),
+                );
+            }
+        }
+        t.case(
+            "ncclAlltoAllv datatype 12",
+            "ncclAlltoAllv",
+            ia,
+            &["data type"],
+            || {
+                let (sp, rp) = (
+                    buf.as_ptr().cast::<c_void>(),
+                    buf.as_mut_ptr().cast::<c_void>(),
+                );
+                ncclAlltoAllv(
+                    sp,
+                    one.as_ptr(),
+                    zero.as_ptr(),
+                    rp,
+                    one.as_ptr(),
+                    zero.as_ptr(),
+                    ncclDataType_t(12),
+                    comm,
+                    NO_STREAM,
+                )
+            },
+        );
+        t.case(
+            "ncclAlltoAllv NULL comm",
+            "ncclAlltoAllv",
+            ia,
+            &["comm"],
+            || {
+                let (sp, rp) = (
+                    buf.as_ptr().cast::<c_void>(),
+                    buf.as_mut_ptr().cast::<c_void>(),
+                );
+                ncclAlltoAllv(
+                    sp,
+                    one.as_ptr(),
+                    zero.as_ptr(),
+                    rp,
+                    one.as_ptr(),
+                    zero.as_ptr(),
+                    FLOAT32,
+                    ncclComm_t::NULL,
+                    NO_STREAM,
+                )
+            },
+        );
         // Memory and registration.
         t.case(
             "ncclMemAlloc NULL out",
