@@ -190,6 +190,7 @@ mod tests {
         assert_eq!(h.gpu(), None);
     }
 
+    #[cfg(oxccl_hip_kernels)]
     fn contains(hay: &[u8], needle: &[u8]) -> bool {
         hay.windows(needle.len()).any(|w| w == needle)
     }

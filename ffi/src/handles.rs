@@ -12,7 +12,7 @@ use oxccl_core::{Error, Result};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
+use std::sync::{LazyLock, Mutex, MutexGuard, Once, RwLock};
 
 /// `magic` of a live handle ("oxcclCom").
 const LIVE_MAGIC: u64 = 0x6f78_6363_6c43_6f6d;
@@ -71,13 +71,57 @@ pub struct HandleState {
 /// What the C handle points at.
 pub struct CommHandle {
     magic: AtomicU64,
+    /// [`FORKS`] when the handle was issued: a different value means this is a forked child
+    /// of the process that created the communicator.
+    fork_gen: u64,
     state: Mutex<HandleState>,
+}
+
+/// How many `fork()`s separate this process from the one that loaded the library: incremented
+/// in the child by a `pthread_atfork` handler.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Installs the fork handler (once, before the first handle is issued).
+fn watch_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only increments an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
 }
 
 impl CommHandle {
     /// Locks the handle's state.
     pub fn lock(&self) -> MutexGuard<'_, HandleState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this process is a forked child of the one that created the communicator: its
+    /// threads did not survive the fork and its connections are shared with the parent, so it
+    /// must not be used (a call would wait for a thread that is gone, or write into the
+    /// parent's connections).
+    pub fn forked(&self) -> bool {
+        self.fork_gen != FORKS.load(Ordering::Relaxed)
+    }
+
+    /// Destroy or abort in a forked child: the handle dies, its communicator is forgotten
+    /// without any teardown (which would wait for the parent's threads or close connections the
+    /// parent still uses). The state lock is only tried: a parent thread may have held it at
+    /// the fork.
+    pub fn forget_after_fork(&self, life: Life) {
+        self.magic.store(DEAD_MAGIC, Ordering::Release);
+        if let Ok(mut st) = self.state.try_lock() {
+            if let Some(c) = st.comm.take() {
+                std::mem::forget(c);
+            }
+            st.registrations.clear();
+            st.windows.clear();
+            st.life = life;
+        }
     }
 
     /// Marks the handle dead and releases its communicator and registrations.
@@ -113,8 +157,10 @@ pub fn poison_current(why: &str) {
 
 /// Issues a new handle for `comm`.
 pub fn register(comm: AnyComm) -> ncclComm_t {
+    watch_forks();
     let handle: &'static CommHandle = Box::leak(Box::new(CommHandle {
         magic: AtomicU64::new(LIVE_MAGIC),
+        fork_gen: FORKS.load(Ordering::Relaxed),
         state: Mutex::new(HandleState {
             comm: Some(comm),
             life: Life::Live,
@@ -188,6 +234,13 @@ pub struct Live {
 /// Looks up a live communicator for a call that needs `need`.
 pub fn lookup(c: ncclComm_t, need: Need) -> Result<Live> {
     let handle = handle(c)?;
+    if handle.forked() {
+        return Err(Error::usage(
+            "communicator was created before fork(): a forked child cannot use it (its threads \
+             stayed in the parent and its connections are the parent's); create a new \
+             communicator in the child",
+        ));
+    }
     let st = handle.lock();
     let comm = match (&st.comm, st.life) {
         (Some(comm), Life::Live) => comm.clone(),

@@ -15,6 +15,7 @@ use super::wire::{
 };
 use crate::abort::{AbortFlag, Deadline};
 use crate::error::{Error, Result};
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -161,7 +162,9 @@ pub(crate) fn spawn_root(listener: TcpListener, cfg: RootConfig) -> Result<()> {
 #[derive(Default)]
 struct Book {
     nranks: u32,
-    slots: Vec<Option<Arrival>>,
+    /// Arrivals by rank: memory in proportion to the ranks that came, not to the nranks they
+    /// claim (a huge nranks must not allocate a slot per rank up front).
+    slots: BTreeMap<u32, Arrival>,
     count: u32,
     /// When the root gives up, and the timeout that deadline belongs to.
     deadline: Option<(Instant, Duration)>,
@@ -187,7 +190,7 @@ impl Book {
         let r = &a.reg;
         let who = r.info.describe();
         tracing::debug!(target: "oxccl::bootstrap", "bootstrap root: {who} arrived (nranks={})", r.nranks);
-        if r.nranks == 0 || r.info.rank >= r.nranks {
+        if r.nranks == 0 || r.info.rank >= r.nranks || r.nranks > crate::comm::MAX_NRANKS {
             return Err(Refusal::Alone(
                 Error::arg(format!(
                     "{who} called init as rank {} of nranks={}",
@@ -198,13 +201,11 @@ impl Book {
         }
         if self.slots.is_empty() {
             self.nranks = r.nranks;
-            self.slots = (0..r.nranks).map(|_| None).collect();
             self.started = Some(a.at);
         } else if r.nranks != self.nranks {
             let first = self
                 .slots
-                .iter()
-                .flatten()
+                .values()
                 .next()
                 .map(|f| f.reg.info.describe())
                 .unwrap_or_default();
@@ -217,7 +218,7 @@ impl Book {
                 Box::new(a),
             ));
         }
-        if let Some(prev) = &self.slots[r.info.rank as usize] {
+        if let Some(prev) = self.slots.get(&r.info.rank) {
             return Err(Refusal::All(
                 Error::arg(format!(
                     "rank {} joined twice with one unique id: {} and {who} both called init as \
@@ -239,8 +240,7 @@ impl Book {
                 self.deadline = Some((due, timeout));
             }
         }
-        let rank = r.info.rank as usize;
-        self.slots[rank] = Some(a);
+        self.slots.insert(r.info.rank, a);
         self.count += 1;
         Ok(())
     }
@@ -251,7 +251,7 @@ impl Book {
 
     fn timeout_error(&self, addr: SocketAddr) -> Error {
         let missing: Vec<u32> = (0..self.nranks)
-            .filter(|&r| self.slots[r as usize].is_none())
+            .filter(|r| !self.slots.contains_key(r))
             .collect();
         let timeout = self.deadline.map_or(Duration::ZERO, |(_, t)| t);
         Error::Timeout(format!(
@@ -321,10 +321,10 @@ fn coordinate(rx: mpsc::Receiver<Arrival>, svc: AuthListener, cfg: RootConfig) {
         Outcome::Done => {
             let mut enc = Enc::default();
             enc.u32(book.nranks);
-            for a in book.slots.iter().flatten() {
+            for a in book.slots.values() {
                 a.reg.info.encode(&mut enc);
             }
-            for a in book.slots.iter().flatten() {
+            for a in book.slots.values() {
                 reply(&a.stream, TAG_TABLE, &enc.0, hs);
             }
             let ms = book.started.map_or(0, |s| s.elapsed().as_millis());
@@ -333,7 +333,7 @@ fn coordinate(rx: mpsc::Receiver<Arrival>, svc: AuthListener, cfg: RootConfig) {
         Outcome::Failed(e) => {
             tracing::warn!(target: "oxccl::bootstrap", "bootstrap root {addr}: rendezvous failed: {e}");
             let payload = error_payload(e);
-            for a in book.slots.iter().flatten() {
+            for a in book.slots.values() {
                 reply(&a.stream, TAG_ERROR, &payload, hs);
             }
         }

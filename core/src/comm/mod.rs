@@ -32,6 +32,11 @@ pub const SPLIT_NOCOLOR: i32 = -1;
 /// Number of built-in `ncclRedOp_t` values; user-created operators start here.
 pub const NUM_BUILTIN_OPS: i32 = 5;
 
+/// Most ranks a communicator may have (2^24, far above any real job). A larger nranks is refused
+/// at init as an invalid argument instead of sizing per-rank tables for it: `nranks = INT_MAX`
+/// used to abort the process on a failed allocation.
+pub const MAX_NRANKS: u32 = 1 << 24;
+
 /// Message size the tuner is asked about for every send/recv group (see `launch_p2p`).
 const P2P_TUNING_BYTES: u64 = 1 << 30;
 
@@ -119,8 +124,10 @@ impl<B: Backend> Communicator<B> {
         config: CommConfig,
     ) -> Result<Communicator<B>> {
         crate::logging::init_from_env();
-        if nranks == 0 || nranks > u32::MAX as usize / 2 {
-            return Err(Error::arg(format!("invalid number of ranks {nranks}")));
+        if nranks == 0 || nranks > MAX_NRANKS as usize {
+            return Err(Error::arg(format!(
+                "invalid number of ranks {nranks}: must be in 1..={MAX_NRANKS}"
+            )));
         }
         if rank >= nranks {
             return Err(Error::arg(format!(
@@ -303,8 +310,9 @@ impl<B: Backend> Communicator<B> {
         let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let c = match &*state {
             State::Ready(c) => c.clone(),
+            // ncclInvalidArgument, as NCCL answers a use before init completed.
             State::Initializing => {
-                return Err(Error::usage(
+                return Err(Error::arg(
                     "communicator is still initializing; poll ncclCommGetAsyncError until it returns ncclSuccess",
                 ));
             }
@@ -370,8 +378,11 @@ impl<B: Backend> Communicator<B> {
                 *state = State::Finalized(c);
                 Ok(())
             }
-            State::Finalized(_) => Ok(()),
-            State::Initializing => Err(Error::usage("communicator is still initializing")),
+            // Both ncclInvalidArgument, as in NCCL.
+            State::Finalized(_) => Err(Error::arg(
+                "communicator was already finalized (ncclCommFinalize called twice)",
+            )),
+            State::Initializing => Err(Error::arg("communicator is still initializing")),
             State::Failed(e) => Err(e.clone()),
             State::Destroyed => Err(Error::usage("communicator was destroyed")),
             State::Aborted => Err(Error::usage("communicator was aborted")),

@@ -77,9 +77,18 @@ impl<B: Backend> Communicator<B> {
                     self.inner.nranks
                 )));
             }
+            // As for collectives: no buffer can hold more than isize::MAX bytes, and a larger
+            // count would otherwise be cut into billions of plan steps (an allocation failure
+            // that aborts the process).
             let bytes = count
                 .checked_mul(dtype.size() as u64)
-                .ok_or_else(|| Error::arg("count overflows the address space"))?;
+                .filter(|&b| b < isize::MAX as u64)
+                .ok_or_else(|| {
+                    Error::arg(format!(
+                        "count {count} of {} overflows the address space",
+                        dtype.name()
+                    ))
+                })?;
             if buf == 0 && bytes > 0 {
                 return Err(Error::arg(format!(
                     "{} buffer is NULL",

@@ -170,6 +170,10 @@ unsafe fn comm_init_all(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_in
 }
 
 unsafe fn comm_finalize(comm: ncclComm_t) -> Result<()> {
+    // NULL is a no-op, as in NCCL.
+    if comm.0.is_null() {
+        return Ok(());
+    }
     handles::lookup(comm, Need::Query)?.comm.finalize()
 }
 
@@ -178,6 +182,10 @@ unsafe fn comm_destroy(comm: ncclComm_t) -> Result<()> {
         return Ok(());
     }
     let h = handles::handle(comm)?;
+    if h.forked() {
+        h.forget_after_fork(Life::Destroyed);
+        return Ok(());
+    }
     let mut st = h.lock();
     if st.life != Life::Live {
         return Err(handles::dead_error(st.life));
@@ -195,6 +203,10 @@ unsafe fn comm_abort(comm: ncclComm_t) -> Result<()> {
         return Ok(());
     }
     let h = handles::handle(comm)?;
+    if h.forked() {
+        h.forget_after_fork(Life::Aborted);
+        return Ok(());
+    }
     let mut st = h.lock();
     match st.life {
         // Abort is idempotent: watchdogs and error handlers race to call it.
@@ -214,6 +226,10 @@ unsafe fn comm_revoke(comm: ncclComm_t, revoke_flags: c_int) -> Result<()> {
         return Err(Error::arg(format!(
             "invalid revokeFlags {revoke_flags}: must be NCCL_REVOKE_DEFAULT"
         )));
+    }
+    // NULL is a no-op, as in NCCL.
+    if comm.0.is_null() {
+        return Ok(());
     }
     let live = handles::lookup(comm, Need::Query)?;
     // Host-backend operations have completed when their call returned, so nothing is in flight
@@ -336,24 +352,35 @@ unsafe fn comm_get_async_error(comm: ncclComm_t, async_error: *mut ncclResult_t)
     Ok(())
 }
 
+/// NCCL answers queries on a communicator whose non-blocking init has not completed with
+/// `ncclInvalidArgument`.
+fn ready(live: handles::Live) -> Result<handles::Live> {
+    match live.comm.status() {
+        Err(Error::InProgress) => Err(Error::arg(
+            "communicator is still initializing; poll ncclCommGetAsyncError until it returns ncclSuccess",
+        )),
+        _ => Ok(live),
+    }
+}
+
 unsafe fn comm_count(comm: ncclComm_t, count: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(count, "count") }?;
-    *slot = handles::lookup(comm, Need::Query)?.comm.nranks() as c_int;
+    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.nranks() as c_int;
     Ok(())
 }
 
 unsafe fn comm_cu_device(comm: ncclComm_t, device: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(device, "device") }?;
-    *slot = handles::lookup(comm, Need::Query)?.comm.device();
+    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.device();
     Ok(())
 }
 
 unsafe fn comm_user_rank(comm: ncclComm_t, rank: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(rank, "rank") }?;
-    *slot = handles::lookup(comm, Need::Query)?.comm.rank() as c_int;
+    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.rank() as c_int;
     Ok(())
 }
 
