@@ -13,7 +13,8 @@
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
 //! followed by one synchronize, in place and out of place, through the safe API and through
 //! core's `Communicator::collective` on the same backend (separate communicators, same
-//! devices); the median of 5 rounds, and the difference, in microseconds. On CUDA also in
+//! devices); the median of 5 rounds, and the difference, in microseconds; safe and raw are
+//! measured in alternation 3 times and the median printed. On CUDA also in
 //! place inside a CUDA graph: 100 operations captured (the safe path on a stream wrapped with
 //! `Stream::from_raw`), the graph replayed; microseconds per captured operation.
 
@@ -415,26 +416,53 @@ fn bench_graph_raw(n: usize, iters: usize) -> Vec<Result<f64, String>> {
     })
 }
 
+/// Times of the safe and the raw path measured in alternation this many times; the median is
+/// printed, so drift of the machine between runs cancels out of the difference.
+const BENCH_REPEATS: usize = 3;
+
+/// Per rank, the median over the repeats of each column.
+fn medians<const K: usize>(runs: &[Vec<[f64; K]>]) -> Vec<[f64; K]> {
+    let ranks = runs.first().map_or(0, Vec::len);
+    (0..ranks)
+        .map(|r| {
+            std::array::from_fn(|k| {
+                let mut v: Vec<f64> = runs.iter().map(|run| run[r][k]).collect();
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            })
+        })
+        .collect()
+}
+
 fn bench(rt: &Runtime, n: usize, iters: usize) {
-    let safe = bench_safe(rt, n, iters);
-    let raw = match rt.name() {
-        "cuda" => {
-            let b = Arc::new(oxccl_cuda::CudaBackend::load().expect("CUDA"));
-            bench_raw(b, n, iters, |b, d| b.stream_create(d).expect("stream"))
-        }
-        _ => {
-            let b = Arc::new(oxccl_core::HostBackend::new());
-            bench_raw(b, n, iters, |b, _| b.stream_create().expect("stream"))
-        }
-    };
+    let mut runs = Vec::new();
+    for _ in 0..BENCH_REPEATS {
+        let safe = bench_safe(rt, n, iters);
+        let raw = match rt.name() {
+            "cuda" => {
+                let b = Arc::new(oxccl_cuda::CudaBackend::load().expect("CUDA"));
+                bench_raw(b, n, iters, |b, d| b.stream_create(d).expect("stream"))
+            }
+            _ => {
+                let b = Arc::new(oxccl_core::HostBackend::new());
+                bench_raw(b, n, iters, |b, _| b.stream_create().expect("stream"))
+            }
+        };
+        runs.push(
+            safe.iter()
+                .zip(&raw)
+                .map(|(&(si, so), &(ri, ro))| [si, ri, so, ro])
+                .collect::<Vec<_>>(),
+        );
+    }
     println!(
-        "8 B AllReduce, eager, {} on {n} ranks, {iters} calls then one synchronize, median of 5 (us per op):",
+        "8 B AllReduce, eager, {} on {n} ranks, {iters} calls then one synchronize, median of 5 rounds, median of {BENCH_REPEATS} alternating runs (us per op):",
         rt.name()
     );
     println!(
         "rank  safe-inplace  raw-inplace  overhead  safe-outofplace  raw-outofplace  overhead"
     );
-    for (r, ((si, so), (ri, ro))) in safe.iter().zip(&raw).enumerate() {
+    for (r, [si, ri, so, ro]) in medians(&runs).into_iter().enumerate() {
         println!(
             "{r:>4}  {si:>12.3}  {ri:>11.3}  {:>8.3}  {so:>15.3}  {ro:>14.3}  {:>8.3}",
             si - ri,
@@ -444,17 +472,28 @@ fn bench(rt: &Runtime, n: usize, iters: usize) {
     if rt.name() != "cuda" {
         return;
     }
-    let safe = bench_graph_safe(rt, n, iters);
-    let raw = bench_graph_raw(n, iters);
+    let mut runs = Vec::new();
+    for _ in 0..BENCH_REPEATS {
+        let safe = bench_graph_safe(rt, n, iters);
+        let raw = bench_graph_raw(n, iters);
+        let mut run = Vec::new();
+        for (r, (s, w)) in safe.into_iter().zip(raw).enumerate() {
+            match (s, w) {
+                (Ok(s), Ok(w)) => run.push([s, w]),
+                (s, w) => {
+                    println!("rank {r} graph FAIL safe: {s:?} raw: {w:?}");
+                    return;
+                }
+            }
+        }
+        runs.push(run);
+    }
     println!(
-        "8 B AllReduce in place, CUDA graph of {GRAPH_OPS} captured operations replayed, cuda on {n} ranks, median of 5 (us per op):"
+        "8 B AllReduce in place, CUDA graph of {GRAPH_OPS} captured operations replayed, cuda on {n} ranks, median of 5 rounds, median of {BENCH_REPEATS} alternating runs (us per op):"
     );
     println!("rank  safe-graph  raw-graph  overhead");
-    for (r, (s, w)) in safe.iter().zip(&raw).enumerate() {
-        match (s, w) {
-            (Ok(s), Ok(w)) => println!("{r:>4}  {s:>10.3}  {w:>9.3}  {:>8.3}", s - w),
-            (s, w) => println!("{r:>4}  FAIL safe: {s:?} raw: {w:?}"),
-        }
+    for (r, [s, w]) in medians(&runs).into_iter().enumerate() {
+        println!("{r:>4}  {s:>10.3}  {w:>9.3}  {:>8.3}", s - w);
     }
 }
 
