@@ -325,7 +325,10 @@ fn bench_graph_safe(rt: &Runtime, n: usize, iters: usize) -> Vec<Result<f64, Str
         // the stream and the buffer (its last user) are dropped.
         let stream = unsafe { oxccl::Stream::from_raw(comm.device(), raw as usize) }
             .map_err(|e| e.to_string())?;
-        let mut buf = comm.device().buffer_from(&[1.0f32, 2.0]).map_err(|e| e.to_string())?;
+        let mut buf = comm
+            .device()
+            .buffer_from(&[1.0f32, 2.0])
+            .map_err(|e| e.to_string())?;
         // Outside the capture first: the buffer's last stream becomes the capture stream, so
         // the captured operations need no cross-stream wait.
         let all_reduce = |buf: &mut oxccl::DeviceBuffer<f32>| {
@@ -373,7 +376,9 @@ fn bench_graph_raw(n: usize, iters: usize) -> Vec<Result<f64, String>> {
                     // SAFETY: `raw` is live until `stream_destroy` below.
                     let stream = unsafe { backend.stream_from_raw(raw as usize) }
                         .map_err(|e| e.to_string())?;
-                    let buf = backend.mem_alloc(dev as i32, 8).map_err(|e| e.to_string())?;
+                    let buf = backend
+                        .mem_alloc(dev as i32, 8)
+                        .map_err(|e| e.to_string())?;
                     let all_reduce = || {
                         let a = CollArgs {
                             kind: CollKind::AllReduce,
