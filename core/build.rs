@@ -21,7 +21,10 @@ fn test_plugins() {
     let src = manifest.join("../tests/c/net_plugin/oxccl_test_net.c");
     println!("cargo:rerun-if-changed={}", src.display());
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    println!("cargo:rustc-env=OXCCL_TEST_NET_PLUGIN_DIR={}", out.display());
+    println!(
+        "cargo:rustc-env=OXCCL_TEST_NET_PLUGIN_DIR={}",
+        out.display()
+    );
     let compiler = cc::Build::new().get_compiler();
     let variants: [(&str, &[&str]); 4] = [
         ("libnccl-net-oxtest.so", &[]),
@@ -43,7 +46,10 @@ fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {
         .status();
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => panic!("building the test net plugin {}: compiler exited with {s}", out.display()),
+        Ok(s) => panic!(
+            "building the test net plugin {}: compiler exited with {s}",
+            out.display()
+        ),
         Err(e) => panic!("building the test net plugin {}: {e}", out.display()),
     }
 }

@@ -440,7 +440,10 @@ pub(crate) mod testkit {
             for (i, m) in msgs.iter().enumerate() {
                 let i = i as u64;
                 if i >= n {
-                    assert!(k0.wait_geq(FifoLayout::HEAD, i + 1 - n, &abort), "slot for {i}");
+                    assert!(
+                        k0.wait_geq(FifoLayout::HEAD, i + 1 - n, &abort),
+                        "slot for {i}"
+                    );
                 }
                 assert!(m.len() as u64 <= layout.slot_bytes);
                 // SAFETY: the slot is free (head) and inside the FIFO.
@@ -525,7 +528,9 @@ mod tests {
             min_task: 4096,
         };
         let (n0, n1, s, r) = pair(config);
-        let messages = (0..60).map(|i| message(i, layout.slot_bytes as usize)).collect();
+        let messages = (0..60)
+            .map(|i| message(i, layout.slot_bytes as usize))
+            .collect();
         transfer(n0, n1, s, r, layout, messages);
     }
 

@@ -60,8 +60,7 @@ pub mod level {
 }
 
 /// The logger a plugin's `init` receives: C varargs after `fmt`.
-pub type Logger =
-    unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 /// The profiler callback of v10+: `(eHandle, type, pHandle, pluginId, extData)`.
 pub type ProfilerCallback =
     unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_void, i64, *mut c_void) -> NcclResult;

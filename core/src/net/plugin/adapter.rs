@@ -204,9 +204,15 @@ impl VTable {
     ///
     /// # Safety
     /// `config` stays valid until [`VTable::finalize`] of the returned context.
-    pub(crate) unsafe fn init_comm(&self, comm_id: u64, config: *mut CommConfig) -> Result<*mut c_void> {
+    pub(crate) unsafe fn init_comm(
+        &self,
+        comm_id: u64,
+        config: *mut CommConfig,
+    ) -> Result<*mut c_void> {
         let VTable::V11(t) = self else {
-            return Err(Error::Internal("only v11 plugins init per communicator".into()));
+            return Err(Error::Internal(
+                "only v11 plugins init per communicator".into(),
+            ));
         };
         let mut ctx = null_mut();
         // SAFETY: `ctx` receives the context; `config` lives as the caller promised; the
@@ -257,7 +263,9 @@ impl VTable {
             ($t:expr, $ty:ty) => {{
                 let mut p = <$ty>::default();
                 // SAFETY: `p` is the properties struct of this version, written by the plugin.
-                check("getProperties", unsafe { member!($t, get_properties)(d, &mut p) })?;
+                check("getProperties", unsafe {
+                    member!($t, get_properties)(d, &mut p)
+                })?;
                 p
             }};
         }
@@ -291,7 +299,11 @@ impl VTable {
         Ok(match self {
             VTable::V6(t) => {
                 let p = get!(t, PropsV6);
-                DevProps { props: base!(p, MAX_NET_SIZE), device_type: DEVICE_HOST, device_version: 0 }
+                DevProps {
+                    props: base!(p, MAX_NET_SIZE),
+                    device_type: DEVICE_HOST,
+                    device_version: 0,
+                }
             }
             VTable::V7(t) => {
                 let p = get!(t, PropsV7);
@@ -340,7 +352,12 @@ impl VTable {
     ///
     /// # Safety
     /// `ctx` is this communicator's context (v11), `handle` 128 writable bytes.
-    pub(crate) unsafe fn listen(&self, ctx: *mut c_void, dev: usize, handle: *mut c_void) -> Result<*mut c_void> {
+    pub(crate) unsafe fn listen(
+        &self,
+        ctx: *mut c_void,
+        dev: usize,
+        handle: *mut c_void,
+    ) -> Result<*mut c_void> {
         let mut lc = null_mut();
         let d = dev as c_int;
         // SAFETY: as the caller promised; `lc` receives the comm.
@@ -356,7 +373,9 @@ impl VTable {
         };
         check("listen", rc)?;
         if lc.is_null() {
-            return Err(Error::Internal("network plugin: listen returned a NULL comm".into()));
+            return Err(Error::Internal(
+                "network plugin: listen returned a NULL comm".into(),
+            ));
         }
         Ok(lc)
     }
@@ -418,7 +437,13 @@ impl VTable {
     ///
     /// # Safety
     /// `comm` is a live send or receive comm; `data` is valid for `size` bytes until `deregMr`.
-    pub(crate) unsafe fn reg_mr(&self, comm: *mut c_void, data: *mut c_void, size: usize, ptr_type: u32) -> Result<*mut c_void> {
+    pub(crate) unsafe fn reg_mr(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        ptr_type: u32,
+    ) -> Result<*mut c_void> {
         let mut mh = null_mut();
         let ty = ptr_type as c_int;
         let small = |what| -> Result<c_int> {
@@ -430,8 +455,12 @@ impl VTable {
         // SAFETY: as the caller promised; `mh` receives the handle.
         let rc = unsafe {
             match self {
-                VTable::V6(t) => member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh),
-                VTable::V7(t) => member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh),
+                VTable::V6(t) => {
+                    member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh)
+                }
+                VTable::V7(t) => {
+                    member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh)
+                }
                 VTable::V8(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
                 VTable::V9(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
                 VTable::V10(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
@@ -456,7 +485,14 @@ impl VTable {
     /// # Safety
     /// `comm` is a live send comm, `mh` its registration of `data`, readable for `size` bytes
     /// until the request is done.
-    pub(crate) unsafe fn isend(&self, comm: *mut c_void, data: *mut c_void, size: usize, tag: i32, mh: *mut c_void) -> Result<*mut c_void> {
+    pub(crate) unsafe fn isend(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        tag: i32,
+        mh: *mut c_void,
+    ) -> Result<*mut c_void> {
         if let Some(cap) = self.message_cap()
             && size as u64 > cap
         {
@@ -471,8 +507,12 @@ impl VTable {
                 VTable::V7(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
                 VTable::V8(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
                 VTable::V9(t) => member!(t, isend)(comm, data, size, tag, mh, &mut req),
-                VTable::V10(t) => member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req),
-                VTable::V11(t) => member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req),
+                VTable::V10(t) => {
+                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
+                }
+                VTable::V11(t) => {
+                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
+                }
             }
         };
         check("isend", rc)?;
@@ -485,7 +525,12 @@ impl VTable {
     /// # Safety
     /// `comm` is a live receive comm; `args` (buffer, registration) stays valid and unmoved
     /// until the request is done.
-    pub(crate) unsafe fn irecv(&self, comm: *mut c_void, args: *mut RecvArgs, optional: bool) -> Result<*mut c_void> {
+    pub(crate) unsafe fn irecv(
+        &self,
+        comm: *mut c_void,
+        args: *mut RecvArgs,
+        optional: bool,
+    ) -> Result<*mut c_void> {
         // SAFETY: `args` is valid as the caller promised.
         let a = unsafe { &mut *args };
         let size = a.sizes[0];

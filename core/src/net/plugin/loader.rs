@@ -8,9 +8,7 @@
 
 use super::abi::SYMBOLS;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
 
 /// The library NCCL looks for when `NCCL_NET_PLUGIN` is unset.
 pub const DEFAULT_LIBRARY: &str = "libnccl-net.so";
@@ -136,18 +134,6 @@ pub fn open(entry: &str) -> Result<Opened, OpenError> {
     Err(OpenError::NoSymbol(path))
 }
 
-/// Opens `entry` once per process: later calls get the same library (so a v6-v10 plugin's
-/// `init` runs once per process), or the same failure.
-pub fn open_cached(entry: &str) -> Result<Arc<Opened>, OpenError> {
-    static OPENED: Mutex<Option<HashMap<String, Result<Arc<Opened>, OpenError>>>> =
-        Mutex::new(None);
-    let mut map = OPENED.lock().unwrap_or_else(|p| p.into_inner());
-    map.get_or_insert_with(HashMap::new)
-        .entry(entry.to_string())
-        .or_insert_with(|| open(entry).map(Arc::new))
-        .clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,9 +157,14 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_not_found() {
-        let e = open("/nonexistent/libnccl-net-nothing.so").err().expect("an error");
+        let e = open("/nonexistent/libnccl-net-nothing.so")
+            .err()
+            .expect("an error");
         assert!(matches!(e, OpenError::NotFound(_)), "{e:?}");
         let e = open("oxccl-no-such-net").err().expect("an error");
-        assert!(e.to_string().contains("libnccl-net-oxccl-no-such-net.so"), "{e}");
+        assert!(
+            e.to_string().contains("libnccl-net-oxccl-no-such-net.so"),
+            "{e}"
+        );
     }
 }

@@ -35,16 +35,28 @@ unsafe fn text(p: *const c_char) -> String {
 }
 
 /// Receives every formatted plugin message and logs it under target `oxccl::net`.
-extern "C" fn sink(level: c_int, _flags: c_ulong, file: *const c_char, line: c_int, msg: *const c_char) {
+extern "C" fn sink(
+    level: c_int,
+    _flags: c_ulong,
+    file: *const c_char,
+    line: c_int,
+    msg: *const c_char,
+) {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: the shim passes its own NUL-terminated buffer and the plugin's `file`, which
         // is NULL or a C string (`__FILE__` or a function name) valid during the call.
         let (file, msg) = unsafe { (text(file), text(msg)) };
         let msg = msg.trim_end();
         match level {
-            abi::level::WARN => tracing::warn!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
-            abi::level::ABORT => tracing::error!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
-            abi::level::TRACE => tracing::trace!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
+            abi::level::WARN => {
+                tracing::warn!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
+            }
+            abi::level::ABORT => {
+                tracing::error!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
+            }
+            abi::level::TRACE => {
+                tracing::trace!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
+            }
             abi::level::NONE => {}
             _ => tracing::info!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
         }

@@ -46,7 +46,11 @@ pub struct PluginLib {
 
 impl std::fmt::Debug for PluginLib {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PluginLib({} v{})", self.opened.path, self.opened.version)
+        write!(
+            f,
+            "PluginLib({} v{})",
+            self.opened.path, self.opened.version
+        )
     }
 }
 
@@ -258,11 +262,18 @@ impl PluginNet {
     fn take_slot(&self, comm: &Comm) -> bool {
         let max = self.vt.max_requests();
         comm.inflight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .is_ok()
     }
 
-    fn request(&self, comm: &Comm, ptr: *mut c_void, recv: Option<Box<RecvArgs>>) -> Option<Request> {
+    fn request(
+        &self,
+        comm: &Comm,
+        ptr: *mut c_void,
+        recv: Option<Box<RecvArgs>>,
+    ) -> Option<Request> {
         if ptr.is_null() {
             comm.inflight.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -320,7 +331,10 @@ impl Net for PluginNet {
         self.device(dev)?;
         let cfg = (&*self.config as *const abi::CommConfig).cast_mut();
         // SAFETY: `ctx` and `config` are ours; the caller passes the same handle on every retry.
-        let sc = unsafe { self.vt.connect(self.ctx, cfg, dev, handle.as_mut_ptr().cast()) }?;
+        let sc = unsafe {
+            self.vt
+                .connect(self.ctx, cfg, dev, handle.as_mut_ptr().cast())
+        }?;
         if sc.is_null() {
             return Ok(None);
         }
@@ -341,7 +355,13 @@ impl Net for PluginNet {
         }))))
     }
 
-    fn reg_mr(&self, comm: CommRef<'_>, data: *mut u8, size: usize, ptr_type: u32) -> Result<MemHandle> {
+    fn reg_mr(
+        &self,
+        comm: CommRef<'_>,
+        data: *mut u8,
+        size: usize,
+        ptr_type: u32,
+    ) -> Result<MemHandle> {
         let c = match comm {
             CommRef::Send(s) => comm_of::<Comm>(&*s.0, "send comm")?,
             CommRef::Recv(r) => comm_of::<Comm>(&*r.0, "receive comm")?,
@@ -423,12 +443,13 @@ impl Net for PluginNet {
     }
 
     fn test(&self, req: &mut Request) -> Result<Option<usize>> {
-        let r = req
-            .0
-            .downcast_mut::<Req>()
-            .ok_or_else(|| Error::Internal("a request of another network reached a plugin".into()))?;
+        let r = req.0.downcast_mut::<Req>().ok_or_else(|| {
+            Error::Internal("a request of another network reached a plugin".into())
+        })?;
         if r.done {
-            return Err(Error::Internal("a finished network request was tested again".into()));
+            return Err(Error::Internal(
+                "a finished network request was tested again".into(),
+            ));
         }
         // SAFETY: a live request of this plugin that has not completed.
         let got = unsafe { self.vt.test(r.ptr) }?;

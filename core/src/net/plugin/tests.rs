@@ -92,7 +92,10 @@ fn poll<T>(mut step: impl FnMut() -> crate::Result<Option<T>>) -> (T, usize) {
             return (v, nulls);
         }
         nulls += 1;
-        assert!(t0.elapsed() < Duration::from_secs(10), "connection never completed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "connection never completed"
+        );
         std::thread::sleep(Duration::from_micros(100));
     }
 }
@@ -137,7 +140,10 @@ fn plugin_v11_loads_by_path_and_reports_itself() {
     let (net, log) = capture(|| PluginNet::new(lib.clone(), 0xabc).unwrap());
     // The plugin's own INFO line, formatted by the C logger shim from C varargs, carrying the
     // comm id and the default traffic class (-1) of the config oxccl passed.
-    assert!(log.contains("OxTest: init for comm 0xabc, traffic class -1"), "{log}");
+    assert!(
+        log.contains("OxTest: init for comm 0xabc, traffic class -1"),
+        "{log}"
+    );
     assert!(log.contains("oxccl::net"), "{log}");
     assert_eq!(net.version(), 11);
     assert_eq!(net.devices().unwrap(), 1);
@@ -157,7 +163,10 @@ fn plugin_v11_carries_the_proxy_patterns() {
     let lib = load(V11);
     let (n0, n1) = (net_of(&lib, 1), net_of(&lib, 2));
     let (s, r, nulls) = pair(&n0, &n1);
-    assert!(nulls >= 1, "the test plugin's connect answers NULL at least once");
+    assert!(
+        nulls >= 1,
+        "the test plugin's connect answers NULL at least once"
+    );
     let layout = FifoLayout {
         nslots: 4,
         slot_bytes: 2 << 20,
@@ -188,8 +197,12 @@ fn plugin_requests_stop_at_the_abi_limit_and_complete() {
     let (mut s, mut r, _) = pair(&n0, &n1);
     let mut src = vec![0u8; 64];
     let mut dst = vec![0u8; 64 * 40];
-    let smh = n0.reg_mr(CommRef::Send(&s), src.as_mut_ptr(), src.len(), PTR_HOST).unwrap();
-    let rmh = n1.reg_mr(CommRef::Recv(&r), dst.as_mut_ptr(), dst.len(), PTR_HOST).unwrap();
+    let smh = n0
+        .reg_mr(CommRef::Send(&s), src.as_mut_ptr(), src.len(), PTR_HOST)
+        .unwrap();
+    let rmh = n1
+        .reg_mr(CommRef::Recv(&r), dst.as_mut_ptr(), dst.len(), PTR_HOST)
+        .unwrap();
     let mut sends = Vec::new();
     for i in 0..abi::MAX_REQUESTS {
         src[i] = i as u8;
@@ -199,7 +212,11 @@ fn plugin_requests_stop_at_the_abi_limit_and_complete() {
     }
     // SAFETY: as above; the adapter answers "busy" without calling the plugin.
     let over = unsafe { n0.isend(&mut s, src.as_ptr(), 1, 0, &smh) }.unwrap();
-    assert!(over.is_none(), "request {} must wait", abi::MAX_REQUESTS + 1);
+    assert!(
+        over.is_none(),
+        "request {} must wait",
+        abi::MAX_REQUESTS + 1
+    );
     let mut recvs = Vec::new();
     for i in 0..abi::MAX_REQUESTS {
         // SAFETY: `dst` is registered and outlives the requests.
@@ -210,7 +227,10 @@ fn plugin_requests_stop_at_the_abi_limit_and_complete() {
     let mut sizes = vec![None; recvs.len()];
     let mut sent = vec![false; sends.len()];
     while sizes.iter().any(Option::is_none) || sent.iter().any(|d| !d) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "requests never completed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "requests never completed"
+        );
         for (q, d) in sends.iter_mut().zip(&mut sent) {
             if !*d {
                 *d = n0.test(q).unwrap().is_some();
@@ -251,13 +271,19 @@ fn plugin_v8_runs_through_the_adapter() {
     assert_eq!(counter(V8, "oxtest_init_count"), 1);
     let _ = log;
     let p = n0.properties(0).unwrap();
-    assert_eq!(p.max_p2p_bytes, abi::MAX_NET_SIZE, "the v8 adapter's 1 GiB cap");
+    assert_eq!(
+        p.max_p2p_bytes,
+        abi::MAX_NET_SIZE,
+        "the v8 adapter's 1 GiB cap"
+    );
     assert_eq!(p.max_recvs, 1);
     let (mut s, r, nulls) = pair(&n0, &n1);
     assert!(nulls >= 1);
     // Over 1 GiB is refused before the plugin sees it.
     let mut one = [0u8; 1];
-    let mh = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST).unwrap();
+    let mh = n0
+        .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
+        .unwrap();
     // SAFETY: the size is rejected before any byte is read.
     let big = unsafe { n0.isend(&mut s, one.as_ptr(), (1 << 30) + 1, 0, &mh) };
     let err = big.err().expect("a send over 1 GiB fails");
@@ -288,7 +314,10 @@ fn a_library_without_the_symbol_falls_back_to_sockets_with_a_log_line() {
 fn a_missing_default_library_is_logged_and_sockets_are_used() {
     let (libs, log) = capture(|| select::load_all(Some("/nonexistent/libnccl-net.so")));
     assert!(libs.is_empty());
-    assert!(log.contains("WARN"), "a named plugin that is missing warns: {log}");
+    assert!(
+        log.contains("WARN"),
+        "a named plugin that is missing warns: {log}"
+    );
     assert!(log.contains("/nonexistent/libnccl-net.so"), "{log}");
     assert!(select::load_all(Some("none")).is_empty());
 }
@@ -297,16 +326,25 @@ fn a_missing_default_library_is_logged_and_sockets_are_used() {
 fn a_plugin_whose_init_fails_falls_back_to_sockets() {
     let lib = load(BAD_INIT);
     assert_eq!(lib.name(), "OxTestBad");
-    let (net, log) = capture(|| select::select(&[lib.clone()], None, 1, builtin).unwrap());
+    let (net, log) =
+        capture(|| select::select(std::slice::from_ref(&lib), None, 1, builtin).unwrap());
     assert_eq!(net.name(), BUILTIN);
     // The plugin's own WARN (C varargs through the shim), then ours.
     assert!(log.contains("init fails on purpose (code 2)"), "{log}");
     assert!(log.contains("failed to initialize"), "{log}");
-    assert!(log.contains("falling back to the internal network Socket"), "{log}");
+    assert!(
+        log.contains("falling back to the internal network Socket"),
+        "{log}"
+    );
     // Asked for by name, a failing plugin is an error naming it.
-    let e = select::select(&[lib], Some("OxTestBad"), 1, builtin).err().expect("error");
+    let e = select::select(&[lib], Some("OxTestBad"), 1, builtin)
+        .err()
+        .expect("error");
     assert_eq!(e.kind(), ErrorKind::InvalidUsage);
-    assert!(e.to_string().contains("failed to initialize: OxTestBad"), "{e}");
+    assert!(
+        e.to_string().contains("failed to initialize: OxTestBad"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -317,7 +355,11 @@ fn nccl_net_selects_by_name_and_socket_forces_the_builtin() {
     assert_eq!(net.name(), "OxTest");
     assert!(log.contains("Using network OxTest (plugin v11"), "{log}");
     let net = select::select(&libs, None, 9, builtin).unwrap();
-    assert_eq!(net.name(), "OxTest8", "without NCCL_NET the first plugin that works wins");
+    assert_eq!(
+        net.name(),
+        "OxTest8",
+        "without NCCL_NET the first plugin that works wins"
+    );
     let net = select::select(&libs, Some("SOCKET"), 9, builtin).unwrap();
     assert_eq!(net.name(), BUILTIN);
 }
@@ -326,11 +368,96 @@ fn nccl_net_selects_by_name_and_socket_forces_the_builtin() {
 fn nccl_net_naming_a_missing_network_is_an_error() {
     let _s = serial();
     let libs = [load(V11)];
-    let e: Error = select::select(&libs, Some("IB"), 1, builtin).err().expect("error");
+    let e: Error = select::select(&libs, Some("IB"), 1, builtin)
+        .err()
+        .expect("error");
     assert_eq!(e.kind(), ErrorKind::InvalidUsage);
     let msg = e.to_string();
     assert!(msg.contains("NCCL_NET=IB"), "{msg}");
     assert!(msg.contains("Socket") && msg.contains("OxTest"), "{msg}");
-    let e = select::select(&[], Some("Libfabric"), 1, builtin).err().expect("error");
+    let e = select::select(&[], Some("Libfabric"), 1, builtin)
+        .err()
+        .expect("error");
     assert!(e.to_string().contains("NCCL_NET_PLUGIN"), "{e}");
+}
+
+/// Set in the child process of [`plugin_v11_connects_across_two_processes`]: the listener's
+/// handle, in hex.
+const CHILD_ENV: &str = "OXCCL_TEST_NET_PLUGIN_CHILD";
+
+/// The sending half of [`plugin_v11_connects_across_two_processes`], run by that test in a
+/// child process (this test binary, filtered to this test); on its own it does nothing.
+#[test]
+fn child_sends_over_the_plugin() {
+    let Ok(hex) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let mut handle: crate::net::Handle = bytes.try_into().unwrap();
+    let lib = load(V11);
+    let net = net_of(&lib, 77);
+    let (mut s, _) = poll(|| net.connect(0, &mut handle));
+    let msgs = messages(2 << 20, 12);
+    let mut buf = msgs.concat();
+    let mh = net
+        .reg_mr(CommRef::Send(&s), buf.as_mut_ptr(), buf.len(), PTR_HOST)
+        .unwrap();
+    let mut off = 0;
+    for m in &msgs {
+        // SAFETY: `buf` is registered and outlives the request, which is tested to completion.
+        let (mut q, _) =
+            poll(|| unsafe { net.isend(&mut s, buf.as_ptr().add(off), m.len(), 0, &mh) });
+        let (n, _) = poll(|| net.test(&mut q));
+        assert_eq!(n, m.len());
+        off += m.len();
+    }
+    net.dereg_mr(CommRef::Send(&s), mh).unwrap();
+    net.close_send(s).unwrap();
+}
+
+#[test]
+fn plugin_v11_connects_across_two_processes() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return;
+    }
+    let _s = serial();
+    let lib = load(V11);
+    let net = net_of(&lib, 76);
+    let mut h = [0u8; HANDLE_BYTES];
+    let mut l = net.listen(0, &mut h).unwrap();
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "net::plugin::tests::child_sends_over_the_plugin",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, hex)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut r, _) = poll(|| net.accept(&mut l));
+    net.close_listen(l).unwrap();
+    let slot = 2 << 20;
+    let mut buf = vec![0u8; slot];
+    let mh = net
+        .reg_mr(CommRef::Recv(&r), buf.as_mut_ptr(), slot, PTR_HOST)
+        .unwrap();
+    for (i, m) in messages(slot, 12).iter().enumerate() {
+        // SAFETY: `buf` is registered and outlives the request, which is tested to completion.
+        let (mut q, _) = poll(|| unsafe { net.irecv(&mut r, buf.as_mut_ptr(), slot, 0, &mh) });
+        let (n, _) = poll(|| net.test(&mut q));
+        assert_eq!(n, m.len(), "message {i}: the size the plugin reports");
+        assert!(buf[..n] == m[..], "message {i} differs");
+    }
+    net.dereg_mr(CommRef::Recv(&r), mh).unwrap();
+    net.close_recv(r).unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "the sending process failed"
+    );
 }
