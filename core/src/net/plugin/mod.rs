@@ -70,7 +70,7 @@ impl PluginLib {
             opened: Arc::new(opened),
             init: Mutex::new(None),
         });
-        tracing::info!(target: "oxccl::net",
+        tracing::info!(target: "oxccl::init",
             "NET/Plugin: Loaded net plugin {} (v{}) from {}",
             lib.name(), lib.version(), lib.opened.path);
         libs.insert(lib.opened.sym as usize, lib.clone());

@@ -28,7 +28,7 @@ pub fn load_all(spec: Option<&str>) -> Vec<Arc<PluginLib>> {
                 }
             }
             Err(e @ loader::OpenError::NotFound(_)) if spec.is_none() => {
-                tracing::info!(target: "oxccl::net",
+                tracing::info!(target: "oxccl::init",
                     "NET/Plugin: no plugin {entry} found ({e}); using the internal network");
             }
             Err(e) => {
@@ -71,7 +71,7 @@ pub fn select(
         }
         match PluginNet::new(lib.clone(), comm_id) {
             Ok(net) => {
-                tracing::info!(target: "oxccl::net",
+                tracing::info!(target: "oxccl::init",
                     "NET/Plugin: Using network {} (plugin v{}, {})",
                     net.name(), net.version(), lib.path());
                 return Ok(Arc::new(net));
@@ -87,9 +87,9 @@ pub fn select(
     match want {
         None => {
             if plugins.is_empty() {
-                tracing::info!(target: "oxccl::net", "NET/Plugin: Using internal network {BUILTIN}");
+                tracing::info!(target: "oxccl::init", "NET/Plugin: Using internal network {BUILTIN}");
             } else {
-                tracing::warn!(target: "oxccl::net",
+                tracing::warn!(target: "oxccl::init",
                     "NET/Plugin: no network plugin could be used; falling back to the internal network {BUILTIN}");
             }
             Ok(builtin())
