@@ -4,6 +4,7 @@
  * as a third-party plugin is opened (NCCL_NET_PLUGIN=<path>):
  *   (default)            exports ncclNetPlugin_v11, name "OxTest"
  *   -DOXTEST_V8          exports only ncclNetPlugin_v8, name "OxTest8" (exercises the adapter)
+ *   -DOXTEST_V6 / _V7 / _V9 / _V10   only ncclNetPlugin_v6 / v7 / v9 / v10, names "OxTest6" ...
  *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
  *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
  *
@@ -411,7 +412,241 @@ static res_t close_listen(void *listen_comm) {
   return NET_OK;
 }
 
-#ifdef OXTEST_V8
+#if defined(OXTEST_V6) || defined(OXTEST_V7)
+
+/* ---- ABI v6 and v7: int sizes; v7 adds device handles, getDeviceMr and irecvConsumed ---- */
+typedef struct {
+  char *name;
+  char *pci_path;
+  uint64_t guid;
+  int ptr_support;
+  int speed;
+  int port;
+  float latency;
+  int max_comms;
+  int max_recvs;
+#ifdef OXTEST_V7
+  int dev_type;
+  int dev_version;
+#endif
+} props_old_t;
+
+typedef struct {
+  const char *name;
+  res_t (*init)(logger_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_old_t *);
+  res_t (*listen)(int, void *, void **);
+#ifdef OXTEST_V7
+  res_t (*connect)(int, void *, void **, dev_handle_t **);
+  res_t (*accept)(void *, void **, dev_handle_t **);
+#else
+  res_t (*connect)(int, void *, void **);
+  res_t (*accept)(void *, void **);
+#endif
+  res_t (*reg_mr)(void *, void *, int, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **);
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+#ifdef OXTEST_V7
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+#endif
+} net_old_t;
+#ifdef OXTEST_V7
+_Static_assert(sizeof(net_old_t) == 152, "v7 struct size");
+_Static_assert(sizeof(props_old_t) == 56, "v7 properties size");
+#else
+_Static_assert(sizeof(net_old_t) == 136, "v6 struct size");
+_Static_assert(sizeof(props_old_t) == 48, "v6 properties size");
+#endif
+
+static res_t init_old(logger_t logger) {
+  log_fn = logger;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t props_old(int dev, props_old_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  return NET_OK;
+}
+
+static res_t reg_mr_int(void *comm, void *data, int size, int type, void **mh) {
+  if (size < 0) return NET_ARGUMENT;
+  return reg_mr(comm, data, (size_t)size, type, mh);
+}
+static res_t isend_int(void *c, void *d, int size, int tag, void *m, void **r) {
+  (void)tag;
+  if (size < 0) return NET_ARGUMENT;
+  return do_isend(c, d, (size_t)size, m, r);
+}
+static res_t irecv_int(void *c, int n, void **d, int *sizes, int *tags, void **m, void **r) {
+  (void)tags;
+  if (n == 1 && sizes[0] < 0) return NET_ARGUMENT;
+  return do_irecv(c, n, d, n == 1 ? (size_t)sizes[0] : 0, m, r);
+}
+
+#ifdef OXTEST_V7
+static res_t connect_v7(int dev, void *h, void **sc, dev_handle_t **dc) {
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t accept_v7(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+__attribute__((visibility("default"))) const net_old_t ncclNetPlugin_v7 = {
+    "OxTest7", init_old,  devices,   props_old,  listen_,    connect_v7, accept_v7,
+    reg_mr_int, NULL,     dereg_mr,  isend_int,  irecv_int,  iflush,     test,
+    close_comm, close_comm, close_listen, NULL, NULL,
+};
+#else
+__attribute__((visibility("default"))) const net_old_t ncclNetPlugin_v6 = {
+    "OxTest6",  init_old,   devices,      props_old, listen_,   connect_,  accept_,
+    reg_mr_int, NULL,       dereg_mr,     isend_int, irecv_int, iflush,    test,
+    close_comm, close_comm, close_listen,
+};
+#endif
+
+#elif defined(OXTEST_V9) || defined(OXTEST_V10)
+
+/* ---- ABI v9 and v10: size_t sizes, makeVDevice; v10 adds the profiler callback, the
+ * connection config on connect and profiler handles ---- */
+typedef struct {
+  PROP_HEAD int force_flush;
+  PROP_MID vprops_t vprops;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+} props_v9_t;
+_Static_assert(sizeof(props_v9_t) == 104, "v9 properties size");
+
+typedef struct {
+  const char *name;
+#ifdef OXTEST_V10
+  res_t (*init)(logger_t, profiler_t);
+#else
+  res_t (*init)(logger_t);
+#endif
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v9_t *);
+  res_t (*listen)(int, void *, void **);
+#ifdef OXTEST_V10
+  res_t (*connect)(int, comm_config_t *, void *, void **, dev_handle_t **);
+#else
+  res_t (*connect)(int, void *, void **, dev_handle_t **);
+#endif
+  res_t (*accept)(void *, void **, dev_handle_t **);
+  res_t (*reg_mr)(void *, void *, size_t, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+#ifdef OXTEST_V10
+  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **);
+#else
+  res_t (*isend)(void *, void *, size_t, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **);
+#endif
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+  res_t (*make_vdevice)(int *, vprops_t *);
+} net_v9_t;
+_Static_assert(sizeof(net_v9_t) == 160, "v9/v10 struct size");
+
+static res_t props_v9(int dev, props_v9_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  p->vprops.ndevs = 1;
+  p->max_p2p_bytes = (size_t)1 << 36; /* 64 GiB: not the adapters' 1 GiB */
+  p->max_coll_bytes = (size_t)1 << 29;
+  return NET_OK;
+}
+
+static res_t accept_v9(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+
+#ifdef OXTEST_V10
+static res_t init_v10(logger_t logger, profiler_t profiler) {
+  log_fn = logger;
+  if (!profiler) {
+    LOG(L_WARN, "OxTest10: no profiler callback");
+    return NET_INTERNAL;
+  }
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static res_t connect_v10(int dev, comm_config_t *config, void *h, void **sc, dev_handle_t **dc) {
+  if (!config || config->traffic_class != -1) {
+    LOG(L_WARN, "OxTest10: connect without the default connection config");
+    return NET_INTERNAL;
+  }
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t isend_v10(void *c, void *d, size_t size, int tag, void *m, void *ph, void **r) {
+  (void)tag, (void)ph;
+  return do_isend(c, d, size, m, r);
+}
+static res_t irecv_v10(void *c, int n, void **d, size_t *sizes, int *tags, void **m, void **ph,
+                       void **r) {
+  (void)tags, (void)ph;
+  return do_irecv(c, n, d, n == 1 ? sizes[0] : 0, m, r);
+}
+__attribute__((visibility("default"))) const net_v9_t ncclNetPlugin_v10 = {
+    "OxTest10", init_v10,   devices,    props_v9,     listen_,   connect_v10,
+    accept_v9,  reg_mr,     NULL,       dereg_mr,     isend_v10, irecv_v10,
+    iflush,     test,       close_comm, close_comm,   close_listen, NULL,
+    NULL,       NULL,
+};
+#else
+static res_t init_v9(logger_t logger) {
+  log_fn = logger;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static res_t connect_v9(int dev, void *h, void **sc, dev_handle_t **dc) {
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t isend_v9(void *c, void *d, size_t size, int tag, void *m, void **r) {
+  (void)tag;
+  return do_isend(c, d, size, m, r);
+}
+static res_t irecv_v9(void *c, int n, void **d, size_t *sizes, int *tags, void **m, void **r) {
+  (void)tags;
+  return do_irecv(c, n, d, n == 1 ? sizes[0] : 0, m, r);
+}
+__attribute__((visibility("default"))) const net_v9_t ncclNetPlugin_v9 = {
+    "OxTest9", init_v9,    devices,    props_v9,     listen_,   connect_v9,
+    accept_v9, reg_mr,     NULL,       dereg_mr,     isend_v9,  irecv_v9,
+    iflush,    test,       close_comm, close_comm,   close_listen, NULL,
+    NULL,      NULL,
+};
+#endif
+
+#elif defined(OXTEST_V8)
 
 /* ---- ABI v8 ---- */
 typedef struct {

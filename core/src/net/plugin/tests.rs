@@ -21,6 +21,10 @@ fn plugin(file: &str) -> String {
 }
 const V11: &str = "libnccl-net-oxtest.so";
 const V8: &str = "libnccl-net-oxtest8.so";
+const V6: &str = "libnccl-net-oxtest6.so";
+const V7: &str = "libnccl-net-oxtest7.so";
+const V9: &str = "libnccl-net-oxtest9.so";
+const V10: &str = "libnccl-net-oxtest10.so";
 const NO_SYMBOL: &str = "libnccl-net-oxtest-nosym.so";
 const BAD_INIT: &str = "libnccl-net-oxtest-badinit.so";
 
@@ -295,6 +299,66 @@ fn plugin_v8_runs_through_the_adapter() {
     };
     transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 23));
     assert_eq!(counter(V8, "oxtest_open_comms"), 0);
+}
+
+#[test]
+fn plugin_v6_v7_v9_v10_run_through_their_adapters() {
+    let _s = serial();
+    for (file, version, name, max_p2p, max_reqs) in [
+        (V6, 6, "OxTest6", abi::MAX_NET_SIZE, abi::MAX_REQUESTS_V6),
+        (V7, 7, "OxTest7", abi::MAX_NET_SIZE, abi::MAX_REQUESTS),
+        (V9, 9, "OxTest9", 1 << 36, abi::MAX_REQUESTS),
+        (V10, 10, "OxTest10", 1 << 36, abi::MAX_REQUESTS),
+    ] {
+        let lib = load(file);
+        assert_eq!((lib.version(), lib.name()), (version, name.to_string()));
+        let (n0, n1) = (net_of(&lib, 1), net_of(&lib, 2));
+        assert_eq!(
+            counter(file, "oxtest_init_count"),
+            1,
+            "{name}: one init per process"
+        );
+        let p = n0.properties(0).unwrap();
+        assert_eq!(p.max_p2p_bytes, max_p2p, "{name}: maxP2pBytes");
+        assert_eq!((p.name.as_str(), p.max_recvs), ("lo", 1), "{name}");
+
+        // The version's request limit, and its registration limit.
+        let (mut s, r, nulls) = pair(&n0, &n1);
+        assert!(nulls >= 1, "{name}: connect answered NULL first");
+        let mut one = [7u8; 1];
+        let big = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1 << 31, PTR_HOST);
+        assert_eq!(big.is_err(), version <= 7, "{name}: a 2 GiB registration");
+        let mh = n0
+            .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
+            .unwrap();
+        let mut reqs = Vec::new();
+        for i in 0..max_reqs {
+            // SAFETY: `one` is registered and outlives the requests (dropped untested below,
+            // with the connection closed before `one` goes).
+            let q = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+            reqs.push(q.unwrap_or_else(|| panic!("{name}: request {i} below the limit")));
+        }
+        // SAFETY: as above.
+        let over = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+        assert!(over.is_none(), "{name}: request {} must wait", max_reqs + 1);
+        drop(reqs);
+        n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
+        n0.close_send(s).unwrap();
+        n1.close_recv(r).unwrap();
+
+        // The proxy's patterns.
+        let (s, r, _) = pair(&n0, &n1);
+        let layout = FifoLayout {
+            nslots: 3,
+            slot_bytes: (1 << 20) + 64,
+        };
+        transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 17));
+        assert_eq!(
+            counter(file, "oxtest_open_comms"),
+            0,
+            "{name}: every comm closed"
+        );
+    }
 }
 
 #[test]
