@@ -226,7 +226,12 @@ impl VTable {
                 logger::profiler_callback(),
             )
         };
-        check("init", rc)?;
+        if let Err(e) = check("init", rc) {
+            // As NCCL does: a failed init still gets `finalize` with whatever context it left.
+            // SAFETY: the context (possibly NULL) this plugin's init just produced.
+            let _ = unsafe { self.finalize(ctx) };
+            return Err(e);
+        }
         Ok(ctx)
     }
 
