@@ -2,6 +2,7 @@
 //! bootstrap, and the proxy that drives them. Backends supply the FIFO memory (host-pinned and
 //! mapped for their kernels); everything else is here, so every backend connects alike.
 
+use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, Side};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Net};
@@ -15,30 +16,34 @@ use std::time::Duration;
 /// Bootstrap tag of the handle exchange (top bit clear: an ordinary tag of this communicator).
 const TAG_NET_HANDLES: u64 = 0x4E45_5400_0000;
 
-/// The network a communicator's NET connections use: the built-in sockets unless `NCCL_NET`
-/// names another (network plugins are not built yet, so that is an error naming the variable).
+/// The network a communicator's NET connections use: a network plugin (`NCCL_NET_PLUGIN`,
+/// default `libnccl-net.so`) when one loads and initializes, else the built-in sockets;
+/// `NCCL_NET` selects by name (see [`plugin::select`](super::plugin::select)).
 pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
-    if let Ok(want) = std::env::var("NCCL_NET")
-        && !want.trim().is_empty()
-        && !want.trim().eq_ignore_ascii_case("socket")
-    {
-        return Err(Error::usage(format!(
-            "NCCL_NET={want}: oxccl has only its built-in socket network so far (NCCL_NET=Socket); loading network plugins is not built yet"
-        )));
-    }
+    let want = std::env::var("NCCL_NET").ok();
+    select::select(
+        select::env_plugins(),
+        want.as_deref(),
+        bootstrap.session_key().nonce,
+        || builtin_net(bootstrap),
+    )
+}
+
+/// The built-in socket network on the bootstrap's interface.
+fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
     let ip = bootstrap.local_ip();
     let ifname = list_interfaces()
         .into_iter()
         .find(|i| i.addr == ip)
         .map_or_else(|| ip.to_string(), |i| i.name);
-    Ok(Arc::new(SocketNet::new(
+    Arc::new(SocketNet::new(
         ip,
         &ifname,
         bootstrap.rank(),
         bootstrap.session_key(),
         bootstrap.handshake_timeout(),
         SocketConfig::from_env(),
-    )))
+    ))
 }
 
 /// Calls `step` (a never-blocking connect or accept) until it yields, the communicator aborts,

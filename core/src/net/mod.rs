@@ -9,6 +9,7 @@
 //! `void*`s.
 
 pub mod connect;
+pub mod plugin;
 pub mod proxy;
 mod readiness;
 pub mod socket;

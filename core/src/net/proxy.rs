@@ -328,23 +328,22 @@ fn run(net: &dyn Net, rank: u32, mut conns: Vec<Active>, abort: &AbortFlag, stop
     }
 }
 
+/// What the proxy tests and the network-plugin tests share: memory standing in for pinned host
+/// FIFOs, CPU threads playing the kernels, and a whole transfer through two proxies.
 #[cfg(test)]
-mod tests {
-    use super::super::socket::{SocketConfig, SocketNet};
-    use super::super::{HANDLE_BYTES, Net};
+pub(crate) mod testkit {
     use super::*;
-    use crate::bootstrap::wire::SessionKey;
+    use crate::net::RecvComm;
     use std::alloc::Layout;
-    use std::net::{IpAddr, Ipv4Addr};
 
     /// Zeroed, 4 KiB-aligned memory standing in for pinned host memory.
-    struct Mem {
-        ptr: *mut u8,
+    pub(crate) struct Mem {
+        pub(crate) ptr: *mut u8,
         layout: Layout,
     }
 
     impl Mem {
-        fn new(bytes: usize) -> Mem {
+        pub(crate) fn new(bytes: usize) -> Mem {
             let layout = Layout::from_size_align(bytes, 4096).unwrap();
             // SAFETY: a non-zero size.
             let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -360,46 +359,18 @@ mod tests {
         }
     }
 
-    fn net(rank: u32, config: SocketConfig) -> Arc<dyn Net> {
-        Arc::new(SocketNet::new(
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            "lo",
-            rank,
-            SessionKey {
-                secret: 11,
-                nonce: 12,
-            },
-            Duration::from_secs(5),
-            config,
-        ))
-    }
-
-    /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
-    fn pair(config: SocketConfig) -> (Arc<dyn Net>, Arc<dyn Net>, SendComm, RecvComm) {
-        let (n0, n1) = (net(0, config), net(1, config));
-        let mut h = [0u8; HANDLE_BYTES];
-        let mut l = n1.listen(0, &mut h).unwrap();
-        let s = n0.connect(0, &mut h).unwrap().unwrap();
-        let r = loop {
-            if let Some(r) = n1.accept(&mut l).unwrap() {
-                break r;
-            }
-        };
-        (n0, n1, s, r)
-    }
-
     /// The device's side of a FIFO, played by a CPU thread.
-    struct Kernel(HostFifo);
+    pub(crate) struct Kernel(pub(crate) HostFifo);
 
     // SAFETY: as HostFifo; the test keeps the memory alive until the threads end.
     unsafe impl Send for Kernel {}
 
     impl Kernel {
-        fn ctr(&self, off: u64) -> &AtomicU64 {
+        pub(crate) fn ctr(&self, off: u64) -> &AtomicU64 {
             self.0.counter(off)
         }
 
-        fn wait_geq(&self, off: u64, v: u64, abort: &AbortFlag) -> bool {
+        pub(crate) fn wait_geq(&self, off: u64, v: u64, abort: &AbortFlag) -> bool {
             let t0 = Instant::now();
             while self.ctr(off).load(Ordering::Acquire) < v {
                 if abort.is_aborted() || t0.elapsed() > Duration::from_secs(20) {
@@ -411,23 +382,17 @@ mod tests {
         }
     }
 
-    fn message(i: usize, slot_bytes: usize) -> Vec<u8> {
-        let n = [1, 8, 1000, slot_bytes, 4097, slot_bytes - 1, 0][i % 7].max(1);
-        (0..n).map(|k| (k * 31 + i * 7) as u8).collect()
-    }
-
-    #[test]
-    fn net_proxy_moves_slots_between_two_fifos_in_order() {
-        let layout = FifoLayout {
-            nslots: 4,
-            slot_bytes: 64 << 10,
-        };
-        let config = SocketConfig {
-            nsocks: 2,
-            inline_max: 1024,
-            min_task: 4096,
-        };
-        let (n0, n1, s, r) = pair(config);
+    /// Sends `messages` from `s` (on `n0`, rank 0) to `r` (on `n1`, rank 1) through a FIFO of
+    /// `layout` on each side and a proxy per rank, with two threads playing the kernels, and
+    /// checks that every message arrives intact and in order.
+    pub(crate) fn transfer(
+        n0: Arc<dyn Net>,
+        n1: Arc<dyn Net>,
+        s: SendComm,
+        r: RecvComm,
+        layout: FifoLayout,
+        messages: Vec<Vec<u8>>,
+    ) {
         let (m0, m1) = (
             Mem::new(layout.bytes() as usize),
             Mem::new(layout.bytes() as usize),
@@ -467,38 +432,106 @@ mod tests {
             a1.clone(),
         )
         .unwrap();
-        const N: usize = 60;
-        let sb = layout.slot_bytes as usize;
+        let n = layout.nslots as u64;
+        let messages = Arc::new(messages);
         let (k0, k1) = (Kernel(f0), Kernel(f1));
-        let abort = a0.clone();
+        let (abort, msgs) = (a0.clone(), messages.clone());
         let sender = std::thread::spawn(move || {
-            for i in 0..N as u64 {
-                if i >= 4 {
-                    assert!(k0.wait_geq(FifoLayout::HEAD, i + 1 - 4, &abort));
+            for (i, m) in msgs.iter().enumerate() {
+                let i = i as u64;
+                if i >= n {
+                    assert!(
+                        k0.wait_geq(FifoLayout::HEAD, i + 1 - n, &abort),
+                        "slot for {i}"
+                    );
                 }
-                let m = message(i as usize, sb);
+                assert!(m.len() as u64 <= layout.slot_bytes);
                 // SAFETY: the slot is free (head) and inside the FIFO.
                 unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), k0.0.slot(i), m.len()) };
-                k0.ctr(FifoLayout::SIZES + (i % 4) * 8)
+                k0.ctr(FifoLayout::SIZES + (i % n) * 8)
                     .store(m.len() as u64, Ordering::Release);
                 k0.ctr(FifoLayout::TAIL).store(i + 1, Ordering::Release);
             }
         });
-        let abort = a1.clone();
+        let (abort, msgs) = (a1.clone(), messages.clone());
         let receiver = std::thread::spawn(move || {
-            for i in 0..N as u64 {
+            for (i, m) in msgs.iter().enumerate() {
+                let i = i as u64;
                 assert!(k1.wait_geq(FifoLayout::TAIL, i + 1, &abort), "message {i}");
-                let m = message(i as usize, sb);
                 // SAFETY: the proxy filled the slot (tail) and waits for head before reusing it.
                 let got = unsafe { std::slice::from_raw_parts(k1.0.slot(i), m.len()) };
-                assert_eq!(got, &m[..], "message {i}");
+                assert!(got == &m[..], "message {i} ({} bytes) differs", m.len());
                 k1.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
             }
         });
-        sender.join().unwrap();
-        receiver.join().unwrap();
-        assert!(a0.error().is_none() && a1.error().is_none());
+        let (rs, rr) = (sender.join(), receiver.join());
+        assert!(a0.error().is_none(), "sender: {:?}", a0.error());
+        assert!(a1.error().is_none(), "receiver: {:?}", a1.error());
+        rs.unwrap();
+        rr.unwrap();
         drop((p0, p1));
+        drop((m0, m1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::socket::{SocketConfig, SocketNet};
+    use super::super::{HANDLE_BYTES, Net};
+    use super::testkit::{Mem, transfer};
+    use super::*;
+    use crate::bootstrap::wire::SessionKey;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn net(rank: u32, config: SocketConfig) -> Arc<dyn Net> {
+        Arc::new(SocketNet::new(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            "lo",
+            rank,
+            SessionKey {
+                secret: 11,
+                nonce: 12,
+            },
+            Duration::from_secs(5),
+            config,
+        ))
+    }
+
+    /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
+    fn pair(config: SocketConfig) -> (Arc<dyn Net>, Arc<dyn Net>, SendComm, RecvComm) {
+        let (n0, n1) = (net(0, config), net(1, config));
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = n1.listen(0, &mut h).unwrap();
+        let s = n0.connect(0, &mut h).unwrap().unwrap();
+        let r = loop {
+            if let Some(r) = n1.accept(&mut l).unwrap() {
+                break r;
+            }
+        };
+        (n0, n1, s, r)
+    }
+
+    fn message(i: usize, slot_bytes: usize) -> Vec<u8> {
+        let n = [1, 8, 1000, slot_bytes, 4097, slot_bytes - 1, 0][i % 7].max(1);
+        (0..n).map(|k| (k * 31 + i * 7) as u8).collect()
+    }
+
+    #[test]
+    fn net_proxy_moves_slots_between_two_fifos_in_order() {
+        let layout = FifoLayout {
+            nslots: 4,
+            slot_bytes: 64 << 10,
+        };
+        let config = SocketConfig {
+            nsocks: 2,
+            inline_max: 1024,
+            min_task: 4096,
+        };
+        let (n0, n1, s, r) = pair(config);
+        let messages = (0..60)
+            .map(|i| message(i, layout.slot_bytes as usize))
+            .collect();
+        transfer(n0, n1, s, r, layout, messages);
     }
 
     #[test]

@@ -1,0 +1,59 @@
+//! Builds the C logger shim that network plugins receive (`csrc/net_plugin_log.c`), and the
+//! test network plugins that the net-plugin tests load by path (`tests/c/net_plugin/`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=csrc/net_plugin_log.c");
+    cc::Build::new()
+        .file("csrc/net_plugin_log.c")
+        .warnings(true)
+        .compile("oxccl_net_plugin_log");
+    test_plugins();
+}
+
+/// Compiles `tests/c/net_plugin/oxccl_test_net.c` into shared libraries, one per variant, in
+/// `OUT_DIR` (named by `OXCCL_TEST_NET_PLUGIN_DIR` for the tests). `cc` builds only static
+/// archives, so its compiler is invoked directly with `-shared -fPIC`.
+fn test_plugins() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
+    let src = manifest.join("../tests/c/net_plugin/oxccl_test_net.c");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    println!(
+        "cargo:rustc-env=OXCCL_TEST_NET_PLUGIN_DIR={}",
+        out.display()
+    );
+    let compiler = cc::Build::new().get_compiler();
+    let variants: [(&str, &[&str]); 8] = [
+        ("libnccl-net-oxtest.so", &[]),
+        ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
+        ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
+        ("libnccl-net-oxtest8.so", &["-DOXTEST_V8"]),
+        ("libnccl-net-oxtest9.so", &["-DOXTEST_V9"]),
+        ("libnccl-net-oxtest10.so", &["-DOXTEST_V10"]),
+        ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
+        ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
+    ];
+    for (name, defs) in variants {
+        build_so(&compiler, &src, &out.join(name), defs);
+    }
+}
+
+fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {
+    let status = Command::new(compiler.path())
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-std=gnu11", "-o"])
+        .arg(out)
+        .arg(src)
+        .args(defs)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!(
+            "building the test net plugin {}: compiler exited with {s}",
+            out.display()
+        ),
+        Err(e) => panic!("building the test net plugin {}: {e}", out.display()),
+    }
+}

@@ -1,0 +1,610 @@
+//! One interface over plugin ABI versions 6 to 11: each call goes to the member of the version
+//! the library exports, with NCCL's adapter rules for the older ones (`reference/net.md` §2,
+//! "Adapters"): v6-v8 messages are limited to 1 GiB (`maxP2pBytes` reads as 1 GiB), v6/v7
+//! registrations to less than 2 GiB, the optional-completion hint of receives goes only to v9+,
+//! profiler handles only to v10+, and v10's `connect` gets the communicator's config.
+//!
+//! Every method is an `unsafe fn`: it calls into the plugin with pointers the caller vouches for.
+
+use super::abi::*;
+use super::logger;
+use crate::error::{Error, Result};
+use crate::net::Properties;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ptr::null_mut;
+
+/// A copy of the net struct a library exports, tagged with its version.
+#[derive(Clone, Copy)]
+pub(crate) enum VTable {
+    V6(NetV6),
+    V7(NetV7),
+    V8(NetV8),
+    V9(NetV9),
+    V10(NetV10),
+    V11(NetV11),
+}
+
+// SAFETY: the struct holds function pointers and a pointer to the plugin's constant name string;
+// plugins are called from several threads in NCCL too (service and progress threads).
+unsafe impl Send for VTable {}
+// SAFETY: as for Send; the copy is never written.
+unsafe impl Sync for VTable {}
+
+/// Runs `$body` with `$t` bound to the struct of whichever version `$v` holds.
+macro_rules! each {
+    ($v:expr, $t:ident => $body:expr) => {
+        match $v {
+            VTable::V6($t) => $body,
+            VTable::V7($t) => $body,
+            VTable::V8($t) => $body,
+            VTable::V9($t) => $body,
+            VTable::V10($t) => $body,
+            VTable::V11($t) => $body,
+        }
+    };
+}
+
+/// A required member, or an error naming it.
+macro_rules! member {
+    ($t:expr, $m:ident) => {
+        $t.$m.ok_or_else(|| {
+            Error::Internal(format!(
+                "the network plugin has no `{}` function (a NULL member)",
+                stringify!($m)
+            ))
+        })?
+    };
+}
+
+/// A member whose type is the same in every version, or an error naming it.
+macro_rules! same {
+    ($v:expr, $m:ident) => {
+        each!($v, t => t.$m).ok_or_else(|| {
+            Error::Internal(format!(
+                "the network plugin has no `{}` function (a NULL member)",
+                stringify!($m)
+            ))
+        })?
+    };
+}
+
+/// What one device of a plugin reports, read through any version's properties struct.
+#[derive(Debug, Clone)]
+pub(crate) struct DevProps {
+    /// The fields the `Net` trait exposes.
+    pub props: Properties,
+    /// `netDeviceType` (HOST for v6).
+    pub device_type: c_int,
+    /// `netDeviceVersion`.
+    pub device_version: c_int,
+}
+
+/// The receive arguments of one `irecv` (one buffer), kept at a stable address until the
+/// request completes, in case the plugin reads them late.
+#[derive(Debug)]
+pub(crate) struct RecvArgs {
+    pub data: [*mut c_void; 1],
+    pub sizes_int: [c_int; 1],
+    pub sizes: [usize; 1],
+    pub tags: [c_int; 1],
+    pub mhandles: [*mut c_void; 1],
+    pub phandles: [*mut c_void; 1],
+}
+
+/// Text of a plugin C string, empty for NULL.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for the call.
+pub(crate) unsafe fn c_text(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// `Ok` for `ncclSuccess`, else the error an NCCL result code stands for.
+pub(crate) fn check(what: &str, rc: NcclResult) -> Result<()> {
+    let text = |kind: &str| format!("network plugin: {what} failed with {kind} ({rc})");
+    match rc {
+        SUCCESS => Ok(()),
+        SYSTEM_ERROR => Err(Error::System {
+            context: format!("network plugin: {what}"),
+            message: format!("ncclSystemError ({rc})"),
+        }),
+        INVALID_ARGUMENT => Err(Error::InvalidArgument(text("ncclInvalidArgument"))),
+        INVALID_USAGE => Err(Error::InvalidUsage(text("ncclInvalidUsage"))),
+        REMOTE_ERROR => Err(Error::Remote(text("ncclRemoteError"))),
+        INTERNAL_ERROR => Err(Error::Internal(text("ncclInternalError"))),
+        _ => Err(Error::Internal(text("an unknown result"))),
+    }
+}
+
+fn too_big(what: &str, size: usize, limit: u64, version: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "network plugin (ABI v{version}): {what} of {size} bytes exceeds the limit of {limit} bytes"
+    ))
+}
+
+impl VTable {
+    /// Copies the net struct at `sym`.
+    ///
+    /// # Safety
+    /// `sym` points to a live `ncclNet_v<version>_t` and `version` is 6 to 11.
+    pub(crate) unsafe fn read(sym: *const c_void, version: u32) -> VTable {
+        // SAFETY: the caller vouches for the layout; `read_unaligned` tolerates any alignment.
+        unsafe {
+            match version {
+                6 => VTable::V6(sym.cast::<NetV6>().read_unaligned()),
+                7 => VTable::V7(sym.cast::<NetV7>().read_unaligned()),
+                8 => VTable::V8(sym.cast::<NetV8>().read_unaligned()),
+                9 => VTable::V9(sym.cast::<NetV9>().read_unaligned()),
+                10 => VTable::V10(sym.cast::<NetV10>().read_unaligned()),
+                _ => VTable::V11(sym.cast::<NetV11>().read_unaligned()),
+            }
+        }
+    }
+
+    /// The ABI version.
+    pub(crate) fn version(&self) -> u32 {
+        match self {
+            VTable::V6(_) => 6,
+            VTable::V7(_) => 7,
+            VTable::V8(_) => 8,
+            VTable::V9(_) => 9,
+            VTable::V10(_) => 10,
+            VTable::V11(_) => 11,
+        }
+    }
+
+    /// The plugin's `name`.
+    pub(crate) fn name(&self) -> String {
+        let p = each!(self, t => t.name);
+        // SAFETY: `name` is the plugin's constant C string (or NULL).
+        unsafe { c_text(p) }
+    }
+
+    /// Requests one comm may have in flight (`NCCL_NET_MAX_REQUESTS` of the version).
+    pub(crate) fn max_requests(&self) -> usize {
+        match self {
+            VTable::V6(_) => MAX_REQUESTS_V6,
+            _ => MAX_REQUESTS,
+        }
+    }
+
+    /// The largest message the version's adapter lets through, before the device's own limit.
+    fn message_cap(&self) -> Option<u64> {
+        (self.version() <= 8).then_some(MAX_NET_SIZE)
+    }
+
+    /// The process-wide `init` of v6 to v10.
+    ///
+    /// # Safety
+    /// Called once per process for this library, before any other member.
+    pub(crate) unsafe fn init_process(&self) -> Result<()> {
+        let log = logger::logger();
+        // SAFETY: `init` takes the logger (and the profiler callback for v10), both valid for
+        // the life of the process.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, init)(log),
+                VTable::V7(t) => member!(t, init)(log),
+                VTable::V8(t) => member!(t, init)(log),
+                VTable::V9(t) => member!(t, init)(log),
+                VTable::V10(t) => member!(t, init)(log, logger::profiler_callback()),
+                VTable::V11(_) => {
+                    return Err(Error::Internal("v11 plugins init per communicator".into()));
+                }
+            }
+        };
+        check("init", rc)
+    }
+
+    /// The per-communicator `init` of v11: a new context.
+    ///
+    /// # Safety
+    /// `config` stays valid until [`VTable::finalize`] of the returned context.
+    pub(crate) unsafe fn init_comm(
+        &self,
+        comm_id: u64,
+        config: *mut CommConfig,
+    ) -> Result<*mut c_void> {
+        let VTable::V11(t) = self else {
+            return Err(Error::Internal(
+                "only v11 plugins init per communicator".into(),
+            ));
+        };
+        let mut ctx = null_mut();
+        // SAFETY: `ctx` receives the context; `config` lives as the caller promised; the
+        // callbacks live for the process.
+        let rc = unsafe {
+            member!(t, init)(
+                &mut ctx,
+                comm_id,
+                config,
+                logger::logger(),
+                logger::profiler_callback(),
+            )
+        };
+        if let Err(e) = check("init", rc) {
+            // As NCCL does: a failed init still gets `finalize` with whatever context it left.
+            // SAFETY: the context (possibly NULL) this plugin's init just produced.
+            let _ = unsafe { self.finalize(ctx) };
+            return Err(e);
+        }
+        Ok(ctx)
+    }
+
+    /// v11's `finalize(ctx)`; nothing for older versions.
+    ///
+    /// # Safety
+    /// `ctx` came from [`VTable::init_comm`] and is finalized once, after its comms are closed.
+    pub(crate) unsafe fn finalize(&self, ctx: *mut c_void) -> Result<()> {
+        if let VTable::V11(t) = self {
+            // SAFETY: as the caller promised.
+            check("finalize", unsafe { member!(t, finalize)(ctx) })?;
+        }
+        Ok(())
+    }
+
+    /// Number of devices.
+    ///
+    /// # Safety
+    /// The plugin was initialized.
+    pub(crate) unsafe fn devices(&self) -> Result<usize> {
+        let mut n: c_int = 0;
+        // SAFETY: `n` receives the count.
+        check("devices", unsafe { same!(self, devices)(&mut n) })?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// Properties of `dev`, with the adapters' defaults for fields older versions lack.
+    ///
+    /// # Safety
+    /// The plugin was initialized.
+    pub(crate) unsafe fn properties(&self, dev: usize) -> Result<DevProps> {
+        let d = dev as c_int;
+        macro_rules! get {
+            ($t:expr, $ty:ty) => {{
+                let mut p = <$ty>::default();
+                // SAFETY: `p` is the properties struct of this version, written by the plugin.
+                check("getProperties", unsafe {
+                    member!($t, get_properties)(d, &mut p)
+                })?;
+                p
+            }};
+        }
+        macro_rules! base {
+            ($p:expr, $max:expr) => {
+                Properties {
+                    // SAFETY: the plugin's strings, valid while the plugin is loaded.
+                    name: unsafe { c_text($p.name) },
+                    // SAFETY: as above.
+                    pci_path: Some(unsafe { c_text($p.pci_path) }).filter(|s| !s.is_empty()),
+                    guid: $p.guid,
+                    ptr_support: $p.ptr_support as u32,
+                    speed_mbps: if $p.speed > 0 { $p.speed } else { 10_000 },
+                    port: $p.port,
+                    latency_us: $p.latency,
+                    max_comms: $p.max_comms,
+                    max_recvs: $p.max_recvs,
+                    max_p2p_bytes: $max,
+                }
+            };
+        }
+        let v9_max = |bytes: usize| -> Result<u64> {
+            let b = bytes as u64;
+            if b == 0 || b > MAX_NET_SIZE_BYTES {
+                return Err(Error::Internal(format!(
+                    "network plugin device {dev}: maxP2pBytes {b} is outside (0, 2^40]"
+                )));
+            }
+            Ok(b)
+        };
+        Ok(match self {
+            VTable::V6(t) => {
+                let p = get!(t, PropsV6);
+                DevProps {
+                    props: base!(p, MAX_NET_SIZE),
+                    device_type: DEVICE_HOST,
+                    device_version: 0,
+                }
+            }
+            VTable::V7(t) => {
+                let p = get!(t, PropsV7);
+                DevProps {
+                    props: base!(p, MAX_NET_SIZE),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                }
+            }
+            VTable::V8(t) => {
+                let p = get!(t, PropsV8);
+                DevProps {
+                    props: base!(p, MAX_NET_SIZE),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                }
+            }
+            VTable::V9(t) => {
+                let p = get!(t, PropsV9);
+                DevProps {
+                    props: base!(p, v9_max(p.max_p2p_bytes)?),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                }
+            }
+            VTable::V10(t) => {
+                let p = get!(t, PropsV9);
+                DevProps {
+                    props: base!(p, v9_max(p.max_p2p_bytes)?),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                }
+            }
+            VTable::V11(t) => {
+                let p = get!(t, PropsV11);
+                DevProps {
+                    props: base!(p, v9_max(p.max_p2p_bytes)?),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                }
+            }
+        })
+    }
+
+    /// `listen`: fills `handle` (128 bytes), returns the listen comm.
+    ///
+    /// # Safety
+    /// `ctx` is this communicator's context (v11), `handle` 128 writable bytes.
+    pub(crate) unsafe fn listen(
+        &self,
+        ctx: *mut c_void,
+        dev: usize,
+        handle: *mut c_void,
+    ) -> Result<*mut c_void> {
+        let mut lc = null_mut();
+        let d = dev as c_int;
+        // SAFETY: as the caller promised; `lc` receives the comm.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, listen)(d, handle, &mut lc),
+                VTable::V7(t) => member!(t, listen)(d, handle, &mut lc),
+                VTable::V8(t) => member!(t, listen)(d, handle, &mut lc),
+                VTable::V9(t) => member!(t, listen)(d, handle, &mut lc),
+                VTable::V10(t) => member!(t, listen)(d, handle, &mut lc),
+                VTable::V11(t) => member!(t, listen)(ctx, d, handle, &mut lc),
+            }
+        };
+        check("listen", rc)?;
+        if lc.is_null() {
+            return Err(Error::Internal(
+                "network plugin: listen returned a NULL comm".into(),
+            ));
+        }
+        Ok(lc)
+    }
+
+    /// `connect`: the send comm, or NULL while the connection is in progress.
+    ///
+    /// # Safety
+    /// `ctx` and `config` belong to this communicator; `handle` is the same 128-byte buffer on
+    /// every retry.
+    pub(crate) unsafe fn connect(
+        &self,
+        ctx: *mut c_void,
+        config: *mut CommConfig,
+        dev: usize,
+        handle: *mut c_void,
+    ) -> Result<*mut c_void> {
+        let mut sc = null_mut();
+        // No device offload: the device-comm argument points to NULL.
+        let mut dc: *mut DeviceHandle = null_mut();
+        let d = dev as c_int;
+        // SAFETY: as the caller promised; `sc` receives the comm.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, connect)(d, handle, &mut sc),
+                VTable::V7(t) => member!(t, connect)(d, handle, &mut sc, &mut dc),
+                VTable::V8(t) => member!(t, connect)(d, handle, &mut sc, &mut dc),
+                VTable::V9(t) => member!(t, connect)(d, handle, &mut sc, &mut dc),
+                VTable::V10(t) => member!(t, connect)(d, config, handle, &mut sc, &mut dc),
+                VTable::V11(t) => member!(t, connect)(ctx, d, handle, &mut sc, &mut dc),
+            }
+        };
+        check("connect", rc)?;
+        Ok(sc)
+    }
+
+    /// `accept`: the receive comm, or NULL while the connection is in progress.
+    ///
+    /// # Safety
+    /// `listen` is a live listen comm of this plugin.
+    pub(crate) unsafe fn accept(&self, listen: *mut c_void) -> Result<*mut c_void> {
+        let mut rc_comm = null_mut();
+        let mut dc: *mut DeviceHandle = null_mut();
+        // SAFETY: as the caller promised; `rc_comm` receives the comm.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, accept)(listen, &mut rc_comm),
+                VTable::V7(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+                VTable::V8(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+                VTable::V9(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+                VTable::V10(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+                VTable::V11(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+            }
+        };
+        check("accept", rc)?;
+        Ok(rc_comm)
+    }
+
+    /// `regMr`.
+    ///
+    /// # Safety
+    /// `comm` is a live send or receive comm; `data` is valid for `size` bytes until `deregMr`.
+    pub(crate) unsafe fn reg_mr(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        ptr_type: u32,
+    ) -> Result<*mut c_void> {
+        let mut mh = null_mut();
+        let ty = ptr_type as c_int;
+        let small = |what| -> Result<c_int> {
+            if size >= 1 << 31 {
+                return Err(too_big(what, size, (1 << 31) - 1, self.version()));
+            }
+            Ok(size as c_int)
+        };
+        // SAFETY: as the caller promised; `mh` receives the handle.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => {
+                    member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh)
+                }
+                VTable::V7(t) => {
+                    member!(t, reg_mr)(comm, data, small("a registration")?, ty, &mut mh)
+                }
+                VTable::V8(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
+                VTable::V9(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
+                VTable::V10(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
+                VTable::V11(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
+            }
+        };
+        check("regMr", rc)?;
+        Ok(mh)
+    }
+
+    /// `deregMr`.
+    ///
+    /// # Safety
+    /// `mh` came from [`VTable::reg_mr`] on `comm`, which is still open.
+    pub(crate) unsafe fn dereg_mr(&self, comm: *mut c_void, mh: *mut c_void) -> Result<()> {
+        // SAFETY: as the caller promised.
+        check("deregMr", unsafe { same!(self, dereg_mr)(comm, mh) })
+    }
+
+    /// `isend`: the request, or NULL when the plugin is busy (try again).
+    ///
+    /// # Safety
+    /// `comm` is a live send comm, `mh` its registration of `data`, readable for `size` bytes
+    /// until the request is done.
+    pub(crate) unsafe fn isend(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        tag: i32,
+        mh: *mut c_void,
+    ) -> Result<*mut c_void> {
+        if let Some(cap) = self.message_cap()
+            && size as u64 > cap
+        {
+            return Err(too_big("a send", size, cap, self.version()));
+        }
+        let mut req = null_mut();
+        let n = size as c_int;
+        // SAFETY: as the caller promised; `req` receives the request; no profiler handle.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
+                VTable::V7(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
+                VTable::V8(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
+                VTable::V9(t) => member!(t, isend)(comm, data, size, tag, mh, &mut req),
+                VTable::V10(t) => {
+                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
+                }
+                VTable::V11(t) => {
+                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
+                }
+            }
+        };
+        check("isend", rc)?;
+        Ok(req)
+    }
+
+    /// `irecv` of the one buffer in `args` (`sizes[0]` bytes): the request, or NULL when the
+    /// plugin is busy. `optional` passes NCCL's optional-completion hint (v9+ only).
+    ///
+    /// # Safety
+    /// `comm` is a live receive comm; `args` (buffer, registration) stays valid and unmoved
+    /// until the request is done.
+    pub(crate) unsafe fn irecv(
+        &self,
+        comm: *mut c_void,
+        args: *mut RecvArgs,
+        optional: bool,
+    ) -> Result<*mut c_void> {
+        // SAFETY: `args` is valid as the caller promised.
+        let a = unsafe { &mut *args };
+        let size = a.sizes[0];
+        if let Some(cap) = self.message_cap()
+            && size as u64 > cap
+        {
+            return Err(too_big("a receive", size, cap, self.version()));
+        }
+        a.sizes_int[0] = size as c_int;
+        let hint = if optional && self.version() >= 9 {
+            OPTIONAL_RECV_COMPLETION as *mut c_void
+        } else {
+            null_mut()
+        };
+        let mut req = hint;
+        let (d, si, s, tg, m, ph) = (
+            a.data.as_mut_ptr(),
+            a.sizes_int.as_mut_ptr(),
+            a.sizes.as_mut_ptr(),
+            a.tags.as_mut_ptr(),
+            a.mhandles.as_mut_ptr(),
+            a.phandles.as_mut_ptr(),
+        );
+        // SAFETY: one-element arrays inside `args`, as the caller promised; `req` receives the
+        // request.
+        let rc = unsafe {
+            match self {
+                VTable::V6(t) => member!(t, irecv)(comm, 1, d, si, tg, m, &mut req),
+                VTable::V7(t) => member!(t, irecv)(comm, 1, d, si, tg, m, &mut req),
+                VTable::V8(t) => member!(t, irecv)(comm, 1, d, si, tg, m, &mut req),
+                VTable::V9(t) => member!(t, irecv)(comm, 1, d, s, tg, m, &mut req),
+                VTable::V10(t) => member!(t, irecv)(comm, 1, d, s, tg, m, ph, &mut req),
+                VTable::V11(t) => member!(t, irecv)(comm, 1, d, s, tg, m, ph, &mut req),
+            }
+        };
+        check("irecv", rc)?;
+        // A plugin that leaves the hint in place posted nothing.
+        if req == hint && optional {
+            req = null_mut();
+        }
+        Ok(req)
+    }
+
+    /// `test`: `Some(bytes)` once done.
+    ///
+    /// # Safety
+    /// `req` is a live request of this plugin that has not completed yet.
+    pub(crate) unsafe fn test(&self, req: *mut c_void) -> Result<Option<usize>> {
+        let mut done: c_int = 0;
+        let mut sizes: [c_int; 1] = [0];
+        // SAFETY: as the caller promised; one size for a one-buffer request.
+        check("test", unsafe {
+            same!(self, test)(req, &mut done, sizes.as_mut_ptr())
+        })?;
+        Ok((done != 0).then_some(sizes[0].max(0) as usize))
+    }
+
+    /// `closeSend`, `closeRecv` or `closeListen` (`which`: 0, 1, 2).
+    ///
+    /// # Safety
+    /// `comm` is a live comm of that kind, closed once.
+    pub(crate) unsafe fn close(&self, which: u8, comm: *mut c_void) -> Result<()> {
+        let (f, what) = match which {
+            0 => (each!(self, t => t.close_send), "closeSend"),
+            1 => (each!(self, t => t.close_recv), "closeRecv"),
+            _ => (each!(self, t => t.close_listen), "closeListen"),
+        };
+        let f = f.ok_or_else(|| Error::Internal(format!("the network plugin has no `{what}`")))?;
+        // SAFETY: as the caller promised.
+        check(what, unsafe { f(comm) })
+    }
+}

@@ -1,0 +1,849 @@
+/* oxccl's test network plugin: a small but real TCP network behind NCCL's net-plugin C ABI.
+ *
+ * Built by core/build.rs into shared libraries that the net-plugin tests open by path, exactly
+ * as a third-party plugin is opened (NCCL_NET_PLUGIN=<path>):
+ *   (default)            exports ncclNetPlugin_v11, name "OxTest"
+ *   -DOXTEST_V8          exports only ncclNetPlugin_v8, name "OxTest8" (exercises the adapter)
+ *   -DOXTEST_V6 / _V7 / _V9 / _V10   only ncclNetPlugin_v6 / v7 / v9 / v10, names "OxTest6" ...
+ *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
+ *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
+ *
+ * One device ("lo"), host memory only, one buffer per receive (maxRecvs 1). Connections go over
+ * 127.0.0.1. connect and accept never block: they return success with a NULL comm until the
+ * connection (and an 8-byte hello) is complete, keeping connect's progress in the handle buffer.
+ * Each message is an 8-byte length and the payload; requests progress only inside test, in the
+ * order they were posted. The layouts below are written from the ABI tables in oxccl's
+ * reference notes (net.md section 2), not copied from any header. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef int res_t;
+enum { NET_OK = 0, NET_SYSTEM = 2, NET_INTERNAL = 3, NET_ARGUMENT = 4, NET_USAGE = 5, NET_REMOTE = 6 };
+enum { L_WARN = 2, L_INFO = 3, L_TRACE = 5 };
+enum { F_NET = 0x10 };
+enum { PTR_HOST = 1 };
+
+typedef void (*logger_t)(int level, unsigned long flags, const char *file, int line,
+                         const char *fmt, ...);
+typedef res_t (*profiler_t)(void **ev, int type, void *ph, int64_t id, void *ext);
+
+typedef struct { int traffic_class; } comm_config_t;
+typedef struct { int ndevs; int devs[4]; } vprops_t;
+typedef struct { int type, version; void *handle; size_t size; int needs_progress; } dev_handle_t;
+
+#define PROP_HEAD                                                                              \
+  char *name;                                                                                  \
+  char *pci_path;                                                                              \
+  uint64_t guid;                                                                               \
+  int ptr_support;                                                                             \
+  int reg_is_global;
+
+#define PROP_MID                                                                               \
+  int speed;                                                                                   \
+  int port;                                                                                    \
+  float latency;                                                                               \
+  int max_comms;                                                                               \
+  int max_recvs;                                                                               \
+  int dev_type;                                                                                \
+  int dev_version;
+
+typedef struct { PROP_HEAD PROP_MID } props_v8_t;
+typedef struct {
+  PROP_HEAD int force_flush;
+  PROP_MID vprops_t vprops;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+  int max_multi_request_size;
+} props_v11_t;
+
+static logger_t log_fn;
+#define LOG(level, ...)                                                                        \
+  do {                                                                                         \
+    if (log_fn) log_fn(level, F_NET, __func__, __LINE__, __VA_ARGS__);                          \
+  } while (0)
+
+/* Counters the tests read through dlsym. */
+static int n_init, n_finalize, n_comms;
+int oxtest_init_count(void) { return __atomic_load_n(&n_init, __ATOMIC_SEQ_CST); }
+int oxtest_finalize_count(void) { return __atomic_load_n(&n_finalize, __ATOMIC_SEQ_CST); }
+int oxtest_open_comms(void) { return __atomic_load_n(&n_comms, __ATOMIC_SEQ_CST); }
+
+#define HANDLE_MAGIC 0x4e54584fu /* "OXTN" */
+#define HELLO 0x6c6c65685f74786full
+#define MAX_REQS 32
+
+/* Inside the 128-byte handle: the listener's address and the connector's progress. */
+struct handle {
+  uint32_t magic;
+  uint32_t addr; /* network order */
+  uint16_t port; /* network order */
+  uint16_t pad;
+  int32_t stage; /* 0 new, 1 connecting, 2 sending the hello, 3 done */
+  int32_t fd;
+  uint32_t hello_sent;
+};
+_Static_assert(sizeof(struct handle) <= 128, "handle fits NCCL_NET_HANDLE_MAXSIZE");
+
+struct listen_comm {
+  int fd;
+  int afd; /* accepted socket while its hello arrives */
+  uint32_t got;
+  uint64_t hello;
+};
+
+struct comm;
+struct req {
+  int used, is_send, done;
+  char *data;
+  size_t size;   /* bytes to send, or the room posted for a receive */
+  size_t nbytes; /* bytes of the message */
+  size_t off;    /* payload bytes moved */
+  uint64_t hdr;
+  size_t hdr_off;
+  struct comm *comm;
+};
+
+struct comm {
+  int fd, is_send;
+  uint64_t posted, finished; /* requests, in posting order */
+  struct req reqs[MAX_REQS];
+};
+
+struct mr {
+  uint32_t magic;
+  void *data;
+  size_t size;
+};
+
+static int set_nonblock(int fd) {
+  int on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  return 0;
+}
+
+static res_t devices(int *ndev) {
+  *ndev = 1;
+  return NET_OK;
+}
+
+static void fill_common(char **name, char **pci, uint64_t *guid, int *ptr) {
+  *name = (char *)"lo";
+  *pci = NULL;
+  *guid = 0x4f58;
+  *ptr = PTR_HOST;
+}
+
+static res_t listen_(int dev, void *opaque, void **listen_comm) {
+  if (dev != 0) return NET_ARGUMENT;
+  struct handle *h = opaque;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return NET_SYSTEM;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 16) ||
+      getsockname(fd, (struct sockaddr *)&sa, &len)) {
+    LOG(L_WARN, "OxTest: listen failed: errno %d", errno);
+    close(fd);
+    return NET_SYSTEM;
+  }
+  memset(h, 0, sizeof *h);
+  h->magic = HANDLE_MAGIC;
+  h->addr = sa.sin_addr.s_addr;
+  h->port = sa.sin_port;
+  h->fd = -1;
+  struct listen_comm *l = calloc(1, sizeof *l);
+  if (!l) {
+    close(fd);
+    return NET_SYSTEM;
+  }
+  l->fd = fd;
+  l->afd = -1;
+  *listen_comm = l;
+  __atomic_add_fetch(&n_comms, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static struct comm *new_comm(int fd, int is_send) {
+  struct comm *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->fd = fd;
+  c->is_send = is_send;
+  set_nonblock(fd);
+  __atomic_add_fetch(&n_comms, 1, __ATOMIC_SEQ_CST);
+  return c;
+}
+
+static res_t connect_(int dev, void *opaque, void **send_comm) {
+  struct handle *h = opaque;
+  *send_comm = NULL;
+  if (dev != 0 || h->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  if (h->stage == 0) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return NET_SYSTEM;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = h->addr, .sin_port = h->port};
+    h->fd = fd;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+      h->stage = 2;
+    } else if (errno == EINPROGRESS) {
+      h->stage = 1;
+    } else {
+      LOG(L_WARN, "OxTest: connect failed: errno %d", errno);
+      return NET_SYSTEM;
+    }
+    return NET_OK; /* always one NULL answer first: the caller must call again */
+  }
+  if (h->stage == 1) {
+    struct pollfd p = {.fd = h->fd, .events = POLLOUT};
+    if (poll(&p, 1, 0) == 0) return NET_OK;
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) {
+      LOG(L_WARN, "OxTest: connect failed: errno %d", err);
+      return NET_SYSTEM;
+    }
+    h->stage = 2;
+  }
+  if (h->stage == 2) {
+    uint64_t hello = HELLO;
+    while (h->hello_sent < sizeof hello) {
+      ssize_t n = send(h->fd, (char *)&hello + h->hello_sent, sizeof hello - h->hello_sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return NET_OK;
+      if (n <= 0) return NET_SYSTEM;
+      h->hello_sent += (uint32_t)n;
+    }
+    struct comm *c = new_comm(h->fd, 1);
+    if (!c) return NET_SYSTEM;
+    h->stage = 3;
+    *send_comm = c;
+    return NET_OK;
+  }
+  return NET_INTERNAL; /* a handle used after its connection completed */
+}
+
+static res_t accept_(void *listen_comm, void **recv_comm) {
+  struct listen_comm *l = listen_comm;
+  *recv_comm = NULL;
+  if (l->afd < 0) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return NET_OK;
+      return NET_SYSTEM;
+    }
+    l->afd = fd;
+    l->got = 0;
+  }
+  while (l->got < sizeof l->hello) {
+    ssize_t n = recv(l->afd, (char *)&l->hello + l->got, sizeof l->hello - l->got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return NET_OK;
+    if (n <= 0) {
+      close(l->afd);
+      l->afd = -1;
+      return NET_SYSTEM;
+    }
+    l->got += (uint32_t)n;
+  }
+  if (l->hello != HELLO) {
+    LOG(L_WARN, "OxTest: a connection without the hello, dropped");
+    close(l->afd);
+    l->afd = -1;
+    return NET_OK;
+  }
+  struct comm *c = new_comm(l->afd, 0);
+  if (!c) return NET_SYSTEM;
+  l->afd = -1;
+  *recv_comm = c;
+  return NET_OK;
+}
+
+static res_t reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  (void)comm;
+  if (type != PTR_HOST) {
+    LOG(L_WARN, "OxTest: only host memory can be registered (type %d)", type);
+    return NET_ARGUMENT;
+  }
+  struct mr *m = malloc(sizeof *m);
+  if (!m) return NET_SYSTEM;
+  m->magic = HANDLE_MAGIC;
+  m->data = data;
+  m->size = size;
+  *mhandle = m;
+  return NET_OK;
+}
+
+static res_t dereg_mr(void *comm, void *mhandle) {
+  (void)comm;
+  struct mr *m = mhandle;
+  if (!m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  m->magic = 0;
+  free(m);
+  return NET_OK;
+}
+
+static struct req *post(struct comm *c, int is_send, void *data, size_t size) {
+  struct req *r = &c->reqs[c->posted % MAX_REQS];
+  if (r->used) return NULL; /* 32 in flight: busy */
+  memset(r, 0, sizeof *r);
+  r->used = 1;
+  r->is_send = is_send;
+  r->data = data;
+  r->size = size;
+  r->comm = c;
+  if (is_send) {
+    r->nbytes = size;
+    r->hdr = size;
+  }
+  c->posted++;
+  return r;
+}
+
+static res_t do_isend(void *send_comm, void *data, size_t size, void *mhandle, void **request) {
+  struct comm *c = send_comm;
+  struct mr *m = mhandle;
+  *request = NULL;
+  if (!c || !c->is_send || !m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  *request = post(c, 1, data, size);
+  return NET_OK;
+}
+
+static res_t do_irecv(void *recv_comm, int n, void **data, size_t size, void **mhandles,
+                      void **request) {
+  struct comm *c = recv_comm;
+  *request = NULL; /* also clears NCCL's optional-completion hint */
+  if (n != 1) {
+    LOG(L_WARN, "OxTest: irecv of %d buffers; maxRecvs is 1", n);
+    return NET_INTERNAL;
+  }
+  struct mr *m = mhandles[0];
+  if (!c || c->is_send || !m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  *request = post(c, 0, data[0], size);
+  return NET_OK;
+}
+
+/* Moves bytes for the oldest unfinished requests of c, in order. */
+static res_t progress(struct comm *c) {
+  while (c->finished < c->posted) {
+    struct req *r = &c->reqs[c->finished % MAX_REQS];
+    while (r->hdr_off < sizeof r->hdr) {
+      ssize_t n = c->is_send ? send(c->fd, (char *)&r->hdr + r->hdr_off, sizeof r->hdr - r->hdr_off,
+                                    MSG_NOSIGNAL | MSG_DONTWAIT)
+                             : recv(c->fd, (char *)&r->hdr + r->hdr_off, sizeof r->hdr - r->hdr_off,
+                                    MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return NET_OK;
+      if (n == 0) {
+        LOG(L_WARN, "OxTest: peer closed the connection");
+        return NET_REMOTE;
+      }
+      if (n < 0) return NET_REMOTE;
+      r->hdr_off += (size_t)n;
+      if (!c->is_send && r->hdr_off == sizeof r->hdr) {
+        if (r->hdr > r->size) {
+          LOG(L_WARN, "OxTest: message truncated: %llu bytes into a receive of %zu",
+              (unsigned long long)r->hdr, r->size);
+          return NET_USAGE;
+        }
+        r->nbytes = (size_t)r->hdr;
+      }
+    }
+    while (r->off < r->nbytes) {
+      ssize_t n = c->is_send ? send(c->fd, r->data + r->off, r->nbytes - r->off,
+                                    MSG_NOSIGNAL | MSG_DONTWAIT)
+                             : recv(c->fd, r->data + r->off, r->nbytes - r->off, MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return NET_OK;
+      if (n <= 0) {
+        LOG(L_WARN, "OxTest: connection lost in the middle of a message");
+        return NET_REMOTE;
+      }
+      r->off += (size_t)n;
+    }
+    r->done = 1;
+    c->finished++;
+    LOG(L_TRACE, "OxTest: %s of %zu bytes done", c->is_send ? "send" : "receive", r->nbytes);
+  }
+  return NET_OK;
+}
+
+static res_t iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                    void **request) {
+  (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
+  *request = NULL; /* host memory: nothing to flush */
+  return NET_OK;
+}
+
+static res_t test(void *request, int *done, int *sizes) {
+  struct req *r = request;
+  if (!r || !r->used) return NET_INTERNAL;
+  res_t rc = progress(r->comm);
+  if (rc != NET_OK) return rc;
+  *done = r->done;
+  if (r->done) {
+    if (sizes) sizes[0] = (int)r->nbytes;
+    r->used = 0;
+  }
+  return NET_OK;
+}
+
+static res_t close_comm(void *comm) {
+  struct comm *c = comm;
+  if (!c) return NET_OK;
+  close(c->fd);
+  free(c);
+  __atomic_sub_fetch(&n_comms, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t close_listen(void *listen_comm) {
+  struct listen_comm *l = listen_comm;
+  if (!l) return NET_OK;
+  close(l->fd);
+  if (l->afd >= 0) close(l->afd);
+  free(l);
+  __atomic_sub_fetch(&n_comms, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+#if defined(OXTEST_V6) || defined(OXTEST_V7)
+
+/* ---- ABI v6 and v7: int sizes; v7 adds device handles, getDeviceMr and irecvConsumed ---- */
+typedef struct {
+  char *name;
+  char *pci_path;
+  uint64_t guid;
+  int ptr_support;
+  int speed;
+  int port;
+  float latency;
+  int max_comms;
+  int max_recvs;
+#ifdef OXTEST_V7
+  int dev_type;
+  int dev_version;
+#endif
+} props_old_t;
+
+typedef struct {
+  const char *name;
+  res_t (*init)(logger_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_old_t *);
+  res_t (*listen)(int, void *, void **);
+#ifdef OXTEST_V7
+  res_t (*connect)(int, void *, void **, dev_handle_t **);
+  res_t (*accept)(void *, void **, dev_handle_t **);
+#else
+  res_t (*connect)(int, void *, void **);
+  res_t (*accept)(void *, void **);
+#endif
+  res_t (*reg_mr)(void *, void *, int, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **);
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+#ifdef OXTEST_V7
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+#endif
+} net_old_t;
+#ifdef OXTEST_V7
+_Static_assert(sizeof(net_old_t) == 152, "v7 struct size");
+_Static_assert(sizeof(props_old_t) == 56, "v7 properties size");
+#else
+_Static_assert(sizeof(net_old_t) == 136, "v6 struct size");
+_Static_assert(sizeof(props_old_t) == 48, "v6 properties size");
+#endif
+
+static res_t init_old(logger_t logger) {
+  log_fn = logger;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t props_old(int dev, props_old_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  return NET_OK;
+}
+
+static res_t reg_mr_int(void *comm, void *data, int size, int type, void **mh) {
+  if (size < 0) return NET_ARGUMENT;
+  return reg_mr(comm, data, (size_t)size, type, mh);
+}
+static res_t isend_int(void *c, void *d, int size, int tag, void *m, void **r) {
+  (void)tag;
+  if (size < 0) return NET_ARGUMENT;
+  return do_isend(c, d, (size_t)size, m, r);
+}
+static res_t irecv_int(void *c, int n, void **d, int *sizes, int *tags, void **m, void **r) {
+  (void)tags;
+  if (n == 1 && sizes[0] < 0) return NET_ARGUMENT;
+  return do_irecv(c, n, d, n == 1 ? (size_t)sizes[0] : 0, m, r);
+}
+
+#ifdef OXTEST_V7
+static res_t connect_v7(int dev, void *h, void **sc, dev_handle_t **dc) {
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t accept_v7(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+__attribute__((visibility("default"))) const net_old_t ncclNetPlugin_v7 = {
+    "OxTest7", init_old,  devices,   props_old,  listen_,    connect_v7, accept_v7,
+    reg_mr_int, NULL,     dereg_mr,  isend_int,  irecv_int,  iflush,     test,
+    close_comm, close_comm, close_listen, NULL, NULL,
+};
+#else
+__attribute__((visibility("default"))) const net_old_t ncclNetPlugin_v6 = {
+    "OxTest6",  init_old,   devices,      props_old, listen_,   connect_,  accept_,
+    reg_mr_int, NULL,       dereg_mr,     isend_int, irecv_int, iflush,    test,
+    close_comm, close_comm, close_listen,
+};
+#endif
+
+#elif defined(OXTEST_V9) || defined(OXTEST_V10)
+
+/* ---- ABI v9 and v10: size_t sizes, makeVDevice; v10 adds the profiler callback, the
+ * connection config on connect and profiler handles ---- */
+typedef struct {
+  PROP_HEAD int force_flush;
+  PROP_MID vprops_t vprops;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+} props_v9_t;
+_Static_assert(sizeof(props_v9_t) == 104, "v9 properties size");
+
+typedef struct {
+  const char *name;
+#ifdef OXTEST_V10
+  res_t (*init)(logger_t, profiler_t);
+#else
+  res_t (*init)(logger_t);
+#endif
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v9_t *);
+  res_t (*listen)(int, void *, void **);
+#ifdef OXTEST_V10
+  res_t (*connect)(int, comm_config_t *, void *, void **, dev_handle_t **);
+#else
+  res_t (*connect)(int, void *, void **, dev_handle_t **);
+#endif
+  res_t (*accept)(void *, void **, dev_handle_t **);
+  res_t (*reg_mr)(void *, void *, size_t, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+#ifdef OXTEST_V10
+  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **);
+#else
+  res_t (*isend)(void *, void *, size_t, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **);
+#endif
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+  res_t (*make_vdevice)(int *, vprops_t *);
+} net_v9_t;
+_Static_assert(sizeof(net_v9_t) == 160, "v9/v10 struct size");
+
+static res_t props_v9(int dev, props_v9_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  p->vprops.ndevs = 1;
+  p->max_p2p_bytes = (size_t)1 << 36; /* 64 GiB: not the adapters' 1 GiB */
+  p->max_coll_bytes = (size_t)1 << 29;
+  return NET_OK;
+}
+
+static res_t accept_v9(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+
+#ifdef OXTEST_V10
+static res_t init_v10(logger_t logger, profiler_t profiler) {
+  log_fn = logger;
+  if (!profiler) {
+    LOG(L_WARN, "OxTest10: no profiler callback");
+    return NET_INTERNAL;
+  }
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static res_t connect_v10(int dev, comm_config_t *config, void *h, void **sc, dev_handle_t **dc) {
+  if (!config || config->traffic_class != -1) {
+    LOG(L_WARN, "OxTest10: connect without the default connection config");
+    return NET_INTERNAL;
+  }
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t isend_v10(void *c, void *d, size_t size, int tag, void *m, void *ph, void **r) {
+  (void)tag, (void)ph;
+  return do_isend(c, d, size, m, r);
+}
+static res_t irecv_v10(void *c, int n, void **d, size_t *sizes, int *tags, void **m, void **ph,
+                       void **r) {
+  (void)tags, (void)ph;
+  return do_irecv(c, n, d, n == 1 ? sizes[0] : 0, m, r);
+}
+__attribute__((visibility("default"))) const net_v9_t ncclNetPlugin_v10 = {
+    "OxTest10", init_v10,   devices,    props_v9,     listen_,   connect_v10,
+    accept_v9,  reg_mr,     NULL,       dereg_mr,     isend_v10, irecv_v10,
+    iflush,     test,       close_comm, close_comm,   close_listen, NULL,
+    NULL,       NULL,
+};
+#else
+static res_t init_v9(logger_t logger) {
+  log_fn = logger;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static res_t connect_v9(int dev, void *h, void **sc, dev_handle_t **dc) {
+  if (dc && *dc) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t isend_v9(void *c, void *d, size_t size, int tag, void *m, void **r) {
+  (void)tag;
+  return do_isend(c, d, size, m, r);
+}
+static res_t irecv_v9(void *c, int n, void **d, size_t *sizes, int *tags, void **m, void **r) {
+  (void)tags;
+  return do_irecv(c, n, d, n == 1 ? sizes[0] : 0, m, r);
+}
+__attribute__((visibility("default"))) const net_v9_t ncclNetPlugin_v9 = {
+    "OxTest9", init_v9,    devices,    props_v9,     listen_,   connect_v9,
+    accept_v9, reg_mr,     NULL,       dereg_mr,     isend_v9,  irecv_v9,
+    iflush,    test,       close_comm, close_comm,   close_listen, NULL,
+    NULL,      NULL,
+};
+#endif
+
+#elif defined(OXTEST_V8)
+
+/* ---- ABI v8 ---- */
+typedef struct {
+  const char *name;
+  res_t (*init)(logger_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v8_t *);
+  res_t (*listen)(int, void *, void **);
+  res_t (*connect)(int, void *, void **, dev_handle_t **);
+  res_t (*accept)(void *, void **, dev_handle_t **);
+  res_t (*reg_mr)(void *, void *, size_t, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **);
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+} net_v8_t;
+_Static_assert(sizeof(net_v8_t) == 152, "v8 struct size");
+_Static_assert(sizeof(props_v8_t) == 64, "v8 properties size");
+
+static res_t init_v8(logger_t logger) {
+  log_fn = logger;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  LOG(L_INFO, "OxTest8: init (%s), %d device", "ABI v8", 1);
+  return NET_OK;
+}
+
+static res_t props_v8(int dev, props_v8_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  return NET_OK;
+}
+
+static res_t connect_v8(int dev, void *h, void **sc, dev_handle_t **dc) {
+  if (dc && *dc) return NET_INTERNAL; /* no device offload offered by this plugin */
+  return connect_(dev, h, sc);
+}
+static res_t accept_v8(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+static res_t isend_v8(void *c, void *d, int size, int tag, void *m, void **r) {
+  (void)tag;
+  if (size < 0) return NET_ARGUMENT;
+  return do_isend(c, d, (size_t)size, m, r);
+}
+static res_t irecv_v8(void *c, int n, void **d, int *sizes, int *tags, void **m, void **r) {
+  (void)tags;
+  if (n == 1 && sizes[0] < 0) return NET_ARGUMENT;
+  return do_irecv(c, n, d, n == 1 ? (size_t)sizes[0] : 0, m, r);
+}
+
+__attribute__((visibility("default"))) const net_v8_t ncclNetPlugin_v8 = {
+    "OxTest8", init_v8,  devices,  props_v8, listen_,      connect_v8,   accept_v8,
+    reg_mr,    NULL,     dereg_mr, isend_v8, irecv_v8,     iflush,       test,
+    close_comm, close_comm, close_listen, NULL, NULL,
+};
+
+#else
+
+/* ---- ABI v11 ---- */
+typedef struct {
+  const char *name;
+  res_t (*init)(void **, uint64_t, comm_config_t *, logger_t, profiler_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v11_t *);
+  res_t (*listen)(void *, int, void *, void **);
+  res_t (*connect)(void *, int, void *, void **, dev_handle_t **);
+  res_t (*accept)(void *, void **, dev_handle_t **);
+  res_t (*reg_mr)(void *, void *, size_t, int, void **);
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*dereg_mr)(void *, void *);
+  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **);
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);
+  res_t (*test)(void *, int *, int *);
+  res_t (*close_send)(void *);
+  res_t (*close_recv)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*get_device_mr)(void *, void *, void **);
+  res_t (*irecv_consumed)(void *, int, void *);
+  res_t (*make_vdevice)(int *, vprops_t *);
+  res_t (*finalize)(void *);
+  res_t (*set_net_attr)(void *, void *);
+} net_v11_t;
+_Static_assert(sizeof(net_v11_t) == 176, "v11 struct size");
+_Static_assert(sizeof(props_v11_t) == 112, "v11 properties size");
+_Static_assert(offsetof(props_v11_t, max_p2p_bytes) == 88, "v11 maxP2pBytes offset");
+
+#define CTX_MAGIC 0x5854434fu
+struct ctx {
+  uint32_t magic;
+  uint64_t comm_id;
+};
+
+static res_t init_v11(void **ctx, uint64_t comm_id, comm_config_t *config, logger_t logger,
+                      profiler_t profiler) {
+  log_fn = logger;
+  (void)profiler;
+#ifdef OXTEST_FAIL_INIT
+  (void)ctx, (void)comm_id, (void)config;
+  LOG(L_WARN, "OxTestBad: init fails on purpose (%s %d)", "code", NET_SYSTEM);
+  return NET_SYSTEM;
+#else
+  struct ctx *c = malloc(sizeof *c);
+  if (!c) return NET_SYSTEM;
+  c->magic = CTX_MAGIC;
+  c->comm_id = comm_id;
+  *ctx = c;
+  __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
+  LOG(L_INFO, "OxTest: init for comm %#llx, traffic class %d", (unsigned long long)comm_id,
+      config ? config->traffic_class : -2);
+  return NET_OK;
+#endif
+}
+
+static res_t finalize_v11(void *ctx) {
+  struct ctx *c = ctx;
+  if (!c || c->magic != CTX_MAGIC) return NET_INTERNAL;
+  c->magic = 0;
+  free(c);
+  __atomic_add_fetch(&n_finalize, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t props_v11(int dev, props_v11_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  memset(p, 0, sizeof *p);
+  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  p->speed = 10000;
+  p->max_comms = 65536;
+  p->max_recvs = 1;
+  p->vprops.ndevs = 1;
+  p->max_p2p_bytes = (size_t)1 << 40;
+  p->max_coll_bytes = (size_t)1 << 29;
+  p->max_multi_request_size = 1;
+  return NET_OK;
+}
+
+static res_t listen_v11(void *ctx, int dev, void *h, void **l) {
+  struct ctx *c = ctx;
+  if (!c || c->magic != CTX_MAGIC) return NET_INTERNAL;
+  return listen_(dev, h, l);
+}
+static res_t connect_v11(void *ctx, int dev, void *h, void **sc, dev_handle_t **dc) {
+  struct ctx *c = ctx;
+  if (!c || c->magic != CTX_MAGIC || (dc && *dc)) return NET_INTERNAL;
+  return connect_(dev, h, sc);
+}
+static res_t accept_v11(void *l, void **rc, dev_handle_t **dc) {
+  (void)dc;
+  return accept_(l, rc);
+}
+static res_t isend_v11(void *c, void *d, size_t size, int tag, void *m, void *ph, void **r) {
+  (void)tag, (void)ph;
+  return do_isend(c, d, size, m, r);
+}
+static res_t irecv_v11(void *c, int n, void **d, size_t *sizes, int *tags, void **m, void **ph,
+                       void **r) {
+  (void)tags, (void)ph;
+  return do_irecv(c, n, d, n == 1 ? sizes[0] : 0, m, r);
+}
+
+#ifdef OXTEST_FAIL_INIT
+#define OXTEST_NAME "OxTestBad"
+#else
+#define OXTEST_NAME "OxTest"
+#endif
+
+#ifdef OXTEST_NO_SYMBOL
+#define OXTEST_EXPORT static
+#define OXTEST_SYMBOL oxtest_not_exported
+#else
+#define OXTEST_EXPORT __attribute__((visibility("default")))
+#define OXTEST_SYMBOL ncclNetPlugin_v11
+#endif
+
+OXTEST_EXPORT const net_v11_t OXTEST_SYMBOL = {
+    OXTEST_NAME, init_v11,   devices,    props_v11,    listen_v11,  connect_v11,
+    accept_v11,  reg_mr,     NULL,       dereg_mr,     isend_v11,   irecv_v11,
+    iflush,      test,       close_comm, close_comm,   close_listen, NULL,
+    NULL,        NULL,       finalize_v11, NULL,
+};
+
+#ifdef OXTEST_NO_SYMBOL
+/* Keep the struct referenced so the compiler does not warn about it. */
+const void *oxtest_struct(void) { return &OXTEST_SYMBOL; }
+#endif
+
+#endif
