@@ -1,6 +1,7 @@
-//! The device kernels: the fatbin nvcc built from `kernels/common`, and the work layout they read.
+//! The device kernels: the fatbin nvcc built from `kernels/common`, and the work layout they read
+//! (`oxccl-kernel-abi`, re-exported).
 //!
-//! `build.rs` compiles `kernels/common/executor.cu` for every architecture in `OXCCL_CUDA_ARCHS`
+//! `build.rs` (rules in `kernels/cuda/build.rs`) compiles `kernels/common/executor.cu` for every architecture in `OXCCL_CUDA_ARCHS`
 //! (default sm_75, sm_80, sm_90, sm_100, plus compute_100 PTX for newer GPUs) into one
 //! uncompressed fatbin, embedded here for `cuModuleLoadData`. Without nvcc the blob is empty and
 //! [`kernels_built`] is false, so the backend can say "built without device kernels".

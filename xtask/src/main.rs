@@ -38,7 +38,11 @@ fn headers(args: &[String]) -> ExitCode {
         }
         Ok(files) => {
             for f in &files {
-                let what = if check { "differs from the template" } else { "written" };
+                let what = if check {
+                    "differs from the template"
+                } else {
+                    "written"
+                };
                 println!("{}: {what}", f.display());
             }
             if check {
