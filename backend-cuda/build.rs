@@ -1,73 +1,14 @@
-//! Compiles the device kernels with nvcc into one fatbin (see kernels/build/common.rs for the
-//! rules shared with the HIP build, and docs/kernels.md for the environment variables).
+//! The build script of backend-cuda: its rules live in `kernels/cuda/build.rs` (what only nvcc
+//! sees), on top of `kernels/build/common.rs` (what both kernel builds share); docs/kernels.md
+//! lists the environment variables.
 
 #[path = "../kernels/build/common.rs"]
 #[allow(dead_code)]
 mod common;
 
-use common::Flavour;
-use std::process::Command;
-
-const CUDA: Flavour = Flavour {
-    name: "CUDA",
-    blob: "oxccl.fatbin",
-    cfg: "oxccl_cuda_kernels",
-    compiler_env: "NVCC",
-    home_envs: &["CUDA_HOME", "CUDA_PATH"],
-    exe: "nvcc",
-    archs_env: "OXCCL_CUDA_ARCHS",
-};
-
-/// Turing through Blackwell; the newest also ships as PTX so later GPUs can JIT it.
-const DEFAULT_ARCHS: &[&str] = &["75", "80", "90", "100"];
+#[path = "../kernels/cuda/build.rs"]
+mod nvcc;
 
 fn main() {
-    common::declare_inputs(&CUDA);
-    if common::use_prebuilt(&CUDA) {
-        return;
-    }
-    let nvcc = match common::find_compiler(&CUDA) {
-        Ok(p) => p,
-        Err(why) => common::no_kernels(&CUDA, &why),
-    };
-    // Accept "90", "sm_90" and "compute_90" alike.
-    let archs: Vec<u32> = common::archs(&CUDA, DEFAULT_ARCHS)
-        .iter()
-        .map(|a| {
-            let digits = a.trim_start_matches("sm_").trim_start_matches("compute_");
-            digits.parse().unwrap_or_else(|_| {
-                common::no_kernels(
-                    &CUDA,
-                    &format!("OXCCL_CUDA_ARCHS entry {a:?} is not an SM number"),
-                )
-            })
-        })
-        .collect();
-    let Some(&newest) = archs.iter().max() else {
-        common::no_kernels(&CUDA, "OXCCL_CUDA_ARCHS is empty");
-    };
-
-    let kernels = common::kernels_dir();
-    let mut cmd = Command::new(&nvcc);
-    cmd.arg("--fatbin")
-        // Uncompressed: the loader needs no decompression, and tests can find the entry names.
-        .arg("--no-compress")
-        .args(["-O3", "-std=c++17", "-Xptxas=-warn-spills"])
-        // No a*b+c contraction: results must match the host backend's separate roundings.
-        .arg("-fmad=false")
-        .arg(format!("-I{}", kernels.join("include").display()))
-        .arg(format!("--threads={}", common::jobs(archs.len() + 1)));
-    for a in &archs {
-        cmd.arg(format!("-gencode=arch=compute_{a},code=sm_{a}"));
-    }
-    cmd.arg(format!(
-        "-gencode=arch=compute_{newest},code=compute_{newest}"
-    ));
-    cmd.arg(kernels.join("src/executor.cu"));
-    common::compile(&CUDA, cmd);
-
-    // For tests: which cubins the fatbin must hold, and the nvcc that can build host tests.
-    let list: Vec<String> = archs.iter().map(u32::to_string).collect();
-    println!("cargo::rustc-env=OXCCL_CUDA_BUILT_ARCHS={}", list.join(","));
-    println!("cargo::rustc-env=OXCCL_NVCC_USED={}", nvcc.display());
+    nvcc::main();
 }

@@ -1,26 +1,12 @@
-//! The device kernels: the fatbin nvcc built from `kernels/src`, and the work layout they read.
+//! The device kernels: the fatbin nvcc built from `kernels/common`, and the work layout they read
+//! (`oxccl-kernel-abi`, re-exported).
 //!
-//! `build.rs` compiles `kernels/src/executor.cu` for every architecture in `OXCCL_CUDA_ARCHS`
+//! `build.rs` (rules in `kernels/cuda/build.rs`) compiles `kernels/common/executor.cu` for every architecture in `OXCCL_CUDA_ARCHS`
 //! (default sm_75, sm_80, sm_90, sm_100, plus compute_100 PTX for newer GPUs) into one
 //! uncompressed fatbin, embedded here for `cuModuleLoadData`. Without nvcc the blob is empty and
 //! [`kernels_built`] is false, so the backend can say "built without device kernels".
 
-#[path = "../../kernels/include/oxccl/work.rs"]
-mod work;
-
-#[path = "../../kernels/include/oxccl/fifo.rs"]
-mod fifo;
-
-#[path = "../../kernels/include/oxccl/args_block.rs"]
-mod args_block;
-
-#[path = "../../kernels/include/oxccl/one_shot.rs"]
-mod one_shot;
-
-pub use args_block::*;
-pub use fifo::*;
-pub use one_shot::*;
-pub use work::*;
+pub use oxccl_kernel_abi::*;
 
 /// Keeps the embedded blob 16-byte aligned: the loader parses its headers in place.
 #[repr(C, align(16))]
@@ -239,8 +225,7 @@ mod tests {
             .args(["-std=c++17", "-O2"])
             .arg(format!("-L{}", cuda_home.join("lib").display()))
             .arg(format!("-L{}", cuda_home.join("lib64").display()))
-            .arg(format!("-I{}", root.join("include").display()))
-            .arg(format!("-I{}", root.join("src").display()))
+            .arg(format!("-I{}", root.join("common").display()))
             .arg(root.join("tests/host_codec_test.cu"))
             .arg("-o")
             .arg(&exe)

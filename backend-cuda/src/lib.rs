@@ -2,7 +2,7 @@
 //!
 //! [`CudaBackend::load`] fails cleanly (no panic) where no driver or no device exists. Memory is
 //! VMM memory shareable with peers ([`memory`]), connections are P2P FIFOs in peer-mapped memory
-//! ([`transport`]), and operations run as the kernels of `kernels/src` embedded as a fatbin
+//! ([`transport`]), and operations run as the kernels of `kernels/common` embedded as a fatbin
 //! ([`kernels`]).
 
 pub mod driver;

@@ -1,6 +1,6 @@
 //! Per-communicator connections (P2P FIFOs through peer-mapped device memory) and the launch of
 //! plan executors: the HIP twin of `backend-cuda/src/transport.rs`, with the same layout, the
-//! same bootstrap record and the same launch ABI (`kernels/include/oxccl/work.h`).
+//! same bootstrap record and the same launch ABI (`kernels/common/oxccl/work.h`).
 //!
 //! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for the
 //! channels of its [`FifoGeometry`]: slots plus a head and a tail counter, each on its own

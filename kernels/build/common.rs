@@ -1,5 +1,9 @@
 //! Build-script logic shared by backend-cuda and backend-hip (each `build.rs` includes this file
-//! with `#[path]`, so there is no extra crate and no build-dependency).
+//! and its vendor's rules, `kernels/cuda/build.rs` or `kernels/hip/build.rs`, with `#[path]`, so
+//! there is no extra crate and no build-dependency).
+//!
+//! The device sources: `kernels/common/` (seen by both compilers: the collective logic, the
+//! portability header and the work layout), `kernels/<vendor>/` (seen by one compiler only).
 //!
 //! Both flavours follow the same rules:
 //! - `OXCCL_PREBUILT_KERNELS=<dir>` takes the blob from `<dir>` instead of compiling;
@@ -27,6 +31,8 @@ pub struct Flavour {
     pub exe: &'static str,
     /// Variable overriding the architecture list.
     pub archs_env: &'static str,
+    /// The folder under `kernels/` with what only this flavour's compiler sees ("cuda", "hip").
+    pub dir: &'static str,
 }
 
 /// Where the device sources are.
@@ -47,18 +53,12 @@ fn env(name: &str) -> Option<String> {
 /// Declares every input of the kernel build, so cargo reruns the script exactly when needed.
 pub fn declare_inputs(f: &Flavour) {
     println!("cargo::rustc-check-cfg=cfg({})", f.cfg);
-    println!(
-        "cargo::rerun-if-changed={}",
-        kernels_dir().join("src").display()
-    );
-    println!(
-        "cargo::rerun-if-changed={}",
-        kernels_dir().join("include").display()
-    );
-    println!(
-        "cargo::rerun-if-changed={}",
-        kernels_dir().join("build").display()
-    );
+    for dir in ["common", f.dir, "build"] {
+        println!(
+            "cargo::rerun-if-changed={}",
+            kernels_dir().join(dir).display()
+        );
+    }
     for var in [
         f.compiler_env,
         f.archs_env,
@@ -234,8 +234,8 @@ pub fn compile(f: &Flavour, mut cmd: Command) {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok());
         key.add(&mtime.unwrap_or_default().as_nanos().to_le_bytes());
     }
-    hash_tree(&mut key, &kernels_dir().join("src"));
-    hash_tree(&mut key, &kernels_dir().join("include"));
+    hash_tree(&mut key, &kernels_dir().join("common"));
+    hash_tree(&mut key, &kernels_dir().join(f.dir));
     let cache = cache_dir();
     let stem = format!("{}-{:016x}", f.blob, key.0);
     let cached = cache

@@ -11,7 +11,7 @@
 // 3. Abort: a kernel waiting on a peer that never sends exits once the host raises the flag.
 // Then, for information: local copy bandwidth, and what one launch costs in a CUDA graph.
 //
-// Build: nvcc -std=c++17 -O2 -Ikernels/include -Ikernels/src kernels/tests/gpu_exec_test.cu -lcuda
+// Build: nvcc -std=c++17 -O2 -Ikernels/common kernels/tests/gpu_exec_test.cu -lcuda
 #include <cuda.h>
 
 #include <chrono>

@@ -7,9 +7,9 @@
 // semantics documented in reduce_ops.cuh.
 //
 // The backends' cargo tests build and run it with the compiler their build script used:
-//   nvcc -std=c++17 -O2 -L<cuda>/lib -Ikernels/include -Ikernels/src kernels/tests/host_codec_test.cu
-//   HIP_PLATFORM=amd hipcc -std=c++17 -O2 -x hip --offload-arch=gfx90a -Ikernels/include \
-//     -Ikernels/src kernels/tests/host_codec_test.cu
+//   nvcc -std=c++17 -O2 -L<cuda>/lib -Ikernels/common kernels/tests/host_codec_test.cu
+//   HIP_PLATFORM=amd hipcc -std=c++17 -O2 -x hip --offload-arch=gfx90a -Ikernels/common \
+//     kernels/tests/host_codec_test.cu
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,6 +11,6 @@ if [ -z "$fatbin" ]; then
 fi
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 exe=$(mktemp -d)/gpu_exec_test
-"$nvcc" -std=c++17 -O2 -I"$root/kernels/include" -I"$root/kernels/src" \
+"$nvcc" -std=c++17 -O2 -I"$root/kernels/common" \
   "$root/kernels/tests/gpu_exec_test.cu" -lcuda -o "$exe"
 "$exe" "$fatbin"

@@ -10,7 +10,10 @@
 //!
 //! The two flavours are mutually exclusive cargo features of one crate, so each is built in its
 //! own target directory (`target/` and `target-rccl/`) and neither rebuild clobbers the other.
-//! The integration tests call [`install`] directly.
+//! The integration tests call [`install`] directly. Both headers are generated from one
+//! template, `include/api.h.in` ([`headers`]; `cargo xtask headers`).
+
+pub mod headers;
 
 use std::io;
 use std::os::unix::fs::symlink;

@@ -1,5 +1,5 @@
 //! One-shot small collectives: AllReduce, AllGather, ReduceScatter and AlltoAll run by a
-//! dedicated device kernel instead of a plan (see `kernels/src/one_shot.cuh`).
+//! dedicated device kernel instead of a plan (see `kernels/common/one_shot.cuh`).
 //!
 //! Every rank stores its data as flagged packets straight into each peer's inbox, mapped at
 //! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.

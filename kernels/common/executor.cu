@@ -575,7 +575,7 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
   }                                                                                     \
   OXCCL_SIZED_ENTRIES(NAME, ELEM)
 
-// Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/include/oxccl/work.rs
+// Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/abi/src/work.rs
 // (CUDA adds NAME_large and NAME_small for each).
 OXCCL_ENTRY(oxccl_exec_i8, I8)
 OXCCL_ENTRY(oxccl_exec_u8, U8)
@@ -590,7 +590,7 @@ OXCCL_ENTRY(oxccl_exec_bf16, BF16)
 OXCCL_ENTRY(oxccl_exec_f8e4m3, E4M3)
 OXCCL_ENTRY(oxccl_exec_f8e5m2, E5M2)
 
-// ONE_SHOT_KERNEL_NAMES in kernels/include/oxccl/work.rs.
+// ONE_SHOT_KERNEL_NAMES in kernels/abi/src/one_shot.rs.
 OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_i8, I8)
 OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_u8, U8)
 OXCCL_ONE_SHOT_ENTRY(oxccl_one_shot_i32, I32)

@@ -1,8 +1,9 @@
-//! Rust mirror of `kernels/include/oxccl/work.h`: the layout the kernels read, and the lowering
+//! Rust mirror of `kernels/common/oxccl/work.h`: the layout the kernels read, and the lowering
 //! of a [`WorkDesc`] into it.
 //!
-//! This one file is compiled into both backends (`#[path]` module in `backend-*/src/kernels.rs`),
-//! so the CUDA and HIP flavours cannot drift apart, while neither backend depends on the other.
+//! This file is part of the `oxccl-kernel-abi` crate that both backends depend on (re-exported
+//! by `backend-*/src/kernels.rs`), so the CUDA and HIP flavours cannot drift apart, while neither
+//! backend depends on the other.
 //! Sizes, alignments and field offsets are asserted here and, with the same numbers, in `work.h`.
 
 use oxccl_core::datatype::{DataType, ReduceOp, Reduction, ScalarSource};

@@ -1,5 +1,5 @@
 // The one-shot kernels' layout (`OxcclOneShotParams` and the inbox of work.h), shared by both GPU
-// backends like `work.rs` (included with `#[path]`, re-exported by their `kernels` module).
+// backends like `work.rs` (this crate, re-exported by their `kernels` module).
 //
 // A rank's inbox sits at the end of its FIFO allocation (`FifoGeometry::inbox_offset`), so it
 // is mapped into the peers with the FIFOs; its per-block epochs sit at the end of its

@@ -1,6 +1,6 @@
 // Device mirror of the work description (core/src/plan/work.rs), as the kernels read it.
 //
-// The Rust mirror is kernels/include/oxccl/work.rs; it asserts the same sizes and alignments, so
+// The Rust mirror is kernels/abi/src/work.rs; it asserts the same sizes and alignments, so
 // a field change that is made on one side only fails to compile. Keep the two in step.
 #pragma once
 
@@ -99,7 +99,7 @@ struct OxcclConn {
   volatile uint64_t* sizes;
 };
 
-// Everything one launch needs, at the start of its argument block (args_block.rs). The block is
+// Everything one launch needs, at the start of its argument block (kernels/abi/src/args_block.rs). The block is
 // position independent: `channels`, `buffers`, `loopback_offs` and each channel's `steps` hold
 // byte offsets from the block's start, which the kernel turns into addresses.
 struct OxcclLaunchArgs {
@@ -125,7 +125,7 @@ struct OxcclLaunchArgs {
   uint8_t pad;
 };
 
-// One-shot small collectives (kernels/src/one_shot.cuh): every rank pushes its packets straight
+// One-shot small collectives (kernels/common/one_shot.cuh): every rank pushes its packets straight
 // into each peer's inbox and reduces what arrives, with no plan to interpret. Block b of every
 // launch handles the same packets of a per-peer message (up to OXCCL_ONE_SHOT_MAX_ITERS per
 // thread) and keeps its own epoch, so each inbox region has one writer per peer and alternates

@@ -1,5 +1,5 @@
-// The argument block of one launch, built the same way by both GPU backends (included with
-// `#[path]` like `work.rs` and `fifo.rs`), and the kernel parameters that carry it.
+// The argument block of one launch, built the same way by both GPU backends (this crate, like
+// `work.rs` and `fifo.rs`), and the kernel parameters that carry it.
 //
 // The block is position independent: its channel table, buffer table and loopback offsets are
 // stored as byte offsets from the block's start (`OxcclLaunchArgs` in work.h), so the same bytes
