@@ -5,7 +5,7 @@
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, Side};
 use super::socket::{SocketConfig, SocketNet};
-use super::{HANDLE_BYTES, Handle, Net};
+use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::iface::list_interfaces;
@@ -46,24 +46,78 @@ fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
     ))
 }
 
-/// Calls `step` (a never-blocking connect or accept) until it yields, the communicator aborts,
-/// or `deadline` passes (a timeout saying `what`).
-fn poll_until<T>(
+/// Per peer, per channel: the sending and the receiving side of each connection.
+type Connected = (Vec<Vec<SendComm>>, Vec<Vec<RecvComm>>);
+
+/// Drives every connect (with the peers' `handles`) and every accept (on `listens`) together
+/// until all are done, the communicator aborts, or `deadline` passes. Together, because a
+/// network may complete a connect only once the peer's accept has run (aws-ofi-nccl does): a
+/// rank finishing its connects before its accepts would wait for a peer doing the same.
+fn connect_all(
     abort: &AbortFlag,
     deadline: Deadline,
-    mut step: impl FnMut() -> Result<Option<T>>,
-    what: impl Fn() -> String,
-) -> Result<T> {
+    net: &dyn Net,
+    fifos: &[PeerFifos],
+    mut handles: Vec<Vec<Handle>>,
+    listens: Vec<Vec<Listen>>,
+) -> Result<Connected> {
+    let dev = 0;
+    let mut sends: Vec<Vec<Option<SendComm>>> = handles
+        .iter()
+        .map(|h| h.iter().map(|_| None).collect())
+        .collect();
+    let mut recvs: Vec<Vec<Option<RecvComm>>> = listens
+        .iter()
+        .map(|l| l.iter().map(|_| None).collect())
+        .collect();
+    let mut listens: Vec<Vec<Option<Listen>>> = listens
+        .into_iter()
+        .map(|l| l.into_iter().map(Some).collect())
+        .collect();
     loop {
         abort.check()?;
-        if let Some(v) = step()? {
-            return Ok(v);
+        let (mut connecting, mut accepting) = (Vec::new(), Vec::new());
+        for (p, pf) in fifos.iter().enumerate() {
+            for c in 0..pf.channels.len() {
+                if sends[p][c].is_none() {
+                    sends[p][c] = net.connect(dev, &mut handles[p][c])?;
+                    if sends[p][c].is_none() {
+                        connecting.push(pf.peer);
+                    }
+                }
+                if let Some(l) = listens[p][c].as_mut() {
+                    match net.accept(l)? {
+                        Some(r) => {
+                            recvs[p][c] = Some(r);
+                            net.close_listen(listens[p][c].take().expect("listening"))?;
+                        }
+                        None => accepting.push(pf.peer),
+                    }
+                }
+            }
+        }
+        if connecting.is_empty() && accepting.is_empty() {
+            break;
         }
         if deadline.expired() {
-            return Err(Error::Timeout(what()));
+            connecting.dedup();
+            accepting.dedup();
+            return Err(Error::Timeout(format!(
+                "connections over the network {} timed out: still connecting to ranks {connecting:?}, \
+                 still waiting for ranks {accepting:?} to connect",
+                net.name()
+            )));
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+    Ok((all_done(sends), all_done(recvs)))
+}
+
+/// Unwraps connections that [`connect_all`] saw complete.
+fn all_done<T>(v: Vec<Vec<Option<T>>>) -> Vec<Vec<T>> {
+    v.into_iter()
+        .map(|per| per.into_iter().map(|x| x.expect("connected")).collect())
+        .collect()
 }
 
 /// The FIFOs of one NET peer: the send and the receive FIFO of each channel.
@@ -100,9 +154,7 @@ pub fn connect(
         bootstrap.send(pf.peer, TAG_NET_HANDLES, &msg)?;
         listens.push(mine);
     }
-    let deadline = Deadline::after(timeout);
-    let mut conns = Vec::new();
-    let mut sends = Vec::new();
+    let mut handles: Vec<Vec<Handle>> = Vec::new();
     for pf in &fifos {
         let msg = bootstrap.recv(pf.peer, TAG_NET_HANDLES)?;
         if msg.len() != pf.channels.len() * HANDLE_BYTES {
@@ -113,30 +165,28 @@ pub fn connect(
                 pf.channels.len()
             )));
         }
-        let mut per = Vec::new();
-        for chunk in msg.chunks_exact(HANDLE_BYTES) {
-            let mut h: Handle = chunk.try_into().expect("a handle");
-            let comm = poll_until(
-                abort,
-                deadline,
-                || net.connect(dev, &mut h),
-                || format!("connecting to rank {} over the network timed out", pf.peer),
-            )?;
-            per.push(comm);
-        }
-        sends.push(per);
+        handles.push(
+            msg.chunks_exact(HANDLE_BYTES)
+                .map(|c| c.try_into().expect("a handle"))
+                .collect(),
+        );
     }
-    for ((pf, mine), per) in fifos.into_iter().zip(listens).zip(sends) {
-        for (c, ((mut l, comm), &(send_fifo, recv_fifo))) in
-            mine.into_iter().zip(per).zip(&pf.channels).enumerate()
+    let (sends, recvs) = connect_all(
+        abort,
+        Deadline::after(timeout),
+        net.as_ref(),
+        &fifos,
+        handles,
+        listens,
+    )?;
+    let mut conns = Vec::new();
+    for ((pf, per_send), per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
+        for (c, ((comm, recv), &(send_fifo, recv_fifo))) in per_send
+            .into_iter()
+            .zip(per_recv)
+            .zip(&pf.channels)
+            .enumerate()
         {
-            let recv = poll_until(
-                abort,
-                deadline,
-                || net.accept(&mut l),
-                || format!("rank {} did not connect over the network in time", pf.peer),
-            )?;
-            net.close_listen(l)?;
             tracing::info!(target: "oxccl::init",
                 "Channel {c:02} : {rank} -> {peer} via NET/{name}/{dev} ({iface})",
                 peer = pf.peer, name = net.name(), iface = props.name);
@@ -158,4 +208,53 @@ pub fn connect(
         }
     }
     Proxy::start(net, rank, conns, abort.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::test_util::run_ranks;
+    use crate::net::plugin::{PluginLib, PluginNet};
+    use crate::net::proxy::FifoLayout;
+    use crate::net::proxy::testkit::Mem;
+
+    /// Two ranks connect two channels each way over the test plugin, whose connects complete
+    /// only after the peer's accept answered: connects and accepts must progress together.
+    #[test]
+    fn connects_and_accepts_progress_together() {
+        let path = format!(
+            "{}/libnccl-net-oxtest.so",
+            env!("OXCCL_TEST_NET_PLUGIN_DIR")
+        );
+        let lib = PluginLib::load(&path).expect("test plugin");
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let results = run_ranks(2, move |b| {
+            let net: Arc<dyn Net> =
+                Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
+            let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
+            let fifo = |m: &Mem| HostFifo {
+                base: m.ptr,
+                layout,
+            };
+            let fifos = vec![PeerFifos {
+                peer: 1 - b.rank(),
+                channels: vec![
+                    (fifo(&mems[0]), fifo(&mems[1])),
+                    (fifo(&mems[2]), fifo(&mems[3])),
+                ],
+            }];
+            let abort = AbortFlag::new();
+            let proxy = connect(&b, &abort, net, fifos, Duration::from_secs(10));
+            let ok = proxy.as_ref().map(|_| ()).map_err(|e| e.to_string());
+            drop(proxy);
+            drop(mems);
+            ok
+        });
+        for (r, res) in results.into_iter().enumerate() {
+            assert_eq!(res, Ok(()), "rank {r}");
+        }
+    }
 }

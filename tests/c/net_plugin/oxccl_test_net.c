@@ -10,7 +10,8 @@
  *
  * One device ("lo"), host memory only, one buffer per receive (maxRecvs 1). Connections go over
  * 127.0.0.1. connect and accept never block: they return success with a NULL comm until the
- * connection (and an 8-byte hello) is complete, keeping connect's progress in the handle buffer.
+ * connection is complete (an 8-byte hello, then a one-byte answer that only the peer's accept
+ * sends), keeping connect's progress in the handle buffer.
  * Each message is an 8-byte length and the payload; requests progress only inside test, in the
  * order they were posted. The layouts below are written from the ABI tables in oxccl's
  * reference notes (net.md section 2), not copied from any header. */
@@ -79,6 +80,7 @@ int oxtest_open_comms(void) { return __atomic_load_n(&n_comms, __ATOMIC_SEQ_CST)
 
 #define HANDLE_MAGIC 0x4e54584fu /* "OXTN" */
 #define HELLO 0x6c6c65685f74786full
+#define ANSWER 'k' /* the accepting side's one-byte answer to the hello */
 #define MAX_REQS 32
 
 /* Inside the 128-byte handle: the listener's address and the connector's progress. */
@@ -87,7 +89,7 @@ struct handle {
   uint32_t addr; /* network order */
   uint16_t port; /* network order */
   uint16_t pad;
-  int32_t stage; /* 0 new, 1 connecting, 2 sending the hello, 3 done */
+  int32_t stage; /* 0 new, 1 connecting, 2 sending the hello, 4 awaiting the answer, 3 done */
   int32_t fd;
   uint32_t hello_sent;
 };
@@ -222,6 +224,19 @@ static res_t connect_(int dev, void *opaque, void **send_comm) {
       if (n <= 0) return NET_SYSTEM;
       h->hello_sent += (uint32_t)n;
     }
+    h->stage = 4;
+  }
+  if (h->stage == 4) {
+    /* As in libfabric-based plugins, a connect completes only once the peer's accept has
+       answered: a caller that finishes its connects before starting its accepts deadlocks
+       with a peer doing the same. */
+    char answer;
+    ssize_t n = recv(h->fd, &answer, 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return NET_OK;
+    if (n != 1 || answer != ANSWER) {
+      LOG(L_WARN, "OxTest: no answer from the accepting side");
+      return NET_SYSTEM;
+    }
     struct comm *c = new_comm(h->fd, 1);
     if (!c) return NET_SYSTEM;
     h->stage = 3;
@@ -258,6 +273,14 @@ static res_t accept_(void *listen_comm, void **recv_comm) {
     close(l->afd);
     l->afd = -1;
     return NET_OK;
+  }
+  char answer = ANSWER;
+  if (send(l->afd, &answer, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+    /* One byte into a fresh socket's empty send buffer. */
+    LOG(L_WARN, "OxTest: answering a connection failed: errno %d", errno);
+    close(l->afd);
+    l->afd = -1;
+    return NET_SYSTEM;
   }
   struct comm *c = new_comm(l->afd, 0);
   if (!c) return NET_SYSTEM;
