@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// How often waits look at `/proc` for same-host peers that died without closing their sockets.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
+/// How long a peer found exited may take to have its goodbye read before it counts as dead.
+const GOODBYE_DRAIN: Duration = Duration::from_millis(200);
 
 /// Which service owns a mailbox (log target and error wording).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +219,12 @@ impl Mailbox {
                 continue;
             }
             if let Err(why) = process::check_alive(p.pid, p.start_time) {
-                self.mark_dead(p.rank, &why);
+                // A peer that said goodbye and exited at once can be seen gone before its
+                // reader took the goodbye; a dead process's socket reads to the end at once.
+                std::thread::sleep(GOODBYE_DRAIN);
+                if !lock(&self.state).closed.contains(&p.rank) {
+                    self.mark_dead(p.rank, &why);
+                }
             }
         }
     }
