@@ -126,6 +126,14 @@ fn with_device<T>(b: &HipBackend, device: i32, f: impl FnOnce() -> Result<T>) ->
 }
 
 impl HipBackend {
+    /// Whether everything queued on `stream` has run (`hipStreamQuery`, never blocking);
+    /// `None` when the runtime lacks it.
+    pub fn stream_query(&self, stream: &HipStream) -> Result<Option<bool>> {
+        // SAFETY: a `HipStream` is 0 or a live stream of this runtime (`stream_from_raw`'s
+        // contract, or one this backend created and has not destroyed).
+        unsafe { self.hip.stream_done(stream.raw()) }
+    }
+
     /// Loads the HIP runtime and checks that a device exists ("no HIP runtime ..." / "no HIP
     /// device" otherwise).
     pub fn load() -> Result<HipBackend> {
@@ -674,6 +682,13 @@ impl Backend for HipBackend {
     fn event_synchronize(&self, event: &HipEvent) -> Result<()> {
         // SAFETY: the event is live.
         unsafe { hip_call!(self.hip, hipEventSynchronize(event.raw as sys::hipEvent_t)) }
+    }
+    fn event_query(&self, event: &HipEvent) -> Result<Option<bool>> {
+        // SAFETY: the event is live (owned by `event`).
+        unsafe { self.hip.event_done(event.raw as sys::hipEvent_t) }
+    }
+    fn stream_id(&self, stream: &HipStream) -> u64 {
+        stream.0 as u64
     }
     fn stream_wait_event(&self, stream: &HipStream, event: &HipEvent) -> Result<()> {
         // SAFETY: both handles are live (or the stream is 0).

@@ -325,10 +325,12 @@ impl Hip {
             hipStreamCreateWithFlags,
             hipStreamDestroy,
             hipStreamSynchronize,
+            hipStreamQuery,
             hipStreamIsCapturing,
             hipEventCreateWithFlags,
             hipEventRecord,
             hipEventSynchronize,
+            hipEventQuery,
             hipEventDestroy,
             hipStreamWaitEvent,
             hipMemcpyAsync,
@@ -360,6 +362,40 @@ impl Hip {
         ]
         .iter()
         .all(|n| self.has(n))
+    }
+
+    /// Whether the work before `event` has run (`hipEventQuery`, never blocking); `None` when
+    /// the runtime lacks the entry point.
+    ///
+    /// # Safety
+    /// `event` is a live event of this runtime.
+    pub unsafe fn event_done(&self, event: sys::hipEvent_t) -> Result<Option<bool>> {
+        let Ok(f) = &self.api.hipEventQuery else {
+            return Ok(None);
+        };
+        // SAFETY: the caller guarantees the event; the query never blocks.
+        self.done("hipEventQuery", unsafe { f(event) })
+    }
+
+    /// Whether everything queued on `stream` has run (`hipStreamQuery`, never blocking); `None`
+    /// when the runtime lacks the entry point.
+    ///
+    /// # Safety
+    /// `stream` is 0 or a live stream of this runtime.
+    pub unsafe fn stream_done(&self, stream: sys::hipStream_t) -> Result<Option<bool>> {
+        let Ok(f) = &self.api.hipStreamQuery else {
+            return Ok(None);
+        };
+        // SAFETY: the caller guarantees the stream; the query never blocks.
+        self.done("hipStreamQuery", unsafe { f(stream) })
+    }
+
+    /// A query's answer: `hipErrorNotReady` is "not yet", any other error an error.
+    fn done(&self, api: &'static str, rc: sys::hipError_t) -> Result<Option<bool>> {
+        if rc == sys::hipError_t::hipErrorNotReady {
+            return Ok(Some(false));
+        }
+        self.check(api, rc).map(|()| Some(true))
     }
 
     /// `Ok` for `hipSuccess`, otherwise an [`Error::Backend`] naming the call and HIP's text.

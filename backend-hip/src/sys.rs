@@ -337,6 +337,8 @@ pub struct HipApi {
     >,
     pub hipStreamDestroy:
         Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
+    pub hipStreamQuery:
+        Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
     pub hipStreamSynchronize:
         Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
     pub hipStreamWaitEvent: Result<
@@ -358,6 +360,8 @@ pub struct HipApi {
     pub hipEventDestroy:
         Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
     pub hipEventSynchronize:
+        Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
+    pub hipEventQuery:
         Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
     pub hipPointerGetAttributes: Result<
         unsafe extern "C" fn(
@@ -579,12 +583,14 @@ impl HipApi {
         let hipGetErrorString = __library.get(b"hipGetErrorString\0").map(|sym| *sym);
         let hipStreamCreateWithFlags = __library.get(b"hipStreamCreateWithFlags\0").map(|sym| *sym);
         let hipStreamDestroy = __library.get(b"hipStreamDestroy\0").map(|sym| *sym);
+        let hipStreamQuery = __library.get(b"hipStreamQuery\0").map(|sym| *sym);
         let hipStreamSynchronize = __library.get(b"hipStreamSynchronize\0").map(|sym| *sym);
         let hipStreamWaitEvent = __library.get(b"hipStreamWaitEvent\0").map(|sym| *sym);
         let hipEventCreateWithFlags = __library.get(b"hipEventCreateWithFlags\0").map(|sym| *sym);
         let hipEventRecord = __library.get(b"hipEventRecord\0").map(|sym| *sym);
         let hipEventDestroy = __library.get(b"hipEventDestroy\0").map(|sym| *sym);
         let hipEventSynchronize = __library.get(b"hipEventSynchronize\0").map(|sym| *sym);
+        let hipEventQuery = __library.get(b"hipEventQuery\0").map(|sym| *sym);
         let hipPointerGetAttributes = __library.get(b"hipPointerGetAttributes\0").map(|sym| *sym);
         let hipMalloc = __library.get(b"hipMalloc\0").map(|sym| *sym);
         let hipHostMalloc = __library.get(b"hipHostMalloc\0").map(|sym| *sym);
@@ -634,12 +640,14 @@ impl HipApi {
             hipGetErrorString,
             hipStreamCreateWithFlags,
             hipStreamDestroy,
+            hipStreamQuery,
             hipStreamSynchronize,
             hipStreamWaitEvent,
             hipEventCreateWithFlags,
             hipEventRecord,
             hipEventDestroy,
             hipEventSynchronize,
+            hipEventQuery,
             hipPointerGetAttributes,
             hipMalloc,
             hipHostMalloc,
@@ -765,6 +773,12 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(stream)
     }
+    pub unsafe fn hipStreamQuery(&self, stream: hipStream_t) -> hipError_t {
+        (self
+            .hipStreamQuery
+            .as_ref()
+            .expect("Expected function, got error."))(stream)
+    }
     pub unsafe fn hipStreamSynchronize(&self, stream: hipStream_t) -> hipError_t {
         (self
             .hipStreamSynchronize
@@ -807,6 +821,12 @@ impl HipApi {
     pub unsafe fn hipEventSynchronize(&self, event: hipEvent_t) -> hipError_t {
         (self
             .hipEventSynchronize
+            .as_ref()
+            .expect("Expected function, got error."))(event)
+    }
+    pub unsafe fn hipEventQuery(&self, event: hipEvent_t) -> hipError_t {
+        (self
+            .hipEventQuery
             .as_ref()
             .expect("Expected function, got error."))(event)
     }

@@ -32,10 +32,13 @@ impl DeviceBackend for HipBackend {
         // SAFETY: forwarded from the caller.
         unsafe { self.stream_destroy(*stream) }
     }
-    fn query(&self, _stream: &HipStream) -> Result<bool> {
-        Err(Error::usage(
-            "stream completion queries are not available on the HIP backend yet; synchronize",
-        ))
+    fn query(&self, stream: &HipStream) -> Result<bool> {
+        match self.stream_query(stream)? {
+            Some(done) => Ok(done),
+            None => Err(Error::usage(
+                "this HIP runtime has no hipStreamQuery; synchronize instead",
+            )),
+        }
     }
     unsafe fn copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
         let stream = HipStream(0);
