@@ -82,3 +82,21 @@ pub fn proc_status(field: &str) -> usize {
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
+
+/// `(open fds, threads, RSS in KiB)` of this process.
+pub fn usage() -> (usize, usize, usize) {
+    (open_fds(), proc_status("Threads:"), proc_status("VmRSS:"))
+}
+
+/// [`usage`] once fds and threads are back at or below `base`'s, waiting up to 5 s for the
+/// threads and sockets of torn-down communicators to be gone.
+pub fn settle(base: (usize, usize, usize)) -> (usize, usize, usize) {
+    let t = std::time::Instant::now();
+    loop {
+        let u = usage();
+        if (u.0 <= base.0 && u.1 <= base.1) || t.elapsed() > std::time::Duration::from_secs(5) {
+            return u;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -9,7 +9,7 @@ use oxccl_core::config::CommConfig;
 use oxccl_core::host::HostStream;
 use oxccl_core::testing::Rng;
 use oxccl_core::{Communicator, ErrorKind, HostBackend};
-use oxccl_tests::harness::{all_reduce, open_fds, proc_status};
+use oxccl_tests::harness::{all_reduce, settle, usage};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,11 +18,6 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `(open fds, threads, RSS in KiB)` of this process.
-fn usage() -> (usize, usize, usize) {
-    (open_fds(), proc_status("Threads:"), proc_status("VmRSS:"))
 }
 
 /// One cycle: 4 thread-ranks init, AllReduce (checked), destroy.
@@ -42,18 +37,6 @@ fn cycle(backend: &Arc<HostBackend>, streams: &[HostStream], opts: &BootstrapOpt
             });
         }
     });
-}
-
-/// Waits up to 5 s for threads and fds of torn-down communicators to be gone.
-fn settle(base: (usize, usize, usize)) -> (usize, usize, usize) {
-    let t = Instant::now();
-    loop {
-        let u = usage();
-        if (u.0 <= base.0 && u.1 <= base.1) || t.elapsed() > Duration::from_secs(5) {
-            return u;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// T5: after warm-up, N more cycles leave fds and threads at their baseline and RSS within
