@@ -10,6 +10,7 @@ pub mod kernels;
 pub mod memory;
 pub mod modules;
 mod net;
+mod shm;
 pub mod transport;
 
 use crate::driver::{CUcontext, CUdevice, CUevent, Shared};

@@ -111,35 +111,66 @@ impl NetFifos {
             .collect()
     }
 
-    /// Points the connection table's entries of every NET peer at its FIFOs: `table` holds
-    /// `channels * nranks` send then as many receive connections (`FifoGeometry::conn_table`).
-    /// Send sides keep their sender-local counter copies; LL fields stay zero (NET runs Simple).
+    /// Points the connection table's entries of every NET peer at its FIFOs.
     pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
-        let one = size_of::<DevConn>();
-        let half = geometry.recv_table_offset(nranks) as usize;
         for (i, &peer) in self.peers.iter().enumerate() {
             for c in 0..self.channels {
-                let at = (c as usize * nranks as usize + peer as usize) * one;
                 for recv in [false, true] {
-                    let base = self.dev + self.offset(i, c, recv);
-                    let pos = at + if recv { half } else { 0 };
-                    let old = read_conn(&table[pos..pos + one]);
-                    let conn = DevConn {
-                        buff: base + self.layout.slots_offset(),
-                        head: base + FifoLayout::HEAD,
-                        tail: base + FifoLayout::TAIL,
-                        slot_bytes: self.layout.slot_bytes,
-                        nslots: self.layout.nslots,
-                        tail_mirror: if recv { 0 } else { old.0 },
-                        head_seen: if recv { 0 } else { old.1 },
-                        sizes: if recv { 0 } else { base + FifoLayout::SIZES },
-                        ..DevConn::default()
+                    let fifo = self.dev + self.offset(i, c, recv);
+                    let slot = ConnSlot {
+                        channel: c,
+                        peer,
+                        recv,
                     };
-                    table[pos..pos + one].copy_from_slice(&conn.to_bytes());
+                    point_conn_at(table, geometry, nranks, slot, fifo, self.layout, !recv);
                 }
             }
         }
     }
+}
+
+/// One entry of the connection table: a channel's send or receive connection to a peer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnSlot {
+    /// The channel (kernel block).
+    pub channel: u32,
+    /// The peer rank.
+    pub peer: u32,
+    /// The receive side (else the send side).
+    pub recv: bool,
+}
+
+/// Points one entry of the connection table at a FIFO laid out as [`FifoLayout`] at device
+/// address `fifo` (in host memory: NET and SHM). `table` holds `channels * nranks` send then as
+/// many receive connections (`FifoGeometry::conn_table`). Send sides keep their sender-local
+/// counter copies; `sizes` makes the sending kernel write each slot's byte count (for a proxy).
+/// LL fields stay zero: connections through host memory run Simple.
+pub(crate) fn point_conn_at(
+    table: &mut [u8],
+    geometry: &FifoGeometry,
+    nranks: u32,
+    slot: ConnSlot,
+    fifo: CUdeviceptr,
+    layout: FifoLayout,
+    sizes: bool,
+) {
+    let one = size_of::<DevConn>();
+    let half = geometry.recv_table_offset(nranks) as usize;
+    let at = (slot.channel as usize * nranks as usize + slot.peer as usize) * one;
+    let pos = at + if slot.recv { half } else { 0 };
+    let old = read_conn(&table[pos..pos + one]);
+    let conn = DevConn {
+        buff: fifo + layout.slots_offset(),
+        head: fifo + FifoLayout::HEAD,
+        tail: fifo + FifoLayout::TAIL,
+        slot_bytes: layout.slot_bytes,
+        nslots: layout.nslots,
+        tail_mirror: if slot.recv { 0 } else { old.0 },
+        head_seen: if slot.recv { 0 } else { old.1 },
+        sizes: if sizes { fifo + FifoLayout::SIZES } else { 0 },
+        ..DevConn::default()
+    };
+    table[pos..pos + one].copy_from_slice(&conn.to_bytes());
 }
 
 /// `(tail_mirror, head_seen)` of an encoded connection.

@@ -19,6 +19,7 @@ use crate::kernels::{
 use crate::memory::Memory;
 use crate::modules::{Modules, ParamsSize};
 use crate::net::{NetFifos, net_channels};
+use crate::shm::ShmFifos;
 use cudarc::driver::sys;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
@@ -161,9 +162,12 @@ pub struct CudaTransport {
     /// The proxy driving the NET connections and their FIFOs (`None`: every peer is P2P).
     /// Dropped before anything else is freed: the proxy stops first.
     net: Option<(Proxy, NetFifos)>,
-    /// Some pair of this communicator meets over the network: plans stay on the channels NET
-    /// connections exist for and run Simple, and the one-shot kernels (which write into every
-    /// peer's memory) are off. The same on every rank.
+    /// The shared-memory FIFOs of the SHM peers (`None`: no rank of the communicator has any).
+    /// Dropped with the other fields, after `drop` has waited for the last kernel.
+    shm: Option<ShmFifos>,
+    /// Some pair of this communicator meets through host memory (NET or SHM): plans stay on the
+    /// channels those connections exist for and run Simple, and the one-shot kernels (which
+    /// write into every peer's memory) are off. The same on every rank.
     net_limits: bool,
 }
 
@@ -205,6 +209,15 @@ fn host_free(p: *mut u8) {
         // SAFETY: `p` came from cuMemHostAlloc and no work uses it.
         let _ = unsafe { sys::cuMemFreeHost(p.cast()) };
     }
+}
+
+/// P2P is off for every pair: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or `0`), NCCL's
+/// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
+/// P2P wherever peer access works.
+fn p2p_disabled() -> bool {
+    std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1")
+        || std::env::var("NCCL_P2P_LEVEL")
+            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
 }
 
 impl CudaTransport {
@@ -254,6 +267,7 @@ impl CudaTransport {
                 captured: Vec::new(),
             }),
             net: None,
+            shm: None,
             net_limits: false,
         };
         let mut setup: CUstream = std::ptr::null_mut();
@@ -298,9 +312,11 @@ impl CudaTransport {
             .map(|(p, b)| geometry.peer_record(p, b))
             .collect::<Result<Vec<_>>>()?;
         let me = &bs.peers()[rank as usize];
-        let p2p_disabled = std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1");
+        let p2p_disabled = p2p_disabled();
+        let shm_disabled = std::env::var("NCCL_SHM_DISABLE").as_deref() == Ok("1");
         let mut peer_fifo = vec![0u64; nranks as usize];
         let mut net_peers = Vec::new();
+        let mut shm_peers = Vec::new();
         for (p, rec) in records.iter().enumerate() {
             if p == rank as usize {
                 peer_fifo[p] = fifo;
@@ -311,8 +327,7 @@ impl CudaTransport {
             let same_process = info.pid == std::process::id() && info.shares_proc_with_caller();
             let pd = usize::try_from(pdev).unwrap_or(usize::MAX);
             let md = device as usize;
-            // Decided from what both ends see alike, so the pair agrees. SHM is not built yet:
-            // ranks of one host without P2P meet over the network too.
+            // Decided from what both ends see alike, so the pair agrees.
             let p2p = info.same_host(me)
                 && !p2p_disabled
                 && (!same_process
@@ -324,7 +339,11 @@ impl CudaTransport {
                         .copied()
                         .unwrap_or(false));
             if !p2p {
-                net_peers.push(p as u32);
+                if info.same_host(me) && !shm_disabled {
+                    shm_peers.push(p as u32);
+                } else {
+                    net_peers.push(p as u32);
+                }
                 continue;
             }
             tracing::info!(target: "oxccl::init",
@@ -373,19 +392,31 @@ impl CudaTransport {
             t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
         }
         let mut table = table;
-        // Plans must be cut alike on every rank: if any pair meets over the network, every
-        // rank keeps to NET's limits (channels, Simple protocol, no one-shot kernels).
-        let any_net = bs
-            .all_gather(&[u8::from(!net_peers.is_empty())])?
+        // Plans must be cut alike on every rank: if any pair meets through host memory (NET or
+        // SHM), every rank keeps to their limits (channels, Simple protocol, no one-shot kernels).
+        let mine = u8::from(!net_peers.is_empty()) | u8::from(!shm_peers.is_empty()) << 1;
+        let any = bs
+            .all_gather(&[mine])?
             .iter()
-            .any(|v| v.first() == Some(&1));
-        if any_net {
-            t.max_blocks = t.max_blocks.min(net_channels(&geometry));
+            .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
+        let channels = net_channels(&geometry);
+        if any != 0 {
+            t.max_blocks = t.max_blocks.min(channels);
             t.one_shot_inbox.clear();
             t.net_limits = true;
         }
+        if any & 2 != 0 {
+            // Collective: every rank takes part, with or without SHM peers of its own.
+            let shm = ShmFifos::connect(bs, &geometry, shm_peers, channels)?;
+            shm.patch_table(&mut table, &geometry, nranks);
+            for &p in shm.peers() {
+                tracing::info!(target: "oxccl::init",
+                    "Channels 00-{:02} : {rank}[{device}] -> {p}[{}] via SHM",
+                    channels - 1, records[p as usize].device);
+            }
+            t.shm = Some(shm);
+        }
         if !net_peers.is_empty() {
-            let channels = net_channels(&geometry);
             let fifos = NetFifos::alloc(&geometry, net_peers, channels)?;
             fifos.patch_table(&mut table, &geometry, nranks);
             let net = oxccl_core::net::connect::choose_net(bs)?;
@@ -590,7 +621,8 @@ impl CudaTransport {
         }
     }
 
-    /// Whether some pair of this communicator meets over the network (see `net_limits`).
+    /// Whether some pair of this communicator meets through host memory, NET or SHM (see
+    /// `net_limits`).
     pub(crate) fn has_net(&self) -> bool {
         self.net_limits
     }

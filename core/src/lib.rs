@@ -16,6 +16,7 @@ pub mod error;
 pub mod net;
 pub mod plan;
 pub mod reduce;
+pub mod shm;
 pub mod transport;
 
 pub use error::{Error, ErrorKind, Result};

@@ -27,8 +27,12 @@
 #                                  equal share of its SMs; a peer process that dies mid-operation
 #   n2/n3/n4/n8-*                  several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
 #                                  ranks): NET between hosts, P2P inside (n4-procs-mixed), NET
-#                                  inside one process (NCCL_P2P_DISABLE=1); NET_ONLY=1 runs only
-#                                  these. Start MPS first (tests/gpu/mps.sh) or they crawl
+#                                  inside one process (P2P and SHM disabled)
+#   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
+#                                  process and across processes; SHM inside two "hosts" and NET
+#                                  between them (sh4-procs-shm-net). NET_ONLY=1 runs only the n*
+#                                  and sh* configurations. Start MPS first (tests/gpu/mps.sh) or
+#                                  they crawl
 #   a1/a3-safe-matrix              the safe Rust API (safe-check) on 1 rank per GPU and on 3
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
@@ -96,13 +100,31 @@ net_configs() {
     run n2-procs-$a NCCL_ALGO=$a OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0
   done
   run n2-procs-split     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --split
-  run n2-initall-p2p-disabled NCCL_P2P_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
+  run n2-initall-p2p-shm-disabled NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
   run n3-procs-auto      OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1
   run n4-procs-mixed     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
   run n4-procs-auto      OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 $SMALL --big-count 0
   run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
+}
+# One host without P2P (NCCL_P2P_DISABLE=1): SHM FIFOs in /dev/shm between every pair.
+shm_configs() {
+  local S="NCCL_P2P_DISABLE=1"
+  run sh2-initall-auto      $S -- --mode initall --ranks 2 $SMALL $BIG1
+  run sh2-procs-auto        $S -- --mode procs --ranks 2 $SMALL $BIG1
+  run sh2-procs-graph       $S -- --mode procs --ranks 2 $SMALL --big-count 0 --graph 10
+  for a in ring tree direct; do
+    run sh2-procs-$a $S NCCL_ALGO=$a -- --mode procs --ranks 2 $SMALL --big-count 0
+  done
+  run sh2-procs-split       $S -- --mode procs --ranks 2 $SMALL --big-count 0 --split
+  run sh2-procs-offsets-vmm $S -- --mode procs --ranks 2 $SMALL --big-count 0 --offsets --vmm
+  run sh3-procs-auto        $S -- --mode procs --ranks 3 $SMALL $BIG1
+  run sh4-procs-auto        $S -- --mode procs --ranks 4 $SMALL $BIG1
+  run sh4-initall-graph     $S -- --mode initall --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
+  run sh4-procs-shm-net     $S OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
+  run sh8-procs-auto        $S -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
+  run sh4-procs-dead-peer   $S -- --mode procs --ranks 4 --dead-peer 1048579
 }
 # The safe Rust API's matrix (safe-check, when built into BIN) and the reliability checks that
 # torch.distributed drives on the C library (BIN/libnccl.so.2): the watchdog's report of a
@@ -123,6 +145,7 @@ api_configs() {
 }
 if [ "${NET_ONLY:-0}" = 1 ]; then
   net_configs
+  shm_configs
   echo "==== summary ($NGPU GPUs) ===="
   printf '%s\n' "${SUMMARY[@]}"
   echo "TOTAL pass=$TOTAL_PASS fail=$TOTAL_FAIL"
@@ -214,6 +237,7 @@ if [ "$NGPU" -ge 1 ]; then
   run_limit 240 m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
 fi
 net_configs
+shm_configs
 api_configs
 echo "==== summary ($NGPU GPUs) ===="
 printf '%s\n' "${SUMMARY[@]}"

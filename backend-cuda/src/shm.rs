@@ -1,0 +1,214 @@
+//! The SHM transport: FIFOs in host shared memory, for ranks of one host that cannot use P2P
+//! (`NCCL_P2P_DISABLE=1`, or GPUs of one process without peer access).
+//!
+//! Every receiving rank creates one `/dev/shm` segment holding a FIFO per SHM peer and channel
+//! ([`FifoLayout`], the NET layout), and registers it with the driver so its GPU reaches it; each
+//! sender maps and registers the same segment. The sending kernel then fills the receiver's
+//! slots and moves its `tail` across PCIe, exactly as it does over P2P, and the receiving kernel
+//! reads them and moves `head`: no proxy thread takes part, so graph capture works as for P2P.
+//! Like NET, SHM connections run the Simple protocol (the communicator keeps NET's limits).
+
+use crate::call;
+use crate::driver::CUdeviceptr;
+use crate::kernels::FifoGeometry;
+use crate::net::{ConnSlot, point_conn_at};
+use cudarc::driver::sys;
+use oxccl_core::bootstrap::Bootstrap;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::net::proxy::FifoLayout;
+use oxccl_core::shm::ShmSegment;
+
+/// A shared segment registered with the driver (mapped into this process's GPU address space).
+struct Registered {
+    seg: ShmSegment,
+    dev: CUdeviceptr,
+}
+
+impl Registered {
+    fn new(seg: ShmSegment) -> Result<Registered> {
+        // SAFETY: `seg` maps `len()` bytes for as long as it lives; it is unregistered in Drop
+        // before the segment unmaps.
+        unsafe {
+            call!(cuMemHostRegister_v2(
+                seg.base().cast(),
+                seg.len(),
+                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE
+            ))
+        }?;
+        let mut r = Registered { seg, dev: 0 };
+        // SAFETY: registered above with DEVICEMAP; `dev` receives the device address.
+        unsafe {
+            call!(cuMemHostGetDevicePointer_v2(
+                &mut r.dev,
+                r.seg.base().cast(),
+                0
+            ))
+        }?;
+        Ok(r)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: registered in `new`; the transport has waited for its kernels.
+        let _ = unsafe { sys::cuMemHostUnregister(self.seg.base().cast()) };
+    }
+}
+
+/// The SHM FIFOs of one communicator: its own receive segment and its peers' segments.
+pub(crate) struct ShmFifos {
+    /// This rank's segment: the receive FIFO of each of `peers` per channel (`None`: no peers).
+    own: Option<Registered>,
+    /// Each SHM peer's segment, mapped here, with the index of this rank's FIFOs in it.
+    mapped: Vec<(Registered, usize)>,
+    /// SHM peers, in the order of this rank's FIFOs.
+    peers: Vec<u32>,
+    layout: FifoLayout,
+    channels: u32,
+}
+
+impl ShmFifos {
+    /// Creates this rank's segment for `peers`, publishes it, and maps every segment in which
+    /// this rank is a sender. Collective: every rank of the communicator calls it, with or
+    /// without SHM peers.
+    pub(crate) fn connect(
+        bs: &Bootstrap,
+        geometry: &FifoGeometry,
+        peers: Vec<u32>,
+        channels: u32,
+    ) -> Result<ShmFifos> {
+        let layout = FifoLayout {
+            nslots: geometry.nslots,
+            slot_bytes: geometry.slot_bytes,
+        };
+        let per_peer = layout.bytes() as usize * channels as usize;
+        let own = if peers.is_empty() {
+            None
+        } else {
+            let purpose = format!(
+                "rank {}'s SHM FIFOs ({} peers x {channels} channels x {} KiB)",
+                bs.rank(),
+                peers.len(),
+                layout.bytes() >> 10
+            );
+            let seg = ShmSegment::create(per_peer * peers.len(), &purpose)?;
+            Some(Registered::new(seg)?)
+        };
+        let all = bs.all_gather(&publish(own.as_ref().map(|r| r.seg.name()), &peers))?;
+        let me = bs.rank();
+        let mut mapped = Vec::with_capacity(peers.len());
+        for &p in &peers {
+            let (name, theirs) = parse(&all[p as usize])?;
+            let (Some(name), Some(idx)) = (name, theirs.iter().position(|&r| r == me)) else {
+                return Err(Error::Internal(format!(
+                    "rank {p} did not choose SHM towards rank {me} as rank {me} did"
+                )));
+            };
+            let seg = ShmSegment::open(&name, per_peer * theirs.len())?;
+            mapped.push((Registered::new(seg)?, idx));
+        }
+        // Every sender has the segment mapped: its name can go, so nothing outlives a crash.
+        bs.barrier()?;
+        let mut fifos = ShmFifos {
+            own,
+            mapped,
+            peers,
+            layout,
+            channels,
+        };
+        if let Some(r) = fifos.own.as_mut() {
+            r.seg.unlink();
+        }
+        Ok(fifos)
+    }
+
+    /// Points the connection table's entries of every SHM peer at the shared FIFOs: the receive
+    /// side at this rank's segment, the send side at the peer's.
+    pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
+        let fifo_bytes = self.layout.bytes();
+        let at = |base: CUdeviceptr, idx: usize, c: u32| {
+            base + (idx as u64 * u64::from(self.channels) + u64::from(c)) * fifo_bytes
+        };
+        for (i, (&peer, (theirs, idx))) in self.peers.iter().zip(&self.mapped).enumerate() {
+            let own = self
+                .own
+                .as_ref()
+                .expect("a segment when there are peers")
+                .dev;
+            for c in 0..self.channels {
+                let recv = ConnSlot {
+                    channel: c,
+                    peer,
+                    recv: true,
+                };
+                let send = ConnSlot {
+                    recv: false,
+                    ..recv
+                };
+                point_conn_at(
+                    table,
+                    geometry,
+                    nranks,
+                    recv,
+                    at(own, i, c),
+                    self.layout,
+                    false,
+                );
+                let fifo = at(theirs.dev, *idx, c);
+                point_conn_at(table, geometry, nranks, send, fifo, self.layout, false);
+            }
+        }
+    }
+
+    /// The SHM peers.
+    pub(crate) fn peers(&self) -> &[u32] {
+        &self.peers
+    }
+}
+
+/// What a rank publishes: its segment's name (empty: none) and its SHM peers.
+fn publish(name: Option<&str>, peers: &[u32]) -> Vec<u8> {
+    let name = name.unwrap_or("").as_bytes();
+    let mut out = Vec::with_capacity(4 + name.len() + 4 * peers.len());
+    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    out.extend_from_slice(name);
+    for p in peers {
+        out.extend_from_slice(&p.to_le_bytes());
+    }
+    out
+}
+
+/// The inverse of [`publish`], refusing malformed records.
+fn parse(rec: &[u8]) -> Result<(Option<String>, Vec<u32>)> {
+    let bad = || Error::Internal("malformed SHM record from a peer".into());
+    let len = u32::from_le_bytes(rec.get(..4).ok_or_else(bad)?.try_into().expect("4")) as usize;
+    let name = rec.get(4..4 + len).ok_or_else(bad)?;
+    let name = String::from_utf8(name.to_vec()).map_err(|_| bad())?;
+    let rest = &rec[4 + len..];
+    if !rest.len().is_multiple_of(4) {
+        return Err(bad());
+    }
+    let peers = rest
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+        .collect();
+    Ok(((!name.is_empty()).then_some(name), peers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_malformed_ones_are_refused() {
+        let r = publish(Some("/oxccl-shm-1-ab"), &[3, 0, 7]);
+        assert_eq!(
+            parse(&r).unwrap(),
+            (Some("/oxccl-shm-1-ab".into()), vec![3, 0, 7])
+        );
+        assert_eq!(parse(&publish(None, &[])).unwrap(), (None, vec![]));
+        assert!(parse(&r[..r.len() - 1]).is_err());
+        assert!(parse(&[9, 0, 0, 0, b'x']).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}
