@@ -58,10 +58,10 @@ fn connect_all(
     deadline: Deadline,
     net: &dyn Net,
     fifos: &[PeerFifos],
+    dev: usize,
     mut handles: Vec<Vec<Handle>>,
     listens: Vec<Vec<Listen>>,
 ) -> Result<Connected> {
-    let dev = 0;
     let mut sends: Vec<Vec<Option<SendComm>>> = handles
         .iter()
         .map(|h| h.iter().map(|_| None).collect())
@@ -128,6 +128,22 @@ pub struct PeerFifos {
     pub channels: Vec<(HostFifo, HostFifo)>,
 }
 
+/// The network device every connection uses: `OXCCL_NET_DEVICE` (an index below the network's
+/// device count), else 0.
+fn net_device(net: &dyn Net) -> Result<usize> {
+    let Ok(v) = std::env::var("OXCCL_NET_DEVICE") else {
+        return Ok(0);
+    };
+    let n = net.devices()?;
+    match v.trim().parse::<usize>() {
+        Ok(d) if d < n => Ok(d),
+        _ => Err(Error::arg(format!(
+            "OXCCL_NET_DEVICE={v:?}: the network has devices 0 to {}",
+            n.saturating_sub(1)
+        ))),
+    }
+}
+
 /// Connects every channel of every peer in `fifos` over `net` (each peer runs this with us in
 /// its list) and starts the proxy that drives them.
 pub fn connect(
@@ -138,7 +154,7 @@ pub fn connect(
     timeout: Duration,
 ) -> Result<Proxy> {
     let rank = bootstrap.rank();
-    let dev = 0;
+    let dev = net_device(net.as_ref())?;
     let props = net.properties(dev)?;
     // Listen for every receive first and tell each peer where, so that nobody waits for a
     // handle while holding one back.
@@ -176,6 +192,7 @@ pub fn connect(
         Deadline::after(timeout),
         net.as_ref(),
         &fifos,
+        dev,
         handles,
         listens,
     )?;

@@ -23,11 +23,20 @@ fn poll<T>(mut step: impl FnMut() -> oxccl_core::Result<Option<T>>) -> Result<T,
     }
 }
 
+/// The device the transfer uses: `OXCCL_NET_DEVICE`, as the communicators take it, else 0.
+fn device() -> usize {
+    std::env::var("OXCCL_NET_DEVICE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn connect(n0: &Arc<dyn Net>, n1: &Arc<dyn Net>) -> Result<(SendComm, RecvComm), String> {
     let mut h = [0u8; HANDLE_BYTES];
-    let mut l = n1.listen(0, &mut h).map_err(|e| e.to_string())?;
+    let dev = device();
+    let mut l = n1.listen(dev, &mut h).map_err(|e| e.to_string())?;
     let n0c = n0.clone();
-    let c = std::thread::spawn(move || poll(|| n0c.connect(0, &mut h)));
+    let c = std::thread::spawn(move || poll(|| n0c.connect(dev, &mut h)));
     let r = poll(|| n1.accept(&mut l))?;
     let s = c.join().map_err(|_| "connect thread panicked")??;
     n1.close_listen(l).map_err(|e| e.to_string())?;
