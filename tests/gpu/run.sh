@@ -26,8 +26,9 @@
 #                                  paths of more than two ranks, ranks sharing a GPU taking an
 #                                  equal share of its SMs; a peer process that dies mid-operation
 #   n2/n3/n4/n8-*                  several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
-#                                  ranks): NET between hosts, P2P inside (n4-procs-mixed), NET
-#                                  inside one process (P2P and SHM disabled)
+#                                  ranks; `Kr`: rank r on host r % K): NET between hosts, P2P
+#                                  inside (n4-procs-mixed), rings and trees ordered by host
+#                                  (n*-rr-*), NET inside one process (P2P and SHM disabled)
 #   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
 #                                  process and across processes; SHM inside two "hosts" and NET
 #                                  between them (sh4-procs-shm-net). NET_ONLY=1 runs only the n*
@@ -103,6 +104,11 @@ net_configs() {
   run n2-initall-p2p-shm-disabled NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
   run n3-procs-auto      OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1
   run n4-procs-mixed     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
+  # Hosts' ranks not numbered together (rank r on host r % 2): rings and trees ordered by host.
+  for a in ring tree; do
+    run n4-procs-rr-$a NCCL_ALGO=$a OXCCL_TEST_HOSTS=2r -- --mode procs --ranks 4 $SMALL --big-count 0
+  done
+  run n8-procs-rr-tree   NCCL_ALGO=tree OXCCL_TEST_HOSTS=3r -- --mode procs --ranks 8 --counts 0,1,7,1000 --types f32,bf16,i8 --big-count 0
   run n4-procs-auto      OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 $SMALL --big-count 0
   run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0

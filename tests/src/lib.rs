@@ -87,18 +87,29 @@ fn exact_range(t: DataType) -> u64 {
     }
 }
 
-/// The `NCCL_HOSTID` a test launcher gives worker `rank` of `nranks` under `OXCCL_TEST_HOSTS=K`:
-/// the ranks are cut into K contiguous "hosts" (K = nranks: every rank its own host), so that
-/// processes of one machine reach each other only over the network, as NVIDIA's NCCL does under
-/// the same variable. `None` without the variable.
+/// The `NCCL_HOSTID` a test launcher gives worker `rank` of `nranks` under `OXCCL_TEST_HOSTS`
+/// ([`host_id_for`]), so that processes of one machine reach each other only over the network,
+/// as NVIDIA's NCCL does under the same variable. `None` without the variable.
 pub fn test_host_id(rank: usize, nranks: usize) -> Option<String> {
-    let hosts: usize = std::env::var("OXCCL_TEST_HOSTS")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let hosts = hosts.clamp(1, nranks.max(1));
-    Some(format!("oxccl-test-host{}", rank * hosts / nranks.max(1)))
+    host_id_for(&std::env::var("OXCCL_TEST_HOSTS").ok()?, rank, nranks)
+}
+
+/// The host id of worker `rank` of `nranks` under the host spec `K` (the ranks cut into K
+/// contiguous "hosts"; K = nranks: every rank its own host) or `Kr` (round robin: rank r on
+/// host r % K, so hosts' ranks are not numbered together). `None` for a malformed spec.
+pub fn host_id_for(spec: &str, rank: usize, nranks: usize) -> Option<String> {
+    let spec = spec.trim();
+    let (k, round_robin) = match spec.strip_suffix('r') {
+        Some(k) => (k, true),
+        None => (spec, false),
+    };
+    let hosts = k.parse::<usize>().ok()?.clamp(1, nranks.max(1));
+    let host = if round_robin {
+        rank % hosts
+    } else {
+        rank * hosts / nranks.max(1)
+    };
+    Some(format!("oxccl-test-host{host}"))
 }
 
 /// Sets `NCCL_HOSTID` on `cmd` for worker `rank` of `nranks` as [`test_host_id`] says.

@@ -3,6 +3,7 @@
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_tests::harness::id_to_hex;
+use oxccl_tests::host_id_for;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +18,9 @@ fn spawn_ranks(scenario: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
                 .stderr(Stdio::inherit());
             for (k, v) in env {
                 c.env(k, v);
+                if *k == "OXCCL_TEST_HOSTS" {
+                    c.env("NCCL_HOSTID", host_id_for(v, rank, n).expect("host spec"));
+                }
             }
             c.spawn().expect("spawn worker")
         })
@@ -51,6 +55,27 @@ fn matrix_in_processes_2_3_4_ranks() {
 fn matrix_in_processes_8_16_ranks() {
     for n in [8, 16] {
         matrix(n, "0,1,7");
+    }
+}
+
+/// Ranks on several "hosts" (one `NCCL_HOSTID` each): rings visit them host by host and trees
+/// chain each host's ranks below one that joins the tree across hosts. Round robin (rank r on
+/// host r % 2) makes the ring order differ from the rank order.
+#[test]
+fn matrix_across_hosts_rings_and_trees() {
+    for (hosts, n) in [("2r", 4), ("3r", 5), ("2", 5)] {
+        for algo in ["ring", "tree", "direct"] {
+            matrix_with(
+                n,
+                &[
+                    ("OXCCL_TEST_HOSTS", hosts),
+                    ("OXCCL_TEST_COUNTS", "1,7,1000"),
+                    ("NCCL_ALGO", algo),
+                    ("OXCCL_NCHANNELS", "2"),
+                    ("OXCCL_CHUNK_BYTES", "256"),
+                ],
+            );
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
 use crate::config::CommConfig;
 use crate::datatype::{DataType, ScalarSource};
 use crate::error::{Error, Result};
+use crate::plan::HostLayout;
 use crate::plan::tuner::Tuner;
 use ops::PendingInit;
 use std::sync::atomic::AtomicU64;
@@ -102,6 +103,8 @@ struct Connected<B: Backend> {
     /// Every rank lives in this process, so an address one rank publishes is valid for all
     /// (zero-copy plans).
     one_process: bool,
+    /// The ranks' hosts when they span several (plans order rings and trees by host).
+    hosts: Option<Arc<HostLayout>>,
     /// Turns a peer's death into an error and an abort, where the backend's kernels wait on
     /// peers out of the bootstrap's sight. Declared last, so it outlives the transport's
     /// teardown, which waits for the last kernel.
@@ -236,6 +239,14 @@ impl<B: Backend> Communicator<B> {
                 .peers()
                 .iter()
                 .all(|p| p.pid == me && p.shares_proc_with_caller());
+            let host_keys: Vec<u64> = bootstrap.peers().iter().map(|p| p.host_hash).collect();
+            let hosts = HostLayout::from_keys(&host_keys);
+            if let Some(h) = hosts.as_ref().filter(|_| inner.rank == 0) {
+                let ring: Vec<String> = h.ring().iter().map(u32::to_string).collect();
+                info!(target: "oxccl::init",
+                    "{} ranks on {} hosts: rings visit them host by host ({}), trees join the hosts' first ranks",
+                    inner.nranks, h.hosts(), ring.join(" "));
+            }
             let peer_watch = if inner.backend.needs_peer_watch() && inner.nranks > 1 {
                 let liveness = bootstrap.liveness();
                 Some(peer_watch::PeerWatch::start(
@@ -252,6 +263,7 @@ impl<B: Backend> Communicator<B> {
                 bootstrap,
                 transport: Arc::new(transport),
                 one_process,
+                hosts,
                 _peer_watch: peer_watch,
                 _watchdog: watchdog,
             }))

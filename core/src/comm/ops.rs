@@ -396,6 +396,7 @@ impl<B: Backend> Communicator<B> {
             proto: choice.proto,
             nchannels: choice.nchannels,
             chunk_elems: choice.chunk_elems,
+            hosts: c.hosts.clone(),
         };
         let mut work = plan::build_coll(&req)?;
         let zero_copy = c.one_process

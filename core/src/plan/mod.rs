@@ -6,6 +6,7 @@
 pub mod work;
 
 mod direct;
+pub mod hosts;
 pub mod one_shot;
 mod p2p;
 mod ring;
@@ -16,6 +17,7 @@ mod tree;
 pub mod tuner;
 pub mod zero_copy;
 
+pub use hosts::HostLayout;
 pub use p2p::{P2pLl, build_p2p, only_self_copies};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};
@@ -26,6 +28,7 @@ pub use work::{
 
 use crate::datatype::{DataType, Reduction};
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// Per-peer counts and displacements of an AlltoAllv, in elements.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -70,6 +73,9 @@ pub struct CollRequest {
     pub nchannels: u32,
     /// Elements per pipeline chunk (at least 1).
     pub chunk_elems: u64,
+    /// The host of each rank when the ranks span several hosts (`None`: one host): rings then
+    /// visit the ranks host by host and trees join hosts through one rank each.
+    pub hosts: Option<Arc<HostLayout>>,
 }
 
 /// Direction of one operation of a send/recv group.
@@ -180,6 +186,14 @@ fn validate(req: &CollRequest) -> Result<()> {
     }
     if req.kind == CollKind::SendRecv {
         return Err(Error::arg("send/receive groups are planned by build_p2p"));
+    }
+    if let Some(h) = &req.hosts
+        && h.nranks() != n
+    {
+        return Err(Error::Internal(format!(
+            "host layout of {} ranks for a communicator of {n}",
+            h.nranks()
+        )));
     }
     if !algorithms_for(req.kind).contains(&req.algo) {
         return Err(Error::arg(format!(
@@ -293,6 +307,8 @@ pub(crate) struct Ctx<'a> {
     pub grain: u64,
     /// Pipeline chunk in elements, a multiple of `grain`.
     pub chunk: u64,
+    /// The ranks' hosts, when there are several.
+    pub hosts: Option<&'a HostLayout>,
 }
 
 impl<'a> Ctx<'a> {
@@ -304,6 +320,7 @@ impl<'a> Ctx<'a> {
             r: req.rank,
             grain,
             chunk: clamp_chunk(req.chunk_elems, grain),
+            hosts: req.hosts.as_deref(),
         }
     }
     /// Channels as a loop bound.
@@ -323,12 +340,18 @@ impl<'a> Ctx<'a> {
             self.grain,
         )
     }
-    /// Rank `r + k` around the ring.
+    /// Rank `r + k` around the ring (host by host when the ranks span several hosts).
     pub fn add(&self, r: u32, k: u32) -> u32 {
+        if let Some(h) = self.hosts {
+            return h.ring_add(r, k);
+        }
         ((u64::from(r) + u64::from(k)) % u64::from(self.n)) as u32
     }
     /// Rank `r - k` around the ring.
     pub fn sub(&self, r: u32, k: u32) -> u32 {
+        if let Some(h) = self.hosts {
+            return h.ring_sub(r, k);
+        }
         let n = u64::from(self.n);
         ((u64::from(r) + n - u64::from(k) % n) % n) as u32
     }

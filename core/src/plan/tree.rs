@@ -4,15 +4,56 @@
 //! higher rank counts. Odd channels use the mirrored tree (rank n-1-v at position v) so that the
 //! ranks that are leaves in one tree carry interior traffic in the other, roughly balancing links
 //! as NCCL's double binary tree does.
+//!
+//! Across hosts the tree has NCCL's shape: the ranks of each host form a chain below the host's
+//! first rank, and those leaders form the binary tree (mirrored on odd channels), so each tree
+//! edge between hosts is one network connection and the rest stays inside the hosts.
 
 #![forbid(unsafe_code)]
 
-use super::{Builder, Ctx, Region, Step, chunks};
+use super::{Builder, Ctx, HostLayout, Region, Step, chunks};
 
-/// Parent and children of `rank` in the heap-shaped tree of channel `c`.
+/// Parent and children of `rank` in the tree of channel `c`.
 struct Links {
     parent: Option<u32>,
+    /// At most two in the heap-shaped tree; a host leader has up to two leaders of other hosts
+    /// and the next rank of its own host's chain.
     kids: Vec<u32>,
+}
+
+/// The links of `rank`: host-aware when the ranks span several hosts.
+fn links_of(ctx: &Ctx, rank: u32, c: u32) -> Links {
+    match ctx.hosts {
+        Some(h) => host_links(h, rank, c),
+        None => links(ctx.n, rank, c),
+    }
+}
+
+/// Chains inside each host, hanging below the host's first rank; the hosts' first ranks form
+/// the heap-shaped tree of channel `c` over the host indices.
+fn host_links(h: &HostLayout, rank: u32, c: u32) -> Links {
+    let members = h.members(h.host_of(rank));
+    let i = members
+        .iter()
+        .position(|&m| m == rank)
+        .expect("a rank is a member of its host");
+    let mut l = if i == 0 {
+        let leader = |host: u32| h.members(host)[0];
+        let across = links(h.hosts(), h.host_of(rank), c);
+        Links {
+            parent: across.parent.map(leader),
+            kids: across.kids.into_iter().map(leader).collect(),
+        }
+    } else {
+        Links {
+            parent: Some(members[i - 1]),
+            kids: Vec::new(),
+        }
+    };
+    if let Some(&next) = members.get(i + 1) {
+        l.kids.push(next);
+    }
+    l
 }
 
 fn links(n: u32, rank: u32, c: u32) -> Links {
@@ -37,10 +78,9 @@ fn links(n: u32, rank: u32, c: u32) -> Links {
 const LAG: usize = 1;
 
 pub(crate) fn all_reduce(ctx: &Ctx, b: &mut Builder) {
-    let n = ctx.n;
     for c in 0..ctx.nch() {
         let tag = ctx.tag(c);
-        let l = links(n, ctx.r, c);
+        let l = links_of(ctx, ctx.r, c);
         let (ps, pl) = ctx.part(ctx.req.count, c);
         let parts: Vec<(u64, u64)> = chunks(pl, ctx.chunk).collect();
         let lag = LAG;
@@ -66,11 +106,13 @@ fn up(b: &mut Builder, c: u32, tag: u64, l: &Links, at: u64, s: u64) {
     let partial = match l.kids.as_slice() {
         [] => step().own(inp),
         [k] => step().recv(*k).own(inp),
-        [k0, k1] => {
+        [k0, rest @ .., last] => {
             b.push(c, step().recv(*k0).own(inp).dst(out));
-            step().recv(*k1).src(out)
+            for &k in rest {
+                b.push(c, step().recv(k).src(out).dst(out));
+            }
+            step().recv(*last).src(out)
         }
-        _ => unreachable!("binary tree"),
     };
     match l.parent {
         Some(p) => b.push(c, partial.send(p)),
@@ -80,8 +122,8 @@ fn up(b: &mut Builder, c: u32, tag: u64, l: &Links, at: u64, s: u64) {
                 fin = fin.send(k0);
             }
             b.push(c, fin);
-            if let Some(&k1) = l.kids.get(1) {
-                b.push(c, step().src(out).send(k1));
+            for &k in l.kids.iter().skip(1) {
+                b.push(c, step().src(out).send(k));
             }
         }
     }
@@ -98,8 +140,8 @@ fn down(b: &mut Builder, c: u32, tag: u64, l: &Links, at: u64, s: u64) {
         st = st.send(k0);
     }
     b.push(c, st);
-    if let Some(&k1) = l.kids.get(1) {
-        b.push(c, Step::new(s, tag).src(out).send(k1));
+    for &k in l.kids.iter().skip(1) {
+        b.push(c, Step::new(s, tag).src(out).send(k));
     }
 }
 
@@ -123,6 +165,40 @@ mod tests {
                     }
                 }
                 assert_eq!(roots, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn host_trees_are_consistent_and_cross_hosts_only_between_leaders() {
+        let layouts: Vec<Vec<u32>> = vec![
+            vec![0, 0, 1, 1],
+            vec![0, 1, 0, 1, 0, 1, 0, 1],
+            vec![0, 0, 0, 1, 2, 2, 1, 3, 3, 3, 3],
+            (0..9).collect(),
+            (0..16).map(|r| r / 8).collect(),
+        ];
+        for keys in layouts {
+            let h = HostLayout::from_keys(&keys).expect("several hosts");
+            let n = h.nranks();
+            for c in 0..2 {
+                let mut roots = 0;
+                for r in 0..n {
+                    let l = host_links(&h, r, c);
+                    assert!(l.kids.len() <= 3, "{keys:?}: rank {r} has {:?}", l.kids);
+                    match l.parent {
+                        None => roots += 1,
+                        Some(p) => assert!(host_links(&h, p, c).kids.contains(&r)),
+                    }
+                    for k in l.kids {
+                        assert_eq!(host_links(&h, k, c).parent, Some(r));
+                        if h.host_of(k) != h.host_of(r) {
+                            assert_eq!(h.members(h.host_of(k))[0], k, "{keys:?}");
+                            assert_eq!(h.members(h.host_of(r))[0], r, "{keys:?}");
+                        }
+                    }
+                }
+                assert_eq!(roots, 1, "{keys:?}");
             }
         }
     }

@@ -10,11 +10,12 @@
 use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
-    Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, P2pDir, P2pLl, P2pOp,
-    Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for, build_coll, build_p2p, coll_tag,
-    tuner::Topology, zero_copy,
+    Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, HostLayout, P2pDir,
+    P2pLl, P2pOp, Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for, build_coll,
+    build_p2p, coll_tag, tuner::Topology, zero_copy,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
 
 const RANKS: [u32; 7] = [1, 2, 3, 4, 5, 8, 16];
 const GAP: u64 = 3;
@@ -63,6 +64,30 @@ struct Case {
     inexact: bool,
     /// Zero-copy wrapping.
     zc: Zc,
+    /// Which host each rank is on.
+    hosts: Hosts,
+}
+
+/// The host layout of a case.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Hosts {
+    /// Every rank on one host (no layout).
+    One,
+    /// Rank r on host r % k: rings and trees reorder the ranks.
+    RoundRobin(u32),
+    /// k hosts of contiguous ranks: rings keep the rank order, trees chain inside hosts.
+    Blocks(u32),
+}
+
+impl Hosts {
+    fn layout(self, n: u32) -> Option<Arc<HostLayout>> {
+        let keys: Vec<u32> = match self {
+            Hosts::One => return None,
+            Hosts::RoundRobin(k) => (0..n).map(|r| r % k).collect(),
+            Hosts::Blocks(k) => (0..n).map(|r| r * k / n).collect(),
+        };
+        HostLayout::from_keys(&keys)
+    }
 }
 
 impl Case {
@@ -80,6 +105,7 @@ impl Case {
             red: Red::Sum,
             inexact: false,
             zc: Zc::Off,
+            hosts: Hosts::One,
         }
     }
 }
@@ -380,6 +406,7 @@ fn request(c: &Case, r: u32) -> CollRequest {
         proto: Protocol::Simple,
         nchannels: c.nch,
         chunk_elems: c.chunk,
+        hosts: c.hosts.layout(c.n),
     }
 }
 
@@ -578,6 +605,33 @@ sweep_tests! {
     all_to_all_direct: AllToAll Direct;
     gather_direct: Gather Direct;
     scatter_direct: Scatter Direct;
+}
+
+/// Rings and trees ordered by host: every operation of a ring or tree plan, on ranks spread
+/// over hosts round-robin (the ring then differs from the rank order) and in blocks.
+#[test]
+fn host_ordered_rings_and_trees() {
+    use CollKind::*;
+    let plans = [
+        (AllReduce, Algorithm::Ring),
+        (AllReduce, Algorithm::Tree),
+        (AllReduce, Algorithm::Direct),
+        (Broadcast, Algorithm::Ring),
+        (Reduce, Algorithm::Ring),
+        (AllGather, Algorithm::Ring),
+        (ReduceScatter, Algorithm::Ring),
+        (AllToAll, Algorithm::Direct),
+    ];
+    for (kind, algo) in plans {
+        for hosts in [Hosts::RoundRobin(2), Hosts::RoundRobin(3), Hosts::Blocks(2)] {
+            check_all(
+                sweep(kind, algo)
+                    .into_iter()
+                    .filter(|c| c.n >= 2)
+                    .map(|c| Case { hosts, ..c }),
+            );
+        }
+    }
 }
 
 #[test]
@@ -838,6 +892,10 @@ fn bad_requests_are_refused() {
         },
         CollRequest {
             chunk_elems: 0,
+            ..ok.clone()
+        },
+        CollRequest {
+            hosts: HostLayout::from_keys(&[0, 1, 1]),
             ..ok.clone()
         },
         CollRequest {
@@ -1588,6 +1646,7 @@ fn zero_copy_premulsum_per_rank_scalars() {
         proto: Protocol::Simple,
         nchannels: 1,
         chunk_elems: 8,
+        hosts: None,
     };
     assert!(zero_copy::handles(&req(Reduction::none())));
     let premul = Reduction::lower(
