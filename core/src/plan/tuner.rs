@@ -52,7 +52,7 @@ struct Heuristics {
     /// Tree for AllReduce above `direct_max` up to this size...
     tree_max: u64,
     /// ...when there are at least this many ranks (below, the ring's extra hops are cheap).
-    tree_min_ranks: u32,
+    tree_min_ranks: [u32; 4],
     /// LL up to this size.
     ll_max: [u64; 4],
     /// LL128 up to this size, Simple above.
@@ -90,7 +90,12 @@ const HEURISTICS: Heuristics = Heuristics {
     // at 32 MiB in a graph direct took 170 us, ring 144.
     direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 64 * KIB],
     tree_max: 4 * MIB,
-    tree_min_ranks: 8,
+    // Several hosts: every ring hop that crosses the network costs a network latency, and the
+    // tree ordered by host (chains inside hosts) crosses fewer. One H100 under MPS, ranks as
+    // their own "hosts" over NET/Socket, AllReduce (2026-11-25, a07bd17), ring / tree us:
+    // 4 ranks as 2 hosts x 2: 512 KiB 411 / 347, 2 MiB 1939 / 746, 8 MiB 2937 / 2210;
+    // 4 ranks as 4 hosts: 128 KiB 559 / 475, 2 MiB 2242 / 1839, 8 MiB 5770 / 6414.
+    tree_min_ranks: [8, 8, 8, 4],
     // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
     ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 64 * KIB],
     ll128_max: 8 * MIB,
@@ -554,7 +559,9 @@ fn default_algo(kind: CollKind, bytes: u64, nranks: u32, ti: usize) -> Algorithm
         | CollKind::SendRecv => Algorithm::Direct,
         _ if bytes <= h.direct_max => Algorithm::Direct,
         _ if nranks <= 2 && bytes <= h.direct_max_two_ranks[ti] => Algorithm::Direct,
-        CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks => Algorithm::Tree,
+        CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks[ti] => {
+            Algorithm::Tree
+        }
         _ => Algorithm::Ring,
     }
 }
@@ -649,6 +656,21 @@ mod tests {
             Protocol::Ll128
         );
         assert_eq!(pick(&t, CollKind::AllReduce, MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(pick(&t, CollKind::AllReduce, MIB, 4).algo, Algorithm::Ring);
+        let multi = |bytes, n| {
+            t.choose(
+                CollKind::AllReduce,
+                bytes,
+                DataType::Float32,
+                n,
+                Topology::MultiNode,
+            )
+            .algo
+        };
+        assert_eq!(multi(MIB, 4), Algorithm::Tree, "hosts: tree from 4 ranks");
+        assert_eq!(multi(MIB, 3), Algorithm::Ring);
+        assert_eq!(multi(8, 4), Algorithm::Direct);
+        assert_eq!(multi(8 * MIB, 4), Algorithm::Ring);
         assert_eq!(
             pick(&t, CollKind::AllReduce, 64 * MIB, 16).algo,
             Algorithm::Ring
