@@ -12,6 +12,8 @@ pub mod connect;
 pub mod plugin;
 pub mod proxy;
 mod readiness;
+#[cfg(test)]
+mod reset_tests;
 pub mod socket;
 
 use crate::error::Result;

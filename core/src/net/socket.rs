@@ -254,6 +254,16 @@ fn decode_handle(h: &Handle) -> Result<HandleInfo> {
     })
 }
 
+/// Points a listen handle at `to` instead (a relay standing between the ranks in tests);
+/// returns the address it named.
+#[cfg(test)]
+pub(super) fn redirect_handle(h: &mut Handle, to: SocketAddr) -> Result<SocketAddr> {
+    let mut info = decode_handle(h)?;
+    let was = std::mem::replace(&mut info.addr, to);
+    encode_handle(h, &info);
+    Ok(was)
+}
+
 /// A listen: the token its connections present, and how many sockets make one.
 struct SocketListen {
     token: u64,
