@@ -249,11 +249,8 @@ mod tests {
         assert!(own.name().starts_with(NAME_PREFIX));
         assert!(exists(own.name()));
         // SAFETY: inside the mapping.
-        assert_eq!(
-            unsafe { *own.base().add(3 * 4096 + 4) },
-            0,
-            "fresh memory is zero"
-        );
+        let last = unsafe { *own.base().add(3 * 4096 + 4) };
+        assert_eq!(last, 0, "fresh memory is zero");
         let peer = ShmSegment::open(own.name(), own.len()).unwrap();
         // SAFETY: both inside their mappings of the same segment.
         unsafe {
