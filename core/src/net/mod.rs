@@ -14,6 +14,8 @@ pub mod proxy;
 mod readiness;
 #[cfg(test)]
 mod reset_tests;
+#[cfg(test)]
+mod latency_probe;
 pub mod socket;
 
 use crate::error::Result;

@@ -1,0 +1,136 @@
+//! How long a small message takes through two proxies and the socket network, with CPU threads
+//! playing the kernels: the host's share of a NET operation's latency. Ignored by default (it
+//! measures, it does not check); run it on the machine in question with
+//! `cargo test --release -p oxccl-core --lib latency_probe -- --ignored --nocapture`.
+
+use super::proxy::testkit::Kernel;
+use super::proxy::testkit::Mem;
+use super::proxy::{FifoLayout, HostFifo, Proxy, ProxyConn, Side};
+use super::socket::{SocketConfig, SocketNet};
+use super::{HANDLE_BYTES, Net, RecvComm, SendComm};
+use crate::abort::AbortFlag;
+use crate::bootstrap::wire::SessionKey;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+fn net(rank: u32) -> Arc<dyn Net> {
+    Arc::new(SocketNet::new(
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        "lo",
+        rank,
+        SessionKey {
+            secret: 31,
+            nonce: 32,
+        },
+        Duration::from_secs(5),
+        SocketConfig::default(),
+    ))
+}
+
+/// A connection from `a` to `b`.
+fn link(a: &Arc<dyn Net>, b: &Arc<dyn Net>) -> (SendComm, RecvComm) {
+    let mut h = [0u8; HANDLE_BYTES];
+    let mut l = b.listen(0, &mut h).unwrap();
+    let s = loop {
+        if let Some(s) = a.connect(0, &mut h).unwrap() {
+            break s;
+        }
+    };
+    let r = loop {
+        if let Some(r) = b.accept(&mut l).unwrap() {
+            break r;
+        }
+    };
+    (s, r)
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_small_message_one_way() {
+    let layout = FifoLayout {
+        nslots: 8,
+        slot_bytes: 256 << 10,
+    };
+    let (n0, n1) = (net(0), net(1));
+    let (s01, r01) = link(&n0, &n1);
+    let (s10, r10) = link(&n1, &n0);
+    let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
+    let fifo = |i: usize| HostFifo {
+        base: mems[i].ptr,
+        layout,
+    };
+    let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
+    let conn = |peer, fifo, side| ProxyConn {
+        peer,
+        channel: 0,
+        fifo,
+        side,
+    };
+    let p0 = Proxy::start(
+        n0,
+        0,
+        vec![
+            conn(1, fifo(0), Side::Send(s01)),
+            conn(1, fifo(1), Side::Recv(r10)),
+        ],
+        a0.clone(),
+    )
+    .unwrap();
+    let p1 = Proxy::start(
+        n1,
+        1,
+        vec![
+            conn(0, fifo(2), Side::Send(s10)),
+            conn(0, fifo(3), Side::Recv(r01)),
+        ],
+        a1.clone(),
+    )
+    .unwrap();
+    let iters = 20_000u64;
+    let n = u64::from(layout.nslots);
+    // One side sends message i and waits for the answer i; the other answers each message.
+    let play = |send: HostFifo, recv: HostFifo, first: bool, abort: AbortFlag| {
+        let (ks, kr) = (Kernel(send), Kernel(recv));
+        std::thread::spawn(move || {
+            let mut times = Vec::with_capacity(iters as usize);
+            for i in 0..iters {
+                let t = Instant::now();
+                let send_one = || {
+                    if i >= n {
+                        assert!(ks.wait_geq(FifoLayout::HEAD, i + 1 - n, &abort));
+                    }
+                    ks.ctr(FifoLayout::SIZES + (i % n) * 8)
+                        .store(8, Ordering::Release);
+                    ks.ctr(FifoLayout::TAIL).store(i + 1, Ordering::Release);
+                };
+                if first {
+                    send_one();
+                }
+                assert!(kr.wait_geq(FifoLayout::TAIL, i + 1, &abort));
+                kr.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
+                if !first {
+                    send_one();
+                }
+                times.push(t.elapsed());
+            }
+            times
+        })
+    };
+    let pinger = play(fifo(0), fifo(1), true, a0.clone());
+    let ponger = play(fifo(2), fifo(3), false, a1.clone());
+    let mut t = pinger.join().unwrap();
+    ponger.join().unwrap();
+    drop((p0, p1));
+    t.drain(..(iters / 10) as usize);
+    t.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+    println!(
+        "one-way 8-byte message through two proxies and the socket network: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
+        us(t[t.len() / 2]),
+        us(t[t.len() / 10]),
+        us(t[t.len() * 9 / 10]),
+        us(t[t.len() * 99 / 100])
+    );
+}
