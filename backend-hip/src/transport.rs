@@ -308,10 +308,8 @@ impl HipTransport {
         abort: &AbortFlag,
     ) -> Result<()> {
         abort.check()?;
-        if !kernels::kernels_built() {
-            return Err(Error::usage(
-                "the HIP backend was built without device kernels (no hipcc at build time; see docs/hip.md)",
-            ));
+        if !self.be.has_kernels() {
+            return Err(crate::code_object::CodeObject::missing());
         }
         let nch = work.channels.len();
         if nch == 0 || work.step_count() == 0 {
