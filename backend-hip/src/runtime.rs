@@ -237,10 +237,17 @@ pub fn open_override(path: &std::path::Path) -> Result<(sys::HipApi, PathBuf)> {
     // SAFETY: as in `open_library`: the user chose this library as the HIP runtime.
     match unsafe { sys::HipApi::new(path) } {
         Ok(api) => Ok((api, path.to_path_buf())),
-        Err(e) => Err(unavailable(format!(
-            "{RUNTIME_ENV}={}: cannot load it ({e})",
-            path.display()
-        ))),
+        Err(e) => {
+            // libloading keeps the loader's own words (dlerror) in the error's source.
+            let why = match std::error::Error::source(&e) {
+                Some(src) => format!("{e}: {src}"),
+                None => e.to_string(),
+            };
+            Err(unavailable(format!(
+                "{RUNTIME_ENV}={}: cannot load it ({why})",
+                path.display()
+            )))
+        }
     }
 }
 
