@@ -9,6 +9,9 @@
 #     cargo build --release -p oxccl-hip-on-cuda
 #   OXCCL_HIP_RUNTIME (default BIN_DIR/libamdhip64.so) and OXCCL_HIP_CODE_OBJECT (default: what
 #   BIN_DIR/hip-on-cuda-kernels writes, nvcc's kernels with HIP's launch ABI) override the two.
+#   ROCM=1 runs the same configurations on an AMD GPU instead: ROCm's libamdhip64.so (found
+#   through ROCM_PATH) and the code objects built in (OXCCL_HIP_ARCHS at build time); nothing
+#   of tests/hip-on-cuda is needed then.
 #   COMPARE=1 also runs every configuration through the CUDA backend (names cuda1-*, cuda2-*, ...), so the two
 #   totals can be compared. QUICK=1 drops the 1M-element cases, ONLY=REGEX selects
 #   configurations by name, LIMIT sets each one's time limit (default 120 s), as in run.sh.
@@ -30,28 +33,38 @@ BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-hip-on-cuda-logs}
 mkdir -p "$LOG"
 LIMIT=${LIMIT:-120}
-NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 TOTAL_PASS=0; TOTAL_FAIL=0; CUDA_PASS=0; CUDA_FAIL=0; SUMMARY=()
 export NCCL_NVLS_ENABLE=0
 
-BIN_ABS=$(cd "$BIN" && pwd)
-export OXCCL_HIP_RUNTIME=${OXCCL_HIP_RUNTIME:-$BIN_ABS/libamdhip64.so}
-if [ -z "${OXCCL_HIP_CODE_OBJECT:-}" ]; then
-  OXCCL_HIP_CODE_OBJECT=$LOG/oxccl-hip-abi.fatbin
-  if ! "$BIN/hip-on-cuda-kernels" "$OXCCL_HIP_CODE_OBJECT"; then
-    echo "hip-on-cuda.sh: no code object (build oxccl-hip-on-cuda with nvcc, or set OXCCL_HIP_CODE_OBJECT)"
-    exit 2
+if [ "${ROCM:-0}" = 1 ]; then
+  NGPU=$(rocm-smi --showid 2>/dev/null | grep -o '^GPU\[[0-9]*\]' | sort -u | wc -l)
+  RUNTIME="ROCm"
+else
+  NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+  BIN_ABS=$(cd "$BIN" && pwd)
+  export OXCCL_HIP_RUNTIME=${OXCCL_HIP_RUNTIME:-$BIN_ABS/libamdhip64.so}
+  if [ -z "${OXCCL_HIP_CODE_OBJECT:-}" ]; then
+    OXCCL_HIP_CODE_OBJECT=$LOG/oxccl-hip-abi.fatbin
+    if ! "$BIN/hip-on-cuda-kernels" "$OXCCL_HIP_CODE_OBJECT"; then
+      echo "hip-on-cuda.sh: no code object (build oxccl-hip-on-cuda with nvcc, or set OXCCL_HIP_CODE_OBJECT)"
+      exit 2
+    fi
   fi
+  export OXCCL_HIP_CODE_OBJECT
+  for f in "$OXCCL_HIP_RUNTIME" "$OXCCL_HIP_CODE_OBJECT"; do
+    if [ ! -e "$f" ]; then
+      echo "hip-on-cuda.sh: $f not found"
+      exit 2
+    fi
+  done
+  echo "OXCCL_HIP_RUNTIME=$OXCCL_HIP_RUNTIME"
+  echo "OXCCL_HIP_CODE_OBJECT=$OXCCL_HIP_CODE_OBJECT"
+  RUNTIME=$(basename "$OXCCL_HIP_RUNTIME")
 fi
-export OXCCL_HIP_CODE_OBJECT
-for f in "$BIN/gpu-check" "$OXCCL_HIP_RUNTIME" "$OXCCL_HIP_CODE_OBJECT"; do
-  if [ ! -e "$f" ]; then
-    echo "hip-on-cuda.sh: $f not found"
-    exit 2
-  fi
-done
-echo "OXCCL_HIP_RUNTIME=$OXCCL_HIP_RUNTIME"
-echo "OXCCL_HIP_CODE_OBJECT=$OXCCL_HIP_CODE_OBJECT"
+if [ ! -x "$BIN/gpu-check" ]; then
+  echo "hip-on-cuda.sh: $BIN/gpu-check not found"
+  exit 2
+fi
 
 # One configuration: name, env..., -- gpu-check arguments; counted by its RESULT line (the
 # conventions of run.sh's run_exe: a missing RESULT line or a time-out counts as a failure).
@@ -97,7 +110,7 @@ else
 fi
 
 if [ "$NGPU" -lt 1 ]; then
-  echo "hip-on-cuda.sh: no NVIDIA GPU (nvidia-smi -L lists none)"
+  echo "hip-on-cuda.sh: no GPU (nvidia-smi -L, or rocm-smi --showid with ROCM=1, lists none)"
   exit 2
 fi
 check hip1-initall -- --mode initall --ranks 1 $SMALL $BIG
@@ -121,7 +134,7 @@ check hip2-procs-auto -- --mode procs --ranks 2 $SMALL $BIG1
 check hip2-procs-offsets-vmm -- --mode procs --ranks 2 $SMALL --big-count 0 --offsets --vmm
 check hip3-procs-dead-peer -- --mode procs --ranks 3 --dead-peer 1048579
 
-echo "==== summary ($NGPU GPUs, HIP backend on $(basename "$OXCCL_HIP_RUNTIME")) ===="
+echo "==== summary ($NGPU GPUs, HIP backend on $RUNTIME) ===="
 printf '%s\n' "${SUMMARY[@]}"
 if [ "${COMPARE:-0}" = 1 ]; then
   echo "CUDA pass=$CUDA_PASS fail=$CUDA_FAIL"
