@@ -176,7 +176,9 @@ pub fn memory_type_of(cuda: u32, managed: bool) -> u32 {
 }
 
 /// `hipPointerGetAttributes` -> `cuPointerGetAttributes`, which answers memory CUDA does not know
-/// with zeroes: that is ROCm 6's "unregistered" (host memory), as backend-hip expects.
+/// with zeroes: that is ROCm 6's "unregistered" (host memory), as backend-hip expects. The
+/// addresses are asked one by one afterwards, where CUDA may refuse the one that does not apply
+/// (a device pointer of pageable memory, a host pointer of device memory): they stay null then.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipPointerGetAttributes(
     attr: *mut HipPointerAttribute,
@@ -187,29 +189,42 @@ pub unsafe extern "C" fn hipPointerGetAttributes(
         let mut which = [
             A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
             A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            A::CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-            A::CU_POINTER_ATTRIBUTE_HOST_POINTER,
             A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         ];
-        // Each answer is at most 8 bytes (a bool, an int or a pointer) written at the start of
-        // its zeroed slot, so reading the slot as a little-endian u64 gives the value.
-        let mut slots = [0u64; 5];
+        // Each answer (a bool or a 32-bit integer) is written at the start of its zeroed slot,
+        // so reading the slot as a little-endian u64 gives the value.
+        let mut slots = [0u64; 3];
         let mut data: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
-        // SAFETY: `which` and `data` both hold 5 entries; each slot has room for its answer.
+        // SAFETY: `which` and `data` both hold 3 entries; each slot has room for its answer.
         cu("cuPointerGetAttributes", unsafe {
-            sys::cuPointerGetAttributes(5, which.as_mut_ptr(), data.as_mut_ptr(), ptr as u64)
+            sys::cuPointerGetAttributes(3, which.as_mut_ptr(), data.as_mut_ptr(), ptr as u64)
         })?;
-        let kind = memory_type_of(slots[0] as u32, slots[4] as u8 != 0);
+        let managed = slots[2] as u8 != 0;
+        let kind = memory_type_of(slots[0] as u32, managed);
+        let address = |what: A| {
+            let mut v = 0u64;
+            // SAFETY: both address attributes write one pointer-sized value into `v`; a refusal
+            // leaves it 0.
+            let _ = unsafe {
+                sys::cuPointerGetAttribute((&mut v as *mut u64).cast(), what, ptr as u64)
+            };
+            v as *mut c_void
+        };
+        let known = kind != memory_type::UNREGISTERED;
         let a = HipPointerAttribute {
             memory_type: kind,
-            device: if kind == memory_type::UNREGISTERED {
-                -1
+            device: if known { slots[1] as u32 as i32 } else { -1 },
+            device_pointer: if known {
+                address(A::CU_POINTER_ATTRIBUTE_DEVICE_POINTER)
             } else {
-                slots[1] as u32 as i32
+                std::ptr::null_mut()
             },
-            device_pointer: slots[2] as *mut c_void,
-            host_pointer: slots[3] as *mut c_void,
-            is_managed: i32::from(slots[4] as u8 != 0),
+            host_pointer: if known {
+                address(A::CU_POINTER_ATTRIBUTE_HOST_POINTER)
+            } else {
+                ptr.cast_mut()
+            },
+            is_managed: i32::from(managed),
             allocation_flags: 0,
         };
         // SAFETY: HIP's contract: `attr` is null or writable.
