@@ -12,6 +12,9 @@
 #   ROCM=1 runs the same configurations on an AMD GPU instead: ROCm's libamdhip64.so (found
 #   through ROCM_PATH) and the code objects built in (OXCCL_HIP_ARCHS at build time); nothing
 #   of tests/hip-on-cuda is needed then.
+#   RCCL_PREFIX=DIR (an install of librccl.so.1: DIR/lib/librccl.so.1, DIR/include/rccl/rccl.h,
+#   from `cargo xtask install --rccl --prefix DIR`) adds the C ABI test (tests/c/abi_test.c, RCCL
+#   flavour) in GPU mode against that library, as hip-abi-test (needs gcc).
 #   COMPARE=1 also runs every configuration through the CUDA backend (names cuda1-*, cuda2-*, ...), so the two
 #   totals can be compared. QUICK=1 drops the 1M-element cases, ONLY=REGEX selects
 #   configurations by name, LIMIT sets each one's time limit (default 120 s), as in run.sh.
@@ -133,6 +136,27 @@ fi
 check hip2-procs-auto -- --mode procs --ranks 2 $SMALL $BIG1
 check hip2-procs-offsets-vmm -- --mode procs --ranks 2 $SMALL --big-count 0 --offsets --vmm
 check hip3-procs-dead-peer -- --mode procs --ranks 3 --dead-peer 1048579
+
+# The C ABI test of the RCCL flavour: one rank per GPU (at most 4), CUDA managed buffers and
+# CUDA streams, which are HIP's under the test runtime. Counted as one configuration.
+if [ -n "${RCCL_PREFIX:-}" ] && { [ -z "${ONLY:-}" ] || [[ hip-abi-test =~ $ONLY ]]; }; then
+  ABI_BIN=$LOG/abi-test-rccl
+  if gcc -O1 -Wall -Werror -pthread -DOXCCL_TEST_RCCL -I"$RCCL_PREFIX/include" \
+    "$(dirname "$0")/../c/abi_test.c" -L"$RCCL_PREFIX/lib" -l:librccl.so.1 -ldl -o "$ABI_BIN" \
+    >"$LOG/hip-abi-test.log" 2>&1; then
+    t0=$(date +%s)
+    OXCCL_TEST_GPU=1 LD_LIBRARY_PATH="$(cd "$RCCL_PREFIX/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      timeout -k 5 "$LIMIT" "$ABI_BIN" >>"$LOG/hip-abi-test.log" 2>&1
+    rc=$?; t1=$(date +%s)
+  else
+    rc=2; t0=0; t1=0
+  fi
+  if [ $rc -eq 0 ] && grep -q "ALL PASS" "$LOG/hip-abi-test.log"; then p=1; f=0; else p=0; f=1; fi
+  TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
+  SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' hip-abi-test "$rc" "$p" "$f" $((t1-t0)))")
+  echo "${SUMMARY[-1]}"
+  grep -m5 -E '(FAIL|error)' "$LOG/hip-abi-test.log" | cut -c1-300
+fi
 
 echo "==== summary ($NGPU GPUs, HIP backend on $RUNTIME) ===="
 printf '%s\n' "${SUMMARY[@]}"
