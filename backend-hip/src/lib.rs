@@ -4,8 +4,9 @@
 //! What is here: device selection, VMM memory (with a `hipMalloc` fallback), export and import of
 //! memory for other processes (POSIX file descriptors of VMM allocations, `hipIpc*` handles of
 //! `hipMalloc` ones), streams, events, async copies, pointer queries, capture status, loading
-//! the embedded code objects, and the device transport and kernel launch ([`transport`], the
-//! twin of the CUDA backend's). None of it has run on an AMD GPU.
+//! the kernels' code object ([`code_object`]: embedded, or `OXCCL_HIP_CODE_OBJECT`), and the
+//! device transport and kernel launch ([`transport`], the twin of the CUDA backend's). None of
+//! it has run on an AMD GPU; `tests/hip-on-cuda` runs it on NVIDIA GPUs (docs/hip.md).
 
 pub mod buffers;
 pub mod code_object;

@@ -2,7 +2,7 @@
 
 use crate::boundary::{export, put, with_context, with_driver};
 use crate::context;
-use crate::status::cu;
+use crate::status::{Failure, cu};
 use crate::types::{HIP_VERSION, HipError};
 use cudarc::driver::sys;
 
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn hipGetDeviceCount(count: *mut i32) -> HipError {
         // SAFETY: HIP's contract: `count` is null or writable.
         unsafe { put(count, n as i32) }?;
         if n == 0 {
-            return Err(crate::status::Failure::new(
+            return Err(Failure::new(
                 HipError::NO_DEVICE,
                 "the CUDA driver reports no device",
             ));
