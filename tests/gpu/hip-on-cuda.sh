@@ -117,7 +117,7 @@ if [ "$NGPU" -lt 1 ]; then
   exit 2
 fi
 check hip1-initall -- --mode initall --ranks 1 $SMALL $BIG
-check hip2-initall-auto -- --mode initall --ranks 2 $SMALL $BIG
+check hip2-initall-auto -- --mode initall --ranks 2 $SMALL $BIG1
 for a in ring tree direct; do
   check hip2-initall-$a NCCL_ALGO=$a -- --mode initall --ranks 2 $SMALL $BIG1
 done
