@@ -21,9 +21,8 @@
 //!
 //! Variants, combinable:
 //! - `--graph N` (CUDA only so far): every operation is captured into a graph on the rank's
-//!   stream instead of
-//!   being issued eagerly, the graph is replayed N-1 times, the inputs are refilled and the
-//!   outputs poisoned, and one last replay is checked element by element.
+//!   stream instead of being issued eagerly, the graph is replayed N-1 times, the inputs are
+//!   refilled and the outputs poisoned, and one last replay is checked element by element.
 //! - `--split`: the cases run on a communicator split from the world one with the ranks reversed
 //!   (one color, key `nranks - 1 - rank`), and are checked with the new rank numbers.
 //! - `--offsets`: each rank allocates one send and one receive arena once, and case `i` uses
