@@ -7,6 +7,7 @@
 mod common;
 
 #[path = "../kernels/cuda/build.rs"]
+#[allow(dead_code)]
 mod nvcc;
 
 fn main() {

@@ -4,15 +4,19 @@
 //! What is here: device selection, VMM memory (with a `hipMalloc` fallback), export and import of
 //! memory for other processes (POSIX file descriptors of VMM allocations, `hipIpc*` handles of
 //! `hipMalloc` ones), streams, events, async copies, pointer queries, capture status, loading
-//! the embedded code objects, and the device transport and kernel launch ([`transport`], the
-//! twin of the CUDA backend's). None of it has run on an AMD GPU.
+//! the kernels' code object ([`code_object`]: embedded, or `OXCCL_HIP_CODE_OBJECT`), and the
+//! device transport and kernel launch ([`transport`], the twin of the CUDA backend's). None of
+//! it has run on an AMD GPU; `tests/hip-on-cuda` runs it on NVIDIA GPUs (docs/hip.md).
 
+pub mod buffers;
+pub mod code_object;
 pub mod kernels;
 pub mod runtime;
 #[rustfmt::skip]
 pub mod sys;
 pub mod transport;
 
+use code_object::CodeObject;
 pub use kernels::{FifoGeometry, MAX_CHANNELS};
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
@@ -98,6 +102,8 @@ pub struct HipBackend {
     modules: Arc<Mutex<HashMap<i32, usize>>>,
     /// How communicators' FIFOs are cut (`OXCCL_FIFO_*`).
     geometry: FifoGeometry,
+    /// The kernels' code object (embedded, or `OXCCL_HIP_CODE_OBJECT`).
+    code: CodeObject,
 }
 
 impl std::fmt::Debug for HipBackend {
@@ -105,6 +111,23 @@ impl std::fmt::Debug for HipBackend {
         f.debug_struct("HipBackend")
             .field("hip", &self.hip)
             .finish_non_exhaustive()
+    }
+}
+
+/// Adds which code object was used to a module error (a user-supplied one may lack a kernel or
+/// target another GPU).
+fn with_source(e: Error, code: &CodeObject) -> Error {
+    match e {
+        Error::Backend {
+            api,
+            code: c,
+            detail,
+        } => Error::Backend {
+            api,
+            code: c,
+            detail: format!("{detail} (code object: {})", code.describe()),
+        },
+        other => other,
     }
 }
 
@@ -134,12 +157,15 @@ impl HipBackend {
         unsafe { self.hip.stream_done(stream.raw()) }
     }
 
-    /// Loads the HIP runtime and checks that a device exists ("no HIP runtime ..." / "no HIP
-    /// device" otherwise).
+    /// Loads the HIP runtime (`OXCCL_HIP_RUNTIME`, else ROCm's) and checks that a device exists
+    /// ("no HIP runtime ..." / "no HIP device" otherwise); the kernels come from
+    /// `OXCCL_HIP_CODE_OBJECT` when it is set, else from this build.
     pub fn load() -> Result<HipBackend> {
         let geometry = FifoGeometry::from_env()?;
+        let code = CodeObject::from_env()?;
         let mut be = HipBackend::with_runtime(Hip::load()?);
         be.geometry = geometry;
+        be.code = code;
         Ok(be)
     }
 
@@ -151,7 +177,18 @@ impl HipBackend {
             granularity: Arc::new(Mutex::new(HashMap::new())),
             modules: Arc::new(Mutex::new(HashMap::new())),
             geometry: FifoGeometry::default(),
+            code: CodeObject::embedded(),
         }
+    }
+
+    /// True when there are kernels to launch (embedded, or `OXCCL_HIP_CODE_OBJECT`).
+    pub fn has_kernels(&self) -> bool {
+        self.code.available()
+    }
+
+    /// The code object the kernels are loaded from.
+    pub fn code_object(&self) -> &CodeObject {
+        &self.code
     }
 
     /// How this backend's communicators cut their FIFOs.
@@ -211,13 +248,11 @@ impl HipBackend {
         unsafe { hip_call!(self.hip, hipHostFree(host.cast())) }
     }
 
-    /// The kernel of element type `dtype` on `device`, loading the embedded code objects on
-    /// first use ("built without device kernels" when the build had no hipcc).
+    /// The kernel of element type `dtype` on `device`, loading the code object on first use
+    /// ("built without device kernels" when there is none).
     pub fn function(&self, device: i32, dtype: DataType) -> Result<sys::hipFunction_t> {
-        if !kernels::kernels_built() {
-            return Err(Error::usage(
-                "the HIP backend was built without device kernels (no hipcc at build time; see docs/hip.md)",
-            ));
+        if !self.has_kernels() {
+            return Err(CodeObject::missing());
         }
         let module = {
             let mut modules = lock(&self.modules);
@@ -226,13 +261,12 @@ impl HipBackend {
                 None => {
                     let m = with_device(self, device, || {
                         let mut m: sys::hipModule_t = std::ptr::null_mut();
-                        // SAFETY: CODE_OBJECT is a 16-byte aligned, 'static offload bundle.
+                        // SAFETY: the image is a whole, 16-byte aligned code object that
+                        // `self.code` keeps alive as long as the backend (and so the module).
                         unsafe {
-                            hip_call!(
-                                self.hip,
-                                hipModuleLoadData(&mut m, kernels::CODE_OBJECT.as_ptr().cast())
-                            )
-                        }?;
+                            hip_call!(self.hip, hipModuleLoadData(&mut m, self.code.image()))
+                        }
+                        .map_err(|e| with_source(e, &self.code))?;
                         Ok(m as usize)
                     })?;
                     modules.insert(device, m);
@@ -248,7 +282,8 @@ impl HipBackend {
                 self.hip,
                 hipModuleGetFunction(&mut f, module as sys::hipModule_t, name.as_ptr())
             )
-        }?;
+        }
+        .map_err(|e| with_source(e, &self.code))?;
         Ok(f)
     }
 

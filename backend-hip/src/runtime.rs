@@ -3,6 +3,7 @@
 //!
 //! Nothing here links against ROCm: a library built with the HIP backend starts on any machine
 //! and reports "no HIP runtime" or "no HIP device" as an ordinary [`Error`].
+//! `OXCCL_HIP_RUNTIME=<path>` loads that library and no other ([`RUNTIME_ENV`]).
 //!
 //! # ROCm 5 vs ROCm 6
 //!
@@ -29,6 +30,9 @@ use std::path::PathBuf;
 
 /// The sentence reported when no candidate library could be opened.
 pub const NO_RUNTIME: &str = "no HIP runtime (libamdhip64.so not found; set ROCM_PATH)";
+/// The variable naming the one runtime library to load instead of the default candidates (a HIP
+/// runtime outside ROCm's paths, or the test runtime for NVIDIA GPUs in `tests/hip-on-cuda`).
+pub const RUNTIME_ENV: &str = "OXCCL_HIP_RUNTIME";
 /// The sentence reported when the runtime loads but sees no device.
 pub const NO_DEVICE: &str = "no HIP device";
 
@@ -220,6 +224,33 @@ pub fn default_candidates() -> Vec<PathBuf> {
     out
 }
 
+/// The library `OXCCL_HIP_RUNTIME` names, when it is set and not empty.
+pub fn runtime_override() -> Option<PathBuf> {
+    std::env::var_os(RUNTIME_ENV)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Opens exactly `path` (what `OXCCL_HIP_RUNTIME` names): no other candidate is tried, so a
+/// mistyped path is an error naming it and the loader's reason, never another runtime.
+pub fn open_override(path: &std::path::Path) -> Result<(sys::HipApi, PathBuf)> {
+    // SAFETY: as in `open_library`: the user chose this library as the HIP runtime.
+    match unsafe { sys::HipApi::new(path) } {
+        Ok(api) => Ok((api, path.to_path_buf())),
+        Err(e) => {
+            // libloading keeps the loader's own words (dlerror) in the error's source.
+            let why = match std::error::Error::source(&e) {
+                Some(src) => format!("{e}: {src}"),
+                None => e.to_string(),
+            };
+            Err(unavailable(format!(
+                "{RUNTIME_ENV}={}: cannot load it ({why})",
+                path.display()
+            )))
+        }
+    }
+}
+
 /// Opens the first candidate that loads; [`NO_RUNTIME`] when none does.
 pub fn open_library(candidates: &[PathBuf]) -> Result<(sys::HipApi, PathBuf)> {
     for path in candidates {
@@ -234,15 +265,27 @@ pub fn open_library(candidates: &[PathBuf]) -> Result<(sys::HipApi, PathBuf)> {
 }
 
 impl Hip {
-    /// Opens the runtime from the default candidates and checks that a device exists.
+    /// Opens the runtime `OXCCL_HIP_RUNTIME` names, else the first of the default candidates,
+    /// and checks that a device exists.
     pub fn load() -> Result<Hip> {
-        Hip::load_from(&default_candidates())
+        match runtime_override() {
+            Some(path) => {
+                let (api, path) = open_override(&path)?;
+                Hip::start(api, path)
+            }
+            None => Hip::load_from(&default_candidates()),
+        }
     }
 
     /// Opens the runtime from `candidates`, checks the required entry points, initialises it
     /// and counts devices: [`NO_RUNTIME`] or [`NO_DEVICE`] when it cannot be used.
     pub fn load_from(candidates: &[PathBuf]) -> Result<Hip> {
         let (api, path) = open_library(candidates)?;
+        Hip::start(api, path)
+    }
+
+    /// Checks the required entry points of an opened runtime, initialises it and counts devices.
+    fn start(api: sys::HipApi, path: PathBuf) -> Result<Hip> {
         let mut hip = Hip {
             api,
             path,
@@ -539,6 +582,17 @@ mod tests {
         let err = Hip::load_from(&cands).unwrap_err();
         assert!(err.to_string().contains(NO_RUNTIME), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_override_that_does_not_load_is_named() {
+        let path = std::env::temp_dir().join("oxccl-absent-dir/libamdhip64.so");
+        let Err(err) = open_override(&path) else {
+            panic!("nothing to load at {}", path.display());
+        };
+        let s = err.to_string();
+        assert!(s.contains(RUNTIME_ENV), "{s}");
+        assert!(s.contains(&path.display().to_string()), "{s}");
     }
 
     #[test]

@@ -52,6 +52,12 @@ struct LaunchState {
     next: usize,
     /// Index of the arena of the latest launch (its event marks this communicator's tail).
     last: Option<usize>,
+    /// Replaced device buffers (`hipMalloc`), freed with the transport: `hipFree` waits for the
+    /// whole device, where another rank's kernel may be waiting for the very launch being
+    /// prepared (ranks sharing a GPU), as the CUDA transport's `retired`.
+    retired: Vec<DevicePtr>,
+    /// Replaced pinned staging (`hipHostMalloc`), freed with the transport for the same reason.
+    retired_host: Vec<*mut u8>,
 }
 
 /// One communicator's connections on the HIP backend.
@@ -212,6 +218,8 @@ impl HipTransport {
                 arenas: Vec::new(),
                 next: 0,
                 last: None,
+                retired: Vec::new(),
+                retired_host: Vec::new(),
             }),
         };
         // Zero the counters (slots need no initialisation).
@@ -308,10 +316,8 @@ impl HipTransport {
         abort: &AbortFlag,
     ) -> Result<()> {
         abort.check()?;
-        if !kernels::kernels_built() {
-            return Err(Error::usage(
-                "the HIP backend was built without device kernels (no hipcc at build time; see docs/hip.md)",
-            ));
+        if !self.be.has_kernels() {
+            return Err(crate::code_object::CodeObject::missing());
         }
         let nch = work.channels.len();
         if nch == 0 || work.step_count() == 0 {
@@ -364,23 +370,21 @@ impl HipTransport {
                 be.event_sync_raw(ev)?;
             }
             if scratch_need > st.scratch.1 {
-                be.dev_free(st.scratch.0);
-                st.scratch = (0, 0);
                 let n = scratch_need.next_power_of_two();
-                st.scratch = (be.dev_alloc(n)?, n);
+                let p = be.dev_alloc(n)?;
+                st.retired
+                    .push(std::mem::replace(&mut st.scratch, (p, n)).0);
             }
             if lb_need > st.loopback.1 {
-                be.dev_free(st.loopback.0);
-                st.loopback = (0, 0);
                 let n = lb_need.next_power_of_two();
-                st.loopback = (be.dev_alloc(n)?, n);
+                let p = be.dev_alloc(n)?;
+                st.retired
+                    .push(std::mem::replace(&mut st.loopback, (p, n)).0);
             }
             if fl_need > st.flags.1 {
-                be.dev_free(st.flags.0);
-                st.flags = (0, 0);
                 let n = fl_need.next_power_of_two().max(256);
                 let p = be.dev_alloc(n)?;
-                st.flags = (p, n);
+                st.retired.push(std::mem::replace(&mut st.flags, (p, n)).0);
                 // SAFETY: `p` holds `n` bytes; ordered before the kernel on the same stream.
                 unsafe { hip_call!(hip, hipMemsetAsync(p as *mut c_void, 0, n, s)) }?;
             }
@@ -408,11 +412,13 @@ impl HipTransport {
         // The arena's previous launch must have read its arguments before they are rewritten.
         be.event_sync_raw(arena.event)?;
         if arena.cap < lay.total {
+            // Retired, not freed (see `LaunchState::retired`).
             if !arena.host.is_null() {
-                // SAFETY: the staging came from host_alloc; its last copy has completed.
-                let _ = unsafe { be.host_free(arena.host) };
+                st.retired_host.push(arena.host);
             }
-            be.dev_free(arena.dev);
+            if arena.dev != 0 {
+                st.retired.push(arena.dev);
+            }
             arena.host = std::ptr::null_mut();
             arena.dev = 0;
             arena.cap = 0;
@@ -528,6 +534,13 @@ impl Drop for HipTransport {
                 }
                 be.dev_free(a.dev);
                 be.event_destroy_raw(a.event);
+            }
+            for p in st.retired_host.drain(..) {
+                // SAFETY: from host_alloc; every launch that read it is complete.
+                let _ = unsafe { be.host_free(p) };
+            }
+            for p in st.retired.drain(..) {
+                be.dev_free(p);
             }
             be.dev_free(st.scratch.0);
             be.dev_free(st.loopback.0);

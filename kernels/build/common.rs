@@ -35,10 +35,20 @@ pub struct Flavour {
     pub dir: &'static str,
 }
 
-/// Where the device sources are.
+/// Where the device sources are: `kernels/` beside the crate (the backends), else the nearest
+/// one above it (`tests/hip-on-cuda`). The backends keep their `../kernels` spelling, which is
+/// part of the compile cache's key.
 pub fn kernels_dir() -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    Path::new(&manifest).join("../kernels")
+    let beside = Path::new(&manifest).join("../kernels");
+    if beside.join("common").is_dir() {
+        return beside;
+    }
+    Path::new(&manifest)
+        .ancestors()
+        .map(|dir| dir.join("kernels"))
+        .find(|k| k.join("common").is_dir())
+        .unwrap_or(beside)
 }
 
 /// The build script's output directory.

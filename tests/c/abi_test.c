@@ -5,11 +5,14 @@
  * Two modes, chosen at run time:
  *  - host (default): OXCCL_BACKEND=host, 4 ranks, buffers are host memory and every call has
  *    completed when it returns (or when ncclGroupEnd returns).
- *  - GPU (OXCCL_TEST_GPU=1, NCCL flavour): one rank per GPU (at most 4), buffers are CUDA managed
+ *  - GPU (OXCCL_TEST_GPU=1): one rank per GPU (at most 4), buffers are CUDA managed
  *    memory, every rank has its own stream and the program synchronizes it before looking at a
  *    buffer. The CUDA driver is loaded with dlopen, so the program never links against CUDA and
  *    the same binary also runs against NVIDIA's libnccl.so.2 for comparison (functions that
  *    library lacks are weak references, and checks of oxccl-only behaviour are skipped there).
+ *    The RCCL flavour runs GPU mode only where HIP is CUDA underneath: librccl.so.1's HIP backend
+ *    over the test runtime of tests/hip-on-cuda (OXCCL_HIP_RUNTIME set), where a hipStream_t is
+ *    a CUstream.
  *
  * Sections: static checks (no communicator), the ranks in processes, the ranks in threads (every
  * collective, in place and out of place, send/recv, split, shrink, non-blocking init, an older
@@ -1436,12 +1439,17 @@ int main(int argc, char **argv) {
   if (!gpu) {
     setenv("OXCCL_BACKEND", "host", 0);
   } else {
-#ifdef OXCCL_TEST_RCCL
-    printf("abi_test (" FLAVOUR ", gpu): GPU mode drives CUDA; it needs the NCCL flavour\n");
-    return 2;
-#endif
     /* Fail rather than quietly fall back to the host backend. */
+#ifdef OXCCL_TEST_RCCL
+    if (!getenv("OXCCL_HIP_RUNTIME")) {
+      printf("abi_test (" FLAVOUR ", gpu): GPU mode drives CUDA; the RCCL flavour needs the HIP "
+             "backend over tests/hip-on-cuda (set OXCCL_HIP_RUNTIME)\n");
+      return 2;
+    }
+    setenv("OXCCL_BACKEND", "hip", 0);
+#else
     setenv("OXCCL_BACKEND", "cuda", 0);
+#endif
     char err[512];
     ndev = probe_devices(err, sizeof err);
     if (ndev < 1) {

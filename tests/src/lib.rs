@@ -6,6 +6,7 @@
 //! are compared bit for bit (Avg on floating types allows the one rounding of its division).
 
 pub mod bench;
+pub mod check_device;
 pub mod cudart;
 pub mod harness;
 pub mod nccl_lib;

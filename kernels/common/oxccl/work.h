@@ -175,7 +175,11 @@ struct OxcclOneShotParams {
 // Bytes of argument block a launch may carry inline in its parameters (args_block.rs has the
 // same numbers). HIP always passes the block by address: taking the address of a large by-value
 // kernel argument may copy it per thread there, and CUDA's __grid_constant__ has no HIP twin.
-#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)
+// nvcc builds with HIP's launch ABI too when OXCCL_HIP_LAUNCH_ABI is defined: the HIP backend
+// then runs these kernels on an NVIDIA GPU through tests/hip-on-cuda (docs/hip.md), passing the
+// same 32-byte parameters it passes on AMD.
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP__) || \
+    defined(OXCCL_HIP_LAUNCH_ABI)
 #define OXCCL_INLINE_ARGS_BYTES 16
 #else
 #define OXCCL_INLINE_ARGS_BYTES 4000

@@ -1,7 +1,8 @@
-//! Checks every collective on the CUDA backend with device buffers, on real GPUs.
+//! Checks every collective on a device backend (CUDA, or HIP) with device buffers, on real GPUs.
 //!
 //! ```text
-//! gpu-check --mode initall|threads|procs --ranks N [--counts 0,1,7|none] [--types all|f32,bf16]
+//! gpu-check [--backend cuda|hip] --mode initall|threads|procs --ranks N
+//!           [--counts 0,1,7|none] [--types all|f32,bf16]
 //!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
 //!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
 //!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--list]
@@ -13,10 +14,15 @@
 //! `RESULT pass=P fail=F`; exits 1 on a failure, 2 when no GPU is present, 3 on a hang.
 //! `--list` prints the cases the other arguments select and exits.
 //!
+//! `--backend hip` runs the same suite through the HIP backend (librccl.so.1's code path); on an
+//! NVIDIA GPU that is `tests/hip-on-cuda`'s runtime, chosen with `OXCCL_HIP_RUNTIME` and
+//! `OXCCL_HIP_CODE_OBJECT` (`tests/gpu/hip-on-cuda.sh`). The backend's device operations are
+//! in `oxccl_tests::check_device`.
+//!
 //! Variants, combinable:
-//! - `--graph N`: every operation is captured into a CUDA graph on the rank's stream instead of
-//!   being issued eagerly, the graph is replayed N-1 times, the inputs are refilled and the
-//!   outputs poisoned, and one last replay is checked element by element.
+//! - `--graph N` (CUDA only so far): every operation is captured into a graph on the rank's
+//!   stream instead of being issued eagerly, the graph is replayed N-1 times, the inputs are
+//!   refilled and the outputs poisoned, and one last replay is checked element by element.
 //! - `--split`: the cases run on a communicator split from the world one with the ranks reversed
 //!   (one color, key `nranks - 1 - rank`), and are checked with the new rank numbers.
 //! - `--offsets`: each rank allocates one send and one receive arena once, and case `i` uses
@@ -24,7 +30,7 @@
 //!   modulo a few thousand, so neither 16-byte nor even element-pair aligned in general); 64
 //!   poisoned guard bytes on each side of both buffers must survive the operation.
 //! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
-//!   returns) instead of `cuMemAlloc`.
+//!   returns) instead of `cuMemAlloc` / `hipMalloc`.
 //! - `--dead-peer COUNT` (procs): the last rank exits right after init without destroying its
 //!   communicator; every other rank runs an AllReduce of COUNT f32 elements, which must end
 //!   within 15 s with the communicator reporting the death as a remote error (one pass each).
@@ -33,8 +39,7 @@
 //!   Inputs are generated and outputs checked in 64 MiB chunks on every core, so counts of 256M
 //!   elements (1 GiB per f32 buffer) need little host memory and seconds per case.
 
-use cudarc::driver::sys;
-use oxccl_core::backend::{Backend, DevicePtr};
+use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::comm::CollArgs;
 use oxccl_core::comm::group::{group_end, group_start};
@@ -43,8 +48,9 @@ use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::error::Error;
 use oxccl_core::plan::{CollKind, P2pDir};
 use oxccl_core::{Communicator, Result};
-use oxccl_cuda::driver::{Shared, check};
-use oxccl_cuda::{CudaBackend, CudaStream};
+use oxccl_cuda::CudaBackend;
+use oxccl_hip::HipBackend;
+use oxccl_tests::check_device::{CheckDevice, Graph};
 use oxccl_tests::suite::full_matrix;
 use oxccl_tests::{Case, POISON, TestOp, count_wrong, fill_input};
 use std::sync::Arc;
@@ -52,6 +58,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 struct Opts {
+    /// `cuda` or `hip`.
+    backend: String,
     mode: String,
     ranks: usize,
     counts: Vec<usize>,
@@ -155,6 +163,7 @@ const P2P_COUNTS: [usize; 4] = [1, 7, 4099, 200_000];
 
 fn opts() -> Opts {
     let mut o = Opts {
+        backend: "cuda".into(),
         mode: "initall".into(),
         ranks: 2,
         counts: vec![0, 1, 7],
@@ -178,6 +187,7 @@ fn opts() -> Opts {
         let v = a.get(i + 1).cloned().unwrap_or_default();
         let mut flag = false;
         match a[i].as_str() {
+            "--backend" => o.backend = v,
             "--mode" => o.mode = v,
             "--ranks" => o.ranks = v.parse().expect("--ranks N"),
             "--counts" => o.counts = parse_counts(&v),
@@ -252,35 +262,35 @@ struct Arena {
 }
 
 /// One rank driven by the calling thread.
-struct RankCtx {
-    comm: Communicator<CudaBackend>,
-    stream: CudaStream,
+struct RankCtx<B: CheckDevice> {
+    comm: Communicator<B>,
+    stream: B::Stream,
     dev: i32,
     arena: Option<Arena>,
 }
 
-fn dalloc(b: &CudaBackend, dev: i32, bytes: usize, vmm: bool) -> Result<DevicePtr> {
+fn dalloc<B: CheckDevice>(b: &B, dev: i32, bytes: usize, vmm: bool) -> Result<DevicePtr> {
     if vmm {
         b.mem_alloc(dev, bytes.max(1))
     } else {
-        b.plain_alloc(dev, bytes)
+        b.alloc_plain(dev, bytes)
     }
 }
 
 /// # Safety
 /// `p` came from [`dalloc`] with the same `vmm` and no work uses it any more.
-unsafe fn dfree(b: &CudaBackend, dev: i32, p: DevicePtr, vmm: bool) -> Result<()> {
+unsafe fn dfree<B: CheckDevice>(b: &B, dev: i32, p: DevicePtr, vmm: bool) -> Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
         if vmm {
             b.mem_free(p)
         } else {
-            b.plain_free(dev, p)
+            b.free_plain(dev, p)
         }
     }
 }
 
-fn make_arena(b: &CudaBackend, o: &Opts, dev: i32, n: usize, rank: usize) -> Result<Arena> {
+fn make_arena<B: CheckDevice>(b: &B, o: &Opts, dev: i32, n: usize, rank: usize) -> Result<Arena> {
     let (mut send, mut recv) = (0, 0);
     for (idx, case) in cases(o).iter().enumerate() {
         let es = case.dtype.size();
@@ -300,7 +310,7 @@ fn make_arena(b: &CudaBackend, o: &Opts, dev: i32, n: usize, rank: usize) -> Res
     }
 }
 
-fn free_arena(b: &CudaBackend, o: &Opts, rc: &mut RankCtx) {
+fn free_arena<B: CheckDevice>(b: &B, o: &Opts, rc: &mut RankCtx<B>) {
     if let Some(a) = rc.arena.take() {
         // SAFETY: every case's operation completed (its stream was synchronised).
         unsafe {
@@ -334,7 +344,13 @@ struct Prep {
 }
 
 /// Places (and allocates, without `--offsets`) case `idx`'s buffers for `rc`'s rank.
-fn prepare(b: &CudaBackend, o: &Opts, rc: &RankCtx, idx: usize, case: &Case) -> Result<Prep> {
+fn prepare<B: CheckDevice>(
+    b: &B,
+    o: &Opts,
+    rc: &RankCtx<B>,
+    idx: usize,
+    case: &Case,
+) -> Result<Prep> {
     let (n, rank) = (rc.comm.nranks(), rc.comm.rank());
     let t = case.dtype;
     let es = t.size();
@@ -452,8 +468,8 @@ fn gen_par(buf: &mut [u8], es: usize, first: usize, make: Gen) {
 }
 
 /// Writes `len` bytes generated by `make` to device memory at `dst`, chunk by chunk.
-fn upload(
-    b: &CudaBackend,
+fn upload<B: CheckDevice>(
+    b: &B,
     dev: i32,
     dst: DevicePtr,
     len: usize,
@@ -469,7 +485,7 @@ fn upload(
         let m = host.len().min(len - at);
         gen_par(&mut host[..m], es, at / es, make);
         // SAFETY: the caller's allocation holds `len` bytes at `dst`.
-        unsafe { b.copy_to_device(dev, dst + at as u64, &host[..m])? };
+        unsafe { b.upload(dev, dst + at as u64, &host[..m])? };
         at += m;
         tick();
     }
@@ -477,8 +493,8 @@ fn upload(
 }
 
 /// Counts the elements of the `len` bytes at `src` that differ from what `want` generates.
-fn verify(
-    b: &CudaBackend,
+fn verify<B: CheckDevice>(
+    b: &B,
     dev: i32,
     src: DevicePtr,
     len: usize,
@@ -496,7 +512,7 @@ fn verify(
     while at < len {
         let m = got.len().min(len - at);
         // SAFETY: the caller's allocation holds `len` bytes at `src`.
-        unsafe { b.copy_from_device(dev, &mut got[..m], src + at as u64)? };
+        unsafe { b.download(dev, &mut got[..m], src + at as u64)? };
         let (g, e) = (&got[..m], &mut exp[..m]);
         let first = at / es;
         wrong += if threads_for(m) == 1 {
@@ -528,7 +544,7 @@ fn verify(
 }
 
 /// Writes the case's inputs and poisons its outputs and guards (synchronous copies).
-fn fill(b: &CudaBackend, p: &Prep, case: &Case) -> Result<()> {
+fn fill<B: CheckDevice>(b: &B, p: &Prep, case: &Case) -> Result<()> {
     let (t, op, rank) = (case.dtype, case.op, p.rank);
     let es = t.size();
     upload(b, p.dev, p.dsend, p.send_len, es, &|first, buf| {
@@ -552,16 +568,13 @@ fn fill(b: &CudaBackend, p: &Prep, case: &Case) -> Result<()> {
     })?;
     for &(g, len) in &p.guards {
         // SAFETY: guards lie inside the arena (see `make_arena`).
-        unsafe { b.copy_to_device(p.dev, g, &[POISON; GUARD][..len])? };
+        unsafe { b.upload(p.dev, g, &[POISON; GUARD][..len])? };
     }
-    // A synchronous copy from pageable memory may return before its last DMA has landed, and
-    // it runs on the legacy stream, which the ranks' non-blocking streams do not wait for.
-    let _g = b.memory().bind(p.dev)?;
-    b.stream_synchronize(&CudaStream(Shared(std::ptr::null_mut())))
+    b.settle_uploads(p.dev)
 }
 
 /// Wrong output elements plus overwritten guard bytes of a completed case.
-fn check_prep(b: &CudaBackend, p: &Prep, case: &Case) -> Result<usize> {
+fn check_prep<B: CheckDevice>(b: &B, p: &Prep, case: &Case) -> Result<usize> {
     let (t, n, rank) = (case.dtype, p.nranks, p.rank);
     let mut wrong = 0;
     if case.kind == CollKind::SendRecv {
@@ -577,7 +590,7 @@ fn check_prep(b: &CudaBackend, p: &Prep, case: &Case) -> Result<usize> {
     for &(g, len) in &p.guards {
         let mut host = [0u8; GUARD];
         // SAFETY: guards lie inside the arena.
-        unsafe { b.copy_from_device(p.dev, &mut host[..len], g)? };
+        unsafe { b.download(p.dev, &mut host[..len], g)? };
         let bad = host[..len].iter().filter(|&&x| x != POISON).count();
         if bad > 0 {
             println!(
@@ -591,7 +604,7 @@ fn check_prep(b: &CudaBackend, p: &Prep, case: &Case) -> Result<usize> {
 }
 
 /// Frees a case's own buffers (arena buffers stay).
-fn release(b: &CudaBackend, p: &Prep) {
+fn release<B: CheckDevice>(b: &B, p: &Prep) {
     if p.owned {
         // SAFETY: the operation completed (its stream was synchronised).
         unsafe {
@@ -605,7 +618,7 @@ fn release(b: &CudaBackend, p: &Prep) {
 ///
 /// # Safety
 /// The buffers live until the stream has run the operation.
-unsafe fn issue(rc: &RankCtx, p: &Prep, case: &Case) -> Result<()> {
+unsafe fn issue<B: CheckDevice>(rc: &RankCtx<B>, p: &Prep, case: &Case) -> Result<()> {
     let comm = &rc.comm;
     if case.kind != CollKind::SendRecv {
         // SAFETY: forwarded from the caller.
@@ -636,7 +649,12 @@ unsafe fn issue(rc: &RankCtx, p: &Prep, case: &Case) -> Result<()> {
 
 /// Issues the case on every rank of `ctxs`: in one group in initall mode (this thread drives
 /// every rank) and for the send/recv pair, as applications do; a lone collective eagerly.
-fn issue_all(o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Case) -> Result<()> {
+fn issue_all<B: CheckDevice>(
+    o: &Opts,
+    ctxs: &[RankCtx<B>],
+    preps: &[Prep],
+    case: &Case,
+) -> Result<()> {
     let grouped = o.mode == "initall" || case.kind == CollKind::SendRecv;
     if grouped {
         group_start()?;
@@ -653,7 +671,13 @@ fn issue_all(o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Case) -> Result<
 }
 
 /// Runs the case: eagerly, or captured into one graph per stream and replayed (`--graph`).
-fn run_op(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Case) -> Result<()> {
+fn run_op<B: CheckDevice>(
+    b: &B,
+    o: &Opts,
+    ctxs: &[RankCtx<B>],
+    preps: &[Prep],
+    case: &Case,
+) -> Result<()> {
     if o.graph == 0 {
         issue_all(o, ctxs, preps, case)?;
         for rc in ctxs {
@@ -665,22 +689,12 @@ fn run_op(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Ca
     // thread of the process) may not make unsafe calls such as cuMemAlloc or synchronous copies
     // while it captures. In `threads` mode the other ranks' threads keep preparing their cases
     // meanwhile, which global mode would forbid, so there each thread captures thread-locally.
-    let mode = if o.mode == "threads" {
-        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-    } else {
-        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
-    };
+    let thread_local = o.mode == "threads";
     // Every stream starts capturing before the group and stops after group_end.
     let mut res = Ok(());
     let mut begun = 0;
     for rc in ctxs {
-        let r = b.memory().bind(rc.dev).and_then(|_g| {
-            // SAFETY: a live stream of this device.
-            check("cuStreamBeginCapture_v2", unsafe {
-                sys::cuStreamBeginCapture_v2(rc.stream.raw(), mode)
-            })
-        });
-        if let Err(e) = r {
+        if let Err(e) = b.begin_capture(rc.dev, &rc.stream, thread_local) {
             res = Err(e);
             break;
         }
@@ -689,57 +703,36 @@ fn run_op(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Ca
     if res.is_ok() {
         res = issue_all(o, ctxs, preps, case);
     }
-    // One graph per stream (null where ending the capture failed).
-    let mut graphs: Vec<sys::CUgraph> = Vec::new();
+    // One graph per stream whose capture ended (every begun capture is ended, even after a
+    // failure); instantiated only once no stream captures any more.
+    let mut graphs: Vec<Option<Graph>> = Vec::new();
     for rc in &ctxs[..begun] {
-        let mut g: sys::CUgraph = std::ptr::null_mut();
-        let r = b.memory().bind(rc.dev).and_then(|_g| {
-            // SAFETY: the stream is capturing (begun above); ends it even after a failure.
-            check("cuStreamEndCapture", unsafe {
-                sys::cuStreamEndCapture(rc.stream.raw(), &mut g)
-            })
-        });
-        res = res.and(r);
-        graphs.push(g);
-    }
-    // One exec per stream whose graph has nodes: a rank with nothing to do (count 0) captures
-    // an empty graph, which is not replayed. A rank that should have captured work but did not
-    // (it ran eagerly, or not at all) is caught by the check: its outputs are poisoned before
-    // the checked replay.
-    let mut execs: Vec<sys::CUgraphExec> = vec![std::ptr::null_mut(); graphs.len()];
-    let res = res.and_then(|()| {
-        if graphs.len() != ctxs.len() || graphs.iter().any(|g| g.is_null()) {
-            return Err(Error::Internal("capture produced no graph".into()));
-        }
-        for ((rc, &g), e) in ctxs.iter().zip(&graphs).zip(execs.iter_mut()) {
-            let _g = b.memory().bind(rc.dev)?;
-            let mut nodes = 0usize;
-            // SAFETY: `g` is a complete graph captured above; only the count is written.
-            check("cuGraphGetNodes", unsafe {
-                sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut nodes)
-            })?;
-            if nodes > 0 {
-                // SAFETY: `g` is a complete graph captured above.
-                check("cuGraphInstantiateWithFlags", unsafe {
-                    sys::cuGraphInstantiateWithFlags(e, g, 0)
-                })?;
+        match b.end_capture(rc.dev, &rc.stream) {
+            Ok(g) => graphs.push(Some(g)),
+            Err(e) => {
+                res = res.and(Err(e));
+                graphs.push(None);
             }
         }
-        let launch_all = |execs: &[sys::CUgraphExec]| -> Result<()> {
-            for (rc, &e) in ctxs.iter().zip(execs) {
-                if e.is_null() {
-                    continue;
-                }
-                let _g = b.memory().bind(rc.dev)?;
-                // SAFETY: an instantiated graph of this device; its buffers outlive the replay.
-                check("cuGraphLaunch", unsafe {
-                    sys::cuGraphLaunch(e, rc.stream.raw())
-                })?;
+    }
+    // A rank with nothing to do (count 0) captures an empty graph, which is not replayed. A
+    // rank that should have captured work but did not (it ran eagerly, or not at all) is caught
+    // by the check: its outputs are poisoned before the checked replay.
+    let res = res.and_then(|()| {
+        if graphs.len() != ctxs.len() || graphs.iter().any(Option::is_none) {
+            return Err(Error::Internal("capture produced no graph".into()));
+        }
+        for (rc, g) in ctxs.iter().zip(graphs.iter_mut()) {
+            b.instantiate(rc.dev, g.as_mut().expect("checked above"))?;
+        }
+        let launch_all = || -> Result<()> {
+            for (rc, g) in ctxs.iter().zip(&graphs) {
+                b.launch_graph(rc.dev, g.as_ref().expect("checked above"), &rc.stream)?;
             }
             Ok(())
         };
         for _ in 1..o.graph {
-            launch_all(&execs)?;
+            launch_all()?;
         }
         for rc in ctxs {
             b.stream_synchronize(&rc.stream)?;
@@ -749,22 +742,16 @@ fn run_op(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], preps: &[Prep], case: &Ca
         for p in preps {
             fill(b, p, case)?;
         }
-        launch_all(&execs)?;
+        launch_all()?;
         for rc in ctxs {
             b.stream_synchronize(&rc.stream)?;
         }
         Ok(())
     });
-    for ((rc, &g), &e) in ctxs.iter().zip(&graphs).zip(&execs) {
-        let _g = b.memory().bind(rc.dev);
-        if !e.is_null() {
-            // SAFETY: instantiated above and launched no more (one still running is freed when
-            // it completes).
-            unsafe { sys::cuGraphExecDestroy(e) };
-        }
-        if !g.is_null() {
-            // SAFETY: captured above; its exec is destroyed.
-            unsafe { sys::cuGraphDestroy(g) };
+    for (rc, g) in ctxs.iter().zip(graphs) {
+        if let Some(g) = g {
+            // SAFETY: launched no more (one still running is freed when it completes).
+            unsafe { b.destroy_graph(rc.dev, g) };
         }
     }
     res
@@ -833,7 +820,7 @@ impl Tally {
 }
 
 /// Runs every case on the ranks this thread drives (all of them in initall mode, one otherwise).
-fn run_cases(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], label: &str) -> Tally {
+fn run_cases<B: CheckDevice>(b: &B, o: &Opts, ctxs: &[RankCtx<B>], label: &str) -> Tally {
     let mut t = Tally { pass: 0, fail: 0 };
     for (idx, case) in cases(o).iter().enumerate() {
         let who = if ctxs.len() == 1 {
@@ -887,12 +874,7 @@ fn run_cases(b: &CudaBackend, o: &Opts, ctxs: &[RankCtx], label: &str) -> Tally 
 
 /// `--dead-peer`: the last rank leaves without a goodbye; the others' AllReduce must end and
 /// the communicator must name the death.
-fn dead_peer(
-    b: &CudaBackend,
-    comm: &Communicator<CudaBackend>,
-    dev: i32,
-    count: u64,
-) -> Result<Tally> {
+fn dead_peer<B: CheckDevice>(b: &B, comm: &Communicator<B>, dev: i32, count: u64) -> Result<Tally> {
     if comm.rank() + 1 == comm.nranks() {
         println!("RESULT pass=0 fail=0");
         // Sockets close with the process, but no goodbye is sent and nothing is destroyed.
@@ -900,9 +882,9 @@ fn dead_peer(
         std::process::exit(0);
     }
     let bytes = count as usize * 4;
-    let send = b.plain_alloc(dev, bytes)?;
-    let recv = b.plain_alloc(dev, bytes)?;
-    let stream = b.stream_create(dev)?;
+    let send = b.alloc_plain(dev, bytes)?;
+    let recv = b.alloc_plain(dev, bytes)?;
+    let stream = b.new_stream(dev)?;
     step(&format!(
         "rank {} AllReduce of {count} f32 with a dead peer",
         comm.rank()
@@ -940,8 +922,8 @@ fn dead_peer(
     t.add(&what, verdict);
     // SAFETY: the stream was synchronised; nothing uses the buffers.
     unsafe {
-        let _ = b.plain_free(dev, send);
-        let _ = b.plain_free(dev, recv);
+        let _ = b.free_plain(dev, send);
+        let _ = b.free_plain(dev, recv);
     }
     comm.abort();
     Ok(t)
@@ -952,7 +934,7 @@ fn split_key(n: usize, rank: usize) -> i32 {
     (n - 1 - rank) as i32
 }
 
-fn split_one(comm: &Communicator<CudaBackend>) -> Result<Communicator<CudaBackend>> {
+fn split_one<B: CheckDevice>(comm: &Communicator<B>) -> Result<Communicator<B>> {
     let key = split_key(comm.nranks(), comm.rank());
     let c = comm
         .split(0, key, None)?
@@ -969,7 +951,7 @@ fn split_one(comm: &Communicator<CudaBackend>) -> Result<Communicator<CudaBacken
     Ok(c)
 }
 
-fn destroy_all(comms: &[Communicator<CudaBackend>]) -> Result<()> {
+fn destroy_all<B: CheckDevice>(comms: &[Communicator<B>]) -> Result<()> {
     let mut res = Ok(());
     for c in comms {
         res = res.and(c.destroy());
@@ -977,7 +959,7 @@ fn destroy_all(comms: &[Communicator<CudaBackend>]) -> Result<()> {
     res
 }
 
-fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize, label: &str) -> Result<Tally> {
+fn run_initall<B: CheckDevice>(b: &Arc<B>, o: &Opts, ndev: usize, label: &str) -> Result<Tally> {
     let devs: Vec<i32> = (0..o.ranks).map(|r| (r % ndev) as i32).collect();
     step("initall init");
     let world = Communicator::init_all(b.clone(), &devs)?;
@@ -988,7 +970,7 @@ fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize, label: &str) -> Resu
     // does.
     let comms = if o.split {
         step("initall split");
-        let split: Vec<Result<Communicator<CudaBackend>>> = std::thread::scope(|s| {
+        let split: Vec<Result<Communicator<B>>> = std::thread::scope(|s| {
             let hs: Vec<_> = world
                 .iter()
                 .map(|c| {
@@ -1010,21 +992,21 @@ fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize, label: &str) -> Resu
     let mut ctxs = Vec::new();
     for (r, c) in comms.iter().enumerate() {
         let arena = if o.offsets {
-            Some(make_arena(b, o, devs[r], c.nranks(), c.rank())?)
+            Some(make_arena(b.as_ref(), o, devs[r], c.nranks(), c.rank())?)
         } else {
             None
         };
         ctxs.push(RankCtx {
             comm: c.clone(),
-            stream: b.stream_create(devs[r])?,
+            stream: b.new_stream(devs[r])?,
             dev: devs[r],
             arena,
         });
     }
-    let t = run_cases(b, o, &ctxs, label);
+    let t = run_cases(b.as_ref(), o, &ctxs, label);
     step("initall destroy");
     for rc in &mut ctxs {
-        free_arena(b, o, rc);
+        free_arena(b.as_ref(), o, rc);
     }
     drop(ctxs);
     if o.split {
@@ -1034,8 +1016,8 @@ fn run_initall(b: &Arc<CudaBackend>, o: &Opts, ndev: usize, label: &str) -> Resu
     Ok(t)
 }
 
-fn run_rank(
-    b: &Arc<CudaBackend>,
+fn run_rank<B: CheckDevice>(
+    b: &Arc<B>,
     o: &Opts,
     ndev: usize,
     id: UniqueId,
@@ -1048,7 +1030,7 @@ fn run_rank(
     step(&format!("rank {rank} init"));
     let world = Communicator::init_rank(b.clone(), n, id, rank, dev, CommConfig::default())?;
     if let Some(count) = o.dead_peer {
-        return dead_peer(b, &world, dev, count);
+        return dead_peer(b.as_ref(), &world, dev, count);
     }
     let comm = if o.split {
         step(&format!("rank {rank} split"));
@@ -1057,19 +1039,19 @@ fn run_rank(
         world.clone()
     };
     let arena = if o.offsets {
-        Some(make_arena(b, o, dev, n, comm.rank())?)
+        Some(make_arena(b.as_ref(), o, dev, n, comm.rank())?)
     } else {
         None
     };
     let mut rc = RankCtx {
         comm: comm.clone(),
-        stream: b.stream_create(dev)?,
+        stream: b.new_stream(dev)?,
         dev,
         arena,
     };
-    let t = run_cases(b, o, std::slice::from_ref(&rc), label);
+    let t = run_cases(b.as_ref(), o, std::slice::from_ref(&rc), label);
     step(&format!("rank {rank} destroy"));
-    free_arena(b, o, &mut rc);
+    free_arena(b.as_ref(), o, &mut rc);
     drop(rc);
     if o.split {
         comm.destroy()?;
@@ -1088,20 +1070,39 @@ fn main() {
         println!("{} cases per rank", all.len());
         return;
     }
-    let b = match CudaBackend::load() {
-        Ok(b) if b.device_count().unwrap_or(0) > 0 => Arc::new(b),
-        Ok(_) => {
-            println!("SKIP: no CUDA device");
-            std::process::exit(2);
-        }
+    let backend = o.backend.clone();
+    match backend.as_str() {
+        "cuda" => check::<CudaBackend>(o),
+        "hip" => check::<HipBackend>(o),
+        other => panic!("unknown backend {other} (cuda or hip)"),
+    }
+}
+
+/// Runs the selected check on backend `B` and exits with its verdict.
+fn check<B: CheckDevice>(o: Opts) -> ! {
+    let b = match B::open() {
+        Ok(b) => Arc::new(b),
         Err(e) => {
             println!("SKIP: {e}");
             std::process::exit(2);
         }
     };
+    if o.graph > 0
+        && let Err(why) = b.graphs_supported()
+    {
+        println!("FAIL --graph on the {} backend: {why}", B::NAME);
+        println!("RESULT pass=0 fail=1");
+        std::process::exit(1);
+    }
     let ndev = b.device_count().expect("device count");
+    // CUDA's label stays as run.sh's logs have always shown it.
+    let backend = if B::NAME == "cuda" {
+        String::new()
+    } else {
+        format!("backend={} ", B::NAME)
+    };
     let mut label = format!(
-        "mode={} ranks={} algo={}",
+        "{backend}mode={} ranks={} algo={}",
         o.mode,
         o.ranks,
         std::env::var("NCCL_ALGO").unwrap_or_else(|_| "auto".into())

@@ -1,0 +1,98 @@
+//! Initialisation, versions, device selection and peer access.
+
+use crate::boundary::{export, put, with_context, with_driver};
+use crate::context;
+use crate::status::{Failure, cu};
+use crate::types::{HIP_VERSION, HipError};
+use cudarc::driver::sys;
+
+/// `hipInit`: loads and initialises the CUDA driver ("no device" without libcuda).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipInit(_flags: u32) -> HipError {
+    with_driver("hipInit", || Ok(()))
+}
+
+/// `hipRuntimeGetVersion`: [`HIP_VERSION`], the HIP release whose behaviour this runtime follows.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipRuntimeGetVersion(version: *mut i32) -> HipError {
+    // SAFETY: HIP's contract: `version` is null or writable.
+    export("hipRuntimeGetVersion", || unsafe {
+        put(version, HIP_VERSION)
+    })
+}
+
+/// `hipDriverGetVersion`: the CUDA driver's version (e.g. 13000), which backend-hip only logs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDriverGetVersion(version: *mut i32) -> HipError {
+    with_driver("hipDriverGetVersion", || {
+        let mut v = 0;
+        // SAFETY: `v` is a valid out-pointer.
+        cu("cuDriverGetVersion", unsafe {
+            sys::cuDriverGetVersion(&mut v)
+        })?;
+        // SAFETY: HIP's contract: `version` is null or writable.
+        unsafe { put(version, v) }
+    })
+}
+
+/// `hipGetDeviceCount`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipGetDeviceCount(count: *mut i32) -> HipError {
+    with_driver("hipGetDeviceCount", || {
+        let n = context::count()?;
+        // SAFETY: HIP's contract: `count` is null or writable.
+        unsafe { put(count, n as i32) }?;
+        if n == 0 {
+            return Err(Failure::new(
+                HipError::NO_DEVICE,
+                "the CUDA driver reports no device",
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// `hipSetDevice`: the device's primary context becomes current on this thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipSetDevice(device: i32) -> HipError {
+    with_driver("hipSetDevice", || context::set_current(device))
+}
+
+/// `hipGetDevice`: this thread's current device (0 before any `hipSetDevice`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipGetDevice(device: *mut i32) -> HipError {
+    with_driver("hipGetDevice", || {
+        let d = context::current()?;
+        // SAFETY: HIP's contract: `device` is null or writable.
+        unsafe { put(device, d) }
+    })
+}
+
+/// `hipDeviceCanAccessPeer`: whether `device` can access memory of `peer`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceCanAccessPeer(can: *mut i32, device: i32, peer: i32) -> HipError {
+    with_driver("hipDeviceCanAccessPeer", || {
+        let (d, p) = (context::device(device)?, context::device(peer)?);
+        let mut v = 0;
+        if device != peer {
+            // SAFETY: both are valid devices; `v` is a valid out-pointer.
+            cu("cuDeviceCanAccessPeer", unsafe {
+                sys::cuDeviceCanAccessPeer(&mut v, d, p)
+            })?;
+        }
+        // SAFETY: HIP's contract: `can` is null or writable.
+        unsafe { put(can, v) }
+    })
+}
+
+/// `hipDeviceEnablePeerAccess`: the current device may access memory of `peer` from now on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceEnablePeerAccess(peer: i32, _flags: u32) -> HipError {
+    with_context("hipDeviceEnablePeerAccess", || {
+        let ctx = context::primary(peer)?;
+        // SAFETY: `ctx` is a retained primary context; CUDA's flags must be 0.
+        cu("cuCtxEnablePeerAccess", unsafe {
+            sys::cuCtxEnablePeerAccess(ctx, 0)
+        })
+    })
+}

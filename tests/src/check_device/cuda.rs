@@ -1,0 +1,124 @@
+//! The GPU check's device operations on the CUDA backend (the driver API through cudarc).
+
+use super::{CheckDevice, Graph};
+use cudarc::driver::sys;
+use oxccl_core::Result;
+use oxccl_core::backend::{Backend, DevicePtr};
+use oxccl_core::error::Error;
+use oxccl_cuda::driver::{Shared, check};
+use oxccl_cuda::{CudaBackend, CudaStream};
+
+impl CheckDevice for CudaBackend {
+    const NAME: &'static str = "cuda";
+
+    fn open() -> std::result::Result<Self, String> {
+        match CudaBackend::load() {
+            Ok(b) if b.device_count().unwrap_or(0) > 0 => Ok(b),
+            Ok(_) => Err("no CUDA device".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn alloc_plain(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
+        self.plain_alloc(device, bytes)
+    }
+
+    unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.plain_free(device, ptr) }
+    }
+
+    unsafe fn upload(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_to_device(device, dst, src) }
+    }
+
+    unsafe fn download(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_from_device(device, dst, src) }
+    }
+
+    fn settle_uploads(&self, device: i32) -> Result<()> {
+        // A synchronous copy from pageable memory may return before its last DMA has landed,
+        // and it runs on the legacy stream, which the ranks' non-blocking streams do not wait
+        // for.
+        let _g = self.memory().bind(device)?;
+        self.stream_synchronize(&CudaStream(Shared(std::ptr::null_mut())))
+    }
+
+    fn new_stream(&self, device: i32) -> Result<CudaStream> {
+        self.stream_create(device)
+    }
+
+    fn begin_capture(&self, device: i32, stream: &CudaStream, thread_local: bool) -> Result<()> {
+        let mode = if thread_local {
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        } else {
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+        };
+        let _g = self.memory().bind(device)?;
+        // SAFETY: a live stream of this device.
+        check("cuStreamBeginCapture_v2", unsafe {
+            sys::cuStreamBeginCapture_v2(stream.raw(), mode)
+        })
+    }
+
+    fn end_capture(&self, device: i32, stream: &CudaStream) -> Result<Graph> {
+        let _g = self.memory().bind(device)?;
+        let mut g: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing; this ends the capture even after a failure.
+        check("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(stream.raw(), &mut g)
+        })?;
+        if g.is_null() {
+            return Err(Error::Internal("capture produced no graph".into()));
+        }
+        Ok(Graph {
+            graph: g as usize,
+            exec: 0,
+        })
+    }
+
+    fn instantiate(&self, device: i32, graph: &mut Graph) -> Result<()> {
+        let _g = self.memory().bind(device)?;
+        let g = graph.graph as sys::CUgraph;
+        let mut nodes = 0usize;
+        // SAFETY: `g` is a complete captured graph; only the count is written.
+        check("cuGraphGetNodes", unsafe {
+            sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut nodes)
+        })?;
+        if nodes > 0 {
+            let mut e: sys::CUgraphExec = std::ptr::null_mut();
+            // SAFETY: `g` is a complete captured graph.
+            check("cuGraphInstantiateWithFlags", unsafe {
+                sys::cuGraphInstantiateWithFlags(&mut e, g, 0)
+            })?;
+            graph.exec = e as usize;
+        }
+        Ok(())
+    }
+
+    fn launch_graph(&self, device: i32, graph: &Graph, stream: &CudaStream) -> Result<()> {
+        if graph.exec == 0 {
+            return Ok(());
+        }
+        let _g = self.memory().bind(device)?;
+        // SAFETY: an instantiated graph of this device; its buffers outlive the replay.
+        check("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(graph.exec as sys::CUgraphExec, stream.raw())
+        })
+    }
+
+    unsafe fn destroy_graph(&self, device: i32, graph: Graph) {
+        let _g = self.memory().bind(device);
+        if graph.exec != 0 {
+            // SAFETY: instantiated by end_capture and launched no more (caller); one still
+            // running is freed when it completes.
+            unsafe { sys::cuGraphExecDestroy(graph.exec as sys::CUgraphExec) };
+        }
+        if graph.graph != 0 {
+            // SAFETY: captured by end_capture; its executable is destroyed.
+            unsafe { sys::cuGraphDestroy(graph.graph as sys::CUgraph) };
+        }
+    }
+}
