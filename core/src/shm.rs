@@ -220,12 +220,14 @@ fn shm_space() -> Option<(u64, u64)> {
 /// The error for a `/dev/shm` without room for `bytes` more bytes.
 fn too_small(bytes: usize, purpose: &str) -> Error {
     let mib = |b: u64| b.div_ceil(1 << 20);
-    let free = shm_space()
-        .map(|(f, _)| format!("has {} MiB free", mib(f)))
-        .unwrap_or_else(|| "is full".into());
+    // Other processes allocate and free at the same time: the free figure is what was free
+    // when the reservation failed, not a promise.
+    let space = shm_space()
+        .map(|(free, total)| format!(" ({} MiB in all, {} MiB free now)", mib(total), mib(free)))
+        .unwrap_or_default();
     Error::System {
         context: format!(
-            "SHM transport: {SHM_DIR} {free}, but {purpose} need {} MiB more",
+            "SHM transport: {SHM_DIR}{space} has no room for {purpose}: {} MiB",
             mib(bytes as u64)
         ),
         message: "enlarge /dev/shm (docker: --shm-size; Kubernetes: an emptyDir with medium \
@@ -290,11 +292,13 @@ mod tests {
         let e = ShmSegment::create(want, "this rank's SHM FIFOs (3 peers x 4 channels)")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("/dev/shm has"), "{e}");
-        assert!(
-            e.contains(&format!("need {} MiB", (want as u64).div_ceil(1 << 20))),
-            "{e}"
+        assert!(e.contains("SHM transport: /dev/shm ("), "{e}");
+        assert!(e.contains("MiB in all"), "{e}");
+        let need = format!(
+            "no room for this rank's SHM FIFOs (3 peers x 4 channels): {} MiB",
+            (want as u64).div_ceil(1 << 20)
         );
+        assert!(e.contains(&need), "{e}");
         assert!(e.contains("NCCL_SHM_DISABLE"), "{e}");
     }
 

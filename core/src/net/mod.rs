@@ -9,13 +9,13 @@
 //! `void*`s.
 
 pub mod connect;
+#[cfg(test)]
+mod latency_probe;
 pub mod plugin;
 pub mod proxy;
 mod readiness;
 #[cfg(test)]
 mod reset_tests;
-#[cfg(test)]
-mod latency_probe;
 pub mod socket;
 
 use crate::error::Result;
