@@ -134,3 +134,59 @@ fn latency_probe_small_message_one_way() {
         us(t[t.len() * 99 / 100])
     );
 }
+
+/// The floor under the proxies: one 16-byte message each way over a loopback TCP connection
+/// between two threads that poll non-blocking sockets, nothing else.
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_plain_tcp_one_way() {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    let iters = 20_000usize;
+    let play = |mut s: TcpStream, first: bool| {
+        s.set_nodelay(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let mut times = Vec::with_capacity(iters);
+            let recv = |s: &mut TcpStream, buf: &mut [u8; 16]| {
+                let mut got = 0;
+                while got < 16 {
+                    match s.read(&mut buf[got..]) {
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            };
+            for _ in 0..iters {
+                let t = Instant::now();
+                if first {
+                    s.write_all(&buf).unwrap();
+                }
+                recv(&mut s, &mut buf);
+                if !first {
+                    s.write_all(&buf).unwrap();
+                }
+                times.push(t.elapsed());
+            }
+            times
+        })
+    };
+    let pinger = play(a, true);
+    let ponger = play(b, false);
+    let mut t = pinger.join().unwrap();
+    ponger.join().unwrap();
+    t.drain(..iters / 10);
+    t.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+    println!(
+        "one-way 16-byte message over plain loopback TCP: median {:.2} us, p10 {:.2}, p90 {:.2}",
+        us(t[t.len() / 2]),
+        us(t[t.len() / 10]),
+        us(t[t.len() * 9 / 10])
+    );
+}

@@ -386,7 +386,8 @@ impl SendSide {
             return Err(Error::Remote(why.clone()));
         }
         while !self.out.is_empty() {
-            let (a, _) = self.out.as_slices();
+            // One write for a header and its inline payload, even where the queue wraps.
+            let a = self.out.make_contiguous();
             match (&self.ctrl).write(a) {
                 Ok(0) => {
                     return Err(self.fail("the connection closed".into()));
@@ -440,7 +441,17 @@ struct RecvSide {
     /// Set when the control socket may have data (see [`Readiness`]).
     ready: Arc<AtomicBool>,
     readiness: Arc<Readiness>,
+    /// The readiness generation this side last looked at.
+    seen: u64,
+    /// Control bytes read ahead and not consumed yet: one read takes a size header with the
+    /// inline payload behind it (and whatever follows), instead of a read for each.
+    stage: Vec<u8>,
+    /// Where the unconsumed bytes of `stage` start.
+    stage_at: usize,
 }
+
+/// Bytes one read-ahead of the control socket takes at most.
+const STAGE_BYTES: usize = 16 << 10;
 
 /// One posted receive.
 struct RecvState {
@@ -464,10 +475,45 @@ impl RecvSide {
         Error::Remote(msg)
     }
 
-    /// Reads into `buf` what the control socket has now: `Ok(n)`, 0 at a clean EOF.
+    /// Reads into `buf` what the control socket has now: `Ok(n)`, 0 at a clean EOF. Bytes read
+    /// ahead come first; a short `buf` (a size header) is filled through the read-ahead buffer,
+    /// a long one (an inline payload) straight from the socket.
     fn read_ctrl(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
+        if self.stage_at < self.stage.len() {
+            let n = buf.len().min(self.stage.len() - self.stage_at);
+            buf[..n].copy_from_slice(&self.stage[self.stage_at..self.stage_at + n]);
+            self.stage_at += n;
+            return Ok(Some(n));
+        }
+        if buf.len() >= STAGE_BYTES / 4 {
+            return self.read_socket(buf);
+        }
+        let mut stage = std::mem::take(&mut self.stage);
+        stage.resize(STAGE_BYTES, 0);
+        let got = self.read_socket(&mut stage);
+        let n = match got {
+            Ok(Some(n)) => n,
+            _ => 0,
+        };
+        stage.truncate(n);
+        self.stage = stage;
+        self.stage_at = 0;
+        match got? {
+            Some(0) => Ok(Some(0)),
+            Some(_) => self.read_ctrl(buf),
+            None => Ok(None),
+        }
+    }
+
+    /// One non-blocking read of the control socket, if the readiness set says it may have data.
+    fn read_socket(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
         if !self.ready.load(Ordering::Acquire) {
-            self.readiness.refresh();
+            // One epoll_wait per proxy pass: the first side to look again after its last look
+            // asks the kernel; the others of the same pass take what that call found.
+            if self.readiness.generation() == self.seen {
+                self.readiness.refresh();
+            }
+            self.seen = self.readiness.generation();
             if !self.ready.load(Ordering::Acquire) {
                 return Ok(None);
             }
@@ -745,6 +791,9 @@ impl Net for SocketNet {
             failed: None,
             ready,
             readiness,
+            seen: u64::MAX,
+            stage: Vec::new(),
+            stage_at: 0,
         }))))))
     }
 
