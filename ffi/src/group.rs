@@ -5,8 +5,8 @@
 //! end, and only then hands them to core, for two reasons:
 //! - `ncclGroupSimulateEnd` must close a group without launching anything: the recorded
 //!   operations are estimated and dropped instead of handed over;
-//! - work that must follow the group's operations (`ncclAllReduceWithBias`'s bias on the host
-//!   backend) runs after core's group end returned.
+//! - work that must follow the group's operations (a grouped `ncclCommSplit` filling its
+//!   `newcomm`) runs after core's group end returned.
 //!
 //! Argument errors are still reported at the call, as NCCL does, and fail the group end too.
 

@@ -5,6 +5,7 @@
 
 pub mod work;
 
+pub mod bias;
 mod direct;
 pub mod hosts;
 pub mod one_shot;

@@ -6,11 +6,10 @@ use crate::abi::{
     ncclWindow_t,
 };
 use crate::boundary::nccl_api;
-use crate::group;
 use crate::handles::{self, Need};
 use oxccl::dispatch::CommOps;
-use oxccl_core::datatype::{DataType, RedOp};
-use oxccl_core::plan::CollKind;
+use oxccl_core::datatype::{RedOp, ReduceOp};
+use oxccl_core::plan::{CollKind, WorkDesc, bias};
 use oxccl_core::{Error, Result};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -46,86 +45,8 @@ unsafe fn all_to_allv(
     }
 }
 
-/// `dst[i] = op(dst[i], acc[i])` for `count` elements of `T`.
-///
-/// # Safety
-/// `dst` and `acc` are valid for `count` elements of `T`, possibly unaligned.
-unsafe fn combine<T: Copy>(dst: *mut T, acc: *const T, count: usize, f: impl Fn(T, T) -> T) {
-    for i in 0..count {
-        // SAFETY: both ranges hold `count` elements per the caller.
-        unsafe {
-            let v = f(dst.add(i).read_unaligned(), acc.add(i).read_unaligned());
-            dst.add(i).write_unaligned(v);
-        }
-    }
-}
-
-/// Applies the bias on host memory: Sum, Avg and PreMulSum add it; the others combine with it.
-///
-/// # Safety
-/// `recv` and `acc` are host memory valid for `count` elements of `dt`.
-unsafe fn apply_bias(recv: usize, acc: usize, count: usize, dt: DataType, op: RedOp) -> Result<()> {
-    macro_rules! num {
-        ($t:ty) => {{
-            let f = |a: $t, b: $t| -> $t {
-                match op {
-                    RedOp::Prod => a * b,
-                    RedOp::Max => {
-                        if b > a {
-                            b
-                        } else {
-                            a
-                        }
-                    }
-                    RedOp::Min => {
-                        if b < a {
-                            b
-                        } else {
-                            a
-                        }
-                    }
-                    _ => a + b,
-                }
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { combine(recv as *mut $t, acc as *const $t, count, f) }
-        }};
-    }
-    macro_rules! int {
-        ($t:ty) => {{
-            let f = |a: $t, b: $t| -> $t {
-                match op {
-                    RedOp::Prod => a.wrapping_mul(b),
-                    RedOp::Max => a.max(b),
-                    RedOp::Min => a.min(b),
-                    _ => a.wrapping_add(b),
-                }
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { combine(recv as *mut $t, acc as *const $t, count, f) }
-        }};
-    }
-    match dt {
-        DataType::Int8 => int!(i8),
-        DataType::Uint8 => int!(u8),
-        DataType::Int32 => int!(i32),
-        DataType::Uint32 => int!(u32),
-        DataType::Int64 => int!(i64),
-        DataType::Uint64 => int!(u64),
-        DataType::Float16 => num!(half::f16),
-        DataType::Bfloat16 => num!(half::bf16),
-        DataType::Float32 => num!(f32),
-        DataType::Float64 => num!(f64),
-        DataType::Float8E4M3 | DataType::Float8E5M2 => {
-            return Err(Error::usage(format!(
-                "ncclAllReduceWithBias does not support {} yet",
-                dt.name()
-            )));
-        }
-    }
-    Ok(())
-}
-
+/// `ncclAllReduceWithBias`: the AllReduce, then, on the same stream, a plan that combines `acc`
+/// into each element (Sum, Avg and PreMulSum add it once; Prod, Max and Min combine with it).
 #[allow(clippy::too_many_arguments)]
 unsafe fn all_reduce_with_bias(
     sendbuff: *const c_void,
@@ -137,17 +58,6 @@ unsafe fn all_reduce_with_bias(
     stream: Stream,
     acc: *const c_void,
 ) -> Result<()> {
-    let (dt, red, synchronous) = {
-        let live = handles::lookup(comm, Need::Ops)?;
-        let dt = dtype(datatype)?;
-        (dt, live.comm.resolve_op(op.0, dt)?, live.comm.synchronous())
-    };
-    if !acc.is_null() && !synchronous {
-        // DEVICE BACKENDS: fuse the bias into the reduction's last step.
-        return Err(Error::usage(
-            "ncclAllReduceWithBias with a bias needs the host backend in this build",
-        ));
-    }
     let call = super::coll::Call {
         kind: CollKind::AllReduce,
         send: sendbuff,
@@ -163,12 +73,24 @@ unsafe fn all_reduce_with_bias(
     if acc.is_null() || count == 0 {
         return Ok(());
     }
-    let (recv, acc) = (recvbuff as usize, acc as usize);
-    // SAFETY: the host backend has completed the AllReduce when this runs (after the call, or
-    // after the group's end), and the caller keeps `recvbuff`/`acc` valid until then.
-    group::after(Box::new(move || unsafe {
-        apply_bias(recv, acc, count, dt, red)
-    }))
+    let live = handles::lookup(comm, Need::Ops)?;
+    let dt = dtype(datatype)?;
+    let combine = match live.comm.resolve_op(op.0, dt)? {
+        RedOp::Prod => ReduceOp::Prod,
+        RedOp::Max => ReduceOp::Max,
+        RedOp::Min => ReduceOp::Min,
+        _ => ReduceOp::Sum,
+    };
+    let rank = live.comm.rank() as u32;
+    let count = count as u64;
+    let build: Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send> =
+        Box::new(move |seq| Ok(bias::combine_into_output(rank, count, dt, combine, seq)));
+    // SAFETY: the caller keeps `acc` and `recvbuff` valid for `count` elements until the
+    // operation has run; the plan reads `acc` as its send buffer and updates `recvbuff`.
+    unsafe {
+        live.comm
+            .run_plan(build, acc as u64, recvbuff as u64, stream.0 as usize)
+    }
 }
 
 unsafe fn msccl_load_algo(
