@@ -9,8 +9,6 @@ pub mod driver;
 pub mod kernels;
 pub mod memory;
 pub mod modules;
-mod net;
-mod shm;
 pub mod transport;
 
 use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
@@ -27,7 +25,7 @@ use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::Topology;
 use std::sync::Arc;
-pub use transport::{CudaStream, CudaTransport};
+pub use transport::{CudaApi, CudaStream, CudaTransport};
 
 /// The CUDA backend: one primary context per device, retained for the process lifetime.
 pub struct CudaBackend {
@@ -304,7 +302,11 @@ impl Backend for CudaBackend {
         !transport.has_net()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
-        CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
+        let api = CudaApi {
+            mem: self.mem.clone(),
+            modules: self.modules.clone(),
+        };
+        CudaTransport::connect(api, self.geometry, ctx)
     }
     fn one_shot_bytes(&self, transport: &CudaTransport, proto: Protocol) -> u64 {
         transport.one_shot_bytes(proto)
@@ -318,7 +320,7 @@ impl Backend for CudaBackend {
         abort: &AbortFlag,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { transport.launch_one_shot(stream, op, abort) }
+        unsafe { transport.launch_one_shot(stream.handle(), op, abort) }
     }
 
     unsafe fn launch(
@@ -328,9 +330,12 @@ impl Backend for CudaBackend {
     ) -> Result<Option<CudaEvent>> {
         // SAFETY: forwarded from the caller.
         unsafe {
-            launch
-                .transport
-                .launch(stream, &launch.work, &launch.buffers, &launch.abort)
+            launch.transport.launch(
+                stream.handle(),
+                &launch.work,
+                &launch.buffers,
+                &launch.abort,
+            )
         }?;
         Ok(None)
     }
