@@ -191,9 +191,9 @@ impl DeviceApi for HipApi {
         unsafe { hip_call!(self.0.hip, hipHostRegister(host.cast(), bytes, flags)) }?;
         let mut d: *mut c_void = std::ptr::null_mut();
         // SAFETY: registered above as mapped; `d` is a valid out-pointer.
-        if let Err(e) =
-            unsafe { hip_call!(self.0.hip, hipHostGetDevicePointer(&mut d, host.cast(), 0)) }
-        {
+        let mapped =
+            unsafe { hip_call!(self.0.hip, hipHostGetDevicePointer(&mut d, host.cast(), 0)) };
+        if let Err(e) = mapped {
             // SAFETY: registered above, unused.
             let _ = unsafe { hip_call!(self.0.hip, hipHostUnregister(host.cast())) };
             return Err(e);
