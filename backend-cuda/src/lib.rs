@@ -24,6 +24,7 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::Topology;
+use oxccl_device_transport::DeviceApi;
 use std::sync::Arc;
 pub use transport::{CudaApi, CudaStream, CudaTransport};
 
@@ -162,15 +163,17 @@ impl CudaBackend {
     /// A new non-blocking stream on `device` (for tests and tools).
     pub fn stream_create(&self, device: i32) -> Result<CudaStream> {
         let _g = self.mem.bind(device)?;
-        let mut s: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: creates a stream in `device`'s context.
-        unsafe {
-            call!(cuStreamCreate(
-                &mut s,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
-            ))
-        }?;
-        Ok(CudaStream(Shared(s)))
+        // The transport's own set-up streams are made the same way.
+        let s = self.api().stream_create()?;
+        Ok(CudaStream(Shared(s as sys::CUstream)))
+    }
+
+    /// The shared transport's runtime calls over this backend's memory and modules.
+    fn api(&self) -> CudaApi {
+        CudaApi {
+            mem: self.mem.clone(),
+            modules: self.modules.clone(),
+        }
     }
 }
 
@@ -302,11 +305,7 @@ impl Backend for CudaBackend {
         !transport.has_net()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
-        let api = CudaApi {
-            mem: self.mem.clone(),
-            modules: self.modules.clone(),
-        };
-        CudaTransport::connect(api, self.geometry, ctx)
+        CudaTransport::connect(self.api(), self.geometry, ctx)
     }
     fn one_shot_bytes(&self, transport: &CudaTransport, proto: Protocol) -> u64 {
         transport.one_shot_bytes(proto)

@@ -31,6 +31,14 @@ pub fn net_channels(geometry: &FifoGeometry) -> u32 {
         .clamp(1, max)
 }
 
+/// How every FIFO in host memory (NET and SHM) is cut: the P2P geometry's Simple slots.
+pub(crate) fn fifo_layout(geometry: &FifoGeometry) -> FifoLayout {
+    FifoLayout {
+        nslots: geometry.nslots,
+        slot_bytes: geometry.slot_bytes,
+    }
+}
+
 /// Pinned host memory holding every NET FIFO of one communicator.
 pub(crate) struct NetFifos<A: DeviceApi> {
     api: A,
@@ -50,10 +58,7 @@ impl<A: DeviceApi> NetFifos<A> {
         peers: Vec<u32>,
         channels: u32,
     ) -> Result<NetFifos<A>> {
-        let layout = FifoLayout {
-            nslots: geometry.nslots,
-            slot_bytes: geometry.slot_bytes,
-        };
+        let layout = fifo_layout(geometry);
         let n = peers.len() * channels as usize * 2;
         let bytes = (layout.bytes() as usize * n).max(4096);
         let (p, dev) = api.host_alloc(bytes)?;
@@ -180,3 +185,67 @@ impl<A: DeviceApi> Drop for NetFifos<A> {
 unsafe impl<A: DeviceApi> Send for NetFifos<A> {}
 // SAFETY: as above; nothing here mutates through `&self`.
 unsafe impl<A: DeviceApi> Sync for NetFifos<A> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    fn field(table: &[u8], pos: usize, off: usize) -> u64 {
+        u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
+    }
+
+    /// A host-memory FIFO replaces one entry: the send side keeps its sender-local counter
+    /// copies and gets byte counts when asked; the receive side keeps nothing of P2P's; LL stays
+    /// off; every other entry is untouched.
+    #[test]
+    fn patching_one_entry_keeps_sender_counters_and_nothing_else() {
+        let g = FifoGeometry::default();
+        let (rank, nranks) = (0u32, 3u32);
+        let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
+        let table = g.conn_table(rank, nranks, peers[0], &peers, 0x9000_0000, true);
+        let layout = fifo_layout(&g);
+        let one = size_of::<DevConn>();
+        let half = g.recv_table_offset(nranks) as usize;
+        let at = |c: usize, p: usize, recv: bool| {
+            (c * nranks as usize + p) * one + if recv { half } else { 0 }
+        };
+        let mut patched = table.clone();
+        for recv in [false, true] {
+            let slot = ConnSlot {
+                channel: 1,
+                peer: 2,
+                recv,
+            };
+            point_conn_at(&mut patched, &g, nranks, slot, 0x7000, layout, !recv);
+        }
+        let (send, recv) = (at(1, 2, false), at(1, 2, true));
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, buff)),
+            0x7000 + layout.slots_offset()
+        );
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, tail)),
+            0x7000 + FifoLayout::TAIL
+        );
+        assert_eq!(
+            read_conn(&patched[send..send + one]),
+            read_conn(&table[send..send + one])
+        );
+        assert_ne!(read_conn(&patched[send..send + one]).0, 0);
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, sizes)),
+            0x7000 + FifoLayout::SIZES
+        );
+        assert_eq!(read_conn(&patched[recv..recv + one]), (0, 0));
+        assert_eq!(field(&patched, recv, offset_of!(DevConn, sizes)), 0);
+        for pos in [send, recv] {
+            assert_eq!(field(&patched, pos, offset_of!(DevConn, ll_pos)), 0);
+        }
+        for (i, (a, b)) in table.chunks(one).zip(patched.chunks(one)).enumerate() {
+            if i * one != send && i * one != recv {
+                assert_eq!(a, b, "entry {i} changed");
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! Like NET, SHM connections run the Simple protocol (the communicator keeps NET's limits).
 
 use crate::api::DeviceApi;
-use crate::net::{ConnSlot, point_conn_at};
+use crate::net::{ConnSlot, fifo_layout, point_conn_at};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
@@ -67,10 +67,7 @@ impl<A: DeviceApi> ShmFifos<A> {
         peers: Vec<u32>,
         channels: u32,
     ) -> Result<ShmFifos<A>> {
-        let layout = FifoLayout {
-            nslots: geometry.nslots,
-            slot_bytes: geometry.slot_bytes,
-        };
+        let layout = fifo_layout(geometry);
         let per_peer = layout.bytes() as usize * channels as usize;
         let own = if peers.is_empty() {
             None
