@@ -235,15 +235,9 @@ impl Backend for CudaBackend {
             != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
     fn event_create(&self) -> Result<CudaEvent> {
-        let mut e: CUevent = std::ptr::null_mut();
-        // SAFETY: creates an event in the current context.
-        unsafe {
-            call!(cuEventCreate(
-                &mut e,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-            ))
-        }?;
-        Ok(CudaEvent(Shared(e)))
+        // Timing disabled, in the current context: the transport's events are made alike.
+        let e = self.api().event_create()?;
+        Ok(CudaEvent(Shared(e as CUevent)))
     }
     fn event_record(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
         // SAFETY: both handles are live.

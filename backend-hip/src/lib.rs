@@ -26,6 +26,7 @@ use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::tuner::Topology;
+use oxccl_device_transport::DeviceApi;
 use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
@@ -694,16 +695,10 @@ impl Backend for HipBackend {
         Ok(status != sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone)
     }
     fn event_create(&self) -> Result<HipEvent> {
-        let mut e: sys::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: `e` is a valid out-pointer; timing is off (cheaper, never read).
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipEventCreateWithFlags(&mut e, sys::hipEventDisableTiming)
-            )
-        }?;
+        // Timing off (cheaper, never read): the transport's events are made alike.
+        let raw = HipApi(self.clone()).event_create()?;
         Ok(HipEvent {
-            raw: e as usize,
+            raw,
             hip: self.hip.clone(),
         })
     }
