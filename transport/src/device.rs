@@ -815,6 +815,7 @@ impl<A: DeviceApi> Drop for DeviceTransport<A> {
 mod tests {
     use super::*;
     use oxccl_core::datatype::{DataType, Reduction};
+    use crate::api::Executor;
     use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Protocol, Step};
 
     fn work(dtype: DataType, counts: &[&[u64]]) -> WorkDesc {
@@ -856,5 +857,232 @@ mod tests {
         assert_eq!(arena_capacity(4096), 4096);
         assert_eq!(arena_capacity(4097), 8192);
         assert_eq!(arena_capacity(100_000), 131_072);
+    }
+
+    /// A runtime that only records what the transport asks of it (no device): addresses and
+    /// handles count up from 0x1000, calls are logged in order.
+    #[derive(Clone, Default)]
+    struct Fake(std::sync::Arc<Mutex<(u64, Vec<String>)>>);
+
+    impl Fake {
+        fn next(&self, what: String) -> u64 {
+            let mut g = self.0.lock().unwrap();
+            g.0 += 0x1000;
+            g.1.push(what);
+            g.0
+        }
+        fn log(&self, what: String) {
+            self.0.lock().unwrap().1.push(what);
+        }
+        fn calls(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.lock().unwrap().1)
+        }
+    }
+
+    impl DeviceApi for Fake {
+        type Bound = ();
+        type Relaxed = ();
+        const BLOCK_THREADS: u32 = 256;
+        const SIZED_LAUNCHES: bool = false;
+        const NAME: &'static str = "fake";
+        fn bind(&self, _: i32) -> Result<()> {
+            Ok(())
+        }
+        fn kernels_missing(&self) -> Option<Error> {
+            None
+        }
+        fn has_one_shot(&self) -> bool {
+            false
+        }
+        fn multiprocessors(&self, _: i32) -> Result<u32> {
+            Ok(0)
+        }
+        fn can_access_peer(&self, _: i32, _: i32) -> bool {
+            true
+        }
+        fn enable_peer_access(&self, _: i32, _: i32) -> Result<()> {
+            Ok(())
+        }
+        fn shared_alloc(&self, _: i32, n: usize) -> Result<DevicePtr> {
+            Ok(self.next(format!("shared_alloc {n}")))
+        }
+        unsafe fn shared_free(&self, p: DevicePtr) {
+            self.log(format!("shared_free {p:#x}"));
+        }
+        fn export(&self, _: DevicePtr) -> Result<ShareableHandle> {
+            Ok(ShareableHandle(Vec::new()))
+        }
+        unsafe fn import(&self, _: &ShareableHandle, _: i32, _: usize) -> Result<DevicePtr> {
+            Ok(self.next("import".into()))
+        }
+        fn dev_alloc(&self, n: usize) -> Result<DevicePtr> {
+            Ok(self.next(format!("dev_alloc {n}")))
+        }
+        unsafe fn dev_free(&self, p: DevicePtr) {
+            self.log(format!("dev_free {p:#x}"));
+        }
+        fn host_alloc(&self, n: usize) -> Result<(*mut u8, DevicePtr)> {
+            let a = self.next(format!("host_alloc {n}"));
+            Ok((a as *mut u8, a))
+        }
+        unsafe fn host_free(&self, p: *mut u8) {
+            self.log(format!("host_free {:#x}", p as usize));
+        }
+        unsafe fn host_register(&self, p: *mut u8, _: usize) -> Result<DevicePtr> {
+            Ok(p as DevicePtr)
+        }
+        unsafe fn host_unregister(&self, _: *mut u8) {}
+        unsafe fn copy_h2d(&self, d: DevicePtr, s: &[u8]) -> Result<()> {
+            self.log(format!("copy_h2d {d:#x} {}", s.len()));
+            Ok(())
+        }
+        unsafe fn copy_h2d_async(
+            &self,
+            d: DevicePtr,
+            _: *const u8,
+            n: usize,
+            s: Handle,
+        ) -> Result<()> {
+            self.log(format!("copy_h2d_async {d:#x} {n} on {s}"));
+            Ok(())
+        }
+        unsafe fn memset_zero_async(&self, d: DevicePtr, n: usize, s: Handle) -> Result<()> {
+            self.log(format!("memset {d:#x} {n} on {s}"));
+            Ok(())
+        }
+        fn stream_create(&self) -> Result<Handle> {
+            Ok(self.next("stream_create".into()) as Handle)
+        }
+        unsafe fn stream_destroy(&self, _: Handle) {}
+        fn stream_sync(&self, s: Handle) -> Result<()> {
+            self.log(format!("stream_sync {s}"));
+            Ok(())
+        }
+        fn event_create(&self) -> Result<Handle> {
+            Ok(self.next("event_create".into()) as Handle)
+        }
+        fn event_record(&self, e: Handle, s: Handle) -> Result<()> {
+            self.log(format!("event_record {e:#x} on {s}"));
+            Ok(())
+        }
+        fn event_sync(&self, e: Handle) -> Result<()> {
+            self.log(format!("event_sync {e:#x}"));
+            Ok(())
+        }
+        unsafe fn event_destroy(&self, _: Handle) {}
+        fn stream_wait_event(&self, s: Handle, e: Handle) -> Result<()> {
+            self.log(format!("wait {s} on {e:#x}"));
+            Ok(())
+        }
+        fn capture_status(&self, _: Handle) -> Result<CaptureStatus> {
+            Ok(CaptureStatus::None)
+        }
+        fn relaxed_capture(&self) -> Result<()> {
+            Ok(())
+        }
+        fn executor(&self, _: i32, _: DataType, _: usize, _: bool) -> Result<Executor> {
+            Ok(Executor {
+                func: 1,
+                inline_cap: None,
+                address_cap: 16,
+            })
+        }
+        fn one_shot(&self, _: i32, _: DataType) -> Result<Handle> {
+            Ok(2)
+        }
+        unsafe fn launch(&self, _: Handle, g: u32, t: u32, _: &mut [u8], s: Handle) -> Result<()> {
+            self.log(format!("launch {g}x{t} on {s}"));
+            Ok(())
+        }
+    }
+
+    fn state() -> LaunchState {
+        LaunchState {
+            epoch: 0,
+            scratch: (0, 0),
+            loopback: (0, 0),
+            flags: (0, 0),
+            arenas: Vec::new(),
+            next: 0,
+            tail: 0,
+            last_stream: None,
+            retired: Vec::new(),
+            retired_host: Vec::new(),
+            captured: Vec::new(),
+        }
+    }
+
+    /// Shared buffers grow to powers of two and the replaced ones are retired, never freed
+    /// (captured graphs and in-flight launches may still use them); flags are zeroed on the
+    /// transport's own stream before anyone can see them.
+    #[test]
+    fn growth_retires_what_it_replaces() {
+        let api = Fake::default();
+        let mut st = state();
+        st.grow(&api, 7, 100, 0, 8).unwrap();
+        assert_eq!(st.scratch.1, 128);
+        assert_eq!(st.flags.1, 256);
+        assert_eq!(
+            st.retired,
+            [0, 0],
+            "nothing to retire the first time but nulls"
+        );
+        let calls = api.calls();
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.starts_with("memset") && c.ends_with("on 7"))
+        );
+        assert!(calls.contains(&"stream_sync 7".to_string()));
+        let old = st.scratch.0;
+        st.grow(&api, 7, 100, 0, 8).unwrap();
+        assert!(api.calls().is_empty(), "large enough: nothing allocated");
+        st.grow(&api, 7, 129, 0, 8).unwrap();
+        assert_eq!(st.scratch.1, 256);
+        assert_eq!(st.retired.last(), Some(&old));
+        assert!(!api.calls().iter().any(|c| c.contains("free")));
+    }
+
+    /// Arenas are reused round-robin after their previous launch is waited for, and an arena
+    /// that must grow retires both halves instead of freeing them.
+    #[test]
+    fn arenas_wait_for_their_previous_launch_and_retire_when_they_grow() {
+        let api = Fake::default();
+        let mut st = state();
+        for i in 0..ARENAS {
+            assert_eq!(st.take_arena(&api, 100).unwrap(), i);
+        }
+        assert_eq!(st.arenas.len(), ARENAS);
+        api.calls();
+        let (host, dev, ev) = (st.arenas[0].host, st.arenas[0].dev, st.arenas[0].event);
+        assert_eq!(st.take_arena(&api, 100).unwrap(), 0, "round-robin");
+        assert_eq!(api.calls(), [format!("event_sync {ev:#x}")]);
+        assert_eq!(st.take_arena(&api, 5000).unwrap(), 1);
+        assert_eq!(st.take_arena(&api, 5000).unwrap(), 2);
+        assert_eq!(st.take_arena(&api, 5000).unwrap(), 3);
+        assert_eq!(st.arenas[1].cap, 8192);
+        assert!(st.retired_host.len() == 3 && st.retired.len() == 3);
+        assert!(!api.calls().iter().any(|c| c.contains("free")));
+        assert_eq!((st.arenas[0].host, st.arenas[0].dev), (host, dev));
+    }
+
+    /// Eager launches of one communicator run in issue order: a launch on another stream than
+    /// the previous one waits for the tail event; one on the same stream does not.
+    #[test]
+    fn launches_wait_for_the_tail_only_across_streams() {
+        let api = Fake::default();
+        let mut st = state();
+        st.in_order(&api, 5, || Ok(())).unwrap();
+        let tail = st.tail;
+        let c = api.calls();
+        assert!(!c.iter().any(|c| c.starts_with("wait")), "{c:?}");
+        assert_eq!(c.last().unwrap(), &format!("event_record {tail:#x} on 5"));
+        st.in_order(&api, 5, || Ok(())).unwrap();
+        assert!(!api.calls().iter().any(|c| c.starts_with("wait")));
+        st.in_order(&api, 6, || Ok(())).unwrap();
+        let c = api.calls();
+        assert_eq!(c[0], format!("wait 6 on {tail:#x}"));
+        assert_eq!(c[1], format!("event_record {tail:#x} on 6"));
+        assert_eq!(st.last_stream, Some(6));
     }
 }
