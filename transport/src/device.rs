@@ -814,8 +814,8 @@ impl<A: DeviceApi> Drop for DeviceTransport<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl_core::datatype::{DataType, Reduction};
     use crate::api::Executor;
+    use oxccl_core::datatype::{DataType, Reduction};
     use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Protocol, Step};
 
     fn work(dtype: DataType, counts: &[&[u64]]) -> WorkDesc {

@@ -136,3 +136,25 @@ pub unsafe extern "C" fn hipGraphGetNodes(
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_modes_are_cudas_and_others_are_refused() {
+        assert_eq!(
+            mode(0).unwrap(),
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+        );
+        assert_eq!(
+            mode(1).unwrap(),
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        );
+        assert_eq!(
+            mode(2).unwrap(),
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
+        );
+        assert_eq!(mode(3).unwrap_err().code, HipError::INVALID_VALUE);
+    }
+}
