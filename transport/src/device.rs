@@ -83,7 +83,9 @@ struct Arena {
     event: Handle,
 }
 
-/// What launches of one transport share; guarded by the transport's mutex.
+/// What launches of one transport share; guarded by the transport's mutex. Starts empty: every
+/// buffer is allocated by the first launch that needs it.
+#[derive(Default)]
 struct LaunchState {
     epoch: u64,
     scratch: (DevicePtr, usize),
@@ -211,19 +213,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             setup: 0,
             inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
             fixed_threads,
-            state: Mutex::new(LaunchState {
-                epoch: 0,
-                scratch: (0, 0),
-                loopback: (0, 0),
-                flags: (0, 0),
-                arenas: Vec::new(),
-                next: 0,
-                tail: 0,
-                last_stream: None,
-                retired: Vec::new(),
-                retired_host: Vec::new(),
-                captured: Vec::new(),
-            }),
+            state: Mutex::new(LaunchState::default()),
             net: None,
             shm: None,
             net_limits: false,
@@ -997,19 +987,7 @@ mod tests {
     }
 
     fn state() -> LaunchState {
-        LaunchState {
-            epoch: 0,
-            scratch: (0, 0),
-            loopback: (0, 0),
-            flags: (0, 0),
-            arenas: Vec::new(),
-            next: 0,
-            tail: 0,
-            last_stream: None,
-            retired: Vec::new(),
-            retired_host: Vec::new(),
-            captured: Vec::new(),
-        }
+        LaunchState::default()
     }
 
     /// Shared buffers grow to powers of two and the replaced ones are retired, never freed
