@@ -9,8 +9,6 @@ pub mod driver;
 pub mod kernels;
 pub mod memory;
 pub mod modules;
-mod net;
-mod shm;
 pub mod transport;
 
 use crate::driver::{CUcontext, CUdevice, CUevent, Shared};
@@ -26,8 +24,9 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::Topology;
+use oxccl_device_transport::DeviceApi;
 use std::sync::Arc;
-pub use transport::{CudaStream, CudaTransport};
+pub use transport::{CudaApi, CudaStream, CudaTransport};
 
 /// The CUDA backend: one primary context per device, retained for the process lifetime.
 pub struct CudaBackend {
@@ -164,15 +163,17 @@ impl CudaBackend {
     /// A new non-blocking stream on `device` (for tests and tools).
     pub fn stream_create(&self, device: i32) -> Result<CudaStream> {
         let _g = self.mem.bind(device)?;
-        let mut s: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: creates a stream in `device`'s context.
-        unsafe {
-            call!(cuStreamCreate(
-                &mut s,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
-            ))
-        }?;
-        Ok(CudaStream(Shared(s)))
+        // The transport's own set-up streams are made the same way.
+        let s = self.api().stream_create()?;
+        Ok(CudaStream(Shared(s as sys::CUstream)))
+    }
+
+    /// The shared transport's runtime calls over this backend's memory and modules.
+    fn api(&self) -> CudaApi {
+        CudaApi {
+            mem: self.mem.clone(),
+            modules: self.modules.clone(),
+        }
     }
 }
 
@@ -234,15 +235,9 @@ impl Backend for CudaBackend {
             != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
     fn event_create(&self) -> Result<CudaEvent> {
-        let mut e: CUevent = std::ptr::null_mut();
-        // SAFETY: creates an event in the current context.
-        unsafe {
-            call!(cuEventCreate(
-                &mut e,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-            ))
-        }?;
-        Ok(CudaEvent(Shared(e)))
+        // Timing disabled, in the current context: the transport's events are made alike.
+        let e = self.api().event_create()?;
+        Ok(CudaEvent(Shared(e as CUevent)))
     }
     fn event_record(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
         // SAFETY: both handles are live.
@@ -304,7 +299,7 @@ impl Backend for CudaBackend {
         !transport.has_net()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
-        CudaTransport::connect(self.mem.clone(), self.modules.clone(), self.geometry, ctx)
+        CudaTransport::connect(self.api(), self.geometry, ctx)
     }
     fn one_shot_bytes(&self, transport: &CudaTransport, proto: Protocol) -> u64 {
         transport.one_shot_bytes(proto)
@@ -318,7 +313,7 @@ impl Backend for CudaBackend {
         abort: &AbortFlag,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        unsafe { transport.launch_one_shot(stream, op, abort) }
+        unsafe { transport.launch_one_shot(stream.handle(), op, abort) }
     }
 
     unsafe fn launch(
@@ -328,9 +323,12 @@ impl Backend for CudaBackend {
     ) -> Result<Option<CudaEvent>> {
         // SAFETY: forwarded from the caller.
         unsafe {
-            launch
-                .transport
-                .launch(stream, &launch.work, &launch.buffers, &launch.abort)
+            launch.transport.launch(
+                stream.handle(),
+                &launch.work,
+                &launch.buffers,
+                &launch.abort,
+            )
         }?;
         Ok(None)
     }

@@ -1,89 +1,26 @@
-//! Per-communicator connections (P2P FIFOs through peer-mapped VMM memory) and the launch of
-//! plan executors.
-//!
-//! Every rank allocates, on its own device, one receive FIFO per (channel, peer) for the
-//! channels of its [`FifoGeometry`]: slots plus a head and a tail counter, each on its own
-//! 64-byte line. The allocation is published through the bootstrap; peers of the same
-//! process use its address directly (VMM access was granted to every P2P-capable device), peers in
-//! other processes of the same host import its exported descriptor. Ranks on other hosts, and
-//! pairs without P2P, are connected over the network instead (`crate::net`, `docs/transports.md`);
-//! there is no SHM transport yet.
+//! The CUDA side of the device transport: [`CudaApi`], the shared transport's runtime calls on
+//! the CUDA driver API. Connections, arenas, graph capture, NET and SHM are
+//! `oxccl_device_transport::DeviceTransport`, written once for both GPU backends.
 
 use crate::call;
 use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
-use crate::kernels::{
-    self, ArgsLayout, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, FifoGeometry,
-    LaunchArgs, OneShotParams, kernel_params, one_shot_grid, one_shot_inbox_bytes,
-    one_shot_max_bytes, placements, publish, shared_device_max_blocks,
-};
-use crate::memory::Memory;
+use crate::kernels::{self, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES};
+use crate::memory::{CtxGuard, Memory};
 use crate::modules::{Modules, ParamsSize};
-use crate::net::{NetFifos, net_channels};
-use crate::shm::ShmFifos;
 use cudarc::driver::sys;
-use oxccl_core::abort::{AbortFlag, AbortWatcher};
-use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
+use oxccl_core::backend::{DevicePtr, ShareableHandle};
+use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
-use oxccl_core::net::proxy::Proxy;
-use oxccl_core::plan::one_shot::OneShot;
-use oxccl_core::plan::{BufId, Protocol, WorkDesc};
-use std::sync::{Arc, Mutex};
+use oxccl_device_transport::{CaptureStatus, DeviceApi, DeviceTransport, Executor, Handle};
+use std::sync::Arc;
 
 /// Thread-block size of the executor kernels, small launches apart (`OXCCL_BLOCK_THREADS`
 /// fixes it for all: 256 runs the launch shape of the HIP backend, which checks on NVIDIA that
 /// the shared kernels do not depend on the block or warp width).
 const BLOCK_THREADS: u32 = 512;
 
-/// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
-const MIN_SMALL_THREADS: u32 = 128;
-
-/// Steps of at most this many bytes make a launch small.
-const SMALL_STEP_BYTES: u64 = 4096;
-
-/// The block size for `work`, at most `max`: one thread per 8 bytes of its largest step (an LL
-/// packet's payload), at least [`MIN_SMALL_THREADS`].
-///
-/// A small step costs its instructions, issued by every warp of the block: on an H200 a graph
-/// launch of four 8-byte steps took 3.04 us with 128 threads and 3.81 with 512, and a two-rank
-/// LL exchange of 8 bytes 5.53 against 6.22 us (`kernels/tests/gpu_exec_test.cu`). Large steps
-/// need every thread for bandwidth.
-fn launch_threads(work: &WorkDesc, max: u32) -> u32 {
-    let esize = work.dtype.size() as u64;
-    let largest = work
-        .channels
-        .iter()
-        .flat_map(|c| &c.steps)
-        .map(|st| st.count * esize)
-        .max()
-        .unwrap_or(0);
-    if largest > SMALL_STEP_BYTES {
-        return max;
-    }
-    let threads = largest.div_ceil(8).next_multiple_of(32) as u32;
-    threads.clamp(MIN_SMALL_THREADS.min(max), max)
-}
-
-/// The block size a valid `OXCCL_BLOCK_THREADS` fixes for every launch; `None` without it
-/// ([`launch_threads`] then sizes each launch).
-fn fixed_block_threads() -> Result<Option<u32>> {
-    match std::env::var("OXCCL_BLOCK_THREADS") {
-        Err(_) => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|t| (32..=kernels::MAX_THREADS_PER_BLOCK).contains(t) && t % 32 == 0)
-            .map(Some)
-            .ok_or_else(|| {
-                Error::usage(format!(
-                    "OXCCL_BLOCK_THREADS={v} is not a multiple of 32 from 32 to {}",
-                    kernels::MAX_THREADS_PER_BLOCK
-                ))
-            }),
-    }
-}
-/// Launch-argument arenas per transport, reused round-robin once their launch has completed.
-const ARENAS: usize = 16;
+/// One communicator's connections on the CUDA backend.
+pub type CudaTransport = DeviceTransport<CudaApi>;
 
 /// A CUDA stream handle (0 is the legacy default stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,578 +31,29 @@ impl CudaStream {
     pub fn raw(&self) -> CUstream {
         self.0.0
     }
-}
 
-/// One launch-argument arena: pinned host staging and its device copy.
-struct Arena {
-    host: *mut u8,
-    dev: CUdeviceptr,
-    cap: usize,
-    event: CUevent,
-}
-
-/// What launches of one transport share; guarded by the transport's mutex.
-struct LaunchState {
-    epoch: u64,
-    scratch: (CUdeviceptr, usize),
-    loopback: (CUdeviceptr, usize),
-    flags: (CUdeviceptr, usize),
-    arenas: Vec<Arena>,
-    next: usize,
-    /// Recorded after every eager launch: this communicator's tail (null until the first).
-    tail: CUevent,
-    /// The stream of the latest launch.
-    last_stream: Option<Shared<CUstream>>,
-    /// Shared buffers and arenas replaced by larger ones, freed with the transport.
-    retired: Vec<CUdeviceptr>,
-    /// Pinned staging of arenas replaced by larger ones, freed with the transport.
-    retired_host: Vec<*mut u8>,
-    /// Argument blocks and loopback flags of launches captured into graphs, freed with the
-    /// transport (a graph may be replayed as long as its communicator lives).
-    captured: Vec<CUdeviceptr>,
-}
-
-/// One communicator's connections on the CUDA backend.
-pub struct CudaTransport {
-    mem: Arc<Memory>,
-    modules: Arc<Modules>,
-    device: i32,
-    rank: u32,
-    nranks: u32,
-    fifo: DevicePtr,
-    imported: Vec<DevicePtr>,
-    /// How the FIFOs are cut (the same on every rank).
-    geometry: FifoGeometry,
-    /// `send_conns` then `recv_conns`, `geometry.channels * nranks` each.
-    conns: CUdeviceptr,
-    /// Sender-local counter copies of the send connections (0: not used), then the one-shot
-    /// epochs.
-    send_state: CUdeviceptr,
-    /// Every rank's one-shot inbox as mapped here; empty when the communicator has none (one
-    /// rank, or more than the one-shot kernels take).
-    one_shot_inbox: Vec<DevicePtr>,
-    /// Most blocks one launch may use, the same on every rank: ranks of one process that share
-    /// a device wait for each other's blocks, which must all be resident at once
-    /// ([`shared_device_max_blocks`]). `u32::MAX` when every rank has a device to itself.
-    max_blocks: u32,
-    abort_host: *mut u32,
-    abort_dev: CUdeviceptr,
-    watcher: Option<AbortWatcher>,
-    /// Our own non-blocking stream for set-up copies, never captured.
-    setup: Shared<CUstream>,
-    /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
-    inline_args: bool,
-    /// Threads per block of every launch when `OXCCL_BLOCK_THREADS` fixes it, else sized per
-    /// launch ([`launch_threads`]).
-    fixed_threads: Option<u32>,
-    state: Mutex<LaunchState>,
-    /// The proxy driving the NET connections and their FIFOs (`None`: every peer is P2P).
-    /// Dropped before anything else is freed: the proxy stops first.
-    net: Option<(Proxy, NetFifos)>,
-    /// The shared-memory FIFOs of the SHM peers (`None`: no rank of the communicator has any).
-    /// Dropped with the other fields, after `drop` has waited for the last kernel.
-    shm: Option<ShmFifos>,
-    /// Some pair of this communicator meets through host memory (NET or SHM): plans stay on the
-    /// channels those connections exist for and run Simple, and the one-shot kernels (which
-    /// write into every peer's memory) are off. The same on every rank.
-    net_limits: bool,
-}
-
-// SAFETY: the raw pointers are pinned host memory and device addresses owned by the transport,
-// written only under its mutex (arenas) or with single volatile stores (abort flag).
-unsafe impl Send for CudaTransport {}
-// SAFETY: as above.
-unsafe impl Sync for CudaTransport {}
-
-fn dev_alloc(bytes: usize) -> Result<CUdeviceptr> {
-    let mut p: CUdeviceptr = 0;
-    // SAFETY: allocates in the current context; `p` receives the address.
-    unsafe { call!(cuMemAlloc_v2(&mut p, bytes.max(16))) }?;
-    Ok(p)
-}
-
-fn dev_free(p: CUdeviceptr) {
-    if p != 0 {
-        // SAFETY: `p` came from cuMemAlloc and the caller ensured no work uses it.
-        let _ = unsafe { sys::cuMemFree_v2(p) };
+    /// The raw handle as the shared transport's [`Handle`].
+    pub fn handle(&self) -> Handle {
+        self.0.0 as Handle
     }
 }
 
-fn host_alloc(bytes: usize) -> Result<*mut u8> {
-    let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: allocates pinned, device-mapped host memory; `p` receives the address.
-    unsafe {
-        call!(cuMemHostAlloc(
-            &mut p,
-            bytes.max(16),
-            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
-        ))
-    }?;
-    Ok(p.cast())
+/// The shared transport's runtime calls on the CUDA driver (the backend's memory tables and
+/// loaded modules).
+#[derive(Clone)]
+pub struct CudaApi {
+    pub(crate) mem: Arc<Memory>,
+    pub(crate) modules: Arc<Modules>,
 }
 
-fn host_free(p: *mut u8) {
-    if !p.is_null() {
-        // SAFETY: `p` came from cuMemHostAlloc and no work uses it.
-        let _ = unsafe { sys::cuMemFreeHost(p.cast()) };
-    }
-}
+/// This thread's stream-capture mode switched to relaxed, restored on drop (as NCCL does around
+/// its own allocations while a user's stream captures).
+pub struct RelaxedCapture(sys::CUstreamCaptureMode);
 
-/// P2P is off for every pair: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or `0`), NCCL's
-/// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
-/// P2P wherever peer access works.
-fn p2p_disabled() -> bool {
-    std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1")
-        || std::env::var("NCCL_P2P_LEVEL")
-            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
-}
-
-impl CudaTransport {
-    /// Connects this rank to every peer (`Backend::connect`).
-    pub(crate) fn connect(
-        mem: Arc<Memory>,
-        modules: Arc<Modules>,
-        geometry: FifoGeometry,
-        ctx: &ConnectContext<'_>,
-    ) -> Result<CudaTransport> {
-        let bs = ctx.bootstrap;
-        let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
-        let _g = mem.bind(device)?;
-        let fixed_threads = fixed_block_threads()?;
-        let bytes = geometry.fifo_bytes(nranks);
-        let fifo = mem.alloc(device, bytes as usize)?;
-        let mut t = CudaTransport {
-            mem: mem.clone(),
-            modules,
-            device,
-            rank,
-            nranks,
-            fifo,
-            imported: Vec::new(),
-            geometry,
-            conns: 0,
-            send_state: 0,
-            one_shot_inbox: Vec::new(),
-            max_blocks: u32::MAX,
-            abort_host: std::ptr::null_mut(),
-            abort_dev: 0,
-            watcher: None,
-            setup: Shared(std::ptr::null_mut()),
-            inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
-            fixed_threads,
-            state: Mutex::new(LaunchState {
-                epoch: 0,
-                scratch: (0, 0),
-                loopback: (0, 0),
-                flags: (0, 0),
-                arenas: Vec::new(),
-                next: 0,
-                tail: std::ptr::null_mut(),
-                last_stream: None,
-                retired: Vec::new(),
-                retired_host: Vec::new(),
-                captured: Vec::new(),
-            }),
-            net: None,
-            shm: None,
-            net_limits: false,
-        };
-        let mut setup: CUstream = std::ptr::null_mut();
-        // SAFETY: creates a stream in the device's (current) context.
-        unsafe {
-            call!(cuStreamCreate(
-                &mut setup,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
-            ))
-        }?;
-        t.setup = Shared(setup);
-        // Zero the counters (slots need no initialisation).
-        let zeros = vec![0u8; geometry.counter_bytes(nranks)];
-        // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
-        unsafe { call!(cuMemcpyHtoD_v2(fifo, zeros.as_ptr().cast(), zeros.len())) }?;
-        let inbox = fifo + geometry.inbox_offset(nranks);
-        let inbox_bytes = one_shot_inbox_bytes(nranks) as usize;
-        if inbox_bytes > 0 {
-            // Before the peers learn the address: none of them may write to it yet.
-            // SAFETY: the inbox is the last `inbox_bytes` of the FIFO allocation.
-            unsafe { call!(cuMemsetD8Async(inbox, 0, inbox_bytes, setup)) }?;
-            // SAFETY: our live stream.
-            unsafe { call!(cuStreamSynchronize(setup)) }?;
-        }
-
-        let handle = if nranks > 1 {
-            mem.export(fifo).map(|h| h.0).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let all = bs.all_gather(&publish(
-            std::process::id(),
-            device,
-            mem.multiprocessors(device)?,
-            fifo,
-            &geometry,
-            &handle,
-        ))?;
-        let records = all
-            .iter()
-            .enumerate()
-            .map(|(p, b)| geometry.peer_record(p, b))
-            .collect::<Result<Vec<_>>>()?;
-        let me = &bs.peers()[rank as usize];
-        let p2p_disabled = p2p_disabled();
-        let shm_disabled = std::env::var("NCCL_SHM_DISABLE").as_deref() == Ok("1");
-        let mut peer_fifo = vec![0u64; nranks as usize];
-        let mut net_peers = Vec::new();
-        let mut shm_peers = Vec::new();
-        for (p, rec) in records.iter().enumerate() {
-            if p == rank as usize {
-                peer_fifo[p] = fifo;
-                continue;
-            }
-            let (pdev, pfifo) = (rec.device, rec.fifo);
-            let info = &bs.peers()[p];
-            let same_process = info.pid == std::process::id() && info.shares_proc_with_caller();
-            let pd = usize::try_from(pdev).unwrap_or(usize::MAX);
-            let md = device as usize;
-            // Decided from what both ends see alike, so the pair agrees.
-            let p2p = info.same_host(me)
-                && !p2p_disabled
-                && (!same_process
-                    || pd == md
-                    || mem
-                        .peer
-                        .get(md)
-                        .and_then(|r| r.get(pd))
-                        .copied()
-                        .unwrap_or(false));
-            if !p2p {
-                if info.same_host(me) && !shm_disabled {
-                    shm_peers.push(p as u32);
-                } else {
-                    net_peers.push(p as u32);
-                }
-                continue;
-            }
-            tracing::info!(target: "oxccl::init",
-                "Channels 00-{:02} : {rank}[{device}] -> {p}[{pdev}] via P2P",
-                geometry.channels - 1);
-            if same_process {
-                if pd != md {
-                    // Zero-copy plans read and write the peer's own buffers, not only ours.
-                    mem.enable_peer_access(device, pdev)?;
-                }
-                peer_fifo[p] = pfifo;
-            } else {
-                if rec.handle.is_empty() {
-                    return Err(Error::usage(format!(
-                        "{} could not export its FIFO memory for other processes",
-                        info.describe()
-                    )));
-                }
-                let va = mem.import(&ShareableHandle(rec.handle.to_vec()), device)?;
-                t.imported.push(va);
-                peer_fifo[p] = va;
-            }
-        }
-
-        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &records));
-        if t.max_blocks != u32::MAX {
-            tracing::info!(
-                "rank {rank}: ranks share GPUs; at most {} blocks per launch",
-                t.max_blocks
-            );
-        }
-
-        // Sender-local counters: the LL positions, and copies of the Simple counters that save
-        // the sender reads across the link (1-1.5 us per small message measured on 2x H200;
-        // OXCCL_LOCAL_COUNTERS=0 turns the copies off).
-        let n = geometry.send_state_bytes(nranks);
-        t.send_state = dev_alloc(n)?;
-        let zeros = vec![0u8; n];
-        // SAFETY: `send_state` holds `n` bytes.
-        unsafe { call!(cuMemcpyHtoD_v2(t.send_state, zeros.as_ptr().cast(), n)) }?;
-        let local_counters = std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() != Ok("0");
-        let table =
-            geometry.conn_table(rank, nranks, fifo, &peer_fifo, t.send_state, local_counters);
-        if inbox_bytes > 0 && nranks > 1 {
-            let off = geometry.inbox_offset(nranks);
-            t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
-        }
-        let mut table = table;
-        // Plans must be cut alike on every rank: if any pair meets through host memory (NET or
-        // SHM), every rank keeps to their limits (channels, Simple protocol, no one-shot kernels).
-        let mine = u8::from(!net_peers.is_empty()) | u8::from(!shm_peers.is_empty()) << 1;
-        let any = bs
-            .all_gather(&[mine])?
-            .iter()
-            .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
-        let channels = net_channels(&geometry);
-        if any != 0 {
-            t.max_blocks = t.max_blocks.min(channels);
-            t.one_shot_inbox.clear();
-            t.net_limits = true;
-        }
-        if any & 2 != 0 {
-            // Collective: every rank takes part, with or without SHM peers of its own.
-            let shm = ShmFifos::connect(bs, &geometry, shm_peers, channels)?;
-            shm.patch_table(&mut table, &geometry, nranks);
-            for &p in shm.peers() {
-                tracing::info!(target: "oxccl::init",
-                    "Channels 00-{:02} : {rank}[{device}] -> {p}[{}] via SHM",
-                    channels - 1, records[p as usize].device);
-            }
-            t.shm = Some(shm);
-        }
-        if !net_peers.is_empty() {
-            let fifos = NetFifos::alloc(&geometry, net_peers, channels)?;
-            fifos.patch_table(&mut table, &geometry, nranks);
-            let net = oxccl_core::net::connect::choose_net(bs)?;
-            let proxy = oxccl_core::net::connect::connect(
-                bs,
-                ctx.abort,
-                net,
-                fifos.peer_fifos(),
-                ctx.timeout,
-            )?;
-            t.net = Some((proxy, fifos));
-        }
-        t.conns = dev_alloc(table.len())?;
-        // SAFETY: `conns` holds `table.len()` bytes.
-        unsafe { call!(cuMemcpyHtoD_v2(t.conns, table.as_ptr().cast(), table.len())) }?;
-
-        // Abort flag in mapped pinned memory, mirrored from the communicator's flag.
-        t.abort_host = host_alloc(64)?.cast();
-        // SAFETY: `abort_host` points to at least 4 writable bytes of pinned memory.
-        unsafe { std::ptr::write_volatile(t.abort_host, 0) };
-        let mut dptr: CUdeviceptr = 0;
-        // SAFETY: `abort_host` was allocated with DEVICEMAP; `dptr` receives its device address.
-        unsafe {
-            call!(cuMemHostGetDevicePointer_v2(
-                &mut dptr,
-                t.abort_host.cast(),
-                0
-            ))
-        }?;
-        t.abort_dev = dptr;
-        let flag = t.abort_host as usize;
-        t.watcher = Some(ctx.abort.watch(format!("oxccl-abort-r{rank}"), move || {
-            // SAFETY: `flag` is the transport's pinned abort word, freed only after the watcher
-            // has been dropped (and so joined).
-            unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
-        })?);
-        Ok(t)
-    }
-
-    /// Queues `work` on `stream` (`Backend::launch`).
-    ///
-    /// While `stream` is capturing a CUDA graph the launch becomes graph nodes that replay
-    /// correctly: its argument block travels in the captured parameters or in device memory of
-    /// its own (never reused), its loopback flags are reset by a memset node at every replay,
-    /// and it does not join the eager launches' cross-stream ordering (a captured stream may
-    /// not wait on outside events).
-    ///
-    /// # Safety
-    /// `buffers` are valid for the plan's regions until the kernel has run; `stream` is live.
-    pub(crate) unsafe fn launch(
-        &self,
-        stream: &CudaStream,
-        work: &WorkDesc,
-        buffers: &[DevicePtr],
-        abort: &AbortFlag,
-    ) -> Result<()> {
-        abort.check()?;
-        if !kernels::kernels_built() {
-            return Err(Error::usage(
-                "oxccl was built without device kernels (no nvcc at build time)",
-            ));
-        }
-        let nch = work.channels.len();
-        if nch == 0 || work.step_count() == 0 {
-            return Ok(());
-        }
-        if let Some((proxy, _)) = &self.net {
-            proxy.wake();
-        }
-
-        let s = stream.raw();
-        let capturing = capture_status(s)?;
-        // Allocations and host waits below are "unsafe during capture" in global mode; they
-        // touch only our own memory and our setup stream, never the captured stream.
-        let _relaxed = capturing.then(RelaxedCapture::enter).transpose()?;
-        let _g = self.mem.bind(self.device)?;
-        let enc = kernels::encode(work, self.rank)?;
-        self.geometry.check_plan(&enc)?;
-        let red = kernels::reduction_args(&work.reduction);
-        let esize = work.dtype.size();
-
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let st = &mut *st;
-        let scratch_need = (work.scratch_elems as usize).saturating_mul(esize);
-        let flags_need = enc.loopback_offsets.len() * 8;
-        st.grow(
-            self.setup.0,
-            scratch_need,
-            enc.loopback_bytes as usize,
-            flags_need,
-        )?;
-
-        let layout = ArgsLayout::new(
-            nch,
-            enc.steps.len(),
-            buffers.len(),
-            enc.loopback_offsets.len(),
-        );
-        let mut table: Vec<u64> = buffers.to_vec();
-        if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
-            *slot = st.scratch.0;
-        }
-        let mut args = LaunchArgs {
-            send_conns: self.conns,
-            recv_conns: self.conns + self.geometry.recv_table_offset(self.nranks),
-            loopback: st.loopback.0,
-            loopback_flags: st.flags.0,
-            pre_scale_ptr: red.pre_scale_ptr,
-            abort_flag: self.abort_dev,
-            pre_scale_bytes: red.pre_scale_bytes,
-            nchannels: nch as u32,
-            nranks: self.nranks,
-            rank: self.rank,
-            post_div: red.post_div,
-            dtype: work.dtype as u8,
-            redop: red.redop,
-            flags: kernels::launch_flags(work, &red),
-            ..LaunchArgs::default()
-        };
-        // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000
-        // bytes), else by address through the default entry points; OXCCL_INLINE_ARGS=0 always
-        // passes the address.
-        let inline = self.inline_args && layout.total <= CUDA_LARGE_INLINE_ARGS_BYTES;
-        let (size, cap) = ParamsSize::for_block(layout.total, inline);
-        let func = self.modules.function(self.device, work.dtype, size)?;
-        let threads = self
-            .fixed_threads
-            .unwrap_or_else(|| launch_threads(work, BLOCK_THREADS));
-
-        if capturing {
-            // Captured parameters are copied into the graph. A block too large for them gets
-            // device memory of its own (never reused), and loopback flags of their own that a
-            // memset node clears before every replay (so epoch 1 is always new).
-            if flags_need > 0 {
-                let f = dev_alloc(flags_need)?;
-                st.captured.push(f);
-                args.loopback_flags = f;
-                // SAFETY: `f` holds `flags_need` bytes; captured as a node before the kernel.
-                unsafe { call!(cuMemsetD8Async(f, 0, flags_need, s)) }?;
-            }
-            args.epoch = 1;
-            let image = layout.image(&args, &enc, &table);
-            let params = if inline {
-                kernel_params(cap, Some(&image), 0)
-            } else {
-                let dev = dev_alloc(image.len())?;
-                st.captured.push(dev);
-                upload_now(self.setup.0, dev, &image)?;
-                kernel_params(CUDA_INLINE_ARGS_BYTES, None, dev)
-            };
-            // SAFETY: as for the eager launch below; nothing the parameters reach is reused.
-            return unsafe { launch_kernel(func.0, nch, threads, params, s) };
-        }
-
-        // Only blocks passed by address need an arena (and a wait for its previous launch).
-        let idx = if inline {
-            None
-        } else {
-            Some(st.take_arena(layout.total)?)
-        };
-        st.epoch += 1;
-        args.epoch = st.epoch;
-        let image = layout.image(&args, &enc, &table);
-        let params = if let Some(idx) = idx {
-            let arena = &st.arenas[idx];
-            // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous launch
-            // has completed (`take_arena`).
-            unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), arena.host, image.len()) };
-            // SAFETY: pinned staging to the arena's device copy, ordered on the launch stream.
-            unsafe {
-                call!(cuMemcpyHtoDAsync_v2(
-                    arena.dev,
-                    arena.host.cast(),
-                    image.len(),
-                    s
-                ))
-            }?;
-            kernel_params(CUDA_INLINE_ARGS_BYTES, None, arena.dev)
-        } else {
-            kernel_params(cap, Some(&image), 0)
-        };
-        let arena_event = idx.map(|i| st.arenas[i].event);
-        st.in_order(s, || {
-            // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays
-            // valid until it has run (caller for user buffers, this transport for the rest).
-            unsafe { launch_kernel(func.0, nch, threads, params, s) }?;
-            if let Some(ev) = arena_event {
-                // SAFETY: records the arena's event after the kernel on the same stream.
-                unsafe { call!(cuEventRecord(ev, s)) }?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Largest per-peer message the one-shot kernels take with `proto` on this communicator
-    /// (0: none).
-    pub(crate) fn one_shot_bytes(&self, proto: Protocol) -> u64 {
-        if self.one_shot_inbox.is_empty() || !kernels::kernels_built() {
-            0
-        } else {
-            one_shot_max_bytes(proto, self.max_blocks)
-        }
-    }
-
-    /// Whether some pair of this communicator meets through host memory, NET or SHM (see
-    /// `net_limits`).
-    pub(crate) fn has_net(&self) -> bool {
-        self.net_limits
-    }
-
-    /// Most blocks (channels) one launch may use on this communicator.
-    pub(crate) fn max_blocks(&self) -> u32 {
-        self.max_blocks
-    }
-
-    /// Queues a one-shot collective on `stream` (`Backend::launch_one_shot`): one kernel, its
-    /// parameters by value, nothing allocated or uploaded, so a captured launch replays as is
-    /// (the kernel keeps its epochs in device memory).
-    ///
-    /// # Safety
-    /// `op`'s buffers are valid for the operation until the kernel has run; `stream` is live;
-    /// [`CudaTransport::one_shot_bytes`] admits `op`.
-    pub(crate) unsafe fn launch_one_shot(
-        &self,
-        stream: &CudaStream,
-        op: &OneShot,
-        abort: &AbortFlag,
-    ) -> Result<()> {
-        abort.check()?;
-        let s = stream.raw();
-        let capturing = capture_status(s)?;
-        let _g = self.mem.bind(self.device)?;
-        let func = self.modules.one_shot(self.device, op.dtype)?;
-        let epochs = self.send_state + self.geometry.epochs_offset(self.nranks);
-        let params =
-            OneShotParams::new(op, self.rank, &self.one_shot_inbox, epochs, self.abort_dev)
-                .to_bytes()
-                .to_vec();
-        let (blocks, threads) = one_shot_grid(op);
-        let launch = move || {
-            // SAFETY: the kernel takes one `OxcclOneShotParams`; the caller keeps the user
-            // buffers valid, this transport its inboxes and epochs.
-            unsafe { launch_kernel(func.0, blocks as usize, threads, params, s) }
-        };
-        if capturing {
-            return launch();
-        }
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.in_order(s, launch)
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        // SAFETY: restores the mode `relaxed_capture` replaced.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
     }
 }
 
@@ -677,294 +65,279 @@ pub(crate) fn capture_state(s: CUstream) -> Result<sys::CUstreamCaptureStatus> {
     Ok(st)
 }
 
-/// True while `s` is capturing a graph (an invalidated capture is an error: NCCL fails too).
-fn capture_status(s: CUstream) -> Result<bool> {
-    match capture_state(s)? {
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(false),
-        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(true),
-        _ => Err(Error::usage(
-            "the stream's graph capture was invalidated before this operation",
-        )),
-    }
+fn stream(h: Handle) -> CUstream {
+    h as CUstream
 }
 
-/// This thread's stream-capture mode switched to relaxed, restored on drop (as NCCL does around
-/// its own allocations while a user's stream captures).
-struct RelaxedCapture(sys::CUstreamCaptureMode);
+fn event(h: Handle) -> CUevent {
+    h as CUevent
+}
 
-impl RelaxedCapture {
-    fn enter() -> Result<RelaxedCapture> {
+impl DeviceApi for CudaApi {
+    type Bound = CtxGuard;
+    type Relaxed = RelaxedCapture;
+    const BLOCK_THREADS: u32 = BLOCK_THREADS;
+    const SIZED_LAUNCHES: bool = true;
+    const NAME: &'static str = "cuda";
+
+    fn bind(&self, device: i32) -> Result<CtxGuard> {
+        self.mem.bind(device)
+    }
+
+    fn kernels_missing(&self) -> Option<Error> {
+        (!kernels::kernels_built())
+            .then(|| Error::usage("oxccl was built without device kernels (no nvcc at build time)"))
+    }
+
+    fn has_one_shot(&self) -> bool {
+        kernels::kernels_built()
+    }
+
+    fn multiprocessors(&self, device: i32) -> Result<u32> {
+        self.mem.multiprocessors(device)
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> bool {
+        let (Ok(d), Ok(p)) = (usize::try_from(device), usize::try_from(peer)) else {
+            return false;
+        };
+        self.mem
+            .peer
+            .get(d)
+            .and_then(|r| r.get(p))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<()> {
+        self.mem.enable_peer_access(device, peer)
+    }
+
+    fn shared_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
+        self.mem.alloc(device, bytes)
+    }
+
+    unsafe fn shared_free(&self, ptr: DevicePtr) {
+        // SAFETY: forwarded from the caller.
+        let _ = unsafe { self.mem.free(ptr) };
+    }
+
+    fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
+        self.mem.export(ptr)
+    }
+
+    unsafe fn import(
+        &self,
+        handle: &ShareableHandle,
+        device: i32,
+        _bytes: usize,
+    ) -> Result<DevicePtr> {
+        self.mem.import(handle, device)
+    }
+
+    fn dev_alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut p: CUdeviceptr = 0;
+        // SAFETY: allocates in the current context; `p` receives the address.
+        unsafe { call!(cuMemAlloc_v2(&mut p, bytes.max(16))) }?;
+        Ok(p)
+    }
+
+    unsafe fn dev_free(&self, ptr: DevicePtr) {
+        if ptr != 0 {
+            // SAFETY: `ptr` came from cuMemAlloc and the caller ensured no work uses it.
+            let _ = unsafe { sys::cuMemFree_v2(ptr) };
+        }
+    }
+
+    fn host_alloc(&self, bytes: usize) -> Result<(*mut u8, DevicePtr)> {
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: allocates pinned, device-mapped host memory; `p` receives the address.
+        unsafe {
+            call!(cuMemHostAlloc(
+                &mut p,
+                bytes.max(16),
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
+            ))
+        }?;
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: `p` was allocated with DEVICEMAP; `dev` receives its device address.
+        if let Err(e) = unsafe { call!(cuMemHostGetDevicePointer_v2(&mut dev, p, 0)) } {
+            // SAFETY: ours, unused.
+            let _ = unsafe { sys::cuMemFreeHost(p) };
+            return Err(e);
+        }
+        Ok((p.cast(), dev))
+    }
+
+    unsafe fn host_free(&self, host: *mut u8) {
+        if !host.is_null() {
+            // SAFETY: `host` came from cuMemHostAlloc and no work uses it.
+            let _ = unsafe { sys::cuMemFreeHost(host.cast()) };
+        }
+    }
+
+    unsafe fn host_register(&self, host: *mut u8, bytes: usize) -> Result<DevicePtr> {
+        // SAFETY: the caller keeps the range mapped until `host_unregister`.
+        unsafe {
+            call!(cuMemHostRegister_v2(
+                host.cast(),
+                bytes,
+                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE
+            ))
+        }?;
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: registered above with DEVICEMAP; `dev` receives the device address.
+        if let Err(e) = unsafe { call!(cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0)) } {
+            // SAFETY: registered above, unused.
+            let _ = unsafe { sys::cuMemHostUnregister(host.cast()) };
+            return Err(e);
+        }
+        Ok(dev)
+    }
+
+    unsafe fn host_unregister(&self, host: *mut u8) {
+        // SAFETY: registered by `host_register`; the caller ensured no work uses it.
+        let _ = unsafe { sys::cuMemHostUnregister(host.cast()) };
+    }
+
+    unsafe fn copy_h2d(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes; the copy is synchronous.
+        unsafe { call!(cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len())) }
+    }
+
+    unsafe fn copy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { call!(cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream(s))) }
+    }
+
+    unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, s: Handle) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { call!(cuMemsetD8Async(dst, 0, bytes, stream(s))) }
+    }
+
+    fn stream_create(&self) -> Result<Handle> {
+        let mut s: CUstream = std::ptr::null_mut();
+        // SAFETY: creates a stream in the device's (current) context.
+        unsafe {
+            call!(cuStreamCreate(
+                &mut s,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
+            ))
+        }?;
+        Ok(s as Handle)
+    }
+
+    unsafe fn stream_destroy(&self, s: Handle) {
+        // SAFETY: the caller's stream, with nothing queued.
+        let _ = unsafe { sys::cuStreamDestroy_v2(stream(s)) };
+    }
+
+    fn stream_sync(&self, s: Handle) -> Result<()> {
+        // SAFETY: a live stream of the transport.
+        unsafe { call!(cuStreamSynchronize(stream(s))) }
+    }
+
+    fn event_create(&self) -> Result<Handle> {
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: creates an event in the current (the device's) context.
+        unsafe {
+            call!(cuEventCreate(
+                &mut e,
+                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
+            ))
+        }?;
+        Ok(e as Handle)
+    }
+
+    fn event_record(&self, e: Handle, s: Handle) -> Result<()> {
+        // SAFETY: a live event of the transport, recorded on a live stream.
+        unsafe { call!(cuEventRecord(event(e), stream(s))) }
+    }
+
+    fn event_sync(&self, e: Handle) -> Result<()> {
+        // SAFETY: a live event (recorded or not: an unrecorded event is complete).
+        unsafe { call!(cuEventSynchronize(event(e))) }
+    }
+
+    unsafe fn event_destroy(&self, e: Handle) {
+        // SAFETY: the caller's event, not used afterwards.
+        let _ = unsafe { sys::cuEventDestroy_v2(event(e)) };
+    }
+
+    fn stream_wait_event(&self, s: Handle, e: Handle) -> Result<()> {
+        // SAFETY: a live event of the transport; the stream is live.
+        unsafe { call!(cuStreamWaitEvent(stream(s), event(e), 0)) }
+    }
+
+    fn capture_status(&self, s: Handle) -> Result<CaptureStatus> {
+        Ok(match capture_state(stream(s))? {
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        })
+    }
+
+    fn relaxed_capture(&self) -> Result<RelaxedCapture> {
         let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: swaps this thread's capture mode; the previous one is written back to `mode`.
         unsafe { call!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
         Ok(RelaxedCapture(mode))
     }
-}
 
-impl Drop for RelaxedCapture {
-    fn drop(&mut self) {
-        // SAFETY: restores the mode `enter` replaced.
-        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
+    fn executor(
+        &self,
+        device: i32,
+        dtype: DataType,
+        block_bytes: usize,
+        inline: bool,
+    ) -> Result<Executor> {
+        // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000
+        // bytes), else by address through the default entry points.
+        let inline = inline && block_bytes <= CUDA_LARGE_INLINE_ARGS_BYTES;
+        let (size, cap) = ParamsSize::for_block(block_bytes, inline);
+        let func = self.modules.function(device, dtype, size)?;
+        Ok(Executor {
+            func: func.0 as Handle,
+            inline_cap: inline.then_some(cap),
+            address_cap: CUDA_INLINE_ARGS_BYTES,
+        })
     }
-}
 
-/// Copies `bytes` to `dev` through the transport's private stream and waits for it.
-fn upload_now(setup: CUstream, dev: CUdeviceptr, bytes: &[u8]) -> Result<()> {
-    // SAFETY: `dev` holds at least `bytes.len()` bytes; the copy completes before we return.
-    unsafe {
-        call!(cuMemcpyHtoDAsync_v2(
-            dev,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            setup
-        ))
-    }?;
-    // SAFETY: `setup` is the transport's live stream.
-    unsafe { call!(cuStreamSynchronize(setup)) }
-}
-
-/// Launches an executor kernel: one block per channel, `params` its `OxcclKernelParams`.
-///
-/// # Safety
-/// `params` is a complete parameter block whose argument block (inline or not) and everything
-/// it references stay valid until the kernel has run.
-unsafe fn launch_kernel(
-    func: sys::CUfunction,
-    nch: usize,
-    threads: u32,
-    mut params: Vec<u8>,
-    s: CUstream,
-) -> Result<()> {
-    let mut ptrs = [params.as_mut_ptr().cast::<std::ffi::c_void>()];
-    // SAFETY: `func` takes one parameter of `params.len()` bytes; the driver copies it before
-    // returning.
-    unsafe {
-        call!(cuLaunchKernel(
-            func,
-            nch as u32,
-            1,
-            1,
-            threads,
-            1,
-            1,
-            0,
-            s,
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut()
-        ))
+    fn one_shot(&self, device: i32, dtype: DataType) -> Result<Handle> {
+        Ok(self.modules.one_shot(device, dtype)?.0 as Handle)
     }
-}
 
-impl LaunchState {
-    /// Makes the shared buffers large enough. A replaced buffer is retired, not freed: captured
-    /// graphs may still reference it, and in-flight launches still use it.
-    fn grow(
-        &mut self,
-        setup: CUstream,
-        scratch: usize,
-        loopback: usize,
-        flags: usize,
+    unsafe fn launch(
+        &self,
+        func: Handle,
+        grid: u32,
+        threads: u32,
+        params: &mut [u8],
+        s: Handle,
     ) -> Result<()> {
-        if scratch > self.scratch.1 {
-            let n = scratch.next_power_of_two();
-            let p = dev_alloc(n)?;
-            self.retired
-                .push(std::mem::replace(&mut self.scratch, (p, n)).0);
+        let mut ptrs = [params.as_mut_ptr().cast::<std::ffi::c_void>()];
+        // SAFETY: `func` takes one parameter of `params.len()` bytes (the caller's contract);
+        // the driver copies it before returning.
+        unsafe {
+            call!(cuLaunchKernel(
+                func as sys::CUfunction,
+                grid,
+                1,
+                1,
+                threads,
+                1,
+                1,
+                0,
+                stream(s),
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut()
+            ))
         }
-        if loopback > self.loopback.1 {
-            let n = loopback.next_power_of_two();
-            let p = dev_alloc(n)?;
-            self.retired
-                .push(std::mem::replace(&mut self.loopback, (p, n)).0);
-        }
-        if flags > self.flags.1 {
-            let n = flags.next_power_of_two().max(256);
-            let p = dev_alloc(n)?;
-            // Zero before first use; no launch can reference the new memory yet.
-            // SAFETY: `p` holds `n` bytes; `setup` is the transport's live stream.
-            unsafe { call!(cuMemsetD8Async(p, 0, n, setup)) }?;
-            // SAFETY: as above.
-            unsafe { call!(cuStreamSynchronize(setup)) }?;
-            self.retired
-                .push(std::mem::replace(&mut self.flags, (p, n)).0);
-        }
-        Ok(())
-    }
-
-    /// Queues an eager launch on `s` after every earlier launch of this communicator, whatever
-    /// stream they used, and makes it the new tail.
-    fn in_order(&mut self, s: CUstream, launch: impl FnOnce() -> Result<()>) -> Result<()> {
-        // Launches on the stream of the previous one are ordered already.
-        let last_event = self
-            .last_stream
-            .filter(|&last| last != Shared(s))
-            .map(|_| self.tail);
-        let tail = self.tail_event()?;
-        if let Some(ev) = last_event {
-            // SAFETY: `ev` is a live event of this transport.
-            unsafe { call!(cuStreamWaitEvent(s, ev, 0)) }?;
-        }
-        launch()?;
-        // SAFETY: a live event of this transport, recorded after the launch on its stream.
-        unsafe { call!(cuEventRecord(tail, s)) }?;
-        self.last_stream = Some(Shared(s));
-        Ok(())
-    }
-
-    /// The tail event, created on first use in the current (the device's) context.
-    fn tail_event(&mut self) -> Result<CUevent> {
-        if self.tail.is_null() {
-            // SAFETY: creates an event in the current context.
-            unsafe {
-                call!(cuEventCreate(
-                    &mut self.tail,
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-                ))
-            }?;
-        }
-        Ok(self.tail)
-    }
-
-    /// The next launch-argument arena, at least `need` bytes, once its previous launch is done.
-    fn take_arena(&mut self, need: usize) -> Result<usize> {
-        if self.arenas.len() < ARENAS {
-            let mut ev: CUevent = std::ptr::null_mut();
-            // SAFETY: creates an event in the current (the device's) context.
-            unsafe {
-                call!(cuEventCreate(
-                    &mut ev,
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-                ))
-            }?;
-            self.arenas.push(Arena {
-                host: std::ptr::null_mut(),
-                dev: 0,
-                cap: 0,
-                event: ev,
-            });
-            self.next = self.arenas.len() - 1;
-        }
-        let idx = self.next;
-        self.next = (self.next + 1) % ARENAS;
-        let arena = &mut self.arenas[idx];
-        // The arena's previous launch must have read its arguments before they are rewritten.
-        // SAFETY: a live event (recorded or not: an unrecorded event is complete).
-        unsafe { call!(cuEventSynchronize(arena.event)) }?;
-        if arena.cap < need {
-            // Retired, not freed: cuMemFree and cuMemFreeHost wait for the whole device, where
-            // another rank's kernel may be waiting for the very launch being prepared (ranks
-            // sharing a GPU, launched one after another by one thread).
-            if !arena.host.is_null() {
-                self.retired_host.push(arena.host);
-            }
-            if arena.dev != 0 {
-                self.retired.push(arena.dev);
-            }
-            arena.host = std::ptr::null_mut();
-            arena.dev = 0;
-            arena.cap = 0;
-            let cap = need.next_power_of_two().max(4096);
-            arena.host = host_alloc(cap)?;
-            arena.dev = match dev_alloc(cap) {
-                Ok(d) => d,
-                Err(e) => {
-                    host_free(arena.host);
-                    arena.host = std::ptr::null_mut();
-                    return Err(e);
-                }
-            };
-            arena.cap = cap;
-        }
-        Ok(idx)
-    }
-}
-
-impl Drop for CudaTransport {
-    fn drop(&mut self) {
-        // Joins the watcher before the abort word it writes is freed.
-        drop(self.watcher.take());
-        let Ok(_g) = self.mem.bind(self.device) else {
-            return;
-        };
-        let net = self.net.take();
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        // Nothing may run on our memory any more: wait for the last launch.
-        if !st.tail.is_null() {
-            // SAFETY: a live event of this transport.
-            let _ = unsafe { sys::cuEventSynchronize(st.tail) };
-            // SAFETY: ours and complete.
-            let _ = unsafe { sys::cuEventDestroy_v2(st.tail) };
-        }
-        for a in st.arenas.drain(..) {
-            host_free(a.host);
-            dev_free(a.dev);
-            // SAFETY: the event is ours and complete.
-            let _ = unsafe { sys::cuEventDestroy_v2(a.event) };
-        }
-        // The proxy stops before its FIFOs are freed (after the last kernel that used them).
-        drop(net);
-        dev_free(st.scratch.0);
-        dev_free(st.loopback.0);
-        dev_free(st.flags.0);
-        for p in st.retired_host.drain(..) {
-            host_free(p);
-        }
-        for p in st.retired.drain(..).chain(st.captured.drain(..)) {
-            dev_free(p);
-        }
-        if !self.setup.0.is_null() {
-            // SAFETY: our stream; everything queued on it was waited for.
-            let _ = unsafe { sys::cuStreamDestroy_v2(self.setup.0) };
-        }
-        dev_free(self.conns);
-        dev_free(self.send_state);
-        host_free(self.abort_host.cast());
-        for &va in &self.imported {
-            // SAFETY: imported mappings are used only by this transport's kernels, all complete.
-            let _ = unsafe { self.mem.free(va) };
-        }
-        // SAFETY: our FIFOs; peers' kernels that wrote to them belong to operations that
-        // completed before the communicator was destroyed.
-        let _ = unsafe { self.mem.free(self.fifo) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use oxccl_core::datatype::{DataType, Reduction};
-    use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Protocol, Step};
-
-    fn work(dtype: DataType, counts: &[&[u64]]) -> WorkDesc {
-        WorkDesc {
-            kind: CollKind::AllReduce,
-            algo: Algorithm::Direct,
-            proto: Protocol::Ll,
-            dtype,
-            reduction: Reduction::none(),
-            scratch_elems: 0,
-            exposed: false,
-            channels: counts
-                .iter()
-                .map(|c| ChannelWork {
-                    steps: c.iter().map(|&n| Step::new(n, 0)).collect(),
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn small_launches_get_one_thread_per_packet_of_their_largest_step() {
-        let f32 = DataType::Float32;
-        // 8 B: the floor. 2 KiB: 256 packets. 4 KiB: 512. The largest step of any channel counts.
-        assert_eq!(launch_threads(&work(f32, &[&[2, 2]]), 512), 128);
-        assert_eq!(launch_threads(&work(f32, &[&[2], &[512]]), 512), 256);
-        assert_eq!(launch_threads(&work(f32, &[&[1024]]), 512), 512);
-        assert_eq!(launch_threads(&work(DataType::Int8, &[&[1000]]), 512), 128);
-        // Larger steps, or an empty plan's 0 bytes: never above the maximum, never below 32.
-        assert_eq!(launch_threads(&work(f32, &[&[1025]]), 512), 512);
-        assert_eq!(launch_threads(&work(f32, &[&[1 << 20]]), 256), 256);
-        assert_eq!(launch_threads(&work(f32, &[&[2]]), 64), 64);
-        assert_eq!(launch_threads(&work(f32, &[]), 512), 128);
     }
 }

@@ -1,5 +1,6 @@
-//! Plain device buffers, synchronous copies and streams on a chosen device, for tests and tools
-//! (the GPU check drives the HIP backend with them, as it drives the CUDA backend with its own).
+//! Plain device buffers, synchronous copies, streams and graph capture on a chosen device, for
+//! tests and tools (the GPU check drives the HIP backend with them, as it drives the CUDA backend
+//! with its own).
 
 use crate::runtime::hip_call;
 use crate::{HipBackend, HipStream, sys, with_device};
@@ -96,5 +97,101 @@ impl HipBackend {
     /// A new non-blocking stream on `device`.
     pub fn stream_on(&self, device: i32) -> Result<HipStream> {
         with_device(self, device, || self.stream_create())
+    }
+
+    /// Starts capturing `stream` into a graph (`thread_local`: only this thread's calls are
+    /// restricted while it captures; else every thread's).
+    pub fn begin_capture(&self, device: i32, stream: &HipStream, thread_local: bool) -> Result<()> {
+        let mode = if thread_local {
+            sys::hipStreamCaptureMode::hipStreamCaptureModeThreadLocal
+        } else {
+            sys::hipStreamCaptureMode::hipStreamCaptureModeGlobal
+        };
+        with_device(self, device, || {
+            // SAFETY: `stream` is a live stream of this runtime; the mode is a defined value.
+            unsafe { hip_call!(self.hip, hipStreamBeginCapture(stream.raw(), mode)) }
+        })
+    }
+
+    /// Ends the capture of `stream` (also after a failed capture) and returns the graph
+    /// (`hipGraph_t`; 0 when the runtime returned none).
+    pub fn end_capture(&self, device: i32, stream: &HipStream) -> Result<usize> {
+        with_device(self, device, || {
+            let mut g: sys::hipGraph_t = std::ptr::null_mut();
+            // SAFETY: `stream` is capturing; `g` is a valid out-pointer.
+            unsafe { hip_call!(self.hip, hipStreamEndCapture(stream.raw(), &mut g)) }?;
+            Ok(g as usize)
+        })
+    }
+
+    /// Nodes of a captured graph.
+    pub fn graph_nodes(&self, graph: usize) -> Result<usize> {
+        let mut n = 0usize;
+        // SAFETY: `graph` is a live graph of this runtime; only the count is written.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipGraphGetNodes(graph as sys::hipGraph_t, std::ptr::null_mut(), &mut n)
+            )
+        }?;
+        Ok(n)
+    }
+
+    /// Instantiates a captured graph; its executable (`hipGraphExec_t`).
+    pub fn graph_instantiate(&self, device: i32, graph: usize) -> Result<usize> {
+        with_device(self, device, || {
+            let mut e: sys::hipGraphExec_t = std::ptr::null_mut();
+            // SAFETY: `graph` is a complete captured graph; no error node or log is asked for.
+            unsafe {
+                hip_call!(
+                    self.hip,
+                    hipGraphInstantiate(
+                        &mut e,
+                        graph as sys::hipGraph_t,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        0
+                    )
+                )
+            }?;
+            Ok(e as usize)
+        })
+    }
+
+    /// Replays an instantiated graph on `stream`.
+    ///
+    /// # Safety
+    /// `exec` came from [`HipBackend::graph_instantiate`] and everything the graph uses is live.
+    pub unsafe fn graph_launch(&self, device: i32, exec: usize, stream: &HipStream) -> Result<()> {
+        with_device(self, device, || {
+            // SAFETY: forwarded from the caller; the stream is live.
+            unsafe {
+                hip_call!(
+                    self.hip,
+                    hipGraphLaunch(exec as sys::hipGraphExec_t, stream.raw())
+                )
+            }
+        })
+    }
+
+    /// Destroys a graph and its executable (0s are skipped).
+    ///
+    /// # Safety
+    /// Neither is launched again.
+    pub unsafe fn graph_destroy(&self, device: i32, graph: usize, exec: usize) {
+        let _ = with_device(self, device, || {
+            if exec != 0 {
+                // SAFETY: the caller's executable, launched no more (a running replay finishes
+                // first).
+                let _ = unsafe {
+                    hip_call!(self.hip, hipGraphExecDestroy(exec as sys::hipGraphExec_t))
+                };
+            }
+            if graph != 0 {
+                // SAFETY: the caller's graph; its executable is destroyed.
+                let _ = unsafe { hip_call!(self.hip, hipGraphDestroy(graph as sys::hipGraph_t)) };
+            }
+            Ok(())
+        });
     }
 }

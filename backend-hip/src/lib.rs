@@ -4,9 +4,10 @@
 //! What is here: device selection, VMM memory (with a `hipMalloc` fallback), export and import of
 //! memory for other processes (POSIX file descriptors of VMM allocations, `hipIpc*` handles of
 //! `hipMalloc` ones), streams, events, async copies, pointer queries, capture status, loading
-//! the kernels' code object ([`code_object`]: embedded, or `OXCCL_HIP_CODE_OBJECT`), and the
-//! device transport and kernel launch ([`transport`], the twin of the CUDA backend's). None of
-//! it has run on an AMD GPU; `tests/hip-on-cuda` runs it on NVIDIA GPUs (docs/hip.md).
+//! the kernels' code object ([`code_object`]: embedded, or `OXCCL_HIP_CODE_OBJECT`), and the HIP
+//! runtime calls of the device transport ([`transport`]; the transport itself is
+//! `oxccl-device-transport`, shared with the CUDA backend). None of it has run on an AMD GPU;
+//! `tests/hip-on-cuda` runs it on NVIDIA GPUs (docs/hip.md).
 
 pub mod buffers;
 pub mod code_object;
@@ -24,11 +25,13 @@ use oxccl_core::backend::{
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
+use oxccl_core::plan::tuner::Topology;
+use oxccl_device_transport::DeviceApi;
 use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
-pub use transport::HipTransport;
+pub use transport::{HipApi, HipTransport};
 
 /// Granularity reported when the runtime has no VMM (`hipMalloc` aligns to at least this).
 const FALLBACK_GRANULARITY: usize = 4096;
@@ -692,16 +695,10 @@ impl Backend for HipBackend {
         Ok(status != sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone)
     }
     fn event_create(&self) -> Result<HipEvent> {
-        let mut e: sys::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: `e` is a valid out-pointer; timing is off (cheaper, never read).
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipEventCreateWithFlags(&mut e, sys::hipEventDisableTiming)
-            )
-        }?;
+        // Timing off (cheaper, never read): the transport's events are made alike.
+        let raw = HipApi(self.clone()).event_create()?;
         Ok(HipEvent {
-            raw: e as usize,
+            raw,
             hip: self.hip.clone(),
         })
     }
@@ -817,14 +814,20 @@ impl Backend for HipBackend {
     fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
         Some(self.geometry.message_bytes(proto))
     }
-    fn max_channels(&self, _transport: &HipTransport) -> Option<u32> {
-        Some(self.geometry.channels as u32)
+    fn max_channels(&self, transport: &HipTransport) -> Option<u32> {
+        Some((self.geometry.channels as u32).min(transport.max_blocks()))
+    }
+    fn topology(&self, transport: &HipTransport) -> Option<Topology> {
+        transport.has_net().then_some(Topology::MultiNode)
+    }
+    fn ll_supported(&self, transport: &HipTransport) -> bool {
+        !transport.has_net()
     }
     fn needs_peer_watch(&self) -> bool {
         true
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
-        HipTransport::connect(self, ctx)
+        HipTransport::connect(HipApi(self.clone()), self.geometry, ctx)
     }
 
     unsafe fn launch(&self, stream: &HipStream, launch: Launch<Self>) -> Result<Option<HipEvent>> {
@@ -832,7 +835,7 @@ impl Backend for HipBackend {
         unsafe {
             launch
                 .transport
-                .launch(stream, &launch.work, &launch.buffers, &launch.abort)
+                .launch(stream.0, &launch.work, &launch.buffers, &launch.abort)
         }?;
         Ok(None)
     }

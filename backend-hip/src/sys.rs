@@ -12,6 +12,8 @@ pub const hipStreamNonBlocking: u32 = 1;
 pub const hipEventDisableTiming: u32 = 2;
 pub const hipHostMallocPortable: u32 = 1;
 pub const hipHostMallocMapped: u32 = 2;
+pub const hipHostRegisterPortable: u32 = 1;
+pub const hipHostRegisterMapped: u32 = 2;
 impl hipMemoryType {
     pub const hipMemoryTypeHost: hipMemoryType = hipMemoryType(0);
     pub const hipMemoryTypeDevice: hipMemoryType = hipMemoryType(1);
@@ -123,6 +125,169 @@ impl hipError_t {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipError_t(pub ::std::os::raw::c_uint);
+impl hipDeviceAttribute_t {
+    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
+    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
+    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(1);
+    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(2);
+    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(3);
+    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(4);
+    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(5);
+    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(6);
+    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(7);
+    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(8);
+    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9);
+    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(10);
+    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(11);
+    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(12);
+    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(13);
+    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(14);
+    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(15);
+    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(16);
+    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(17);
+    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(18);
+    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(19);
+    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20);
+    pub const hipDeviceAttributeLuid: hipDeviceAttribute_t = hipDeviceAttribute_t(21);
+    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(22);
+    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(23);
+    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(24);
+    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(25);
+    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(26);
+    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(27);
+    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(28);
+    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(29);
+    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(30);
+    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(31);
+    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(32);
+    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(33);
+    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(34);
+    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(35);
+    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(36);
+    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(37);
+    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(38);
+    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(39);
+    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(40);
+    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(41);
+    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(42);
+    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(43);
+    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(44);
+    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(45);
+    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(46);
+    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(47);
+    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(48);
+    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(49);
+    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(50);
+    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(51);
+    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(52);
+    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(53);
+    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(54);
+    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(55);
+    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(56);
+    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(57);
+    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(58);
+    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(59);
+    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(60);
+    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(61);
+    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(62);
+    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(63);
+    pub const hipDeviceAttributeName: hipDeviceAttribute_t = hipDeviceAttribute_t(64);
+    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(65);
+    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(66);
+    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(67);
+    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(68);
+    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(69);
+    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(70);
+    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(71);
+    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(72);
+    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(73);
+    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(74);
+    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(75);
+    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(76);
+    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(77);
+    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(78);
+    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(79);
+    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(80);
+    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(81);
+    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(82);
+    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(83);
+    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(84);
+    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(85);
+    pub const hipDeviceAttributeUuid: hipDeviceAttribute_t = hipDeviceAttribute_t(86);
+    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(87);
+    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(88);
+    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9999);
+    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
+    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
+    pub const hipDeviceAttributeArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10001);
+    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10002);
+    pub const hipDeviceAttributeGcnArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10003);
+    pub const hipDeviceAttributeGcnArchName: hipDeviceAttribute_t = hipDeviceAttribute_t(10004);
+    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10005);
+    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10006);
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10007);
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10008);
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10009);
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10010);
+    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(10011);
+    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(10012);
+    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10013);
+    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(10014);
+    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10015);
+    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10016);
+    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(19999);
+    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20000);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipDeviceAttribute_t(pub ::std::os::raw::c_uint);
 pub type hipDeviceptr_t = *mut ::std::os::raw::c_void;
 impl hipMemcpyKind {
     pub const hipMemcpyHostToHost: hipMemcpyKind = hipMemcpyKind(0);
@@ -236,6 +401,32 @@ impl hipMemAllocationHandleType {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipMemAllocationHandleType(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+pub type hipGraph_t = *mut ihipGraph;
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+pub type hipGraphNode_t = *mut hipGraphNode;
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+pub type hipGraphExec_t = *mut hipGraphExec;
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = hipStreamCaptureMode(0);
+    pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = hipStreamCaptureMode(1);
+    pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = hipStreamCaptureMode(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureMode(pub ::std::os::raw::c_uint);
 impl hipStreamCaptureStatus {
     pub const hipStreamCaptureStatusNone: hipStreamCaptureStatus = hipStreamCaptureStatus(0);
     pub const hipStreamCaptureStatusActive: hipStreamCaptureStatus = hipStreamCaptureStatus(1);
@@ -302,6 +493,14 @@ pub struct HipApi {
     >,
     pub hipGetDeviceCount: Result<
         unsafe extern "C" fn(count: *mut ::std::os::raw::c_int) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipDeviceGetAttribute: Result<
+        unsafe extern "C" fn(
+            pi: *mut ::std::os::raw::c_int,
+            attr: hipDeviceAttribute_t,
+            deviceId: ::std::os::raw::c_int,
+        ) -> hipError_t,
         ::libloading::Error,
     >,
     pub hipIpcGetMemHandle: Result<
@@ -390,6 +589,18 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipHostRegister: Result<
+        unsafe extern "C" fn(
+            hostPtr: *mut ::std::os::raw::c_void,
+            sizeBytes: usize,
+            flags: ::std::os::raw::c_uint,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipHostUnregister: Result<
+        unsafe extern "C" fn(hostPtr: *mut ::std::os::raw::c_void) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipFree: Result<
         unsafe extern "C" fn(ptr: *mut ::std::os::raw::c_void) -> hipError_t,
         ::libloading::Error,
@@ -473,6 +684,14 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipStreamBeginCapture: Result<
+        unsafe extern "C" fn(stream: hipStream_t, mode: hipStreamCaptureMode) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipStreamEndCapture: Result<
+        unsafe extern "C" fn(stream: hipStream_t, pGraph: *mut hipGraph_t) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipStreamIsCapturing: Result<
         unsafe extern "C" fn(
             stream: hipStream_t,
@@ -480,6 +699,36 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipThreadExchangeStreamCaptureMode: Result<
+        unsafe extern "C" fn(mode: *mut hipStreamCaptureMode) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphDestroy:
+        Result<unsafe extern "C" fn(graph: hipGraph_t) -> hipError_t, ::libloading::Error>,
+    pub hipGraphGetNodes: Result<
+        unsafe extern "C" fn(
+            graph: hipGraph_t,
+            nodes: *mut hipGraphNode_t,
+            numNodes: *mut usize,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphInstantiate: Result<
+        unsafe extern "C" fn(
+            pGraphExec: *mut hipGraphExec_t,
+            graph: hipGraph_t,
+            pErrorNode: *mut hipGraphNode_t,
+            pLogBuffer: *mut ::std::os::raw::c_char,
+            bufferSize: usize,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphLaunch: Result<
+        unsafe extern "C" fn(graphExec: hipGraphExec_t, stream: hipStream_t) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphExecDestroy:
+        Result<unsafe extern "C" fn(graphExec: hipGraphExec_t) -> hipError_t, ::libloading::Error>,
     pub hipMemAddressFree: Result<
         unsafe extern "C" fn(devPtr: *mut ::std::os::raw::c_void, size: usize) -> hipError_t,
         ::libloading::Error,
@@ -576,6 +825,7 @@ impl HipApi {
         let hipSetDevice = __library.get(b"hipSetDevice\0").map(|sym| *sym);
         let hipGetDevice = __library.get(b"hipGetDevice\0").map(|sym| *sym);
         let hipGetDeviceCount = __library.get(b"hipGetDeviceCount\0").map(|sym| *sym);
+        let hipDeviceGetAttribute = __library.get(b"hipDeviceGetAttribute\0").map(|sym| *sym);
         let hipIpcGetMemHandle = __library.get(b"hipIpcGetMemHandle\0").map(|sym| *sym);
         let hipIpcOpenMemHandle = __library.get(b"hipIpcOpenMemHandle\0").map(|sym| *sym);
         let hipIpcCloseMemHandle = __library.get(b"hipIpcCloseMemHandle\0").map(|sym| *sym);
@@ -595,6 +845,8 @@ impl HipApi {
         let hipMalloc = __library.get(b"hipMalloc\0").map(|sym| *sym);
         let hipHostMalloc = __library.get(b"hipHostMalloc\0").map(|sym| *sym);
         let hipHostGetDevicePointer = __library.get(b"hipHostGetDevicePointer\0").map(|sym| *sym);
+        let hipHostRegister = __library.get(b"hipHostRegister\0").map(|sym| *sym);
+        let hipHostUnregister = __library.get(b"hipHostUnregister\0").map(|sym| *sym);
         let hipFree = __library.get(b"hipFree\0").map(|sym| *sym);
         let hipHostFree = __library.get(b"hipHostFree\0").map(|sym| *sym);
         let hipMemcpyAsync = __library.get(b"hipMemcpyAsync\0").map(|sym| *sym);
@@ -608,7 +860,17 @@ impl HipApi {
         let hipModuleGetFunction = __library.get(b"hipModuleGetFunction\0").map(|sym| *sym);
         let hipModuleLoadData = __library.get(b"hipModuleLoadData\0").map(|sym| *sym);
         let hipModuleLaunchKernel = __library.get(b"hipModuleLaunchKernel\0").map(|sym| *sym);
+        let hipStreamBeginCapture = __library.get(b"hipStreamBeginCapture\0").map(|sym| *sym);
+        let hipStreamEndCapture = __library.get(b"hipStreamEndCapture\0").map(|sym| *sym);
         let hipStreamIsCapturing = __library.get(b"hipStreamIsCapturing\0").map(|sym| *sym);
+        let hipThreadExchangeStreamCaptureMode = __library
+            .get(b"hipThreadExchangeStreamCaptureMode\0")
+            .map(|sym| *sym);
+        let hipGraphDestroy = __library.get(b"hipGraphDestroy\0").map(|sym| *sym);
+        let hipGraphGetNodes = __library.get(b"hipGraphGetNodes\0").map(|sym| *sym);
+        let hipGraphInstantiate = __library.get(b"hipGraphInstantiate\0").map(|sym| *sym);
+        let hipGraphLaunch = __library.get(b"hipGraphLaunch\0").map(|sym| *sym);
+        let hipGraphExecDestroy = __library.get(b"hipGraphExecDestroy\0").map(|sym| *sym);
         let hipMemAddressFree = __library.get(b"hipMemAddressFree\0").map(|sym| *sym);
         let hipMemAddressReserve = __library.get(b"hipMemAddressReserve\0").map(|sym| *sym);
         let hipMemCreate = __library.get(b"hipMemCreate\0").map(|sym| *sym);
@@ -633,6 +895,7 @@ impl HipApi {
             hipSetDevice,
             hipGetDevice,
             hipGetDeviceCount,
+            hipDeviceGetAttribute,
             hipIpcGetMemHandle,
             hipIpcOpenMemHandle,
             hipIpcCloseMemHandle,
@@ -652,6 +915,8 @@ impl HipApi {
             hipMalloc,
             hipHostMalloc,
             hipHostGetDevicePointer,
+            hipHostRegister,
+            hipHostUnregister,
             hipFree,
             hipHostFree,
             hipMemcpyAsync,
@@ -663,7 +928,15 @@ impl HipApi {
             hipModuleGetFunction,
             hipModuleLoadData,
             hipModuleLaunchKernel,
+            hipStreamBeginCapture,
+            hipStreamEndCapture,
             hipStreamIsCapturing,
+            hipThreadExchangeStreamCaptureMode,
+            hipGraphDestroy,
+            hipGraphGetNodes,
+            hipGraphInstantiate,
+            hipGraphLaunch,
+            hipGraphExecDestroy,
             hipMemAddressFree,
             hipMemAddressReserve,
             hipMemCreate,
@@ -717,6 +990,17 @@ impl HipApi {
             .hipGetDeviceCount
             .as_ref()
             .expect("Expected function, got error."))(count)
+    }
+    pub unsafe fn hipDeviceGetAttribute(
+        &self,
+        pi: *mut ::std::os::raw::c_int,
+        attr: hipDeviceAttribute_t,
+        deviceId: ::std::os::raw::c_int,
+    ) -> hipError_t {
+        (self
+            .hipDeviceGetAttribute
+            .as_ref()
+            .expect("Expected function, got error."))(pi, attr, deviceId)
     }
     pub unsafe fn hipIpcGetMemHandle(
         &self,
@@ -872,6 +1156,23 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(devPtr, hstPtr, flags)
     }
+    pub unsafe fn hipHostRegister(
+        &self,
+        hostPtr: *mut ::std::os::raw::c_void,
+        sizeBytes: usize,
+        flags: ::std::os::raw::c_uint,
+    ) -> hipError_t {
+        (self
+            .hipHostRegister
+            .as_ref()
+            .expect("Expected function, got error."))(hostPtr, sizeBytes, flags)
+    }
+    pub unsafe fn hipHostUnregister(&self, hostPtr: *mut ::std::os::raw::c_void) -> hipError_t {
+        (self
+            .hipHostUnregister
+            .as_ref()
+            .expect("Expected function, got error."))(hostPtr)
+    }
     pub unsafe fn hipFree(&self, ptr: *mut ::std::os::raw::c_void) -> hipError_t {
         (self
             .hipFree
@@ -999,6 +1300,26 @@ impl HipApi {
             extra,
         )
     }
+    pub unsafe fn hipStreamBeginCapture(
+        &self,
+        stream: hipStream_t,
+        mode: hipStreamCaptureMode,
+    ) -> hipError_t {
+        (self
+            .hipStreamBeginCapture
+            .as_ref()
+            .expect("Expected function, got error."))(stream, mode)
+    }
+    pub unsafe fn hipStreamEndCapture(
+        &self,
+        stream: hipStream_t,
+        pGraph: *mut hipGraph_t,
+    ) -> hipError_t {
+        (self
+            .hipStreamEndCapture
+            .as_ref()
+            .expect("Expected function, got error."))(stream, pGraph)
+    }
     pub unsafe fn hipStreamIsCapturing(
         &self,
         stream: hipStream_t,
@@ -1008,6 +1329,63 @@ impl HipApi {
             .hipStreamIsCapturing
             .as_ref()
             .expect("Expected function, got error."))(stream, pCaptureStatus)
+    }
+    pub unsafe fn hipThreadExchangeStreamCaptureMode(
+        &self,
+        mode: *mut hipStreamCaptureMode,
+    ) -> hipError_t {
+        (self
+            .hipThreadExchangeStreamCaptureMode
+            .as_ref()
+            .expect("Expected function, got error."))(mode)
+    }
+    pub unsafe fn hipGraphDestroy(&self, graph: hipGraph_t) -> hipError_t {
+        (self
+            .hipGraphDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(graph)
+    }
+    pub unsafe fn hipGraphGetNodes(
+        &self,
+        graph: hipGraph_t,
+        nodes: *mut hipGraphNode_t,
+        numNodes: *mut usize,
+    ) -> hipError_t {
+        (self
+            .hipGraphGetNodes
+            .as_ref()
+            .expect("Expected function, got error."))(graph, nodes, numNodes)
+    }
+    pub unsafe fn hipGraphInstantiate(
+        &self,
+        pGraphExec: *mut hipGraphExec_t,
+        graph: hipGraph_t,
+        pErrorNode: *mut hipGraphNode_t,
+        pLogBuffer: *mut ::std::os::raw::c_char,
+        bufferSize: usize,
+    ) -> hipError_t {
+        (self
+            .hipGraphInstantiate
+            .as_ref()
+            .expect("Expected function, got error."))(
+            pGraphExec, graph, pErrorNode, pLogBuffer, bufferSize,
+        )
+    }
+    pub unsafe fn hipGraphLaunch(
+        &self,
+        graphExec: hipGraphExec_t,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self
+            .hipGraphLaunch
+            .as_ref()
+            .expect("Expected function, got error."))(graphExec, stream)
+    }
+    pub unsafe fn hipGraphExecDestroy(&self, graphExec: hipGraphExec_t) -> hipError_t {
+        (self
+            .hipGraphExecDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(graphExec)
     }
     pub unsafe fn hipMemAddressFree(
         &self,

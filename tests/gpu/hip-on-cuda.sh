@@ -30,7 +30,11 @@
 #   hip2-threads-auto              a thread per rank, one GPU each (2 GPUs or more only)
 #   hip2/3-procs-*                 a process per rank: FIFOs exported as VMM file descriptors and
 #                                  imported with pidfd_getfd; a peer that dies mid-operation
-# Not here: --graph (the HIP backend refuses stream capture until issue 19's shared transport).
+#   hip1/2-*-graph                 every case captured into a HIP graph (hipStreamBeginCapture),
+#                                  replayed 10 times; one rank, two ranks sharing a GPU, processes
+#   hip2/3-*-shm*                  NCCL_P2P_DISABLE=1: SHM FIFOs in /dev/shm (hipHostRegister)
+#   hip2/4-procs-net*              OXCCL_TEST_HOSTS=K: NET connections over the built-in sockets
+#                                  (the shared transport's proxy and pinned host FIFOs)
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-hip-on-cuda-logs}
@@ -136,6 +140,18 @@ fi
 check hip2-procs-auto -- --mode procs --ranks 2 $SMALL $BIG1
 check hip2-procs-offsets-vmm -- --mode procs --ranks 2 $SMALL --big-count 0 --offsets --vmm
 check hip3-procs-dead-peer -- --mode procs --ranks 3 --dead-peer 1048579
+# Graph capture (the shared transport's capture path: argument blocks by address, in memory kept
+# for the communicator's life, and loopback flags reset by a memset node).
+GRAPH="--graph 10"
+check hip1-initall-graph -- --mode initall --ranks 1 $SMALL $BIG1 $GRAPH
+check hip2-initall-graph -- --mode initall --ranks 2 $SMALL $BIG1 $GRAPH
+check hip2-procs-graph -- --mode procs --ranks 2 $SMALL --big-count 0 $GRAPH
+# SHM and NET through the HIP backend (the same transport code as the CUDA backend's).
+check hip2-initall-shm NCCL_P2P_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
+check hip2-procs-shm NCCL_P2P_DISABLE=1 -- --mode procs --ranks 2 $SMALL --big-count 0
+check hip3-procs-shm-graph NCCL_P2P_DISABLE=1 -- --mode procs --ranks 3 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 $GRAPH
+check hip2-procs-net OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0
+check hip4-procs-net-mixed OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0
 
 # The C ABI test of the RCCL flavour: one rank per GPU (at most 4), CUDA managed buffers and
 # CUDA streams, which are HIP's under the test runtime. Counted as one configuration.

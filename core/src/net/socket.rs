@@ -82,7 +82,7 @@ impl SocketConfig {
 
 impl Default for SocketConfig {
     /// Two data sockets: with 4 channels, 8 streams each way per peer, which measured best
-    /// (`backend-cuda/src/net.rs`, NET_CHANNELS); more sockets only added threads.
+    /// (`transport/src/net.rs`, NET_CHANNELS); more sockets only added threads.
     fn default() -> SocketConfig {
         SocketConfig {
             nsocks: 2,

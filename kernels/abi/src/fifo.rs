@@ -1,6 +1,7 @@
 // The device FIFO layout both GPU backends build their connections from, shared like
 // `work.rs` (this crate, which backend-cuda and backend-hip depend on and whose items their
-// `kernels` module re-exports), so the two transports cannot drift apart.
+// `kernels` module re-exports) and that the one device transport (`oxccl-device-transport`)
+// builds connections from.
 //
 // One rank's FIFO allocation holds, for every (channel, sending peer), the counters (head, tail
 // and LL head; page-aligned block first), then the Simple slots, then the LL packet slots, then

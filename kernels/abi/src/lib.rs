@@ -7,8 +7,8 @@
 //! - `work`: `DevStep`, `DevChannel`, `DevConn`, `LaunchArgs` (sizes, alignments
 //!   and field offsets asserted with the same numbers as `work.h`), the kernel names, and
 //!   `encode`, the lowering of a plan's `WorkDesc` into per-channel device steps;
-//! - `fifo`: the FIFO allocation layout, the connection table and the per-rank record both
-//!   transports publish at connect;
+//! - `fifo`: the FIFO allocation layout, the connection table and the per-rank record the
+//!   device transport (`oxccl-device-transport`, both backends) publishes at connect;
 //! - `args_block`: the position-independent argument block of one launch and the kernel
 //!   parameters that carry it;
 //! - `one_shot`: the one-shot kernels' parameters, names, inbox size and grid.

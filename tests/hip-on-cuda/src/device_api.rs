@@ -96,3 +96,37 @@ pub unsafe extern "C" fn hipDeviceEnablePeerAccess(peer: i32, _flags: u32) -> Hi
         })
     })
 }
+
+/// `hipDeviceAttributeMultiprocessorCount` (the value in ROCm's `hipDeviceAttribute_t`).
+pub const ATTR_MULTIPROCESSOR_COUNT: u32 = 63;
+
+/// `hipDeviceGetAttribute` -> `cuDeviceGetAttribute`, for the attributes backend-hip asks for
+/// (the multiprocessor count); any other is `hipErrorInvalidValue`: HIP numbers its attributes
+/// its own way, and a wrong mapping would answer silently wrong.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceGetAttribute(
+    value: *mut i32,
+    attr: u32,
+    device: i32,
+) -> HipError {
+    with_driver("hipDeviceGetAttribute", || {
+        let d = context::device(device)?;
+        let cuda = match attr {
+            ATTR_MULTIPROCESSOR_COUNT => {
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+            }
+            other => {
+                return Err(Failure::invalid(format!(
+                    "hipDeviceAttribute_t {other} is not mapped by this test runtime"
+                )));
+            }
+        };
+        let mut v = 0;
+        // SAFETY: `d` is a valid device; `v` is a valid out-pointer.
+        cu("cuDeviceGetAttribute", unsafe {
+            sys::cuDeviceGetAttribute(&mut v, cuda, d)
+        })?;
+        // SAFETY: HIP's contract: `value` is null or writable.
+        unsafe { put(value, v) }
+    })
+}

@@ -27,6 +27,7 @@ pub mod types;
 
 pub mod device_api;
 pub mod error_api;
+pub mod graph_api;
 pub mod ipc_api;
 pub mod memory_api;
 pub mod module_api;

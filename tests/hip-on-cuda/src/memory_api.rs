@@ -113,6 +113,36 @@ pub unsafe extern "C" fn hipHostGetDevicePointer(
     })
 }
 
+/// `hipHostRegister` -> `cuMemHostRegister`: HIP's `hipHostRegisterPortable` (1) and
+/// `hipHostRegisterMapped` (2) are CUDA's `CU_MEMHOSTREGISTER_PORTABLE` and `_DEVICEMAP`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipHostRegister(ptr: *mut c_void, size: usize, flags: u32) -> HipError {
+    with_context("hipHostRegister", || {
+        let known = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        if flags & !known != 0 {
+            return Err(Failure::invalid(format!(
+                "hipHostRegister flags {flags:#x}"
+            )));
+        }
+        // SAFETY: HIP's contract: `ptr..ptr+size` is mapped host memory that stays mapped
+        // until hipHostUnregister.
+        cu("cuMemHostRegister", unsafe {
+            sys::cuMemHostRegister_v2(ptr, size, flags)
+        })
+    })
+}
+
+/// `hipHostUnregister` -> `cuMemHostUnregister`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipHostUnregister(ptr: *mut c_void) -> HipError {
+    with_context("hipHostUnregister", || {
+        // SAFETY: HIP's contract: `ptr` was registered and nothing uses it any more.
+        cu("cuMemHostUnregister", unsafe {
+            sys::cuMemHostUnregister(ptr)
+        })
+    })
+}
+
 /// `hipMemcpyAsync` -> `cuMemcpyAsync`: with unified addressing CUDA finds the direction from
 /// the addresses, so every `hipMemcpyKind` is the same call.
 #[unsafe(no_mangle)]

@@ -81,3 +81,23 @@ fn every_entry_point_backend_hip_loads_is_exported() {
         assert!(sym.is_ok(), "{name} is not exported by {}", shim.display());
     }
 }
+
+/// The HIP numbers this runtime maps by value are the ones backend-hip's bindings pass.
+#[test]
+fn mapped_values_match_the_bindings() {
+    use amdhip64::device_api::ATTR_MULTIPROCESSOR_COUNT;
+    use oxccl_hip::sys;
+    assert_eq!(
+        ATTR_MULTIPROCESSOR_COUNT,
+        sys::hipDeviceAttribute_t::hipDeviceAttributeMultiprocessorCount.0
+    );
+    assert_eq!(sys::hipStreamCaptureMode::hipStreamCaptureModeGlobal.0, 0);
+    assert_eq!(
+        sys::hipStreamCaptureMode::hipStreamCaptureModeThreadLocal.0,
+        1
+    );
+    assert_eq!(sys::hipStreamCaptureMode::hipStreamCaptureModeRelaxed.0, 2);
+    // hipHostRegister's flags are passed to cuMemHostRegister as they are.
+    assert_eq!(sys::hipHostRegisterPortable, 1);
+    assert_eq!(sys::hipHostRegisterMapped, 2);
+}

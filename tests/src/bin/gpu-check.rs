@@ -20,7 +20,7 @@
 //! in `oxccl_tests::check_device`.
 //!
 //! Variants, combinable:
-//! - `--graph N` (CUDA only so far): every operation is captured into a graph on the rank's
+//! - `--graph N`: every operation is captured into a graph on the rank's
 //!   stream instead of being issued eagerly, the graph is replayed N-1 times, the inputs are
 //!   refilled and the outputs poisoned, and one last replay is checked element by element.
 //! - `--split`: the cases run on a communicator split from the world one with the ranks reversed

@@ -7,9 +7,6 @@ use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::error::Error;
 use oxccl_hip::{HipBackend, HipStream};
 
-/// Why `--graph` cannot run here.
-const NO_CAPTURE: &str = "graph capture through the HIP backend is not supported yet: the HIP backend refuses to launch into a capturing stream (issue 19, item 1)";
-
 impl CheckDevice for HipBackend {
     const NAME: &'static str = "hip";
 
@@ -50,24 +47,50 @@ impl CheckDevice for HipBackend {
     }
 
     fn graphs_supported(&self) -> std::result::Result<(), String> {
-        Err(NO_CAPTURE.into())
+        let rt = self.runtime();
+        [
+            "hipStreamBeginCapture",
+            "hipStreamEndCapture",
+            "hipGraphGetNodes",
+            "hipGraphInstantiate",
+            "hipGraphLaunch",
+            "hipGraphDestroy",
+            "hipGraphExecDestroy",
+        ]
+        .iter()
+        .find(|n| !rt.has(n))
+        .map_or(Ok(()), |n| Err(format!("{} lacks {n}", rt.path.display())))
     }
 
-    fn begin_capture(&self, _device: i32, _stream: &HipStream, _thread_local: bool) -> Result<()> {
-        Err(Error::usage(NO_CAPTURE))
+    fn begin_capture(&self, device: i32, stream: &HipStream, thread_local: bool) -> Result<()> {
+        HipBackend::begin_capture(self, device, stream, thread_local)
     }
 
-    fn end_capture(&self, _device: i32, _stream: &HipStream) -> Result<Graph> {
-        Err(Error::usage(NO_CAPTURE))
+    fn end_capture(&self, device: i32, stream: &HipStream) -> Result<Graph> {
+        let g = HipBackend::end_capture(self, device, stream)?;
+        if g == 0 {
+            return Err(Error::Internal("capture produced no graph".into()));
+        }
+        Ok(Graph { graph: g, exec: 0 })
     }
 
-    fn instantiate(&self, _device: i32, _graph: &mut Graph) -> Result<()> {
-        Err(Error::usage(NO_CAPTURE))
+    fn instantiate(&self, device: i32, graph: &mut Graph) -> Result<()> {
+        if self.graph_nodes(graph.graph)? > 0 {
+            graph.exec = self.graph_instantiate(device, graph.graph)?;
+        }
+        Ok(())
     }
 
-    fn launch_graph(&self, _device: i32, _graph: &Graph, _stream: &HipStream) -> Result<()> {
-        Err(Error::usage(NO_CAPTURE))
+    fn launch_graph(&self, device: i32, graph: &Graph, stream: &HipStream) -> Result<()> {
+        if graph.exec == 0 {
+            return Ok(());
+        }
+        // SAFETY: an instantiated graph of this device; its buffers outlive the replay.
+        unsafe { self.graph_launch(device, graph.exec, stream) }
     }
 
-    unsafe fn destroy_graph(&self, _device: i32, _graph: Graph) {}
+    unsafe fn destroy_graph(&self, device: i32, graph: Graph) {
+        // SAFETY: forwarded from the caller: launched no more.
+        unsafe { self.graph_destroy(device, graph.graph, graph.exec) }
+    }
 }

@@ -1,18 +1,17 @@
-//! The CUDA side of NET connections: FIFOs in mapped pinned host memory, and their entries in
-//! the kernels' connection table.
+//! The device side of NET connections: FIFOs in mapped pinned host memory, and their entries in
+//! the kernels' connection table (both vendors: the pinned memory comes from [`DeviceApi`]).
 //!
 //! The kernels use a NET FIFO exactly like a peer's P2P FIFO (Simple protocol): the send side
 //! also writes each slot's byte count (`DevConn::sizes`), which the proxy (`oxccl_core::net`)
 //! reads to send only what a slot holds. No socket network reads GPU memory, so every FIFO lives
 //! in host memory the GPU reaches over PCIe, as NCCL stages it without GPUDirect RDMA.
 
-use crate::call;
-use crate::driver::CUdeviceptr;
-use crate::kernels::{DevConn, FifoGeometry};
-use cudarc::driver::sys;
+use crate::api::DeviceApi;
+use oxccl_core::backend::DevicePtr;
 use oxccl_core::error::Result;
 use oxccl_core::net::connect::PeerFifos;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo};
+use oxccl_kernel_abi::{DevConn, FifoGeometry};
 
 /// Channels a communicator with NET peers uses by default (`OXCCL_NET_CHANNELS` changes it):
 /// each is a connection with its own sockets and helper threads per peer and direction. On one
@@ -23,7 +22,7 @@ const NET_CHANNELS: u32 = 4;
 
 /// The channels NET connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO channels),
 /// else [`NET_CHANNELS`].
-pub(crate) fn net_channels(geometry: &FifoGeometry) -> u32 {
+pub fn net_channels(geometry: &FifoGeometry) -> u32 {
     let max = geometry.channels as u32;
     std::env::var("OXCCL_NET_CHANNELS")
         .ok()
@@ -32,50 +31,42 @@ pub(crate) fn net_channels(geometry: &FifoGeometry) -> u32 {
         .clamp(1, max)
 }
 
+/// How every FIFO in host memory (NET and SHM) is cut: the P2P geometry's Simple slots.
+pub(crate) fn fifo_layout(geometry: &FifoGeometry) -> FifoLayout {
+    FifoLayout {
+        nslots: geometry.nslots,
+        slot_bytes: geometry.slot_bytes,
+    }
+}
+
 /// Pinned host memory holding every NET FIFO of one communicator.
-pub(crate) struct NetFifos {
+pub(crate) struct NetFifos<A: DeviceApi> {
+    api: A,
     host: *mut u8,
-    dev: CUdeviceptr,
+    dev: DevicePtr,
     layout: FifoLayout,
     /// NET peers, in the order of the FIFOs.
     peers: Vec<u32>,
     channels: u32,
 }
 
-impl NetFifos {
+impl<A: DeviceApi> NetFifos<A> {
     /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers`.
     pub(crate) fn alloc(
+        api: &A,
         geometry: &FifoGeometry,
         peers: Vec<u32>,
         channels: u32,
-    ) -> Result<NetFifos> {
-        let layout = FifoLayout {
-            nslots: geometry.nslots,
-            slot_bytes: geometry.slot_bytes,
-        };
+    ) -> Result<NetFifos<A>> {
+        let layout = fifo_layout(geometry);
         let n = peers.len() * channels as usize * 2;
         let bytes = (layout.bytes() as usize * n).max(4096);
-        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: allocates pinned, device-mapped host memory; `p` receives the address.
-        unsafe {
-            call!(cuMemHostAlloc(
-                &mut p,
-                bytes,
-                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE
-            ))
-        }?;
+        let (p, dev) = api.host_alloc(bytes)?;
         // SAFETY: `p` holds `bytes` writable bytes; counters and sizes must start at zero.
-        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
-        let mut dev: CUdeviceptr = 0;
-        // SAFETY: `p` was allocated with DEVICEMAP; `dev` receives its device address.
-        let mapped = unsafe { call!(cuMemHostGetDevicePointer_v2(&mut dev, p, 0)) };
-        if let Err(e) = mapped {
-            // SAFETY: ours, unused.
-            let _ = unsafe { sys::cuMemFreeHost(p) };
-            return Err(e);
-        }
+        unsafe { std::ptr::write_bytes(p, 0, bytes) };
         Ok(NetFifos {
-            host: p.cast(),
+            api: api.clone(),
+            host: p,
             dev,
             layout,
             peers,
@@ -150,7 +141,7 @@ pub(crate) fn point_conn_at(
     geometry: &FifoGeometry,
     nranks: u32,
     slot: ConnSlot,
-    fifo: CUdeviceptr,
+    fifo: DevicePtr,
     layout: FifoLayout,
     sizes: bool,
 ) {
@@ -182,15 +173,79 @@ fn read_conn(b: &[u8]) -> (u64, u64) {
     )
 }
 
-impl Drop for NetFifos {
+impl<A: DeviceApi> Drop for NetFifos<A> {
     fn drop(&mut self) {
         // SAFETY: ours; the transport dropped the proxy and waited for its kernels first.
-        let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+        unsafe { self.api.host_free(self.host) };
     }
 }
 
 // SAFETY: pinned memory owned by this value; the proxy and the kernels touch it only through
 // the counters' protocol.
-unsafe impl Send for NetFifos {}
+unsafe impl<A: DeviceApi> Send for NetFifos<A> {}
 // SAFETY: as above; nothing here mutates through `&self`.
-unsafe impl Sync for NetFifos {}
+unsafe impl<A: DeviceApi> Sync for NetFifos<A> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    fn field(table: &[u8], pos: usize, off: usize) -> u64 {
+        u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
+    }
+
+    /// A host-memory FIFO replaces one entry: the send side keeps its sender-local counter
+    /// copies and gets byte counts when asked; the receive side keeps nothing of P2P's; LL stays
+    /// off; every other entry is untouched.
+    #[test]
+    fn patching_one_entry_keeps_sender_counters_and_nothing_else() {
+        let g = FifoGeometry::default();
+        let (rank, nranks) = (0u32, 3u32);
+        let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
+        let table = g.conn_table(rank, nranks, peers[0], &peers, 0x9000_0000, true);
+        let layout = fifo_layout(&g);
+        let one = size_of::<DevConn>();
+        let half = g.recv_table_offset(nranks) as usize;
+        let at = |c: usize, p: usize, recv: bool| {
+            (c * nranks as usize + p) * one + if recv { half } else { 0 }
+        };
+        let mut patched = table.clone();
+        for recv in [false, true] {
+            let slot = ConnSlot {
+                channel: 1,
+                peer: 2,
+                recv,
+            };
+            point_conn_at(&mut patched, &g, nranks, slot, 0x7000, layout, !recv);
+        }
+        let (send, recv) = (at(1, 2, false), at(1, 2, true));
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, buff)),
+            0x7000 + layout.slots_offset()
+        );
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, tail)),
+            0x7000 + FifoLayout::TAIL
+        );
+        assert_eq!(
+            read_conn(&patched[send..send + one]),
+            read_conn(&table[send..send + one])
+        );
+        assert_ne!(read_conn(&patched[send..send + one]).0, 0);
+        assert_eq!(
+            field(&patched, send, offset_of!(DevConn, sizes)),
+            0x7000 + FifoLayout::SIZES
+        );
+        assert_eq!(read_conn(&patched[recv..recv + one]), (0, 0));
+        assert_eq!(field(&patched, recv, offset_of!(DevConn, sizes)), 0);
+        for pos in [send, recv] {
+            assert_eq!(field(&patched, pos, offset_of!(DevConn, ll_pos)), 0);
+        }
+        for (i, (a, b)) in table.chunks(one).zip(patched.chunks(one)).enumerate() {
+            if i * one != send && i * one != recv {
+                assert_eq!(a, b, "entry {i} changed");
+            }
+        }
+    }
+}

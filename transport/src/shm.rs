@@ -2,85 +2,72 @@
 //! (`NCCL_P2P_DISABLE=1`, or GPUs of one process without peer access).
 //!
 //! Every receiving rank creates one `/dev/shm` segment holding a FIFO per SHM peer and channel
-//! ([`FifoLayout`], the NET layout), and registers it with the driver so its GPU reaches it; each
+//! ([`FifoLayout`], the NET layout), and registers it with the runtime so its GPU reaches it; each
 //! sender maps and registers the same segment. The sending kernel then fills the receiver's
 //! slots and moves its `tail` across PCIe, exactly as it does over P2P, and the receiving kernel
 //! reads them and moves `head`: no proxy thread takes part, so graph capture works as for P2P.
 //! Like NET, SHM connections run the Simple protocol (the communicator keeps NET's limits).
 
-use crate::call;
-use crate::driver::CUdeviceptr;
-use crate::kernels::FifoGeometry;
-use crate::net::{ConnSlot, point_conn_at};
-use cudarc::driver::sys;
+use crate::api::DeviceApi;
+use crate::net::{ConnSlot, fifo_layout, point_conn_at};
+use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::proxy::FifoLayout;
 use oxccl_core::shm::ShmSegment;
+use oxccl_kernel_abi::FifoGeometry;
 
-/// A shared segment registered with the driver (mapped into this process's GPU address space).
-struct Registered {
+/// A shared segment registered with the runtime (mapped into this process's GPU address space).
+struct Registered<A: DeviceApi> {
+    api: A,
     seg: ShmSegment,
-    dev: CUdeviceptr,
+    dev: DevicePtr,
 }
 
-impl Registered {
-    fn new(seg: ShmSegment) -> Result<Registered> {
+impl<A: DeviceApi> Registered<A> {
+    fn new(api: &A, seg: ShmSegment) -> Result<Registered<A>> {
         // SAFETY: `seg` maps `len()` bytes for as long as it lives; it is unregistered in Drop
         // before the segment unmaps.
-        unsafe {
-            call!(cuMemHostRegister_v2(
-                seg.base().cast(),
-                seg.len(),
-                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE
-            ))
-        }?;
-        let mut r = Registered { seg, dev: 0 };
-        // SAFETY: registered above with DEVICEMAP; `dev` receives the device address.
-        unsafe {
-            call!(cuMemHostGetDevicePointer_v2(
-                &mut r.dev,
-                r.seg.base().cast(),
-                0
-            ))
-        }?;
-        Ok(r)
+        let dev = unsafe { api.host_register(seg.base(), seg.len()) }?;
+        Ok(Registered {
+            api: api.clone(),
+            seg,
+            dev,
+        })
     }
 }
 
-impl Drop for Registered {
+impl<A: DeviceApi> Drop for Registered<A> {
     fn drop(&mut self) {
         // SAFETY: registered in `new`; the transport has waited for its kernels.
-        let _ = unsafe { sys::cuMemHostUnregister(self.seg.base().cast()) };
+        unsafe { self.api.host_unregister(self.seg.base()) };
     }
 }
 
 /// The SHM FIFOs of one communicator: its own receive segment and its peers' segments.
-pub(crate) struct ShmFifos {
+pub(crate) struct ShmFifos<A: DeviceApi> {
     /// This rank's segment: the receive FIFO of each of `peers` per channel (`None`: no peers).
-    own: Option<Registered>,
+    own: Option<Registered<A>>,
     /// Each SHM peer's segment, mapped here, with the index of this rank's FIFOs in it.
-    mapped: Vec<(Registered, usize)>,
+    mapped: Vec<(Registered<A>, usize)>,
     /// SHM peers, in the order of this rank's FIFOs.
     peers: Vec<u32>,
     layout: FifoLayout,
     channels: u32,
 }
 
-impl ShmFifos {
+impl<A: DeviceApi> ShmFifos<A> {
     /// Creates this rank's segment for `peers`, publishes it, and maps every segment in which
     /// this rank is a sender. Collective: every rank of the communicator calls it, with or
     /// without SHM peers.
     pub(crate) fn connect(
+        api: &A,
         bs: &Bootstrap,
         geometry: &FifoGeometry,
         peers: Vec<u32>,
         channels: u32,
-    ) -> Result<ShmFifos> {
-        let layout = FifoLayout {
-            nslots: geometry.nslots,
-            slot_bytes: geometry.slot_bytes,
-        };
+    ) -> Result<ShmFifos<A>> {
+        let layout = fifo_layout(geometry);
         let per_peer = layout.bytes() as usize * channels as usize;
         let own = if peers.is_empty() {
             None
@@ -92,7 +79,7 @@ impl ShmFifos {
                 layout.bytes() >> 10
             );
             let seg = ShmSegment::create(per_peer * peers.len(), &purpose)?;
-            Some(Registered::new(seg)?)
+            Some(Registered::new(api, seg)?)
         };
         let all = bs.all_gather(&publish(own.as_ref().map(|r| r.seg.name()), &peers))?;
         let me = bs.rank();
@@ -105,7 +92,7 @@ impl ShmFifos {
                 )));
             };
             let seg = ShmSegment::open(&name, per_peer * theirs.len())?;
-            mapped.push((Registered::new(seg)?, idx));
+            mapped.push((Registered::new(api, seg)?, idx));
         }
         // Every sender has the segment mapped: its name can go, so nothing outlives a crash.
         bs.barrier()?;
@@ -126,7 +113,7 @@ impl ShmFifos {
     /// side at this rank's segment, the send side at the peer's.
     pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
         let fifo_bytes = self.layout.bytes();
-        let at = |base: CUdeviceptr, idx: usize, c: u32| {
+        let at = |base: DevicePtr, idx: usize, c: u32| {
             base + (idx as u64 * u64::from(self.channels) + u64::from(c)) * fifo_bytes
         };
         for (i, (&peer, (theirs, idx))) in self.peers.iter().zip(&self.mapped).enumerate() {

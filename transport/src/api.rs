@@ -1,0 +1,195 @@
+//! The runtime calls the shared transport needs from a vendor: [`DeviceApi`].
+//!
+//! Each GPU backend implements it on its own runtime (the CUDA driver API, the HIP runtime);
+//! everything else about connecting and launching is written once in this crate. Handles
+//! (streams, events, kernel functions) travel as [`Handle`] integers: both runtimes' handles are
+//! opaque pointers, and integers are `Send` and `Sync` without wrappers.
+
+use oxccl_core::backend::{DevicePtr, ShareableHandle};
+use oxccl_core::datatype::DataType;
+use oxccl_core::error::{Error, Result};
+
+/// A runtime handle (`CUstream`, `hipEvent_t`, `CUfunction`, ...) as an integer; 0 is null (for
+/// streams: the legacy default stream).
+pub type Handle = usize;
+
+/// A stream's graph-capture status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureStatus {
+    /// Not capturing: launches run eagerly.
+    None,
+    /// Capturing: launches become graph nodes.
+    Active,
+    /// The capture was invalidated by an earlier call (an error: NCCL fails too).
+    Invalidated,
+}
+
+/// The executor entry point chosen for one launch and how its argument block travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Executor {
+    /// The kernel function.
+    pub func: Handle,
+    /// `Some(cap)`: the block is copied into the kernel parameters, which hold `cap` bytes of
+    /// it. `None`: the block travels by address (the parameters then hold `address_cap` bytes
+    /// of which only the address is used).
+    pub inline_cap: Option<usize>,
+    /// The inline capacity of the entry point used when the block travels by address (the
+    /// parameter size that entry point was compiled for).
+    pub address_cap: usize,
+}
+
+/// The calls into one vendor's runtime that the shared transport makes.
+///
+/// Implementations only forward to their runtime; they decide nothing about connections,
+/// buffers or ordering. All memory calls act on the device bound by [`DeviceApi::bind`].
+pub trait DeviceApi: Clone + Send + Sync + 'static {
+    /// What [`DeviceApi::bind`] returns: keeps a device current until dropped.
+    type Bound;
+    /// What [`DeviceApi::relaxed_capture`] returns: restores the capture mode when dropped.
+    type Relaxed;
+    /// Largest (and, without [`DeviceApi::SIZED_LAUNCHES`], every) executor block size.
+    const BLOCK_THREADS: u32;
+    /// Whether launches with small steps get fewer threads, and `OXCCL_BLOCK_THREADS` may fix
+    /// the block size (CUDA); else every launch uses [`DeviceApi::BLOCK_THREADS`] (HIP: whole
+    /// wavefronts of 64 lanes).
+    const SIZED_LAUNCHES: bool;
+    /// Short name for messages (`"cuda"`, `"hip"`).
+    const NAME: &'static str;
+
+    /// Makes `device` current for the calling thread until the guard drops.
+    fn bind(&self, device: i32) -> Result<Self::Bound>;
+    /// `None` when executor kernels can be launched; else the error saying why not (built
+    /// without kernels, no code object).
+    fn kernels_missing(&self) -> Option<Error>;
+    /// Whether this build has the one-shot kernels ([`DeviceApi::one_shot`]).
+    fn has_one_shot(&self) -> bool;
+    /// Multiprocessors (SMs, CUs) of `device`; 0 when unknown.
+    fn multiprocessors(&self, device: i32) -> Result<u32>;
+    /// Whether `device` can access memory of `peer` directly.
+    fn can_access_peer(&self, device: i32, peer: i32) -> bool;
+    /// Lets kernels on `device` read and write plain allocations of `peer` (zero-copy plans
+    /// use peers' own buffers).
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<()>;
+
+    /// Shareable device memory on `device` (exportable to other processes, mapped for its
+    /// peers): the FIFO allocation.
+    fn shared_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr>;
+    /// Frees [`DeviceApi::shared_alloc`] memory or an [`DeviceApi::import`] mapping.
+    ///
+    /// # Safety
+    /// Nothing uses `ptr` any more.
+    unsafe fn shared_free(&self, ptr: DevicePtr);
+    /// Exports the allocation containing `ptr` for other processes.
+    fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle>;
+    /// Maps a peer's exported allocation (at least `bytes` long) for `device`.
+    ///
+    /// # Safety
+    /// `handle` is a peer's export of a live allocation of at least `bytes` bytes.
+    unsafe fn import(
+        &self,
+        handle: &ShareableHandle,
+        device: i32,
+        bytes: usize,
+    ) -> Result<DevicePtr>;
+
+    /// Plain device memory (at least 16 bytes).
+    fn dev_alloc(&self, bytes: usize) -> Result<DevicePtr>;
+    /// Frees [`DeviceApi::dev_alloc`] memory (0 is ignored).
+    ///
+    /// # Safety
+    /// No queued or running work uses `ptr`.
+    unsafe fn dev_free(&self, ptr: DevicePtr);
+    /// Pinned, portable host memory mapped into the device address space: (host, device).
+    fn host_alloc(&self, bytes: usize) -> Result<(*mut u8, DevicePtr)>;
+    /// Frees [`DeviceApi::host_alloc`] memory (null is ignored).
+    ///
+    /// # Safety
+    /// Neither the host nor the device uses `host` any more.
+    unsafe fn host_free(&self, host: *mut u8);
+    /// Pins and maps `bytes` bytes of host memory at `host` (portable); its device address.
+    ///
+    /// # Safety
+    /// `host..host+bytes` stays mapped until [`DeviceApi::host_unregister`].
+    unsafe fn host_register(&self, host: *mut u8, bytes: usize) -> Result<DevicePtr>;
+    /// Undoes [`DeviceApi::host_register`].
+    ///
+    /// # Safety
+    /// No work uses the registered range any more.
+    unsafe fn host_unregister(&self, host: *mut u8);
+
+    /// Copies `src` to device memory at `dst` and waits for the copy.
+    ///
+    /// # Safety
+    /// `dst` holds `src.len()` bytes.
+    unsafe fn copy_h2d(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
+    /// Queues a copy of `bytes` bytes from host memory at `src` to `dst` on `stream`.
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the copy has run.
+    unsafe fn copy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<()>;
+    /// Queues zeroing `bytes` bytes at `dst` on `stream`.
+    ///
+    /// # Safety
+    /// `dst` holds `bytes` bytes until the memset has run.
+    unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, stream: Handle) -> Result<()>;
+
+    /// A new non-blocking stream on the bound device.
+    fn stream_create(&self) -> Result<Handle>;
+    /// Destroys a stream of [`DeviceApi::stream_create`].
+    ///
+    /// # Safety
+    /// Nothing is queued on it or uses it afterwards.
+    unsafe fn stream_destroy(&self, stream: Handle);
+    /// Waits until everything queued on `stream` has run.
+    fn stream_sync(&self, stream: Handle) -> Result<()>;
+    /// A new event without timing.
+    fn event_create(&self) -> Result<Handle>;
+    /// Records `event` at the tail of `stream`.
+    fn event_record(&self, event: Handle, stream: Handle) -> Result<()>;
+    /// Waits until the work before `event` has run (an unrecorded event is complete).
+    fn event_sync(&self, event: Handle) -> Result<()>;
+    /// Destroys an event of [`DeviceApi::event_create`].
+    ///
+    /// # Safety
+    /// The event is not used afterwards.
+    unsafe fn event_destroy(&self, event: Handle);
+    /// Makes `stream` wait for `event` without blocking the host.
+    fn stream_wait_event(&self, stream: Handle, event: Handle) -> Result<()>;
+    /// `stream`'s graph-capture status.
+    fn capture_status(&self, stream: Handle) -> Result<CaptureStatus>;
+    /// Switches this thread's capture mode to relaxed until the guard drops, so that the
+    /// transport's own allocations and host waits do not invalidate a user's capture.
+    fn relaxed_capture(&self) -> Result<Self::Relaxed>;
+
+    /// The executor for `dtype` on `device` for an argument block of `block_bytes`; `inline`
+    /// false forces the block to travel by address.
+    fn executor(
+        &self,
+        device: i32,
+        dtype: DataType,
+        block_bytes: usize,
+        inline: bool,
+    ) -> Result<Executor>;
+    /// The one-shot kernel for `dtype` on `device`.
+    fn one_shot(&self, device: i32, dtype: DataType) -> Result<Handle>;
+    /// Launches `func` with `grid` blocks of `threads` threads on `stream`; `params` is its one
+    /// parameter's bytes.
+    ///
+    /// # Safety
+    /// `func` takes one parameter of `params.len()` bytes, and everything it references stays
+    /// valid until the kernel has run.
+    unsafe fn launch(
+        &self,
+        func: Handle,
+        grid: u32,
+        threads: u32,
+        params: &mut [u8],
+        stream: Handle,
+    ) -> Result<()>;
+}

@@ -1,0 +1,20 @@
+//! The device transport of oxccl's GPU backends, written once for both vendors.
+//!
+//! [`DeviceTransport`] holds one communicator's connections on a GPU and launches its plan
+//! executors: the FIFO allocation and the bootstrap record exchange, peer FIFO import, the
+//! choice of P2P, SHM or NET per pair, the connection table, sender-local counters, argument
+//! arenas, shared buffers that grow and are retired instead of freed, the abort flag in mapped
+//! pinned memory, the SM-count records that cap the blocks of ranks sharing a GPU, graph
+//! capture, cross-stream ordering and teardown. It is generic over [`DeviceApi`], the small set
+//! of runtime calls that `oxccl-cuda` implements on the CUDA driver and `oxccl-hip` on the HIP
+//! runtime; what truly differs between them (parameter sizes, kernel lookup, block shape) sits
+//! behind that trait too.
+
+mod api;
+mod device;
+mod net;
+mod shm;
+
+pub use api::{CaptureStatus, DeviceApi, Executor, Handle};
+pub use device::{DeviceTransport, launch_threads};
+pub use net::net_channels;
