@@ -38,7 +38,7 @@
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
-# ONLY=REGEX runs only the configurations whose names match.
+# ONLY=REGEX runs only the configurations whose names match; SKIP=REGEX leaves out those that do.
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-gpu-logs}
@@ -53,6 +53,7 @@ run() { run_exe "$BIN/gpu-check" "$@"; }
 run_exe() { # executable, name, env..., -- args...: one configuration, counted by its RESULT line
   local exe=$1 name=$2; shift 2
   if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local t0=$(date +%s)
