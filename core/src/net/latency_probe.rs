@@ -3,48 +3,13 @@
 //! measures, it does not check); run it on the machine in question with
 //! `cargo test --release -p oxccl-core --lib latency_probe -- --ignored --nocapture`.
 
-use super::proxy::testkit::Kernel;
-use super::proxy::testkit::Mem;
+use super::proxy::testkit::{Kernel, Mem, link, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, ProxyConn, Side};
-use super::socket::{SocketConfig, SocketNet};
-use super::{HANDLE_BYTES, Net, RecvComm, SendComm};
+use super::socket::SocketConfig;
 use crate::abort::AbortFlag;
-use crate::bootstrap::wire::SessionKey;
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-fn net(rank: u32) -> Arc<dyn Net> {
-    Arc::new(SocketNet::new(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        "lo",
-        rank,
-        SessionKey {
-            secret: 31,
-            nonce: 32,
-        },
-        Duration::from_secs(5),
-        SocketConfig::default(),
-    ))
-}
-
-/// A connection from `a` to `b`.
-fn link(a: &Arc<dyn Net>, b: &Arc<dyn Net>) -> (SendComm, RecvComm) {
-    let mut h = [0u8; HANDLE_BYTES];
-    let mut l = b.listen(0, &mut h).unwrap();
-    let s = loop {
-        if let Some(s) = a.connect(0, &mut h).unwrap() {
-            break s;
-        }
-    };
-    let r = loop {
-        if let Some(r) = b.accept(&mut l).unwrap() {
-            break r;
-        }
-    };
-    (s, r)
-}
 
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
@@ -53,7 +18,8 @@ fn latency_probe_small_message_one_way() {
         nslots: 8,
         slot_bytes: 256 << 10,
     };
-    let (n0, n1) = (net(0), net(1));
+    let config = SocketConfig::default();
+    let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let (s01, r01) = link(&n0, &n1);
     let (s10, r10) = link(&n1, &n0);
     let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();

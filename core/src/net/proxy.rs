@@ -336,6 +336,50 @@ pub(crate) mod testkit {
     use crate::net::RecvComm;
     use std::alloc::Layout;
 
+    /// A socket network for rank `rank` on the loopback interface.
+    pub(crate) fn socket_net(rank: u32, config: crate::net::socket::SocketConfig) -> Arc<dyn Net> {
+        Arc::new(crate::net::socket::SocketNet::new(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            "lo",
+            rank,
+            crate::bootstrap::wire::SessionKey {
+                secret: 11,
+                nonce: 12,
+            },
+            Duration::from_secs(5),
+            config,
+        ))
+    }
+
+    /// Completes a connection from `a` to `b` through the (possibly rewritten) listen handle
+    /// `listen` made on `b`.
+    pub(crate) fn complete(
+        a: &Arc<dyn Net>,
+        b: &Arc<dyn Net>,
+        listen: &mut crate::net::Listen,
+        handle: &mut crate::net::Handle,
+    ) -> (SendComm, RecvComm) {
+        let s = loop {
+            if let Some(s) = a.connect(0, handle).unwrap() {
+                break s;
+            }
+        };
+        let r = loop {
+            if let Some(r) = b.accept(listen).unwrap() {
+                break r;
+            }
+            std::thread::yield_now();
+        };
+        (s, r)
+    }
+
+    /// A connection from `a` to `b`.
+    pub(crate) fn link(a: &Arc<dyn Net>, b: &Arc<dyn Net>) -> (SendComm, RecvComm) {
+        let mut h = [0u8; crate::net::HANDLE_BYTES];
+        let mut l = b.listen(0, &mut h).unwrap();
+        complete(a, b, &mut l, &mut h)
+    }
+
     /// Zeroed, 4 KiB-aligned memory standing in for pinned host memory.
     pub(crate) struct Mem {
         pub(crate) ptr: *mut u8,
@@ -476,38 +520,15 @@ pub(crate) mod testkit {
 
 #[cfg(test)]
 mod tests {
-    use super::super::socket::{SocketConfig, SocketNet};
-    use super::super::{HANDLE_BYTES, Net};
-    use super::testkit::{Mem, transfer};
+    use super::super::Net;
+    use super::super::socket::SocketConfig;
+    use super::testkit::{Mem, link, socket_net, transfer};
     use super::*;
-    use crate::bootstrap::wire::SessionKey;
-    use std::net::{IpAddr, Ipv4Addr};
-
-    fn net(rank: u32, config: SocketConfig) -> Arc<dyn Net> {
-        Arc::new(SocketNet::new(
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            "lo",
-            rank,
-            SessionKey {
-                secret: 11,
-                nonce: 12,
-            },
-            Duration::from_secs(5),
-            config,
-        ))
-    }
 
     /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
     fn pair(config: SocketConfig) -> (Arc<dyn Net>, Arc<dyn Net>, SendComm, RecvComm) {
-        let (n0, n1) = (net(0, config), net(1, config));
-        let mut h = [0u8; HANDLE_BYTES];
-        let mut l = n1.listen(0, &mut h).unwrap();
-        let s = n0.connect(0, &mut h).unwrap().unwrap();
-        let r = loop {
-            if let Some(r) = n1.accept(&mut l).unwrap() {
-                break r;
-            }
-        };
+        let (n0, n1) = (socket_net(0, config), socket_net(1, config));
+        let (s, r) = link(&n0, &n1);
         (n0, n1, s, r)
     }
 

@@ -3,32 +3,17 @@
 //! Both proxies must record an error naming the connection and abort, the threads playing the
 //! kernels must be released, and nothing may be written outside the receive FIFO.
 
-use super::proxy::testkit::{Kernel, Mem};
+use super::HANDLE_BYTES;
+use super::proxy::testkit::{Kernel, Mem, complete, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, ProxyConn, Side};
-use super::socket::{SocketConfig, SocketNet, redirect_handle};
-use super::{HANDLE_BYTES, Net};
+use super::socket::{SocketConfig, redirect_handle};
 use crate::abort::AbortFlag;
-use crate::bootstrap::wire::SessionKey;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn net(rank: u32, config: SocketConfig) -> Arc<dyn Net> {
-    Arc::new(SocketNet::new(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        "lo",
-        rank,
-        SessionKey {
-            secret: 21,
-            nonce: 22,
-        },
-        Duration::from_secs(5),
-        config,
-    ))
-}
 
 /// Makes the next close of `s` send a reset (`SO_LINGER` on with a zero timeout).
 fn reset_on_close(s: &TcpStream) {
@@ -115,7 +100,7 @@ fn a_connection_reset_mid_transfer_fails_both_sides_without_stray_writes() {
         inline_max: 4096,
         min_task: 16 << 10,
     };
-    let (n0, n1) = (net(0, config), net(1, config));
+    let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let stop = Arc::new(AtomicBool::new(false));
     let mut h = [0u8; HANDLE_BYTES];
     let mut l = n1.listen(0, &mut h).unwrap();
@@ -123,17 +108,7 @@ fn a_connection_reset_mid_transfer_fails_both_sides_without_stray_writes() {
     let upstream = redirect_handle(&mut via, SocketAddr::from((Ipv4Addr::LOCALHOST, 1))).unwrap();
     let relay_addr = relay(upstream, 3 << 20, stop.clone());
     redirect_handle(&mut via, relay_addr).unwrap();
-    let s = loop {
-        if let Some(s) = n0.connect(0, &mut via).unwrap() {
-            break s;
-        }
-    };
-    let r = loop {
-        if let Some(r) = n1.accept(&mut l).unwrap() {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let (s, r) = complete(&n0, &n1, &mut l, &mut via);
 
     // The receive FIFO sits between guard bytes that nothing may touch.
     const GUARD: usize = 64 << 10;
