@@ -443,11 +443,12 @@ struct RecvSide {
     readiness: Arc<Readiness>,
     /// The readiness generation this side last looked at.
     seen: u64,
-    /// Control bytes read ahead and not consumed yet: one read takes a size header with the
-    /// inline payload behind it (and whatever follows), instead of a read for each.
-    stage: Vec<u8>,
-    /// Where the unconsumed bytes of `stage` start.
+    /// Control bytes read ahead: one read takes a size header with the inline payload behind
+    /// it (and whatever follows), instead of a read for each. `STAGE_BYTES` long.
+    stage: Box<[u8]>,
+    /// The unconsumed bytes of `stage`: `stage_at..stage_len`.
     stage_at: usize,
+    stage_len: usize,
 }
 
 /// Bytes one read-ahead of the control socket takes at most.
@@ -479,8 +480,8 @@ impl RecvSide {
     /// ahead come first; a short `buf` (a size header) is filled through the read-ahead buffer,
     /// a long one (an inline payload) straight from the socket.
     fn read_ctrl(&mut self, buf: &mut [u8]) -> Result<Option<usize>> {
-        if self.stage_at < self.stage.len() {
-            let n = buf.len().min(self.stage.len() - self.stage_at);
+        if self.stage_at < self.stage_len {
+            let n = buf.len().min(self.stage_len - self.stage_at);
             buf[..n].copy_from_slice(&self.stage[self.stage_at..self.stage_at + n]);
             self.stage_at += n;
             return Ok(Some(n));
@@ -489,18 +490,14 @@ impl RecvSide {
             return self.read_socket(buf);
         }
         let mut stage = std::mem::take(&mut self.stage);
-        stage.resize(STAGE_BYTES, 0);
         let got = self.read_socket(&mut stage);
-        let n = match got {
-            Ok(Some(n)) => n,
-            _ => 0,
-        };
-        stage.truncate(n);
         self.stage = stage;
-        self.stage_at = 0;
         match got? {
             Some(0) => Ok(Some(0)),
-            Some(_) => self.read_ctrl(buf),
+            Some(n) => {
+                (self.stage_at, self.stage_len) = (0, n);
+                self.read_ctrl(buf)
+            }
             None => Ok(None),
         }
     }
@@ -792,8 +789,9 @@ impl Net for SocketNet {
             ready,
             readiness,
             seen: u64::MAX,
-            stage: Vec::new(),
+            stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             stage_at: 0,
+            stage_len: 0,
         }))))))
     }
 
