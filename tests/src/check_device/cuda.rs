@@ -9,34 +9,7 @@ use oxccl_cuda::driver::{Shared, check};
 use oxccl_cuda::{CudaBackend, CudaStream};
 
 impl CheckDevice for CudaBackend {
-    const NAME: &'static str = "cuda";
-
-    fn open() -> std::result::Result<Self, String> {
-        match CudaBackend::load() {
-            Ok(b) if b.device_count().unwrap_or(0) > 0 => Ok(b),
-            Ok(_) => Err("no CUDA device".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    fn alloc_plain(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
-        self.plain_alloc(device, bytes)
-    }
-
-    unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.plain_free(device, ptr) }
-    }
-
-    unsafe fn upload(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.copy_to_device(device, dst, src) }
-    }
-
-    unsafe fn download(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.copy_from_device(device, dst, src) }
-    }
+    check_device_common!("cuda", "no CUDA device");
 
     fn settle_uploads(&self, device: i32) -> Result<()> {
         // A synchronous copy from pageable memory may return before its last DMA has landed,

@@ -8,34 +8,7 @@ use oxccl_core::error::Error;
 use oxccl_hip::{HipBackend, HipStream};
 
 impl CheckDevice for HipBackend {
-    const NAME: &'static str = "hip";
-
-    fn open() -> std::result::Result<Self, String> {
-        match HipBackend::load() {
-            Ok(b) if b.device_count().unwrap_or(0) > 0 => Ok(b),
-            Ok(_) => Err("no HIP device".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    fn alloc_plain(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
-        self.plain_alloc(device, bytes)
-    }
-
-    unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.plain_free(device, ptr) }
-    }
-
-    unsafe fn upload(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.copy_to_device(device, dst, src) }
-    }
-
-    unsafe fn download(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.copy_from_device(device, dst, src) }
-    }
+    check_device_common!("hip", "no HIP device");
 
     fn settle_uploads(&self, _device: i32) -> Result<()> {
         // Every upload synchronised the null stream it ran on before returning.

@@ -4,6 +4,43 @@
 //! the same suite runs through librccl.so.1's code path (the HIP backend) as through
 //! libnccl.so.2's.
 
+/// The part of a [`CheckDevice`] implementation that is the same on every backend: loading it
+/// (`$missing` when it sees no device) and the plain-buffer calls, which each backend crate
+/// provides as inherent methods of the same names (`plain_alloc`, `plain_free`,
+/// `copy_to_device`, `copy_from_device`).
+macro_rules! check_device_common {
+    ($name:literal, $missing:literal) => {
+        const NAME: &'static str = $name;
+
+        fn open() -> std::result::Result<Self, String> {
+            match Self::load() {
+                Ok(b) if b.device_count().unwrap_or(0) > 0 => Ok(b),
+                Ok(_) => Err($missing.into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+
+        fn alloc_plain(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
+            self.plain_alloc(device, bytes)
+        }
+
+        unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()> {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.plain_free(device, ptr) }
+        }
+
+        unsafe fn upload(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.copy_to_device(device, dst, src) }
+        }
+
+        unsafe fn download(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.copy_from_device(device, dst, src) }
+        }
+    };
+}
+
 pub mod cuda;
 pub mod hip;
 
