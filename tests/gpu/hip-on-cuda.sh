@@ -42,6 +42,8 @@ mkdir -p "$LOG"
 LIMIT=${LIMIT:-120}
 TOTAL_PASS=0; TOTAL_FAIL=0; CUDA_PASS=0; CUDA_FAIL=0; SUMMARY=()
 export NCCL_NVLS_ENABLE=0
+# shellcheck source=tests/gpu/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 if [ "${ROCM:-0}" = 1 ]; then
   NGPU=$(rocm-smi --showid 2>/dev/null | grep -o '^GPU\[[0-9]*\]' | sort -u | wc -l)
@@ -73,8 +75,8 @@ if [ ! -x "$BIN/gpu-check" ]; then
   exit 2
 fi
 
-# One configuration: name, env..., -- gpu-check arguments; counted by its RESULT line (the
-# conventions of run.sh's run_exe: a missing RESULT line or a time-out counts as a failure).
+# One configuration: name, env..., -- gpu-check arguments; counted by its RESULT line as
+# run.sh counts (tests/gpu/lib.sh: a missing RESULT line or a time-out counts as a failure).
 check() {
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
@@ -94,17 +96,13 @@ one() { # name, backend, env..., -- args
   env "${envs[@]}" timeout -k 5 "$LIMIT" "$BIN/gpu-check" --backend "$backend" "$@" \
     >"$LOG/$name.log" 2>&1
   local rc=$? t1=$(date +%s)
-  local line=$(grep '^RESULT' "$LOG/$name.log" | tail -1)
-  local p=$(echo "$line" | sed -n 's/.*pass=\([0-9]*\).*/\1/p'); p=${p:-0}
-  local f=$(echo "$line" | sed -n 's/.*fail=\([0-9]*\).*/\1/p'); f=${f:-1}
-  [ $rc -eq 124 ] || [ $rc -eq 137 ] && f=$((f+1))
+  result_counts "$LOG/$name.log" $rc
   if [ "$backend" = hip ]; then
-    TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
+    TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
   else
-    CUDA_PASS=$((CUDA_PASS+p)); CUDA_FAIL=$((CUDA_FAIL+f))
+    CUDA_PASS=$((CUDA_PASS+P)); CUDA_FAIL=$((CUDA_FAIL+F))
   fi
-  SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' "$name" "$rc" "$p" "$f" $((t1-t0)))")
-  echo "${SUMMARY[-1]}"
+  summary_line "$name" $rc $P $F $((t1-t0))
   grep -m5 -E '^(FAIL|HANG|GUARD|SKIP|\[proc)' "$LOG/$name.log" | cut -c1-300
 }
 
@@ -169,8 +167,7 @@ if [ -n "${RCCL_PREFIX:-}" ] && { [ -z "${ONLY:-}" ] || [[ hip-abi-test =~ $ONLY
   fi
   if [ $rc -eq 0 ] && grep -q "ALL PASS" "$LOG/hip-abi-test.log"; then p=1; f=0; else p=0; f=1; fi
   TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
-  SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' hip-abi-test "$rc" "$p" "$f" $((t1-t0)))")
-  echo "${SUMMARY[-1]}"
+  summary_line hip-abi-test "$rc" "$p" "$f" $((t1-t0))
   grep -m5 -E '(FAIL|error)' "$LOG/hip-abi-test.log" | cut -c1-300
 fi
 

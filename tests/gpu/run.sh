@@ -47,6 +47,8 @@ LIMIT=${LIMIT:-90}
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 TOTAL_PASS=0; TOTAL_FAIL=0; SUMMARY=()
 export NCCL_NVLS_ENABLE=0
+# shellcheck source=tests/gpu/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 run() { run_exe "$BIN/gpu-check" "$@"; }
 
@@ -59,13 +61,9 @@ run_exe() { # executable, name, env..., -- args...: one configuration, counted b
   local t0=$(date +%s)
   env "${envs[@]}" timeout -k 5 "$LIMIT" "$exe" "$@" >"$LOG/$name.log" 2>&1
   local rc=$? t1=$(date +%s)
-  local line=$(grep '^RESULT' "$LOG/$name.log" | tail -1)
-  local p=$(echo "$line" | sed -n 's/.*pass=\([0-9]*\).*/\1/p'); p=${p:-0}
-  local f=$(echo "$line" | sed -n 's/.*fail=\([0-9]*\).*/\1/p'); f=${f:-1}
-  [ $rc -eq 124 ] || [ $rc -eq 137 ] && f=$((f+1)) && line="TIMEOUT after ${LIMIT}s"
-  TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
-  SUMMARY+=("$(printf '%-28s rc=%-3s pass=%-6s fail=%-5s %3ss' "$name" "$rc" "$p" "$f" $((t1-t0)))")
-  echo "${SUMMARY[-1]}"
+  result_counts "$LOG/$name.log" $rc
+  TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
+  summary_line "$name" $rc $P $F $((t1-t0))
   grep -m5 -E '^(FAIL|HANG|GUARD|\[proc)' "$LOG/$name.log" | cut -c1-300
 }
 
