@@ -337,7 +337,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             .all_gather(&[mine])?
             .iter()
             .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
-        let channels = net_channels(&geometry);
+        let channels = net_channels(&geometry, any & 2 != 0);
         if any != 0 {
             t.max_blocks = t.max_blocks.min(channels);
             t.one_shot_inbox.clear();

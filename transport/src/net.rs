@@ -13,21 +13,28 @@ use oxccl_core::net::connect::PeerFifos;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
 
-/// Channels a communicator with NET peers uses by default (`OXCCL_NET_CHANNELS` changes it):
-/// each is a connection with its own sockets and helper threads per peer and direction. On one
-/// H100 under MPS, two ranks as two hosts (2026-11-25), AllReduce busbw at 64 MiB with 2 data
-/// sockets per connection: 1 channel 5.6 GB/s, 2 channels 6.7, 4 channels 9.0; 4 sockets per
-/// connection did no better (8.6).
-const NET_CHANNELS: u32 = 4;
+/// Channels a communicator with NET peers (and no SHM pair) uses by default
+/// (`OXCCL_NET_CHANNELS` changes it): each is a connection with its own sockets and helper
+/// threads per peer and direction. On one H100 under MPS, two ranks as two hosts, AllReduce with
+/// 2 data sockets per connection: 2026-11-25, busbw at 64 MiB 1 channel 5.6 GB/s, 2 channels
+/// 6.7, 4 channels 9.0 (4 sockets per connection: 8.6); 2026-11-26, 4 / 8 channels at 8 MiB
+/// 9.0 / 10.7 GB/s, 32 MiB 10.7 / 12.2, 128 MiB 10.9 / 13.3 (the tuner keeps small messages on
+/// fewer channels).
+const NET_CHANNELS: u32 = 8;
+/// The default when some pair meets through SHM: every channel is a FIFO in `/dev/shm` per SHM
+/// pair, and 8 or 16 channels moved no more than 4 there (`docs/transports.md`, SHM).
+const SHM_CHANNELS: u32 = 4;
 
-/// The channels NET connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO channels),
-/// else [`NET_CHANNELS`].
-pub fn net_channels(geometry: &FifoGeometry) -> u32 {
+/// The channels NET and SHM connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO
+/// channels), else [`SHM_CHANNELS`] when some pair of the communicator uses SHM, else
+/// [`NET_CHANNELS`].
+pub fn net_channels(geometry: &FifoGeometry, any_shm: bool) -> u32 {
     let max = geometry.channels as u32;
+    let default = if any_shm { SHM_CHANNELS } else { NET_CHANNELS };
     std::env::var("OXCCL_NET_CHANNELS")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(NET_CHANNELS)
+        .unwrap_or(default)
         .clamp(1, max)
 }
 

@@ -204,11 +204,15 @@ fn admit(
     Ok(())
 }
 
-/// What a handle says: where to connect, the listen token, the data socket count.
+/// What a handle says: where to connect, the listen token, and how the listener cuts messages
+/// (its data socket count, inline limit and smallest part), which the connecting side adopts:
+/// both sides must cut every message alike, whatever each one's environment says.
 struct HandleInfo {
     addr: SocketAddr,
     token: u64,
     nsocks: usize,
+    inline_max: usize,
+    min_task: usize,
 }
 
 fn encode_handle(h: &mut Handle, info: &HandleInfo) {
@@ -227,6 +231,8 @@ fn encode_handle(h: &mut Handle, info: &HandleInfo) {
     h[25..27].copy_from_slice(&info.addr.port().to_le_bytes());
     h[27..35].copy_from_slice(&info.token.to_le_bytes());
     h[35..39].copy_from_slice(&(info.nsocks as u32).to_le_bytes());
+    h[39..47].copy_from_slice(&(info.inline_max as u64).to_le_bytes());
+    h[47..55].copy_from_slice(&(info.min_task as u64).to_le_bytes());
 }
 
 fn decode_handle(h: &Handle) -> Result<HandleInfo> {
@@ -247,10 +253,16 @@ fn decode_handle(h: &Handle) -> Result<HandleInfo> {
             "network handle with {nsocks} sockets"
         )));
     }
+    let size = |at: usize| -> usize {
+        usize::try_from(u64::from_le_bytes(h[at..at + 8].try_into().expect("8")))
+            .unwrap_or(usize::MAX)
+    };
     Ok(HandleInfo {
         addr: SocketAddr::new(ip, port),
         token: u64::from_le_bytes(h[27..35].try_into().expect("8")),
         nsocks,
+        inline_max: size(39),
+        min_task: size(47).max(1),
     })
 }
 
@@ -358,14 +370,34 @@ unsafe fn transfer(s: &mut TcpStream, span: Span, sending: bool) -> io::Result<(
     }
 }
 
-/// The parts of a `size`-byte message: `(offset, length, lane)`.
-fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usize)> {
-    let per = size.div_ceil(nlanes.max(1)).max(min_task);
+/// The parts of a `size`-byte message: `(offset, length, lane)`, on consecutive lanes from
+/// `first`.
+///
+/// Both sides start each message where the previous one ended (`LaneCursor`), so a message cut
+/// into fewer parts than there are lanes leaves the next message idle lanes instead of queueing
+/// behind it on the same ones (16 sockets and 256 KiB slots: 4 parts per message).
+fn parts(size: usize, nlanes: usize, min_task: usize, first: usize) -> Vec<(usize, usize, usize)> {
+    let n = nlanes.max(1);
+    let per = size.div_ceil(n).max(min_task);
     (0..size)
         .step_by(per.max(1))
         .enumerate()
-        .map(|(i, off)| (off, per.min(size - off), i % nlanes.max(1)))
+        .map(|(i, off)| (off, per.min(size - off), (first + i) % n))
         .collect()
+}
+
+/// The lane the next multi-part message starts on; advanced alike by both sides of a
+/// connection, which see the same messages in the same order.
+#[derive(Default)]
+struct LaneCursor(usize);
+
+impl LaneCursor {
+    /// The parts of the next `size`-byte message, moving the cursor past them.
+    fn parts(&mut self, size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usize)> {
+        let ps = parts(size, nlanes, min_task, self.0);
+        self.0 = (self.0 + ps.len()) % nlanes.max(1);
+        ps
+    }
 }
 
 /// The sending side of a socket connection.
@@ -375,6 +407,7 @@ struct SendSide {
     /// Control bytes not written yet (sizes and inline payloads).
     out: VecDeque<u8>,
     lanes: Vec<Lane>,
+    cursor: LaneCursor,
     config: SocketConfig,
     failed: Option<String>,
 }
@@ -427,6 +460,7 @@ struct RecvSide {
     peer: SocketAddr,
     ctrl: TcpStream,
     lanes: Vec<Lane>,
+    cursor: LaneCursor,
     config: SocketConfig,
     /// Receives posted and not yet matched with a message's size.
     posted: VecDeque<Arc<RecvState>>,
@@ -596,7 +630,9 @@ impl RecvSide {
             } else if size <= self.config.inline_max || self.lanes.is_empty() {
                 self.inline = Some((st, 0));
             } else {
-                let ps = parts(size, self.lanes.len(), self.config.min_task);
+                let ps = self
+                    .cursor
+                    .parts(size, self.lanes.len(), self.config.min_task);
                 st.parts.parts.store(ps.len(), Ordering::Release);
                 for (off, len, lane) in ps {
                     let job = Job {
@@ -700,6 +736,8 @@ impl Net for SocketNet {
                 addr,
                 token,
                 nsocks,
+                inline_max: self.config.inline_max,
+                min_task: self.config.min_task,
             },
         );
         Ok(Listen(Box::new(SocketListen {
@@ -733,9 +771,11 @@ impl Net for SocketNet {
             ctrl,
             out: VecDeque::new(),
             lanes,
+            cursor: LaneCursor::default(),
             config: SocketConfig {
                 nsocks: info.nsocks,
-                ..self.config
+                inline_max: info.inline_max,
+                min_task: info.min_task,
             },
             failed: None,
         };
@@ -776,6 +816,7 @@ impl Net for SocketNet {
             peer,
             ctrl,
             lanes,
+            cursor: LaneCursor::default(),
             config: SocketConfig {
                 nsocks: l.nsocks,
                 ..self.config
@@ -832,7 +873,9 @@ impl Net for SocketNet {
             let bytes = unsafe { std::slice::from_raw_parts(data, size) };
             side.out.extend(bytes);
         } else {
-            let ps = parts(size, side.lanes.len(), side.config.min_task);
+            let nlanes = side.lanes.len();
+            let min_task = side.config.min_task;
+            let ps = side.cursor.parts(size, nlanes, min_task);
             state.parts.store(ps.len(), Ordering::Release);
             for (off, len, lane) in ps {
                 let job = Job {
@@ -963,7 +1006,15 @@ mod tests {
     }
 
     fn connect_pair(config: SocketConfig) -> (SocketNet, SocketNet, SendComm, RecvComm) {
-        let (a, b) = (net(0, config), net(1, config));
+        connect_pair_as(config, config)
+    }
+
+    /// A connection from a network configured as `sender` to one configured as `listener`.
+    fn connect_pair_as(
+        sender: SocketConfig,
+        listener: SocketConfig,
+    ) -> (SocketNet, SocketNet, SendComm, RecvComm) {
+        let (a, b) = (net(0, sender), net(1, listener));
         let mut h = [0u8; HANDLE_BYTES];
         let mut l = b.listen(0, &mut h).unwrap();
         let s = a.connect(0, &mut h).unwrap().unwrap();
@@ -989,16 +1040,24 @@ mod tests {
     #[test]
     fn net_socket_parts_cover_the_message() {
         for (size, lanes, min) in [(1, 4, 64), (1000, 4, 64), (1 << 20, 4, 1 << 16), (7, 0, 1)] {
-            let ps = parts(size, lanes, min);
-            let mut at = 0;
-            for (off, len, lane) in &ps {
-                assert_eq!(*off, at);
-                assert!(*lane < lanes.max(1));
-                at += len;
+            for first in 0..lanes.max(1) {
+                let ps = parts(size, lanes, min, first);
+                let mut at = 0;
+                for (i, (off, len, lane)) in ps.iter().enumerate() {
+                    assert_eq!(*off, at);
+                    assert_eq!(*lane, (first + i) % lanes.max(1));
+                    at += len;
+                }
+                assert_eq!(at, size);
+                assert!(ps.len() <= lanes.max(1));
             }
-            assert_eq!(at, size);
-            assert!(ps.len() <= lanes.max(1));
         }
+        // 16 lanes, 256 KiB messages in 64 KiB parts: each message starts where the last ended.
+        let mut cursor = LaneCursor::default();
+        let firsts: Vec<usize> = (0..5)
+            .map(|_| cursor.parts(256 << 10, 16, 64 << 10)[0].2)
+            .collect();
+        assert_eq!(firsts, [0, 4, 8, 12, 0]);
     }
 
     #[test]
@@ -1008,10 +1067,21 @@ mod tests {
             addr: "[::1]:4242".parse().unwrap(),
             token: 99,
             nsocks: 3,
+            inline_max: 1000,
+            min_task: 77,
         };
         encode_handle(&mut h, &info);
         let back = decode_handle(&h).unwrap();
-        assert_eq!((back.addr, back.token, back.nsocks), (info.addr, 99, 3));
+        assert_eq!(
+            (
+                back.addr,
+                back.token,
+                back.nsocks,
+                back.inline_max,
+                back.min_task
+            ),
+            (info.addr, 99, 3, 1000, 77)
+        );
         assert!(decode_handle(&[7u8; HANDLE_BYTES]).is_err());
         h[35] = 200;
         assert!(decode_handle(&h).is_err());
@@ -1019,14 +1089,23 @@ mod tests {
 
     #[test]
     fn net_socket_messages_arrive_in_order_inline_and_in_parts() {
+        // Parts of at least 64 bytes on 3 lanes: 101 and 130 bytes take 2 lanes, so the lane
+        // cursors of both sides must move alike for later messages to match.
+        // The sender's own settings differ (as two ranks' environments may): it cuts messages
+        // as the listener's handle says.
         let config = SocketConfig {
             nsocks: 3,
             inline_max: 100,
-            min_task: 16,
+            min_task: 64,
         };
-        let (a, b, mut s, mut r) = connect_pair(config);
+        let own = SocketConfig {
+            nsocks: 5,
+            inline_max: 4096,
+            min_task: 1,
+        };
+        let (a, b, mut s, mut r) = connect_pair_as(own, config);
         let mh = MemHandle(Box::new(()));
-        let sizes = [0usize, 1, 100, 101, 4096, 100_003];
+        let sizes = [0usize, 1, 100, 101, 4096, 130, 100_003, 101, 7, 4097];
         let msgs: Vec<Vec<u8>> = sizes
             .iter()
             .enumerate()

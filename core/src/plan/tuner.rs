@@ -87,8 +87,11 @@ const GIB: u64 = 1 << 30;
 const HEURISTICS: Heuristics = Heuristics {
     direct_max: 64 * KIB,
     // 2x H200: AllReduce 2 MiB took 18.7 us direct, 27.1 ring; from 16 MiB on they tie, and
-    // at 32 MiB in a graph direct took 170 us, ring 144.
-    direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 64 * KIB],
+    // at 32 MiB in a graph direct took 170 us, ring 144. Several nodes (one H100 under MPS, two
+    // ranks as two hosts over NET/Socket, 4 channels, 2026-11-26, direct / ring us): 512 KiB
+    // 134 / 170, 1 MiB 262 / 344, 2 MiB 339 / 507, 4 MiB 674 / 731, 8 MiB 979 / 1080; 16 MiB
+    // on they tie (the network is the limit either way).
+    direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 8 * MIB],
     tree_max: 4 * MIB,
     // Several hosts: every ring hop that crosses the network costs a network latency, and the
     // tree ordered by host (chains inside hosts) crosses fewer. One H100 under MPS, ranks as
@@ -102,7 +105,9 @@ const HEURISTICS: Heuristics = Heuristics {
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
     max_channels: [2, 4, 32, 8],
-    bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 256 * KIB],
+    // Several nodes: each channel is a network connection per peer; the same run as above,
+    // direct on 8 channels against 4: 2 MiB 530 / 339 us, 4 MiB 545 / 674, 32 MiB 2790 / 3404.
+    bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 512 * KIB],
     // NVLink: 64 KiB AllReduce took 34 us on one LL channel, 7.2 on 16.
     ll_bytes_per_channel: [MIB, 256 * KIB, 4 * KIB, 256 * KIB],
     // Host threads: reading the peers' memory beats copying through sockets at any size the
@@ -671,6 +676,24 @@ mod tests {
         assert_eq!(multi(MIB, 3), Algorithm::Ring);
         assert_eq!(multi(8, 4), Algorithm::Direct);
         assert_eq!(multi(8 * MIB, 4), Algorithm::Ring);
+        // Two ranks over the network: direct (one hop, the same bytes as a ring) to 8 MiB, on a
+        // channel per 512 KiB.
+        assert_eq!(multi(8 * MIB, 2), Algorithm::Direct);
+        assert_eq!(multi(8 * MIB + 1, 2), Algorithm::Ring);
+        let channels = |bytes| {
+            t.choose(
+                CollKind::AllReduce,
+                bytes,
+                DataType::Float32,
+                2,
+                Topology::MultiNode,
+            )
+            .nchannels
+        };
+        assert_eq!(
+            [channels(8), channels(MIB), channels(2 * MIB), channels(GIB)],
+            [1, 2, 4, 8]
+        );
         assert_eq!(
             pick(&t, CollKind::AllReduce, 64 * MIB, 16).algo,
             Algorithm::Ring
