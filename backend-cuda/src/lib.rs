@@ -296,7 +296,7 @@ impl Backend for CudaBackend {
         transport.has_net().then_some(Topology::MultiNode)
     }
     fn ll_supported(&self, transport: &CudaTransport) -> bool {
-        !transport.has_net()
+        transport.ll_supported()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.api(), self.geometry, ctx)

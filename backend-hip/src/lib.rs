@@ -821,7 +821,7 @@ impl Backend for HipBackend {
         transport.has_net().then_some(Topology::MultiNode)
     }
     fn ll_supported(&self, transport: &HipTransport) -> bool {
-        !transport.has_net()
+        transport.ll_supported()
     }
     fn needs_peer_watch(&self) -> bool {
         true

@@ -30,7 +30,8 @@
 #                                  inside (n4-procs-mixed), rings and trees ordered by host
 #                                  (n*-rr-*), NET inside one process (P2P and SHM disabled)
 #   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
-#                                  process and across processes; SHM inside two "hosts" and NET
+#                                  process and across processes, each protocol forced
+#                                  (sh*-procs-LL/Simple); SHM inside two "hosts" and NET
 #                                  between them (sh4-procs-shm-net). NET_ONLY=1 runs only the n*
 #                                  and sh* configurations. Start MPS first (tests/gpu/mps.sh) or
 #                                  they crawl
@@ -121,6 +122,11 @@ shm_configs() {
   run sh2-procs-graph       $S -- --mode procs --ranks 2 $SMALL --big-count 0 --graph 10
   for a in ring tree direct; do
     run sh2-procs-$a $S NCCL_ALGO=$a -- --mode procs --ranks 2 $SMALL --big-count 0
+  done
+  # SHM runs LL too (packets through the shared segment): each protocol forced, every size.
+  for p in LL Simple; do
+    run sh2-procs-$p $S NCCL_PROTO=$p -- --mode procs --ranks 2 $SMALL $BIG1
+    run sh3-procs-$p $S NCCL_PROTO=$p -- --mode procs --ranks 3 --counts 0,1,7 --types all --big-count 0
   done
   run sh2-procs-split       $S -- --mode procs --ranks 2 $SMALL --big-count 0 --split
   run sh2-procs-offsets-vmm $S -- --mode procs --ranks 2 $SMALL --big-count 0 --offsets --vmm

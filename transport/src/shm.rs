@@ -6,7 +6,10 @@
 //! sender maps and registers the same segment. The sending kernel then fills the receiver's
 //! slots and moves its `tail` across PCIe, exactly as it does over P2P, and the receiving kernel
 //! reads them and moves `head`: no proxy thread takes part, so graph capture works as for P2P.
-//! Like NET, SHM connections run the Simple protocol (the communicator keeps NET's limits).
+//! Each FIFO also has an LL area (a consumed-slots counter on its own page, then the LL slots),
+//! so SHM runs LL too: a packet written across PCIe carries its own flag, which saves the
+//! Simple protocol's fence and counter on the way there and the counter poll before the data on
+//! the way back. The communicator keeps NET's channel limits.
 
 use crate::api::DeviceApi;
 use crate::net::{ConnSlot, fifo_layout, point_conn_at};
@@ -15,7 +18,87 @@ use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::proxy::FifoLayout;
 use oxccl_core::shm::ShmSegment;
-use oxccl_kernel_abi::FifoGeometry;
+use oxccl_kernel_abi::{DevConn, FifoGeometry};
+use std::mem::offset_of;
+
+/// The LL part of one SHM FIFO: `ll_head` at its start, on a page of its own, then the slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LlArea {
+    /// LL slots.
+    pub nslots: u32,
+    /// Bytes per LL slot.
+    pub slot_bytes: u64,
+}
+
+impl LlArea {
+    /// Offset of the slots from the area's start.
+    const SLOTS: u64 = 4096;
+
+    fn of(geometry: &FifoGeometry) -> LlArea {
+        LlArea {
+            nslots: geometry.ll_nslots,
+            slot_bytes: geometry.ll_slot_bytes,
+        }
+    }
+
+    /// Bytes of one area.
+    pub(crate) fn bytes(&self) -> u64 {
+        Self::SLOTS + u64::from(self.nslots) * self.slot_bytes
+    }
+}
+
+/// Bytes of one SHM FIFO: the Simple part ([`FifoLayout`]), then its [`LlArea`].
+fn shm_fifo_bytes(layout: &FifoLayout, ll: &LlArea) -> u64 {
+    layout.bytes() + ll.bytes()
+}
+
+/// Points the LL fields of one connection-table entry at the LL area at device address `area`:
+/// the receive side polls its packets there and counts consumed slots in `ll_head` (which is
+/// also its position); the send side writes packets there, reads `ll_head`, and keeps its own
+/// position and last-seen head where the table had them (sender-local memory).
+pub(crate) fn point_ll_at(
+    table: &mut [u8],
+    geometry: &FifoGeometry,
+    nranks: u32,
+    slot: ConnSlot,
+    area: DevicePtr,
+    ll: LlArea,
+    keep: (u64, u64),
+) {
+    let one = size_of::<DevConn>();
+    let half = geometry.recv_table_offset(nranks) as usize;
+    let pos = (slot.channel as usize * nranks as usize + slot.peer as usize) * one
+        + if slot.recv { half } else { 0 };
+    let e = &mut table[pos..pos + one];
+    let mut put = |off: usize, v: &[u8]| e[off..off + v.len()].copy_from_slice(v);
+    let head = area;
+    put(
+        offset_of!(DevConn, ll_buff),
+        &(area + LlArea::SLOTS).to_le_bytes(),
+    );
+    put(offset_of!(DevConn, ll_head), &head.to_le_bytes());
+    let (pos_at, seen_at) = if slot.recv { (head, 0) } else { keep };
+    put(offset_of!(DevConn, ll_pos), &pos_at.to_le_bytes());
+    put(offset_of!(DevConn, ll_head_seen), &seen_at.to_le_bytes());
+    put(
+        offset_of!(DevConn, ll_slot_bytes),
+        &(ll.slot_bytes as u32).to_le_bytes(),
+    );
+    put(offset_of!(DevConn, ll_nslots), &ll.nslots.to_le_bytes());
+}
+
+/// `(ll_pos, ll_head_seen)` of the table entry of `slot`.
+fn ll_counters(table: &[u8], geometry: &FifoGeometry, nranks: u32, slot: ConnSlot) -> (u64, u64) {
+    let one = size_of::<DevConn>();
+    let half = geometry.recv_table_offset(nranks) as usize;
+    let pos = (slot.channel as usize * nranks as usize + slot.peer as usize) * one
+        + if slot.recv { half } else { 0 };
+    let at = |o: usize| u64::from_le_bytes(table[pos + o..pos + o + 8].try_into().expect("8"));
+    (
+        at(offset_of!(DevConn, ll_pos)),
+        at(offset_of!(DevConn, ll_head_seen)),
+    )
+}
 
 /// A shared segment registered with the runtime (mapped into this process's GPU address space).
 struct Registered<A: DeviceApi> {
@@ -53,6 +136,7 @@ pub(crate) struct ShmFifos<A: DeviceApi> {
     /// SHM peers, in the order of this rank's FIFOs.
     peers: Vec<u32>,
     layout: FifoLayout,
+    ll: LlArea,
     channels: u32,
 }
 
@@ -68,7 +152,8 @@ impl<A: DeviceApi> ShmFifos<A> {
         channels: u32,
     ) -> Result<ShmFifos<A>> {
         let layout = fifo_layout(geometry);
-        let per_peer = layout.bytes() as usize * channels as usize;
+        let ll = LlArea::of(geometry);
+        let per_peer = shm_fifo_bytes(&layout, &ll) as usize * channels as usize;
         let own = if peers.is_empty() {
             None
         } else {
@@ -76,7 +161,7 @@ impl<A: DeviceApi> ShmFifos<A> {
                 "rank {}'s SHM FIFOs ({} peers x {channels} channels x {} KiB)",
                 bs.rank(),
                 peers.len(),
-                layout.bytes() >> 10
+                shm_fifo_bytes(&layout, &ll) >> 10
             );
             let seg = ShmSegment::create(per_peer * peers.len(), &purpose)?;
             Some(Registered::new(api, seg)?)
@@ -101,6 +186,7 @@ impl<A: DeviceApi> ShmFifos<A> {
             mapped,
             peers,
             layout,
+            ll,
             channels,
         };
         if let Some(r) = fifos.own.as_mut() {
@@ -109,10 +195,11 @@ impl<A: DeviceApi> ShmFifos<A> {
         Ok(fifos)
     }
 
-    /// Points the connection table's entries of every SHM peer at the shared FIFOs: the receive
-    /// side at this rank's segment, the send side at the peer's.
+    /// Points the connection table's entries of every SHM peer at the shared FIFOs (Simple and
+    /// LL): the receive side at this rank's segment, the send side at the peer's.
     pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
-        let fifo_bytes = self.layout.bytes();
+        let fifo_bytes = shm_fifo_bytes(&self.layout, &self.ll);
+        let simple_bytes = self.layout.bytes();
         let at = |base: DevicePtr, idx: usize, c: u32| {
             base + (idx as u64 * u64::from(self.channels) + u64::from(c)) * fifo_bytes
         };
@@ -132,17 +219,15 @@ impl<A: DeviceApi> ShmFifos<A> {
                     recv: false,
                     ..recv
                 };
-                point_conn_at(
-                    table,
-                    geometry,
-                    nranks,
-                    recv,
-                    at(own, i, c),
-                    self.layout,
-                    false,
-                );
+                let keep = ll_counters(table, geometry, nranks, send);
+                let mine = at(own, i, c);
+                point_conn_at(table, geometry, nranks, recv, mine, self.layout, false);
+                let ll_mine = mine + simple_bytes;
+                point_ll_at(table, geometry, nranks, recv, ll_mine, self.ll, (0, 0));
                 let fifo = at(theirs.dev, *idx, c);
                 point_conn_at(table, geometry, nranks, send, fifo, self.layout, false);
+                let ll_theirs = fifo + simple_bytes;
+                point_ll_at(table, geometry, nranks, send, ll_theirs, self.ll, keep);
             }
         }
     }
@@ -185,6 +270,77 @@ fn parse(rec: &[u8]) -> Result<(Option<String>, Vec<u32>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn field(table: &[u8], pos: usize, off: usize) -> u64 {
+        u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
+    }
+
+    /// The LL fields of an SHM pair: the receiver polls packets in its area and counts consumed
+    /// slots at the area's start, which is also its position; the sender writes into the peer's
+    /// area and keeps its sender-local position and last-seen head; the Simple fields and every
+    /// other entry stay as they were.
+    #[test]
+    fn ll_fields_point_into_the_area_and_keep_the_senders_counters() {
+        let g = FifoGeometry::default();
+        let (rank, nranks) = (1u32, 3u32);
+        let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
+        let table = g.conn_table(rank, nranks, peers[1], &peers, 0x9000_0000, true);
+        let ll = LlArea::of(&g);
+        let (recv, send) = (
+            ConnSlot {
+                channel: 2,
+                peer: 0,
+                recv: true,
+            },
+            ConnSlot {
+                channel: 2,
+                peer: 0,
+                recv: false,
+            },
+        );
+        let keep = ll_counters(&table, &g, nranks, send);
+        assert_ne!(keep.0, 0, "the sender's LL position is sender-local memory");
+        let mut patched = table.clone();
+        point_ll_at(&mut patched, &g, nranks, recv, 0x7000_0000, ll, (0, 0));
+        point_ll_at(&mut patched, &g, nranks, send, 0x8000_0000, ll, keep);
+        let one = size_of::<DevConn>();
+        let half = g.recv_table_offset(nranks) as usize;
+        let (r, s) = ((2 * 3) * one + half, (2 * 3) * one);
+        assert_eq!(
+            field(&patched, r, offset_of!(DevConn, ll_buff)),
+            0x7000_1000
+        );
+        assert_eq!(
+            field(&patched, r, offset_of!(DevConn, ll_head)),
+            0x7000_0000
+        );
+        assert_eq!(field(&patched, r, offset_of!(DevConn, ll_pos)), 0x7000_0000);
+        assert_eq!(
+            field(&patched, s, offset_of!(DevConn, ll_buff)),
+            0x8000_1000
+        );
+        assert_eq!(
+            field(&patched, s, offset_of!(DevConn, ll_head)),
+            0x8000_0000
+        );
+        assert_eq!(ll_counters(&patched, &g, nranks, send), keep);
+        for pos in [r, s] {
+            let slots = &patched[pos + offset_of!(DevConn, ll_slot_bytes)..];
+            assert_eq!(
+                u32::from_le_bytes(slots[..4].try_into().unwrap()),
+                g.ll_slot_bytes as u32
+            );
+            assert_eq!(field(&patched, pos, offset_of!(DevConn, buff)), {
+                field(&table, pos, offset_of!(DevConn, buff))
+            });
+        }
+        for (i, (a, b)) in table.chunks(one).zip(patched.chunks(one)).enumerate() {
+            if i * one != r && i * one != s {
+                assert_eq!(a, b, "entry {i} changed");
+            }
+        }
+        assert!(ll.bytes() >= LlArea::SLOTS + u64::from(g.ll_nslots) * g.ll_slot_bytes);
+    }
 
     #[test]
     fn records_round_trip_and_malformed_ones_are_refused() {

@@ -404,6 +404,9 @@ impl<B: Backend> Communicator<B> {
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
             && inner.backend.ll_supported(&c.transport)
+            // Peers' buffers are read directly: no pair may meet through host memory (SHM keeps
+            // LL, so LL alone does not say so).
+            && self.topology(&c.transport) != Topology::MultiNode
             && inner
                 .tuner
                 .zero_copy(a.kind, bytes, self.topology(&c.transport));
