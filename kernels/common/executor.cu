@@ -120,6 +120,9 @@ OXCCL_DEVICE bool block_wait_space(const volatile uint64_t* head, volatile uint6
 // overwrite a slot not yet returned.
 // ---------------------------------------------------------------------------------------------
 
+// Packets that carry `n` elements, `per` to a packet.
+OXCCL_DEVICE uint64_t npackets_of(uint64_t n, uint32_t per) { return (n + per - 1) / per; }
+
 // Flag of LL slot position `pos`: 1 to 2^32-1, never the 0 of fresh memory.
 OXCCL_DEVICE uint32_t ll_flag(uint64_t pos) { return (uint32_t)(pos % 0xffffffffull) + 1u; }
 
@@ -237,6 +240,8 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
   const volatile uint64_t* s_head = sconn ? sconn->ll_head : nullptr;
   volatile uint64_t* s_head_seen = sconn ? sconn->ll_head_seen : nullptr;
   volatile uint64_t* s_pos_at = sconn ? sconn->ll_pos : nullptr;
+  // NET: the proxy learns of a filled LL slot from its record (OxcclConn::sizes).
+  volatile uint64_t* s_records = (sconn && sconn->sizes) ? sconn->sizes + sconn->nslots : nullptr;
   if (threadIdx.x == 0) {
     // Only this block moves these counters, so they are read without ordering.
     const volatile uint64_t* r_pos_at = rconn ? rconn->ll_pos : nullptr;
@@ -260,7 +265,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
     const char* rslot = r_buff ? r_buff + (r_pos % nslots) * slot_bytes : nullptr;
     char* sslot = s_buff ? s_buff + (s_pos % nslots) * slot_bytes : nullptr;
     const uint32_t rflag = ll_flag(r_pos), sflag = ll_flag(s_pos);
-    const uint64_t npackets = (n + kPer - 1) / kPer;
+    const uint64_t npackets = npackets_of(n, kPer);
     for (uint64_t k = threadIdx.x; k < npackets; k += blockDim.x) {
       const uint64_t at = done + k * kPer;
       const uint32_t m = count - at < kPer ? (uint32_t)(count - at) : kPer;
@@ -288,6 +293,11 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       // visible with it, so it skips the system-scope release (a fence over the link).
       if (threadIdx.x == 0) oxccl_store_relaxed_sys(r_head, r_pos + 1);
       ++r_pos;
+    }
+    if (s_records != nullptr && threadIdx.x == 0) {
+      // After the barrier every packet of the slot is written, in whatever order they reach
+      // host memory: the proxy checks their flags as well, so no fence is needed.
+      s_records[s_pos % nslots] = ((s_pos + 1) << 32) | (npackets_of(n, kPer) * 16);
     }
     if (sconn) ++s_pos;
     done += n;

@@ -11,6 +11,7 @@
 pub mod connect;
 #[cfg(test)]
 mod latency_probe;
+pub mod ll;
 pub mod plugin;
 pub mod proxy;
 mod readiness;

@@ -95,7 +95,9 @@ struct OxcclConn {
   uint32_t ll_slot_bytes;
   uint32_t ll_nslots;
   // Send side of a NET connection (null otherwise): per-slot byte counts in host memory, written
-  // before `tail` moves, so the network proxy sends only the bytes a slot holds.
+  // before `tail` moves, so the network proxy sends only the bytes a slot holds. The LL slots'
+  // records follow at sizes[nslots]: ((position + 1) << 32) | packet bytes, written once the
+  // slot's packets are (the proxy checks their flags too).
   volatile uint64_t* sizes;
 };
 

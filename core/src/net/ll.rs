@@ -1,0 +1,402 @@
+//! LL slots over the network: the proxy's half of the LL protocol on a NET connection.
+//!
+//! LL moves small messages as 16-byte packets that carry their own flag (two 4-byte data words,
+//! each beside the slot position's flag), so the receiving kernel polls the packets themselves:
+//! no counter to poll before the data and no fence after it. Over the network each LL FIFO has
+//! its own connection (the proxy cannot tell an LL message from a Simple one as it arrives):
+//!
+//! - **Send side**: the kernel writes a slot's packets into host memory, then its record
+//!   ([`record`]: position and byte count, in the Simple FIFO's sizes area after the Simple
+//!   slots' counts). The proxy sends the slot once the record names the position it waits for
+//!   and every packet carries the position's flag ([`flag`]), and moves `ll_head` when the
+//!   network is done with it, which frees the slot for the kernel.
+//! - **Receive side**: the proxy posts a receive into every slot the kernel has consumed
+//!   (`ll_head`, moved by the kernel) and does nothing when it lands: the kernel sees the
+//!   packets' flags. A packet is one 16-byte unit and each half carries the flag, so a half
+//!   written by the network but not yet the other never looks complete.
+
+use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The flag of LL slot position `pos`: 1 to 2^32 - 1, never the 0 of fresh memory (the kernels'
+/// `ll_flag`).
+pub fn flag(pos: u64) -> u32 {
+    (pos % 0xffff_ffff) as u32 + 1
+}
+
+/// What a sending kernel writes for LL slot position `pos` once its `bytes` of packets are
+/// written: the position plus one in the upper 32 bits (truncated), the byte count below.
+pub fn record(pos: u64, bytes: u32) -> u64 {
+    ((pos + 1) << 32) | u64::from(bytes)
+}
+
+/// Bytes of one LL packet.
+pub const PACKET_BYTES: u64 = 16;
+
+/// One LL FIFO in host memory the proxy and the device both reach.
+#[derive(Debug, Clone, Copy)]
+pub struct LlFifo {
+    /// The consumed-slot counter `ll_head`: moved by the proxy on the send side (slots the
+    /// network is done with), by the kernel on the receive side. 8-byte aligned.
+    pub head: *mut u8,
+    /// The first slot (`nslots * slot_bytes` bytes, 16-byte aligned).
+    pub slots: *mut u8,
+    /// Send side: the `nslots` records the kernel writes ([`record`]); null on the receive side.
+    pub records: *mut u8,
+    /// Slots.
+    pub nslots: u32,
+    /// Bytes per slot (a multiple of [`PACKET_BYTES`]).
+    pub slot_bytes: u64,
+}
+
+// SAFETY: host memory owned by the transport for the proxy's whole life; the proxy touches the
+// counters and flags only atomically and hands slots to the network by address.
+unsafe impl Send for LlFifo {}
+
+impl LlFifo {
+    fn word(&self, at: *mut u8) -> &AtomicU64 {
+        // SAFETY: `at` is one of this FIFO's 8-byte aligned counters or records, alive for the
+        // proxy's life; the device writes them atomically too.
+        unsafe { AtomicU64::from_ptr(at.cast()) }
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        self.word(self.head)
+    }
+
+    fn slot(&self, pos: u64) -> *mut u8 {
+        let at = (pos % u64::from(self.nslots)) * self.slot_bytes;
+        self.slots.wrapping_add(at as usize)
+    }
+
+    /// The record of position `pos` (send side).
+    fn record(&self, pos: u64) -> u64 {
+        let at = (pos % u64::from(self.nslots)) as usize * 8;
+        self.word(self.records.wrapping_add(at))
+            .load(Ordering::Acquire)
+    }
+
+    /// Whether the first `bytes` of slot position `pos` are packets carrying its flag.
+    fn packets_complete(&self, pos: u64, bytes: u64) -> bool {
+        let f = flag(pos);
+        let slot = self.slot(pos);
+        (0..bytes / PACKET_BYTES).all(|k| {
+            [4usize, 12].iter().all(|&o| {
+                let p = slot.wrapping_add((k * PACKET_BYTES) as usize + o);
+                // SAFETY: inside the slot, 4-byte aligned; the device writes it concurrently,
+                // hence the atomic load.
+                unsafe { AtomicU32::from_ptr(p.cast()) }.load(Ordering::Acquire) == f
+            })
+        })
+    }
+}
+
+/// The network side of an LL FIFO.
+pub enum LlSide {
+    /// This rank sends the FIFO's slots.
+    Send(SendComm),
+    /// This rank receives into the FIFO's slots.
+    Recv(RecvComm),
+}
+
+/// One LL connection the proxy drives: its FIFO, connection, registration and requests.
+pub struct LlConn {
+    /// The peer rank.
+    pub peer: u32,
+    /// The channel.
+    pub channel: u32,
+    fifo: LlFifo,
+    side: LlSide,
+    mh: Option<MemHandle>,
+    posted: u64,
+    done: u64,
+    reqs: VecDeque<Request>,
+}
+
+impl LlConn {
+    /// Registers the FIFO's slots with `net` (host memory) for `side`.
+    pub fn new(net: &dyn Net, peer: u32, channel: u32, fifo: LlFifo, side: LlSide) -> Result<Self> {
+        if fifo.nslots == 0 || !fifo.slot_bytes.is_multiple_of(PACKET_BYTES) {
+            return Err(Error::Internal(format!(
+                "an LL FIFO of {} slots of {} bytes",
+                fifo.nslots, fifo.slot_bytes
+            )));
+        }
+        let bytes = fifo.nslots as usize * fifo.slot_bytes as usize;
+        let comm = match &side {
+            LlSide::Send(c) => CommRef::Send(c),
+            LlSide::Recv(c) => CommRef::Recv(c),
+        };
+        let mh = net.reg_mr(comm, fifo.slots, bytes, PTR_HOST)?;
+        Ok(LlConn {
+            peer,
+            channel,
+            fifo,
+            side,
+            mh: Some(mh),
+            posted: 0,
+            done: 0,
+            reqs: VecDeque::new(),
+        })
+    }
+
+    /// Hands complete slots to the network (send) or freed slots to it (receive), and retires
+    /// finished requests; true when anything moved.
+    pub fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool> {
+        let fifo = self.fifo;
+        let nslots = u64::from(fifo.nslots);
+        let mh = self.mh.as_ref().expect("registered while alive");
+        let mut moved = false;
+        match &mut self.side {
+            LlSide::Send(comm) => {
+                while self.posted - self.done < nslots {
+                    let rec = fifo.record(self.posted);
+                    if rec >> 32 != (self.posted + 1) & 0xffff_ffff {
+                        break;
+                    }
+                    let bytes = rec & 0xffff_ffff;
+                    if bytes > fifo.slot_bytes || !bytes.is_multiple_of(PACKET_BYTES) {
+                        return Err(Error::Internal(format!(
+                            "an LL slot record claims {bytes} bytes of {}",
+                            fifo.slot_bytes
+                        )));
+                    }
+                    if !fifo.packets_complete(self.posted, bytes) {
+                        break;
+                    }
+                    // SAFETY: the slot's packets are complete and the kernel does not rewrite
+                    // the slot until `ll_head` passes it, after the request is done.
+                    let req = unsafe {
+                        net.isend(
+                            comm,
+                            fifo.slot(self.posted),
+                            bytes as usize,
+                            rank as i32,
+                            mh,
+                        )
+                    }?;
+                    let Some(req) = req else { break };
+                    self.reqs.push_back(req);
+                    self.posted += 1;
+                    moved = true;
+                }
+            }
+            LlSide::Recv(comm) => {
+                let head = fifo.head().load(Ordering::Acquire);
+                while self.posted < head + nslots {
+                    // SAFETY: the kernel consumed this slot's previous contents (`ll_head`);
+                    // it reads the slot again only through the packets' flags.
+                    let req = unsafe {
+                        net.irecv(
+                            comm,
+                            fifo.slot(self.posted),
+                            fifo.slot_bytes as usize,
+                            self.peer as i32,
+                            mh,
+                        )
+                    }?;
+                    let Some(req) = req else { break };
+                    self.reqs.push_back(req);
+                    self.posted += 1;
+                    moved = true;
+                }
+            }
+        }
+        while let Some(front) = self.reqs.front_mut() {
+            if net.test(front)?.is_none() {
+                break;
+            }
+            self.reqs.pop_front();
+            self.done += 1;
+            moved = true;
+            if let LlSide::Send(_) = self.side {
+                fifo.head().store(self.done, Ordering::Release);
+            }
+        }
+        Ok(moved)
+    }
+
+    /// "rank R: network LL connection to rank P (channel C)", for errors.
+    pub fn describe(&self, rank: u32) -> String {
+        let dir = match self.side {
+            LlSide::Send(_) => "to",
+            LlSide::Recv(_) => "from",
+        };
+        format!(
+            "rank {rank}: network LL connection {dir} rank {} (channel {})",
+            self.peer, self.channel
+        )
+    }
+
+    /// Deregisters and closes the connection.
+    pub fn close(mut self, net: &dyn Net) {
+        if let Some(mh) = self.mh.take() {
+            let r = match &self.side {
+                LlSide::Send(c) => net.dereg_mr(CommRef::Send(c), mh),
+                LlSide::Recv(c) => net.dereg_mr(CommRef::Recv(c), mh),
+            };
+            if let Err(e) = r {
+                tracing::debug!(target: "oxccl::net", "deregistering an LL FIFO: {e}");
+            }
+        }
+        self.reqs.clear();
+        let r = match self.side {
+            LlSide::Send(c) => net.close_send(c),
+            LlSide::Recv(c) => net.close_recv(c),
+        };
+        if let Err(e) = r {
+            tracing::debug!(target: "oxccl::net", "closing an LL connection: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::proxy::testkit::{Mem, link, socket_net};
+    use crate::net::socket::SocketConfig;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    /// An LL FIFO in `mem`: head at 0, records at 64, slots from 4096.
+    fn fifo(mem: &Mem, nslots: u32, slot_bytes: u64) -> LlFifo {
+        LlFifo {
+            head: mem.ptr,
+            records: mem.ptr.wrapping_add(64),
+            slots: mem.ptr.wrapping_add(4096),
+            nslots,
+            slot_bytes,
+        }
+    }
+
+    fn word32(p: usize) -> &'static AtomicU32 {
+        // SAFETY: test memory (`Mem`), 4-byte aligned, alive until every thread using it joined.
+        unsafe { AtomicU32::from_ptr(p as *mut u32) }
+    }
+
+    fn word64(p: usize) -> &'static AtomicU64 {
+        // SAFETY: as for `word32`, 8-byte aligned.
+        unsafe { AtomicU64::from_ptr(p as *mut u64) }
+    }
+
+    const POISON: u32 = 0xDEAD_BEEF;
+
+    #[test]
+    fn flags_and_records_match_the_kernels_rules() {
+        assert_eq!(flag(0), 1);
+        assert_eq!(flag(0xffff_fffe), 0xffff_ffff);
+        assert_eq!(flag(0xffff_ffff), 1, "wraps without ever reaching 0");
+        assert_eq!(record(0, 16), (1 << 32) | 16);
+        assert_eq!(record(u64::from(u32::MAX), 32) >> 32 & 0xffff_ffff, 0);
+    }
+
+    /// Messages of 1 to 40 packets through 4 slots and two proxies' LL halves, with CPU threads
+    /// playing the kernels. The sender writes a slot's packets in reverse order with the record
+    /// in the middle, so the proxy must wait for the flags as well as the record; the receiver
+    /// polls the flags, checks every data word, and finds the poison it left in the rest of the
+    /// slot untouched (only the record's bytes travel), then poisons the slot again and frees it.
+    #[test]
+    fn ll_slots_cross_the_network_in_order_and_whole() {
+        let (nslots, slot_bytes) = (4u64, 640u64);
+        let packets = slot_bytes / PACKET_BYTES;
+        let config = SocketConfig {
+            nsocks: 1,
+            inline_max: 256,
+            min_task: 64,
+        };
+        let (n0, n1) = (socket_net(0, config), socket_net(1, config));
+        let (s, r) = link(&n0, &n1);
+        let (m0, m1) = (Mem::new(8192), Mem::new(8192));
+        let (f0, f1) = (
+            fifo(&m0, nslots as u32, slot_bytes),
+            fifo(&m1, nslots as u32, slot_bytes),
+        );
+        let (sa, sb) = (f0.slots as usize, f1.slots as usize);
+        let (ha, hb, ra) = (f0.head as usize, f1.head as usize, f0.records as usize);
+        let packet =
+            move |base: usize, i: u64, k: u64| base + ((i % nslots) * slot_bytes + k * 16) as usize;
+        for i in 0..nslots {
+            for k in 0..packets {
+                for w in 0..4 {
+                    word32(packet(sb, i, k) + w * 4).store(POISON, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut tx = LlConn::new(&*n0, 1, 0, f0, LlSide::Send(s)).unwrap();
+        let mut rx = LlConn::new(&*n1, 0, 0, f1, LlSide::Recv(r)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let proxy = {
+            let stop = stop.clone();
+            let (n0, n1) = (n0.clone(), n1.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    tx.progress(&*n0, 0).unwrap();
+                    rx.progress(&*n1, 1).unwrap();
+                }
+                tx.close(&*n0);
+                rx.close(&*n1);
+            })
+        };
+        let sizes: Vec<u64> = (0..60).map(|i| 1 + (i * 7) % packets).collect();
+        let data = |i: u64, k: u64, half: u64| (i * 1000 + k * 2 + half) as u32;
+        let wait = move |what: &str, done: &dyn Fn() -> bool| {
+            let t0 = Instant::now();
+            while !done() {
+                assert!(t0.elapsed() < Duration::from_secs(20), "waiting for {what}");
+            }
+        };
+        let sent = sizes.clone();
+        let sender = std::thread::spawn(move || {
+            for (i, &npk) in sent.iter().enumerate() {
+                let i = i as u64;
+                if i >= nslots {
+                    wait("space", &|| word64(ha).load(Ordering::Acquire) > i - nslots);
+                }
+                for k in (0..npk).rev() {
+                    let p = packet(sa, i, k);
+                    word32(p).store(data(i, k, 0), Ordering::Relaxed);
+                    word32(p + 8).store(data(i, k, 1), Ordering::Relaxed);
+                    word32(p + 12).store(flag(i), Ordering::Release);
+                    if k == npk / 2 {
+                        let rec = word64(ra + ((i % nslots) * 8) as usize);
+                        rec.store(record(i, (npk * PACKET_BYTES) as u32), Ordering::Release);
+                    }
+                    word32(p + 4).store(flag(i), Ordering::Release);
+                }
+            }
+        });
+        let receiver = std::thread::spawn(move || {
+            for (i, &npk) in sizes.iter().enumerate() {
+                let i = i as u64;
+                for k in 0..npk {
+                    let p = packet(sb, i, k);
+                    wait("a packet", &|| {
+                        word32(p + 4).load(Ordering::Acquire) == flag(i)
+                            && word32(p + 12).load(Ordering::Acquire) == flag(i)
+                    });
+                    assert_eq!(word32(p).load(Ordering::Relaxed), data(i, k, 0), "{i}/{k}");
+                    assert_eq!(word32(p + 8).load(Ordering::Relaxed), data(i, k, 1));
+                }
+                for k in 0..packets {
+                    for w in 0..4 {
+                        let at = packet(sb, i, k) + w * 4;
+                        if k >= npk {
+                            let v = word32(at).load(Ordering::Relaxed);
+                            assert_eq!(v, POISON, "message {i} wrote past its {npk} packets");
+                        }
+                        word32(at).store(POISON, Ordering::Relaxed);
+                    }
+                }
+                word64(hb).store(i + 1, Ordering::Release);
+            }
+        });
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        stop.store(true, Ordering::Release);
+        proxy.join().unwrap();
+        drop((m0, m1));
+    }
+}
