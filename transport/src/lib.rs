@@ -12,6 +12,7 @@
 
 mod api;
 mod device;
+mod ll_area;
 mod net;
 mod shm;
 
