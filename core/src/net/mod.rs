@@ -19,8 +19,9 @@ mod readiness;
 mod reset_tests;
 pub mod socket;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::any::Any;
+use std::os::fd::BorrowedFd;
 
 /// Bytes of a connection handle (`NCCL_NET_HANDLE_MAXSIZE`), exchanged through the bootstrap.
 pub const HANDLE_BYTES: usize = 128;
@@ -101,6 +102,30 @@ pub trait Net: Send + Sync {
         size: usize,
         ptr_type: u32,
     ) -> Result<MemHandle>;
+    /// Registers `size` bytes of GPU memory at `data` through the dma-buf `fd` (exported by the
+    /// GPU driver; `offset` into it), for use with `comm`. Networks without dma-buf support
+    /// (no `PTR_DMABUF` bit) keep the default, an error.
+    fn reg_mr_dma_buf(
+        &self,
+        comm: CommRef<'_>,
+        data: *mut u8,
+        size: usize,
+        ptr_type: u32,
+        offset: u64,
+        fd: BorrowedFd<'_>,
+    ) -> Result<MemHandle> {
+        let _ = (comm, data, size, ptr_type, offset, fd);
+        Err(Error::Internal(format!(
+            "the network {} has no dma-buf registration",
+            self.name()
+        )))
+    }
+    /// Whether device `dev` asks for every receive into GPU memory to be flushed (the plugin
+    /// ABI's `forceFlush`, v9+).
+    fn force_flush(&self, dev: usize) -> Result<bool> {
+        let _ = dev;
+        Ok(false)
+    }
     /// Releases a registration.
     fn dereg_mr(&self, comm: CommRef<'_>, mh: MemHandle) -> Result<()>;
     /// Starts sending `size` bytes at `data`; `None` means "busy, try again later".
@@ -130,6 +155,22 @@ pub trait Net: Send + Sync {
         tag: i32,
         mh: &MemHandle,
     ) -> Result<Option<Request>>;
+    /// Makes the `size` bytes a completed receive wrote into GPU memory at `data` visible to
+    /// the GPU; `None` when there is nothing to wait for (the default: networks that never
+    /// write GPU memory), else a request to poll with [`Net::test`].
+    ///
+    /// # Safety
+    /// `data` lies in the registration `mh` of `comm`, and stays so until the request is done.
+    unsafe fn iflush(
+        &self,
+        comm: &mut RecvComm,
+        data: *mut u8,
+        size: usize,
+        mh: &MemHandle,
+    ) -> Result<Option<Request>> {
+        let _ = (comm, data, size, mh);
+        Ok(None)
+    }
     /// Polls `req`: `Some(bytes)` once done (bytes sent or received), `None` while in flight.
     /// A done request is never tested again.
     fn test(&self, req: &mut Request) -> Result<Option<usize>>;

@@ -2,7 +2,10 @@
 //! the library exports, with NCCL's adapter rules for the older ones (`reference/net.md` §2,
 //! "Adapters"): v6-v8 messages are limited to 1 GiB (`maxP2pBytes` reads as 1 GiB), v6/v7
 //! registrations to less than 2 GiB, the optional-completion hint of receives goes only to v9+,
-//! profiler handles only to v10+, and v10's `connect` gets the communicator's config.
+//! profiler handles only to v10+, v10's `connect` gets the communicator's config, and
+//! `forceFlush` reads as 0 before v9. `regMrDmaBuf` and `iflush` have one signature in every
+//! version; a plugin whose `regMrDmaBuf` is NULL has the `NCCL_PTR_DMABUF` bit of its devices
+//! cleared, so nothing above asks it for a dma-buf registration.
 //!
 //! Every method is an `unsafe fn`: it calls into the plugin with pointers the caller vouches for.
 
@@ -77,6 +80,8 @@ pub(crate) struct DevProps {
     pub device_type: c_int,
     /// `netDeviceVersion`.
     pub device_version: c_int,
+    /// `forceFlush` (v9+; false before): flush every receive into GPU memory.
+    pub force_flush: bool,
 }
 
 /// The receive arguments of one `irecv` (one buffer), kept at a stable address until the
@@ -301,13 +306,14 @@ impl VTable {
             }
             Ok(b)
         };
-        Ok(match self {
+        let mut got = match self {
             VTable::V6(t) => {
                 let p = get!(t, PropsV6);
                 DevProps {
                     props: base!(p, MAX_NET_SIZE),
                     device_type: DEVICE_HOST,
                     device_version: 0,
+                    force_flush: false,
                 }
             }
             VTable::V7(t) => {
@@ -316,6 +322,7 @@ impl VTable {
                     props: base!(p, MAX_NET_SIZE),
                     device_type: p.net_device_type,
                     device_version: p.net_device_version,
+                    force_flush: false,
                 }
             }
             VTable::V8(t) => {
@@ -324,6 +331,7 @@ impl VTable {
                     props: base!(p, MAX_NET_SIZE),
                     device_type: p.net_device_type,
                     device_version: p.net_device_version,
+                    force_flush: false,
                 }
             }
             VTable::V9(t) => {
@@ -332,6 +340,7 @@ impl VTable {
                     props: base!(p, v9_max(p.max_p2p_bytes)?),
                     device_type: p.net_device_type,
                     device_version: p.net_device_version,
+                    force_flush: p.force_flush != 0,
                 }
             }
             VTable::V10(t) => {
@@ -340,6 +349,7 @@ impl VTable {
                     props: base!(p, v9_max(p.max_p2p_bytes)?),
                     device_type: p.net_device_type,
                     device_version: p.net_device_version,
+                    force_flush: p.force_flush != 0,
                 }
             }
             VTable::V11(t) => {
@@ -348,9 +358,19 @@ impl VTable {
                     props: base!(p, v9_max(p.max_p2p_bytes)?),
                     device_type: p.net_device_type,
                     device_version: p.net_device_version,
+                    force_flush: p.force_flush != 0,
                 }
             }
-        })
+        };
+        if !self.has_dma_buf() {
+            got.props.ptr_support &= !crate::net::PTR_DMABUF;
+        }
+        Ok(got)
+    }
+
+    /// Whether the plugin has a `regMrDmaBuf` member.
+    pub(crate) fn has_dma_buf(&self) -> bool {
+        each!(self, t => t.reg_mr_dma_buf).is_some()
     }
 
     /// `listen`: fills `handle` (128 bytes), returns the listen comm.
@@ -476,6 +496,30 @@ impl VTable {
         Ok(mh)
     }
 
+    /// `regMrDmaBuf`: registers `size` bytes at `data` through the dma-buf `fd` (at `offset`).
+    ///
+    /// # Safety
+    /// `comm` is a live send or receive comm; `data` and `fd` describe the same memory, valid
+    /// until `deregMr`.
+    pub(crate) unsafe fn reg_mr_dma_buf(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        ptr_type: u32,
+        offset: u64,
+        fd: c_int,
+    ) -> Result<*mut c_void> {
+        let f = each!(self, t => t.reg_mr_dma_buf).ok_or_else(|| {
+            Error::Internal("the network plugin has no `regMrDmaBuf` (a NULL member)".into())
+        })?;
+        let mut mh = null_mut();
+        // SAFETY: as the caller promised; `mh` receives the handle.
+        let rc = unsafe { f(comm, data, size, ptr_type as c_int, offset, fd, &mut mh) };
+        check("regMrDmaBuf", rc)?;
+        Ok(mh)
+    }
+
     /// `deregMr`.
     ///
     /// # Safety
@@ -579,16 +623,54 @@ impl VTable {
         Ok(req)
     }
 
-    /// `test`: `Some(bytes)` once done.
+    /// `iflush` of one buffer (`size` bytes at `data`, registered as `mh`): the request, or
+    /// NULL when there is nothing to wait for.
+    ///
+    /// # Safety
+    /// `comm` is a live receive comm and `mh` its registration of `data`, valid until the
+    /// request is done.
+    pub(crate) unsafe fn iflush(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: usize,
+        mh: *mut c_void,
+    ) -> Result<*mut c_void> {
+        let n = c_int::try_from(size)
+            .map_err(|_| too_big("a flush", size, c_int::MAX as u64, self.version()))?;
+        let (mut data, mut sizes, mut mhandles) = ([data], [n], [mh]);
+        let mut req = null_mut();
+        // SAFETY: as the caller promised; one-element arrays on this frame, which the plugin
+        // reads during the call (`iflush` takes no ownership of them).
+        let rc = unsafe {
+            same!(self, iflush)(
+                comm,
+                1,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                mhandles.as_mut_ptr(),
+                &mut req,
+            )
+        };
+        check("iflush", rc)?;
+        Ok(req)
+    }
+
+    /// `test`: `Some(bytes)` once done (0 for a flush, which gets NULL sizes as in NCCL).
     ///
     /// # Safety
     /// `req` is a live request of this plugin that has not completed yet.
-    pub(crate) unsafe fn test(&self, req: *mut c_void) -> Result<Option<usize>> {
+    pub(crate) unsafe fn test(&self, req: *mut c_void, flush: bool) -> Result<Option<usize>> {
         let mut done: c_int = 0;
         let mut sizes: [c_int; 1] = [0];
-        // SAFETY: as the caller promised; one size for a one-buffer request.
+        let sizes_ptr = if flush {
+            null_mut()
+        } else {
+            sizes.as_mut_ptr()
+        };
+        // SAFETY: as the caller promised; one size for a one-buffer request, none for a flush.
         check("test", unsafe {
-            same!(self, test)(req, &mut done, sizes.as_mut_ptr())
+            same!(self, test)(req, &mut done, sizes_ptr)
         })?;
         Ok((done != 0).then_some(sizes[0].max(0) as usize))
     }

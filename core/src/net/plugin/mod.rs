@@ -28,6 +28,7 @@ use adapter::{RecvArgs, VTable};
 use loader::{OpenError, Opened};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -107,6 +108,8 @@ pub struct PluginNet {
     /// boxed so its address stays valid while the plugin may hold it.
     config: Box<abi::CommConfig>,
     devices: Vec<Properties>,
+    /// Each device's `forceFlush`.
+    force_flush: Vec<bool>,
 }
 
 // SAFETY: `ctx` is an opaque context the plugin gave this communicator; plugins are called from
@@ -135,6 +138,8 @@ struct Req {
     ptr: *mut c_void,
     inflight: Arc<AtomicUsize>,
     _recv: Option<Box<RecvArgs>>,
+    /// A flush request (tested with NULL sizes).
+    flush: bool,
     done: bool,
 }
 // SAFETY: an opaque plugin pointer and memory owned by the request.
@@ -193,6 +198,7 @@ impl PluginNet {
             ctx,
             config,
             devices: Vec::new(),
+            force_flush: Vec::new(),
         };
         // SAFETY: initialized above.
         let ndev = unsafe { net.vt.devices() }?;
@@ -214,7 +220,7 @@ impl PluginNet {
                 }
                 if p.props.ptr_support & super::PTR_HOST == 0 {
                     return Err(Error::InvalidUsage(format!(
-                        "network plugin {}: device 0 cannot use host memory (ptrSupport {:#x}); GPU-memory registration is not built",
+                        "network plugin {}: device 0 cannot use host memory (ptrSupport {:#x}); oxccl needs it (FIFOs stay in host memory without GPUDirect RDMA)",
                         net.name, p.props.ptr_support
                     )));
                 }
@@ -226,6 +232,7 @@ impl PluginNet {
                 }
             }
             net.devices.push(p.props);
+            net.force_flush.push(p.force_flush);
         }
         Ok(net)
     }
@@ -273,6 +280,7 @@ impl PluginNet {
         comm: &Comm,
         ptr: *mut c_void,
         recv: Option<Box<RecvArgs>>,
+        flush: bool,
     ) -> Option<Request> {
         if ptr.is_null() {
             comm.inflight.fetch_sub(1, Ordering::AcqRel);
@@ -282,8 +290,16 @@ impl PluginNet {
             ptr,
             inflight: comm.inflight.clone(),
             _recv: recv,
+            flush,
             done: false,
         })))
+    }
+
+    fn comm_ref<'a>(comm: &'a CommRef<'_>) -> Result<&'a Comm> {
+        match comm {
+            CommRef::Send(s) => comm_of::<Comm>(&*s.0, "send comm"),
+            CommRef::Recv(r) => comm_of::<Comm>(&*r.0, "receive comm"),
+        }
     }
 
     fn check_size(&self, comm: &Comm, size: usize, what: &str) -> Result<()> {
@@ -362,20 +378,38 @@ impl Net for PluginNet {
         size: usize,
         ptr_type: u32,
     ) -> Result<MemHandle> {
-        let c = match comm {
-            CommRef::Send(s) => comm_of::<Comm>(&*s.0, "send comm")?,
-            CommRef::Recv(r) => comm_of::<Comm>(&*r.0, "receive comm")?,
-        };
+        let c = Self::comm_ref(&comm)?;
         // SAFETY: a live comm; the caller keeps the memory until `dereg_mr`.
         let mh = unsafe { self.vt.reg_mr(c.ptr, data.cast(), size, ptr_type) }?;
         Ok(MemHandle(Box::new(Mr(mh))))
     }
 
+    fn reg_mr_dma_buf(
+        &self,
+        comm: CommRef<'_>,
+        data: *mut u8,
+        size: usize,
+        ptr_type: u32,
+        offset: u64,
+        fd: BorrowedFd<'_>,
+    ) -> Result<MemHandle> {
+        let c = Self::comm_ref(&comm)?;
+        // SAFETY: a live comm; the caller keeps the memory until `dereg_mr`; the plugin takes
+        // its own reference to the dma-buf during the call if it needs one.
+        let mh = unsafe {
+            self.vt
+                .reg_mr_dma_buf(c.ptr, data.cast(), size, ptr_type, offset, fd.as_raw_fd())
+        }?;
+        Ok(MemHandle(Box::new(Mr(mh))))
+    }
+
+    fn force_flush(&self, dev: usize) -> Result<bool> {
+        self.device(dev)?;
+        Ok(self.force_flush[dev])
+    }
+
     fn dereg_mr(&self, comm: CommRef<'_>, mh: MemHandle) -> Result<()> {
-        let c = match comm {
-            CommRef::Send(s) => comm_of::<Comm>(&*s.0, "send comm")?,
-            CommRef::Recv(r) => comm_of::<Comm>(&*r.0, "receive comm")?,
-        };
+        let c = Self::comm_ref(&comm)?;
         let m = comm_of::<Mr>(&*mh.0, "registration")?;
         // SAFETY: `m` was registered on `c`, which is still open.
         unsafe { self.vt.dereg_mr(c.ptr, m.0) }
@@ -399,7 +433,7 @@ impl Net for PluginNet {
         // done; the plugin does not write through a send buffer.
         let req = unsafe { self.vt.isend(c.ptr, data.cast_mut().cast(), size, tag, m.0) };
         match req {
-            Ok(r) => Ok(self.request(c, r, None)),
+            Ok(r) => Ok(self.request(c, r, None, false)),
             Err(e) => {
                 c.inflight.fetch_sub(1, Ordering::AcqRel);
                 Err(e)
@@ -434,7 +468,30 @@ impl Net for PluginNet {
         // `args` moves into the request, at a stable heap address, until then.
         let req = unsafe { self.vt.irecv(c.ptr, &mut *args, false) };
         match req {
-            Ok(r) => Ok(self.request(c, r, Some(args))),
+            Ok(r) => Ok(self.request(c, r, Some(args), false)),
+            Err(e) => {
+                c.inflight.fetch_sub(1, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    unsafe fn iflush(
+        &self,
+        comm: &mut RecvComm,
+        data: *mut u8,
+        size: usize,
+        mh: &MemHandle,
+    ) -> Result<Option<Request>> {
+        let c = comm_of::<Comm>(&*comm.0, "receive comm")?;
+        let m = comm_of::<Mr>(&*mh.0, "registration")?;
+        // A flush takes the request slot of the receive it follows, which completed just before
+        // (the proxy keeps one request per slot it owns), so it never waits for a free one.
+        c.inflight.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: as the caller promised: `data` lies in the registration `m` of this comm.
+        let req = unsafe { self.vt.iflush(c.ptr, data.cast(), size, m.0) };
+        match req {
+            Ok(r) => Ok(self.request(c, r, None, true)),
             Err(e) => {
                 c.inflight.fetch_sub(1, Ordering::AcqRel);
                 Err(e)
@@ -452,7 +509,7 @@ impl Net for PluginNet {
             ));
         }
         // SAFETY: a live request of this plugin that has not completed.
-        let got = unsafe { self.vt.test(r.ptr) }?;
+        let got = unsafe { self.vt.test(r.ptr, r.flush) }?;
         if got.is_some() {
             r.done = true;
             r.inflight.fetch_sub(1, Ordering::AcqRel);
