@@ -26,7 +26,7 @@ fn test_plugins() {
         out.display()
     );
     let compiler = cc::Build::new().get_compiler();
-    let variants: [(&str, &[&str]); 8] = [
+    let variants: [(&str, &[&str]); 11] = [
         ("libnccl-net-oxtest.so", &[]),
         ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
         ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
@@ -35,6 +35,22 @@ fn test_plugins() {
         ("libnccl-net-oxtest10.so", &["-DOXTEST_V10"]),
         ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
         ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
+        // GPU memory (GPUDirect RDMA) in host memory standing in for it: the CPU tests.
+        ("libnccl-net-oxtest-gdr.so", &["-DOXTEST_GDR_DEFAULT=fake"]),
+        (
+            "libnccl-net-oxtest-gdr-dmabuf.so",
+            &[
+                "-DOXTEST_GDR_DEFAULT=fake",
+                "-DOXTEST_DMABUF_DEFAULT=1",
+                "-DOXTEST_FORCE_FLUSH_DEFAULT=1",
+            ],
+        ),
+        // Real GPU memory through the CUDA driver, opened at run time: for the GPU machine
+        // (`tests/gpu/run.sh`, OXCCL_GDR_PLUGIN); the CPU tests never load it.
+        (
+            "libnccl-net-oxtest-gdr-cuda.so",
+            &["-DOXTEST_GDR_DEFAULT=cuda"],
+        ),
     ];
     for (name, defs) in variants {
         build_so(&compiler, &src, &out.join(name), defs);
@@ -47,6 +63,8 @@ fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {
         .arg(out)
         .arg(src)
         .args(defs)
+        // dlopen of the CUDA driver (part of libc since glibc 2.34, a library before).
+        .arg("-ldl")
         .status();
     match status {
         Ok(s) if s.success() => {}

@@ -7,8 +7,22 @@
  *   -DOXTEST_V6 / _V7 / _V9 / _V10   only ncclNetPlugin_v6 / v7 / v9 / v10, names "OxTest6" ...
  *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
  *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
+ *   -DOXTEST_GDR_DEFAULT=fake|cuda, -DOXTEST_DMABUF_DEFAULT=1, -DOXTEST_FORCE_FLUSH_DEFAULT=1
+ *                        the defaults of the GPU-memory modes below, for variants that need no
+ *                        environment
  *
- * One device ("lo"), host memory only, one buffer per receive (maxRecvs 1). Connections go over
+ * GPU memory (GPUDirect RDMA), chosen at init by OXTEST_NET_GDR (default OXTEST_GDR_DEFAULT):
+ *   unset, 0 or off      host memory only (NCCL_PTR_HOST)
+ *   fake                 also NCCL_PTR_CUDA; memory registered as CUDA is used as host memory
+ *                        (CPU tests give host memory standing in for GPU memory)
+ *   cuda                 also NCCL_PTR_CUDA; memory registered as CUDA is GPU memory, copied
+ *                        through a host bounce buffer with the CUDA driver (libcuda.so.1, opened
+ *                        at run time: no CUDA headers or libraries needed to build)
+ * With GPU memory, OXTEST_NET_DMABUF=1 also reports NCCL_PTR_DMABUF and offers regMrDmaBuf
+ * (v11 only), and OXTEST_NET_FORCE_FLUSH=1 sets forceFlush (v9+). Registrations by type and
+ * flushes are counted (oxtest_regmr_*_count, oxtest_iflush_count) and logged at INFO.
+ *
+ * One device ("lo"), one buffer per receive (maxRecvs 1). Connections go over
  * 127.0.0.1. connect and accept never block: they return success with a NULL comm until the
  * connection is complete (an 8-byte hello, then a one-byte answer that only the peer's accept
  * sends), keeping connect's progress in the handle buffer.
@@ -16,6 +30,7 @@
  * order they were posted. The layouts below are written from the ABI tables in oxccl's
  * reference notes (net.md section 2), not copied from any header. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,15 +38,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef int res_t;
 enum { NET_OK = 0, NET_SYSTEM = 2, NET_INTERNAL = 3, NET_ARGUMENT = 4, NET_USAGE = 5, NET_REMOTE = 6 };
 enum { L_WARN = 2, L_INFO = 3, L_TRACE = 5 };
 enum { F_NET = 0x10 };
-enum { PTR_HOST = 1 };
+enum { PTR_HOST = 1, PTR_CUDA = 2, PTR_DMABUF = 4 };
 
 typedef void (*logger_t)(int level, unsigned long flags, const char *file, int line,
                          const char *fmt, ...);
@@ -78,6 +95,106 @@ int oxtest_init_count(void) { return __atomic_load_n(&n_init, __ATOMIC_SEQ_CST);
 int oxtest_finalize_count(void) { return __atomic_load_n(&n_finalize, __ATOMIC_SEQ_CST); }
 int oxtest_open_comms(void) { return __atomic_load_n(&n_comms, __ATOMIC_SEQ_CST); }
 
+/* Registrations by type, and flushes of GPU memory. */
+static int n_reg_host, n_reg_cuda, n_reg_dmabuf, n_flush;
+int oxtest_regmr_host_count(void) { return __atomic_load_n(&n_reg_host, __ATOMIC_SEQ_CST); }
+int oxtest_regmr_cuda_count(void) { return __atomic_load_n(&n_reg_cuda, __ATOMIC_SEQ_CST); }
+int oxtest_regmr_dmabuf_count(void) { return __atomic_load_n(&n_reg_dmabuf, __ATOMIC_SEQ_CST); }
+int oxtest_iflush_count(void) { return __atomic_load_n(&n_flush, __ATOMIC_SEQ_CST); }
+
+/* ---- GPU-memory modes ---- */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#ifndef OXTEST_GDR_DEFAULT
+#define OXTEST_GDR_DEFAULT off
+#endif
+#ifndef OXTEST_DMABUF_DEFAULT
+#define OXTEST_DMABUF_DEFAULT 0
+#endif
+#ifndef OXTEST_FORCE_FLUSH_DEFAULT
+#define OXTEST_FORCE_FLUSH_DEFAULT 0
+#endif
+enum { GDR_OFF = 0, GDR_FAKE = 1, GDR_CUDA = 2 };
+static int gdr_mode, dmabuf_on, force_flush_on;
+
+/* The few CUDA driver calls of the cuda mode, declared here and found with dlsym. */
+typedef int cu_result;
+typedef void *cu_context;
+typedef void *cu_stream;
+typedef unsigned long long cu_ptr;
+static struct {
+  cu_result (*init)(unsigned);
+  cu_result (*ctx_get_current)(cu_context *);
+  cu_result (*ctx_push)(cu_context);
+  cu_result (*ctx_pop)(cu_context *);
+  cu_result (*device_get)(int *, int);
+  cu_result (*primary_retain)(cu_context *, int);
+  cu_result (*stream_create)(cu_stream *, unsigned);
+  cu_result (*stream_destroy)(cu_stream);
+  cu_result (*stream_sync)(cu_stream);
+  cu_result (*dtoh)(void *, cu_ptr, size_t, cu_stream);
+  cu_result (*htod)(cu_ptr, const void *, size_t, cu_stream);
+} cu;
+static int cu_loaded;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_load(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;
+  struct { void **fn; const char *name; } syms[] = {
+      {(void **)&cu.init, "cuInit"},
+      {(void **)&cu.ctx_get_current, "cuCtxGetCurrent"},
+      {(void **)&cu.ctx_push, "cuCtxPushCurrent_v2"},
+      {(void **)&cu.ctx_pop, "cuCtxPopCurrent_v2"},
+      {(void **)&cu.device_get, "cuDeviceGet"},
+      {(void **)&cu.primary_retain, "cuDevicePrimaryCtxRetain"},
+      {(void **)&cu.stream_create, "cuStreamCreate"},
+      {(void **)&cu.stream_destroy, "cuStreamDestroy_v2"},
+      {(void **)&cu.stream_sync, "cuStreamSynchronize"},
+      {(void **)&cu.dtoh, "cuMemcpyDtoHAsync_v2"},
+      {(void **)&cu.htod, "cuMemcpyHtoDAsync_v2"},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    *syms[i].fn = dlsym(lib, syms[i].name);
+    if (!*syms[i].fn) return;
+  }
+  cu_loaded = cu.init(0) == 0;
+}
+
+static int env_flag(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v ? strcmp(v, "1") == 0 : dflt;
+}
+
+/* Reads the modes (at every init: a v11 plugin may be initialized per communicator). */
+static res_t read_modes(void) {
+  const char *g = getenv("OXTEST_NET_GDR");
+  if (!g) g = STR(OXTEST_GDR_DEFAULT);
+  if (!strcmp(g, "fake")) {
+    gdr_mode = GDR_FAKE;
+  } else if (!strcmp(g, "cuda")) {
+    gdr_mode = GDR_CUDA;
+  } else if (!*g || !strcmp(g, "0") || !strcmp(g, "off")) {
+    gdr_mode = GDR_OFF;
+  } else {
+    LOG(L_WARN, "OxTest: OXTEST_NET_GDR=%s is none of 0, fake, cuda", g);
+    return NET_USAGE;
+  }
+  dmabuf_on = gdr_mode != GDR_OFF && env_flag("OXTEST_NET_DMABUF", OXTEST_DMABUF_DEFAULT);
+  force_flush_on = env_flag("OXTEST_NET_FORCE_FLUSH", OXTEST_FORCE_FLUSH_DEFAULT);
+  if (gdr_mode == GDR_CUDA) {
+    pthread_once(&cu_once, cu_load);
+    if (!cu_loaded) {
+      LOG(L_WARN, "OxTest: GPU-memory mode cuda needs the CUDA driver (libcuda.so.1)");
+      return NET_SYSTEM;
+    }
+  }
+  if (gdr_mode != GDR_OFF)
+    LOG(L_INFO, "OxTest: GPU memory mode %s, dma-buf %d, forceFlush %d", g, dmabuf_on,
+        force_flush_on);
+  return NET_OK;
+}
+
 #define HANDLE_MAGIC 0x4e54584fu /* "OXTN" */
 #define HELLO 0x6c6c65685f74786full
 #define ANSWER 'k' /* the accepting side's one-byte answer to the hello */
@@ -102,10 +219,16 @@ struct listen_comm {
   uint64_t hello;
 };
 
+enum { KIND_MESSAGE = 1, KIND_FLUSH = 2 }; /* the first int of every request */
+
 struct comm;
+struct mr;
 struct req {
+  int kind;
   int used, is_send, done;
   char *data;
+  struct mr *gpu; /* cuda mode: GPU memory, staged through `data`, a host bounce buffer */
+  char *gpu_data;
   size_t size;   /* bytes to send, or the room posted for a receive */
   size_t nbytes; /* bytes of the message */
   size_t off;    /* payload bytes moved */
@@ -122,8 +245,17 @@ struct comm {
 
 struct mr {
   uint32_t magic;
+  int type; /* PTR_HOST or PTR_CUDA */
   void *data;
   size_t size;
+  cu_context ctx;  /* cuda mode: the context the memory belongs to */
+  cu_stream stream; /* cuda mode: a non-blocking stream of that context for the copies */
+};
+
+/* A flush request: done at its second test, so callers see one "not yet". */
+struct flush_req {
+  int kind;
+  int tests_left;
 };
 
 static int set_nonblock(int fd) {
@@ -142,6 +274,7 @@ static void fill_common(char **name, char **pci, uint64_t *guid, int *ptr) {
   *pci = NULL;
   *guid = 0x4f58;
   *ptr = PTR_HOST;
+  if (gdr_mode != GDR_OFF) *ptr |= PTR_CUDA | (dmabuf_on ? PTR_DMABUF : 0);
 }
 
 static res_t listen_(int dev, void *opaque, void **listen_comm) {
@@ -289,17 +422,87 @@ static res_t accept_(void *listen_comm, void **recv_comm) {
   return NET_OK;
 }
 
+/* cuda mode: the context `m` belongs to (the caller's current one, else device 0's primary
+ * context, as the registering thread may have none) and a non-blocking stream in it, so that
+ * copies never wait for kernels on the legacy default stream. */
+static res_t cuda_bind(struct mr *m) {
+  if (cu.ctx_get_current(&m->ctx) || !m->ctx) {
+    int dev;
+    if (cu.device_get(&dev, 0) || cu.primary_retain(&m->ctx, dev)) return NET_SYSTEM;
+  }
+  if (cu.ctx_push(m->ctx)) return NET_SYSTEM;
+  cu_result rc = cu.stream_create(&m->stream, 1 /* CU_STREAM_NON_BLOCKING */);
+  cu_context prev;
+  cu.ctx_pop(&prev);
+  return rc ? NET_SYSTEM : NET_OK;
+}
+
+/* Copies n bytes between GPU memory of `m` and host memory, waiting for the copy. */
+static res_t cuda_copy(struct mr *m, int to_gpu, char *gpu, char *host, size_t n) {
+  if (n == 0) return NET_OK;
+  if (cu.ctx_push(m->ctx)) return NET_SYSTEM;
+  cu_result rc = to_gpu ? cu.htod((cu_ptr)(uintptr_t)gpu, host, n, m->stream)
+                        : cu.dtoh(host, (cu_ptr)(uintptr_t)gpu, n, m->stream);
+  if (!rc) rc = cu.stream_sync(m->stream);
+  cu_context prev;
+  cu.ctx_pop(&prev);
+  if (rc) {
+    LOG(L_WARN, "OxTest: copying %zu bytes %s the GPU failed: CUDA error %d", n,
+        to_gpu ? "to" : "from", rc);
+    return NET_SYSTEM;
+  }
+  return NET_OK;
+}
+
+static res_t new_mr(void *data, size_t size, int type, struct mr **out) {
+  struct mr *m = calloc(1, sizeof *m);
+  if (!m) return NET_SYSTEM;
+  m->magic = HANDLE_MAGIC;
+  m->type = type;
+  m->data = data;
+  m->size = size;
+  if (type == PTR_CUDA && gdr_mode == GDR_CUDA && cuda_bind(m) != NET_OK) {
+    LOG(L_WARN, "OxTest: no CUDA context or stream for a GPU registration");
+    free(m);
+    return NET_SYSTEM;
+  }
+  *out = m;
+  return NET_OK;
+}
+
 static res_t reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   (void)comm;
-  if (type != PTR_HOST) {
+  if (type != PTR_HOST && !(type == PTR_CUDA && gdr_mode != GDR_OFF)) {
     LOG(L_WARN, "OxTest: only host memory can be registered (type %d)", type);
     return NET_ARGUMENT;
   }
-  struct mr *m = malloc(sizeof *m);
-  if (!m) return NET_SYSTEM;
-  m->magic = HANDLE_MAGIC;
-  m->data = data;
-  m->size = size;
+  struct mr *m;
+  res_t rc = new_mr(data, size, type, &m);
+  if (rc != NET_OK) return rc;
+  if (type == PTR_CUDA) {
+    __atomic_add_fetch(&n_reg_cuda, 1, __ATOMIC_SEQ_CST);
+    LOG(L_INFO, "OxTest: regMr CUDA %p, %zu bytes", data, size);
+  } else {
+    __atomic_add_fetch(&n_reg_host, 1, __ATOMIC_SEQ_CST);
+  }
+  *mhandle = m;
+  return NET_OK;
+}
+
+__attribute__((unused)) static res_t reg_mr_dmabuf(void *comm, void *data, size_t size, int type, uint64_t offset, int fd,
+                           void **mhandle) {
+  (void)comm;
+  struct stat st;
+  if (!dmabuf_on || type != PTR_CUDA || offset != 0 || fd < 0 || fstat(fd, &st)) {
+    LOG(L_WARN, "OxTest: regMrDmaBuf refused (type %d, offset %llu, fd %d, dma-buf %d)", type,
+        (unsigned long long)offset, fd, dmabuf_on);
+    return NET_ARGUMENT;
+  }
+  struct mr *m;
+  res_t rc = new_mr(data, size, type, &m);
+  if (rc != NET_OK) return rc;
+  __atomic_add_fetch(&n_reg_dmabuf, 1, __ATOMIC_SEQ_CST);
+  LOG(L_INFO, "OxTest: regMrDmaBuf CUDA %p, %zu bytes, fd %d", data, size, fd);
   *mhandle = m;
   return NET_OK;
 }
@@ -308,6 +511,12 @@ static res_t dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   struct mr *m = mhandle;
   if (!m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  if (m->stream) {
+    cu.ctx_push(m->ctx);
+    cu.stream_destroy(m->stream);
+    cu_context prev;
+    cu.ctx_pop(&prev);
+  }
   m->magic = 0;
   free(m);
   return NET_OK;
@@ -317,6 +526,7 @@ static struct req *post(struct comm *c, int is_send, void *data, size_t size) {
   struct req *r = &c->reqs[c->posted % MAX_REQS];
   if (r->used) return NULL; /* 32 in flight: busy */
   memset(r, 0, sizeof *r);
+  r->kind = KIND_MESSAGE;
   r->used = 1;
   r->is_send = is_send;
   r->data = data;
@@ -330,12 +540,41 @@ static struct req *post(struct comm *c, int is_send, void *data, size_t size) {
   return r;
 }
 
+/* cuda mode: moves a request on GPU memory to a host bounce buffer (a send copies its bytes
+ * there now). */
+static res_t stage(struct req *r, struct mr *m) {
+  if (m->type != PTR_CUDA || gdr_mode != GDR_CUDA) return NET_OK;
+  char *bounce = malloc(r->size ? r->size : 1);
+  if (!bounce) return NET_SYSTEM;
+  r->gpu = m;
+  r->gpu_data = r->data;
+  r->data = bounce;
+  return r->is_send ? cuda_copy(m, 0, r->gpu_data, bounce, r->size) : NET_OK;
+}
+
+/* A request's bytes have all moved: a receive through a bounce buffer lands in GPU memory. */
+static res_t finish(struct req *r) {
+  res_t rc = NET_OK;
+  if (r->gpu) {
+    if (!r->is_send) rc = cuda_copy(r->gpu, 1, r->gpu_data, r->data, r->nbytes);
+    free(r->data);
+    r->data = r->gpu_data;
+    r->gpu = NULL;
+  }
+  return rc;
+}
+
 static res_t do_isend(void *send_comm, void *data, size_t size, void *mhandle, void **request) {
   struct comm *c = send_comm;
   struct mr *m = mhandle;
   *request = NULL;
   if (!c || !c->is_send || !m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
-  *request = post(c, 1, data, size);
+  struct req *r = post(c, 1, data, size);
+  if (r) {
+    res_t rc = stage(r, m);
+    if (rc != NET_OK) return rc;
+  }
+  *request = r;
   return NET_OK;
 }
 
@@ -349,7 +588,12 @@ static res_t do_irecv(void *recv_comm, int n, void **data, size_t size, void **m
   }
   struct mr *m = mhandles[0];
   if (!c || c->is_send || !m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
-  *request = post(c, 0, data[0], size);
+  struct req *r = post(c, 0, data[0], size);
+  if (r) {
+    res_t rc = stage(r, m);
+    if (rc != NET_OK) return rc;
+  }
+  *request = r;
   return NET_OK;
 }
 
@@ -389,6 +633,8 @@ static res_t progress(struct comm *c) {
       }
       r->off += (size_t)n;
     }
+    res_t rc = finish(r);
+    if (rc != NET_OK) return rc;
     r->done = 1;
     c->finished++;
     LOG(L_TRACE, "OxTest: %s of %zu bytes done", c->is_send ? "send" : "receive", r->nbytes);
@@ -398,12 +644,38 @@ static res_t progress(struct comm *c) {
 
 static res_t iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                     void **request) {
-  (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
-  *request = NULL; /* host memory: nothing to flush */
+  (void)recv_comm;
+  *request = NULL;
+  struct mr *m = n == 1 ? mhandles[0] : NULL;
+  if (!m || m->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  if (m->type != PTR_CUDA) return NET_OK; /* host memory: nothing to flush */
+  char *p = data[0];
+  if (sizes[0] <= 0 || p < (char *)m->data || p + sizes[0] > (char *)m->data + m->size) {
+    LOG(L_WARN, "OxTest: iflush of %d bytes at %p outside its registration", sizes[0], data[0]);
+    return NET_INTERNAL;
+  }
+  /* The cuda mode's copies are complete when a receive is; a flush only has to be seen. */
+  if (__atomic_add_fetch(&n_flush, 1, __ATOMIC_SEQ_CST) == 1)
+    LOG(L_INFO, "OxTest: iflush of GPU memory (the first; later ones are counted)");
+  struct flush_req *f = calloc(1, sizeof *f);
+  if (!f) return NET_SYSTEM;
+  f->kind = KIND_FLUSH;
+  f->tests_left = 1;
+  *request = f;
   return NET_OK;
 }
 
 static res_t test(void *request, int *done, int *sizes) {
+  if (request && *(int *)request == KIND_FLUSH) {
+    struct flush_req *f = request;
+    if (sizes) {
+      LOG(L_WARN, "OxTest: a flush request tested with sizes (NCCL passes NULL)");
+      return NET_INTERNAL;
+    }
+    *done = f->tests_left-- <= 0;
+    if (*done) free(f);
+    return NET_OK;
+  }
   struct req *r = request;
   if (!r || !r->used) return NET_INTERNAL;
   res_t rc = progress(r->comm);
@@ -419,6 +691,16 @@ static res_t test(void *request, int *done, int *sizes) {
 static res_t close_comm(void *comm) {
   struct comm *c = comm;
   if (!c) return NET_OK;
+  if (gdr_mode != GDR_OFF)
+    LOG(L_INFO,
+        "OxTest: closing a %s comm after %llu messages; this process: regMr CUDA %d, "
+        "regMrDmaBuf %d, iflush %d",
+        c->is_send ? "send" : "receive", (unsigned long long)c->finished,
+        oxtest_regmr_cuda_count(), oxtest_regmr_dmabuf_count(), oxtest_iflush_count());
+  for (uint64_t i = c->finished; i < c->posted; i++) {
+    struct req *r = &c->reqs[i % MAX_REQS];
+    if (r->gpu) free(r->data); /* bounce buffers of requests never finished */
+  }
   close(c->fd);
   free(c);
   __atomic_sub_fetch(&n_comms, 1, __ATOMIC_SEQ_CST);
@@ -492,6 +774,8 @@ _Static_assert(sizeof(props_old_t) == 48, "v6 properties size");
 
 static res_t init_old(logger_t logger) {
   log_fn = logger;
+  res_t modes = read_modes();
+  if (modes != NET_OK) return modes;
   __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
   return NET_OK;
 }
@@ -599,6 +883,7 @@ static res_t props_v9(int dev, props_v9_t *p) {
   p->speed = 10000;
   p->max_comms = 65536;
   p->max_recvs = 1;
+  p->force_flush = force_flush_on;
   p->vprops.ndevs = 1;
   p->max_p2p_bytes = (size_t)1 << 36; /* 64 GiB: not the adapters' 1 GiB */
   p->max_coll_bytes = (size_t)1 << 29;
@@ -613,6 +898,8 @@ static res_t accept_v9(void *l, void **rc, dev_handle_t **dc) {
 #ifdef OXTEST_V10
 static res_t init_v10(logger_t logger, profiler_t profiler) {
   log_fn = logger;
+  res_t modes = read_modes();
+  if (modes != NET_OK) return modes;
   if (!profiler) {
     LOG(L_WARN, "OxTest10: no profiler callback");
     return NET_INTERNAL;
@@ -646,6 +933,8 @@ __attribute__((visibility("default"))) const net_v9_t ncclNetPlugin_v10 = {
 #else
 static res_t init_v9(logger_t logger) {
   log_fn = logger;
+  res_t modes = read_modes();
+  if (modes != NET_OK) return modes;
   __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
   return NET_OK;
 }
@@ -698,6 +987,8 @@ _Static_assert(sizeof(props_v8_t) == 64, "v8 properties size");
 
 static res_t init_v8(logger_t logger) {
   log_fn = logger;
+  res_t modes = read_modes();
+  if (modes != NET_OK) return modes;
   __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
   LOG(L_INFO, "OxTest8: init (%s), %d device", "ABI v8", 1);
   return NET_OK;
@@ -769,6 +1060,16 @@ _Static_assert(sizeof(net_v11_t) == 176, "v11 struct size");
 _Static_assert(sizeof(props_v11_t) == 112, "v11 properties size");
 _Static_assert(offsetof(props_v11_t, max_p2p_bytes) == 88, "v11 maxP2pBytes offset");
 
+#ifdef OXTEST_NO_SYMBOL
+#define OXTEST_EXPORT static
+#define OXTEST_SYMBOL oxtest_not_exported
+#else
+#define OXTEST_EXPORT __attribute__((visibility("default")))
+#define OXTEST_SYMBOL ncclNetPlugin_v11
+#endif
+/* Not const: init fills regMrDmaBuf when the dma-buf mode is on (members are read after init). */
+OXTEST_EXPORT net_v11_t OXTEST_SYMBOL;
+
 #define CTX_MAGIC 0x5854434fu
 struct ctx {
   uint32_t magic;
@@ -778,6 +1079,8 @@ struct ctx {
 static res_t init_v11(void **ctx, uint64_t comm_id, comm_config_t *config, logger_t logger,
                       profiler_t profiler) {
   log_fn = logger;
+  res_t modes = read_modes();
+  if (modes != NET_OK) return modes;
   (void)profiler;
 #ifdef OXTEST_FAIL_INIT
   (void)ctx, (void)comm_id, (void)config;
@@ -789,6 +1092,7 @@ static res_t init_v11(void **ctx, uint64_t comm_id, comm_config_t *config, logge
   c->magic = CTX_MAGIC;
   c->comm_id = comm_id;
   *ctx = c;
+  OXTEST_SYMBOL.reg_mr_dmabuf = dmabuf_on ? reg_mr_dmabuf : NULL;
   __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
   LOG(L_INFO, "OxTest: init for comm %#llx, traffic class %d", (unsigned long long)comm_id,
       config ? config->traffic_class : -2);
@@ -812,6 +1116,7 @@ static res_t props_v11(int dev, props_v11_t *p) {
   p->speed = 10000;
   p->max_comms = 65536;
   p->max_recvs = 1;
+  p->force_flush = force_flush_on;
   p->vprops.ndevs = 1;
   p->max_p2p_bytes = (size_t)1 << 40;
   p->max_coll_bytes = (size_t)1 << 29;
@@ -849,15 +1154,7 @@ static res_t irecv_v11(void *c, int n, void **d, size_t *sizes, int *tags, void 
 #define OXTEST_NAME "OxTest"
 #endif
 
-#ifdef OXTEST_NO_SYMBOL
-#define OXTEST_EXPORT static
-#define OXTEST_SYMBOL oxtest_not_exported
-#else
-#define OXTEST_EXPORT __attribute__((visibility("default")))
-#define OXTEST_SYMBOL ncclNetPlugin_v11
-#endif
-
-OXTEST_EXPORT const net_v11_t OXTEST_SYMBOL = {
+OXTEST_EXPORT net_v11_t OXTEST_SYMBOL = {
     OXTEST_NAME, init_v11,   devices,    props_v11,    listen_v11,  connect_v11,
     accept_v11,  reg_mr,     NULL,       dereg_mr,     isend_v11,   irecv_v11,
     iflush,      test,       close_comm, close_comm,   close_listen, NULL,
