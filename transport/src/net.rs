@@ -88,11 +88,9 @@ impl<A: DeviceApi> NetFifos<A> {
     }
 
     fn fifo(&self, i: usize, c: u32, recv: bool) -> HostFifo {
-        HostFifo {
-            // SAFETY: the offset lies inside the allocation.
-            base: unsafe { self.host.add(self.offset(i, c, recv) as usize) },
-            layout: self.layout,
-        }
+        // SAFETY: the offset lies inside the allocation.
+        let base = unsafe { self.host.add(self.offset(i, c, recv) as usize) };
+        HostFifo::in_host(base, self.layout)
     }
 
     /// The FIFOs the proxy drives, per peer.

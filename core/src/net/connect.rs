@@ -252,10 +252,7 @@ mod tests {
             let net: Arc<dyn Net> =
                 Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
             let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
-            let fifo = |m: &Mem| HostFifo {
-                base: m.ptr,
-                layout,
-            };
+            let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
             let fifos = vec![PeerFifos {
                 peer: 1 - b.rank(),
                 channels: vec![

@@ -23,10 +23,7 @@ fn latency_probe_small_message_one_way() {
     let (s01, r01) = link(&n0, &n1);
     let (s10, r10) = link(&n1, &n0);
     let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
-    let fifo = |i: usize| HostFifo {
-        base: mems[i].ptr,
-        layout,
-    };
+    let fifo = |i: usize| HostFifo::in_host(mems[i].ptr, layout);
     let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
     let conn = |peer, fifo, side| ProxyConn {
         peer,

@@ -9,6 +9,7 @@
 //! `void*`s.
 
 pub mod connect;
+pub mod gdr;
 #[cfg(test)]
 mod latency_probe;
 pub mod ll;

@@ -1,5 +1,5 @@
 //! The host proxy: one thread per communicator that moves FIFO slots between memory the device
-//! reaches (host-pinned) and a [`Net`].
+//! reaches and a [`Net`].
 //!
 //! A NET connection has a FIFO on each side, laid out as [`FifoLayout`] says. On the sending
 //! rank the kernel fills slots, writes each slot's byte count and advances `tail`, exactly as it
@@ -9,13 +9,20 @@
 //! advances `tail` as messages land. The proxy follows counters, not host calls, so operations
 //! captured into CUDA graphs run like eager ones.
 //!
+//! The counters and sizes are always in mapped host memory; the slots are too, or, with
+//! GPUDirect RDMA ([`super::gdr`]), in GPU memory the network reads and writes itself. Such
+//! slots are registered as GPU memory (`PTR_CUDA`, or through a dma-buf), and a receive into
+//! them may need a flush before `tail` lets the kernel read it.
+//!
 //! A network error records `ncclRemoteError` naming the peer and aborts the communicator, which
 //! ends every kernel wait; abort stops the proxy.
 
-use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
+use super::gdr::GpuRegistration;
+use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -51,11 +58,37 @@ impl FifoLayout {
     }
 }
 
-/// A FIFO in host memory the proxy and the device both reach.
+/// Where a FIFO's slots are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotMemory {
+    /// In the FIFO's host memory, after the sizes.
+    Host,
+    /// In GPU memory (GPUDirect RDMA): the network reads and writes them itself.
+    Gpu,
+}
+
+impl SlotMemory {
+    /// The `PTR_*` type the slots are registered as.
+    pub fn ptr_type(self) -> u32 {
+        match self {
+            SlotMemory::Host => PTR_HOST,
+            SlotMemory::Gpu => PTR_CUDA,
+        }
+    }
+}
+
+/// A FIFO whose counters are in host memory the proxy and the device both reach; its slots are
+/// there too or in GPU memory ([`SlotMemory`]).
 #[derive(Debug, Clone, Copy)]
 pub struct HostFifo {
-    /// Host address of the FIFO (`layout.bytes()` bytes, 64-byte aligned, zeroed).
+    /// Host address of the counters and sizes (`layout.slots_offset()` bytes, 64-byte aligned,
+    /// zeroed), followed by the slots when they are in host memory.
     pub base: *mut u8,
+    /// Address of the first slot (`nslots * slot_bytes` bytes): inside `base`'s memory, or a
+    /// GPU address, which only the network dereferences.
+    pub slots: *mut u8,
+    /// Where the slots are.
+    pub mem: SlotMemory,
     /// Its layout.
     pub layout: FifoLayout,
 }
@@ -65,6 +98,32 @@ pub struct HostFifo {
 unsafe impl Send for HostFifo {}
 
 impl HostFifo {
+    /// A FIFO wholly in host memory at `base` (`layout.bytes()` bytes).
+    pub fn in_host(base: *mut u8, layout: FifoLayout) -> HostFifo {
+        HostFifo {
+            base,
+            // Address arithmetic only: the slots lie inside the FIFO's `layout.bytes()` bytes.
+            slots: base.wrapping_add(layout.slots_offset() as usize),
+            mem: SlotMemory::Host,
+            layout,
+        }
+    }
+
+    /// A FIFO with its counters at `base` in host memory and its slots at `slots` in GPU memory.
+    pub fn with_gpu_slots(base: *mut u8, slots: *mut u8, layout: FifoLayout) -> HostFifo {
+        HostFifo {
+            base,
+            slots,
+            mem: SlotMemory::Gpu,
+            layout,
+        }
+    }
+
+    /// Bytes of all slots.
+    pub fn slots_bytes(&self) -> usize {
+        self.layout.nslots as usize * self.layout.slot_bytes as usize
+    }
+
     fn counter(&self, off: u64) -> &AtomicU64 {
         // SAFETY: `base` is 64-byte aligned and `off` is one of the layout's counters, inside
         // the FIFO, which outlives the proxy; the device writes it atomically too.
@@ -73,9 +132,10 @@ impl HostFifo {
 
     fn slot(&self, pos: u64) -> *mut u8 {
         let l = self.layout;
-        let at = l.slots_offset() + (pos % u64::from(l.nslots)) * l.slot_bytes;
-        // SAFETY: the slot lies inside the FIFO.
-        unsafe { self.base.add(at as usize) }
+        let at = (pos % u64::from(l.nslots)) * l.slot_bytes;
+        // Address arithmetic only (GPU slots are never dereferenced here): the slot lies inside
+        // the slots' range.
+        self.slots.wrapping_add(at as usize)
     }
 
     fn size(&self, pos: u64) -> u64 {
@@ -104,15 +164,25 @@ pub struct ProxyConn {
     pub side: Side,
 }
 
+/// A request of a connection, oldest first.
+enum InFlight {
+    /// An `isend` or `irecv`.
+    Transfer(Request),
+    /// The flush of a completed receive into GPU memory; `tail` waits for it.
+    Flush(Request),
+}
+
 /// A connection in flight: its registration, positions and requests.
 struct Active {
     conn: ProxyConn,
     mh: Option<MemHandle>,
+    /// Flush every receive with bytes before advancing `tail` (receive side, GPU slots).
+    flush: bool,
     /// Slots handed to the network.
     posted: u64,
     /// Slots the network is done with.
     done: u64,
-    reqs: VecDeque<Request>,
+    reqs: VecDeque<InFlight>,
 }
 
 impl Active {
@@ -139,7 +209,7 @@ impl Active {
                         net.isend(comm, fifo.slot(self.posted), size as usize, rank as i32, mh)
                     }?;
                     let Some(req) = req else { break };
-                    self.reqs.push_back(req);
+                    self.reqs.push_back(InFlight::Transfer(req));
                     self.posted += 1;
                     moved = true;
                 }
@@ -159,15 +229,33 @@ impl Active {
                         )
                     }?;
                     let Some(req) = req else { break };
-                    self.reqs.push_back(req);
+                    self.reqs.push_back(InFlight::Transfer(req));
                     self.posted += 1;
                     moved = true;
                 }
             }
         }
         while let Some(front) = self.reqs.front_mut() {
-            if net.test(front)?.is_none() {
-                break;
+            match front {
+                InFlight::Transfer(req) => {
+                    let Some(bytes) = net.test(req)? else { break };
+                    moved = true;
+                    if let (true, Side::Recv(comm)) = (self.flush && bytes > 0, &mut self.conn.side)
+                    {
+                        // SAFETY: the slot the receive just filled, inside the registration;
+                        // the kernel does not touch it before `tail` passes it.
+                        let flush = unsafe { net.iflush(comm, fifo.slot(self.done), bytes, mh) }?;
+                        if let Some(f) = flush {
+                            *front = InFlight::Flush(f);
+                            continue;
+                        }
+                    }
+                }
+                InFlight::Flush(req) => {
+                    if net.test(req)?.is_none() {
+                        break;
+                    }
+                }
             }
             self.reqs.pop_front();
             self.done += 1;
@@ -214,6 +302,26 @@ impl Active {
     }
 }
 
+/// Registers the slots of `conn`'s FIFO: host memory as `PTR_HOST`; GPU memory through a
+/// dma-buf when `gpu` exports one (the descriptor is closed once registered, as the network
+/// keeps its own reference), else as `PTR_CUDA`.
+fn register(net: &dyn Net, conn: &ProxyConn, gpu: GpuRegistration<'_>) -> Result<MemHandle> {
+    let f = conn.fifo;
+    let comm = || match &conn.side {
+        Side::Send(c) => CommRef::Send(c),
+        Side::Recv(c) => CommRef::Recv(c),
+    };
+    let ty = f.mem.ptr_type();
+    if f.mem == SlotMemory::Gpu
+        && let Some(fd) = gpu
+            .dma_buf
+            .and_then(|export| export(f.slots, f.slots_bytes()))
+    {
+        return net.reg_mr_dma_buf(comm(), f.slots, f.slots_bytes(), ty, 0, fd.as_fd());
+    }
+    net.reg_mr(comm(), f.slots, f.slots_bytes(), ty)
+}
+
 /// Busy polling lasts this long after the last progress, then the proxy yields...
 const SPIN: Duration = Duration::from_micros(200);
 /// ...until this much idle time, then sleeps [`PARK`] at a time (woken early by each launch).
@@ -229,25 +337,32 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Registers every FIFO with `net` and starts driving `conns` for rank `rank`.
+    /// Registers every FIFO with `net` and starts driving `conns` for rank `rank` (FIFOs whose
+    /// slots are all in host memory).
     pub fn start(
         net: Arc<dyn Net>,
         rank: u32,
         conns: Vec<ProxyConn>,
         abort: AbortFlag,
     ) -> Result<Proxy> {
+        Proxy::start_with(net, rank, conns, abort, GpuRegistration::default())
+    }
+
+    /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
+    pub fn start_with(
+        net: Arc<dyn Net>,
+        rank: u32,
+        conns: Vec<ProxyConn>,
+        abort: AbortFlag,
+        gpu: GpuRegistration<'_>,
+    ) -> Result<Proxy> {
         let mut active = Vec::with_capacity(conns.len());
         for conn in conns {
-            let f = conn.fifo;
-            let (base, bytes) = (
-                f.slot(0),
-                (f.layout.nslots as usize) * f.layout.slot_bytes as usize,
-            );
-            let mh = match &conn.side {
-                Side::Send(c) => net.reg_mr(CommRef::Send(c), base, bytes, PTR_HOST),
-                Side::Recv(c) => net.reg_mr(CommRef::Recv(c), base, bytes, PTR_HOST),
-            };
+            let mh = register(&*net, &conn, gpu);
             let a = Active {
+                flush: gpu.flush
+                    && conn.fifo.mem == SlotMemory::Gpu
+                    && matches!(conn.side, Side::Recv(_)),
                 conn,
                 mh: None,
                 posted: 0,
@@ -437,22 +552,52 @@ pub(crate) mod testkit {
         layout: FifoLayout,
         messages: Vec<Vec<u8>>,
     ) {
-        let (m0, m1) = (
-            Mem::new(layout.bytes() as usize),
-            Mem::new(layout.bytes() as usize),
-        );
-        let (f0, f1) = (
-            HostFifo {
-                base: m0.ptr,
-                layout,
-            },
-            HostFifo {
-                base: m1.ptr,
-                layout,
-            },
-        );
+        let host = Placement {
+            mem: SlotMemory::Host,
+            gpu: GpuRegistration::default(),
+        };
+        transfer_with(n0, n1, s, r, layout, messages, [host, host]);
+    }
+
+    /// Where one side's slots are and how its proxy treats GPU slots.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Placement<'a> {
+        /// [`SlotMemory::Gpu`]: slots in memory of their own standing in for GPU memory (a
+        /// network in a test mode that treats GPU registrations as host memory reads it).
+        pub(crate) mem: SlotMemory,
+        pub(crate) gpu: GpuRegistration<'a>,
+    }
+
+    /// A FIFO placed as `p` says, and the memory behind it.
+    fn fifo_at(layout: FifoLayout, p: Placement<'_>) -> (HostFifo, Vec<Mem>) {
+        match p.mem {
+            SlotMemory::Host => {
+                let m = Mem::new(layout.bytes() as usize);
+                (HostFifo::in_host(m.ptr, layout), vec![m])
+            }
+            SlotMemory::Gpu => {
+                let counters = Mem::new(layout.slots_offset() as usize);
+                let slots = Mem::new(layout.nslots as usize * layout.slot_bytes as usize);
+                let f = HostFifo::with_gpu_slots(counters.ptr, slots.ptr, layout);
+                (f, vec![counters, slots])
+            }
+        }
+    }
+
+    /// [`transfer`] with the sending side's and the receiving side's slots placed as `sides`
+    /// say.
+    pub(crate) fn transfer_with(
+        n0: Arc<dyn Net>,
+        n1: Arc<dyn Net>,
+        s: SendComm,
+        r: RecvComm,
+        layout: FifoLayout,
+        messages: Vec<Vec<u8>>,
+        sides: [Placement<'_>; 2],
+    ) {
+        let ((f0, m0), (f1, m1)) = (fifo_at(layout, sides[0]), fifo_at(layout, sides[1]));
         let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
-        let p0 = Proxy::start(
+        let p0 = Proxy::start_with(
             n0,
             0,
             vec![ProxyConn {
@@ -462,9 +607,10 @@ pub(crate) mod testkit {
                 side: Side::Send(s),
             }],
             a0.clone(),
+            sides[0].gpu,
         )
         .unwrap();
-        let p1 = Proxy::start(
+        let p1 = Proxy::start_with(
             n1,
             1,
             vec![ProxyConn {
@@ -474,6 +620,7 @@ pub(crate) mod testkit {
                 side: Side::Recv(r),
             }],
             a1.clone(),
+            sides[1].gpu,
         )
         .unwrap();
         let n = layout.nslots as u64;
@@ -570,10 +717,7 @@ mod tests {
             vec![ProxyConn {
                 peer: 0,
                 channel: 3,
-                fifo: HostFifo {
-                    base: m1.ptr,
-                    layout,
-                },
+                fifo: HostFifo::in_host(m1.ptr, layout),
                 side: Side::Recv(r),
             }],
             a1.clone(),

@@ -121,14 +121,8 @@ fn a_connection_reset_mid_transfer_fails_both_sides_without_stray_writes() {
     // SAFETY: the FIFO's bytes, inside the allocation.
     unsafe { std::ptr::write_bytes(f1_base, 0, fifo_bytes) };
     let m0 = Mem::new(fifo_bytes);
-    let f0 = HostFifo {
-        base: m0.ptr,
-        layout,
-    };
-    let f1 = HostFifo {
-        base: f1_base,
-        layout,
-    };
+    let f0 = HostFifo::in_host(m0.ptr, layout);
+    let f1 = HostFifo::in_host(f1_base, layout);
     let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
     let conn = |peer, fifo, side| ProxyConn {
         peer,

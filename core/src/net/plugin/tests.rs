@@ -6,12 +6,14 @@ use super::select::{self, BUILTIN};
 use super::{PluginLib, PluginNet, abi, loader};
 use crate::bootstrap::wire::SessionKey;
 use crate::error::{Error, ErrorKind};
-use crate::net::proxy::FifoLayout;
-use crate::net::proxy::testkit::transfer;
+use crate::net::gdr::{self, GdrEnv, GpuCaps, GpuRegistration};
+use crate::net::proxy::testkit::{Placement, transfer, transfer_with};
+use crate::net::proxy::{FifoLayout, SlotMemory};
 use crate::net::socket::{SocketConfig, SocketNet};
-use crate::net::{CommRef, HANDLE_BYTES, Net, PTR_HOST, RecvComm, SendComm};
+use crate::net::{CommRef, HANDLE_BYTES, Net, PTR_CUDA, PTR_DMABUF, PTR_HOST, RecvComm, SendComm};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,10 @@ const V9: &str = "libnccl-net-oxtest9.so";
 const V10: &str = "libnccl-net-oxtest10.so";
 const NO_SYMBOL: &str = "libnccl-net-oxtest-nosym.so";
 const BAD_INIT: &str = "libnccl-net-oxtest-badinit.so";
+/// v11 in its fake GPU-memory mode: `PTR_CUDA`, GPU registrations used as host memory.
+const GDR: &str = "libnccl-net-oxtest-gdr.so";
+/// As [`GDR`], with dma-buf registration and `forceFlush`.
+const GDR_DMABUF: &str = "libnccl-net-oxtest-gdr-dmabuf.so";
 
 /// The test plugins keep process-wide counters: tests that read them run one at a time.
 fn serial() -> MutexGuard<'static, ()> {
@@ -524,4 +530,189 @@ fn plugin_v11_connects_across_two_processes() {
         child.wait().unwrap().success(),
         "the sending process failed"
     );
+}
+
+/// The GPU-memory counters of a test plugin: (regMr HOST, regMr CUDA, regMrDmaBuf, iflush).
+fn gdr_counters(file: &str) -> [i32; 4] {
+    [
+        "oxtest_regmr_host_count",
+        "oxtest_regmr_cuda_count",
+        "oxtest_regmr_dmabuf_count",
+        "oxtest_iflush_count",
+    ]
+    .map(|name| counter(file, name))
+}
+
+/// One side of a transfer with its slots in (stand-in) GPU memory.
+fn gpu(reg: GpuRegistration<'_>) -> Placement<'_> {
+    Placement {
+        mem: SlotMemory::Gpu,
+        gpu: reg,
+    }
+}
+
+const HOST_SIDE: Placement<'static> = Placement {
+    mem: SlotMemory::Host,
+    gpu: GpuRegistration {
+        flush: false,
+        dma_buf: None,
+    },
+};
+
+/// The proxy's transfer sizes (0, 1, 7, 4097, 1 MiB + 3, whole slots) through slots that both
+/// sides register as GPU memory (`regMr` with `PTR_CUDA`, which the fake mode uses as host
+/// memory); receives are flushed only when asked to.
+#[test]
+fn plugin_gdr_registers_gpu_slots_as_cuda_and_flushes_when_asked() {
+    let _s = serial();
+    let lib = load(GDR);
+    let n0 = net_of(&lib, 1);
+    let n1 = net_of(&lib, 2);
+    let p = n0.properties(0).unwrap();
+    assert_eq!(p.ptr_support, PTR_HOST | PTR_CUDA);
+    assert!(!n0.force_flush(0).unwrap());
+    let layout = FifoLayout {
+        nslots: 4,
+        slot_bytes: 2 << 20,
+    };
+    let msgs = messages(2 << 20, 21);
+    let with_bytes = msgs.iter().filter(|m| !m.is_empty()).count() as i32;
+    for flush in [false, true] {
+        let before = gdr_counters(GDR);
+        let (s, r, _) = pair(&n0, &n1);
+        let reg = GpuRegistration {
+            flush,
+            dma_buf: None,
+        };
+        let ((), log) = capture(|| {
+            transfer_with(
+                n0.clone(),
+                n1.clone(),
+                s,
+                r,
+                layout,
+                msgs.clone(),
+                [gpu(reg), gpu(reg)],
+            )
+        });
+        assert!(log.contains("OxTest: regMr CUDA"), "{log}");
+        let after = gdr_counters(GDR);
+        let delta: Vec<i32> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        let flushes = if flush { with_bytes } else { 0 };
+        assert_eq!(
+            delta,
+            [0, 2, 0, flushes],
+            "flush {flush}: (regMr HOST, regMr CUDA, regMrDmaBuf, iflush)"
+        );
+    }
+    // NCCL_NET_GDR_READ=0: the sender's slots stay in host memory, the receiver's do not.
+    let before = gdr_counters(GDR);
+    let (s, r, _) = pair(&n0, &n1);
+    let reg = GpuRegistration::default();
+    transfer_with(n0, n1, s, r, layout, msgs, [HOST_SIDE, gpu(reg)]);
+    let after = gdr_counters(GDR);
+    assert_eq!(after[0] - before[0], 1, "one host registration");
+    assert_eq!(after[1] - before[1], 1, "one GPU registration");
+    assert_eq!(counter(GDR, "oxtest_open_comms"), 0, "every comm closed");
+}
+
+/// A network offering dma-buf and `forceFlush`: the decision takes both, the proxy registers
+/// the slots through the descriptor its export gives (a stand-in file here: the fake mode only
+/// checks that it is open) and flushes every receive with bytes.
+#[test]
+fn plugin_gdr_registers_through_a_dma_buf_and_forced_flushes() {
+    let _s = serial();
+    let lib = load(GDR_DMABUF);
+    let n0 = net_of(&lib, 1);
+    let n1 = net_of(&lib, 2);
+    let p = n0.properties(0).unwrap();
+    assert_eq!(p.ptr_support, PTR_HOST | PTR_CUDA | PTR_DMABUF);
+    assert!(n0.force_flush(0).unwrap(), "forceFlush of a v11 device");
+    let hopper = GpuCaps {
+        rdma: true,
+        dma_buf: true,
+        compute_capability: Some((9, 0)),
+    };
+    let d = gdr::decide(&p, true, hopper, GdrEnv::default());
+    assert!(d.send && d.recv && d.dma_buf && d.flush, "{d:?}");
+    let exported = std::sync::atomic::AtomicUsize::new(0);
+    let export = |_: *mut u8, n: usize| -> Option<OwnedFd> {
+        assert!(n > 0);
+        exported.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(std::fs::File::open("/dev/null").unwrap().into())
+    };
+    let reg = GpuRegistration {
+        flush: d.flush,
+        dma_buf: Some(&export),
+    };
+    let layout = FifoLayout {
+        nslots: 4,
+        slot_bytes: 2 << 20,
+    };
+    let msgs = messages(2 << 20, 12);
+    let with_bytes = msgs.iter().filter(|m| !m.is_empty()).count() as i32;
+    let before = gdr_counters(GDR_DMABUF);
+    let (s, r, _) = pair(&n0, &n1);
+    let ((), log) = capture(|| {
+        transfer_with(
+            n0.clone(),
+            n1.clone(),
+            s,
+            r,
+            layout,
+            msgs,
+            [gpu(reg), gpu(reg)],
+        )
+    });
+    assert!(log.contains("OxTest: regMrDmaBuf CUDA"), "{log}");
+    let after = gdr_counters(GDR_DMABUF);
+    let delta: Vec<i32> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert_eq!(delta, [0, 0, 2, with_bytes]);
+    assert_eq!(exported.load(std::sync::atomic::Ordering::Relaxed), 2);
+    // Without an export (the driver gave no descriptor) the slots fall back to regMr CUDA.
+    let before = gdr_counters(GDR_DMABUF);
+    let (s, r, _) = pair(&n0, &n1);
+    let no_export = |_: *mut u8, _: usize| -> Option<OwnedFd> { None };
+    let reg = GpuRegistration {
+        flush: false,
+        dma_buf: Some(&no_export),
+    };
+    transfer_with(
+        n0,
+        n1,
+        s,
+        r,
+        layout,
+        messages(2 << 20, 3),
+        [gpu(reg), gpu(reg)],
+    );
+    let after = gdr_counters(GDR_DMABUF);
+    assert_eq!(after[1] - before[1], 2, "regMr CUDA instead");
+    assert_eq!(
+        counter(GDR_DMABUF, "oxtest_open_comms"),
+        0,
+        "every comm closed"
+    );
+}
+
+/// Host-only plugins keep their behaviour: no `forceFlush`, no GPU bits; asked to register GPU
+/// memory, the test plugin refuses.
+#[test]
+fn plugin_without_gdr_reports_host_memory_only() {
+    let _s = serial();
+    let lib = load(V9);
+    let n0 = net_of(&lib, 1);
+    assert_eq!(n0.properties(0).unwrap().ptr_support, PTR_HOST);
+    assert!(!n0.force_flush(0).unwrap());
+    let d = gdr::decide(
+        &n0.properties(0).unwrap(),
+        false,
+        GpuCaps {
+            rdma: true,
+            dma_buf: true,
+            compute_capability: None,
+        },
+        GdrEnv::default(),
+    );
+    assert_eq!(d, gdr::NetGdr::default());
 }
