@@ -8,6 +8,7 @@
 use oxccl_core::backend::{DevicePtr, ShareableHandle};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
+use std::os::fd::OwnedFd;
 
 /// A runtime handle (`CUstream`, `hipEvent_t`, `CUfunction`, ...) as an integer; 0 is null (for
 /// streams: the legacy default stream).
@@ -116,6 +117,30 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// # Safety
     /// No work uses the registered range any more.
     unsafe fn host_unregister(&self, host: *mut u8);
+
+    /// Whether `device` supports GPUDirect RDMA (a network reading and writing its memory).
+    /// Default: yes, left to the network's `PTR_CUDA` bit (HIP); CUDA asks the driver.
+    fn gpu_direct_rdma(&self, device: i32) -> bool {
+        let _ = device;
+        true
+    }
+    /// Whether the driver exports `device`'s memory as dma-buf file descriptors (default: no).
+    fn dma_buf_supported(&self, device: i32) -> bool {
+        let _ = device;
+        false
+    }
+    /// Compute capability (major, minor) of `device`, when the runtime has one (default: none,
+    /// which makes receives through GPUDirect RDMA flush).
+    fn compute_capability(&self, device: i32) -> Option<(u32, u32)> {
+        let _ = device;
+        None
+    }
+    /// A dma-buf file descriptor for `bytes` bytes of [`DeviceApi::dev_alloc`] memory at `ptr`
+    /// (page aligned), `None` when the driver cannot make one (the default).
+    fn dma_buf_fd(&self, ptr: DevicePtr, bytes: usize) -> Option<OwnedFd> {
+        let _ = (ptr, bytes);
+        None
+    }
 
     /// Copies `src` to device memory at `dst` and waits for the copy.
     ///

@@ -361,16 +361,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
             t.shm = Some(shm);
         }
         if !net_peers.is_empty() {
-            let fifos = NetFifos::alloc(&api, &geometry, net_peers, channels)?;
-            fifos.patch_table(&mut table, &geometry, nranks);
             let net = oxccl_core::net::connect::choose_net(bs)?;
-            let proxy = oxccl_core::net::connect::connect(
-                bs,
-                ctx.abort,
-                net,
-                fifos.peer_fifos(),
-                ctx.timeout,
-            )?;
+            let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
+            let fifos = NetFifos::alloc(&api, &geometry, net_peers, channels, gdr)?;
+            fifos.patch_table(&mut table, &geometry, nranks);
+            let proxy = fifos.connect(bs, ctx.abort, net, ctx.timeout)?;
             t.net = Some((proxy, fifos));
         }
         t.conns = api.dev_alloc(table.len())?;

@@ -1,17 +1,28 @@
-//! The device side of NET connections: FIFOs in mapped pinned host memory, and their entries in
-//! the kernels' connection table (both vendors: the pinned memory comes from [`DeviceApi`]).
+//! The device side of NET connections: FIFOs in mapped pinned host memory (their slots in GPU
+//! memory with GPUDirect RDMA), and their entries in the kernels' connection table (both
+//! vendors: the memory comes from [`DeviceApi`]).
 //!
 //! The kernels use a NET FIFO exactly like a peer's P2P FIFO (Simple protocol): the send side
 //! also writes each slot's byte count (`DevConn::sizes`), which the proxy (`oxccl_core::net`)
-//! reads to send only what a slot holds. No socket network reads GPU memory, so every FIFO lives
-//! in host memory the GPU reaches over PCIe, as NCCL stages it without GPUDirect RDMA.
+//! reads to send only what a slot holds. Without GPUDirect RDMA every FIFO lives in host memory
+//! the GPU reaches over PCIe, as NCCL stages it; with it ([`net_gdr`]), the slots of each side
+//! that uses it move to device memory, which the network reads and writes itself, while the
+//! counters and sizes stay in host memory for the proxy to poll. The kernels see no difference:
+//! `DevConn::buff` points wherever the slots are.
 
 use crate::api::DeviceApi;
+use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
+use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
-use oxccl_core::net::connect::PeerFifos;
-use oxccl_core::net::proxy::{FifoLayout, HostFifo};
+use oxccl_core::net::Net;
+use oxccl_core::net::connect::{self, PeerFifos};
+use oxccl_core::net::gdr::{self, DmaBufExport, GdrEnv, GpuCaps, GpuRegistration, NetGdr};
+use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Channels a communicator with NET peers (and no SHM pair) uses by default
 /// (`OXCCL_NET_CHANNELS` changes it): each is a connection with its own sockets and helper
@@ -46,51 +57,146 @@ pub(crate) fn fifo_layout(geometry: &FifoGeometry) -> FifoLayout {
     }
 }
 
-/// Pinned host memory holding every NET FIFO of one communicator.
+/// Decides GPUDirect RDMA for the NET FIFOs of a communicator on `device` over `net` (the
+/// device every connection uses), from the network's properties, the GPU and NCCL's variables
+/// ([`gdr::decide`]); logs the outcome.
+pub(crate) fn net_gdr<A: DeviceApi>(api: &A, device: i32, net: &dyn Net) -> Result<NetGdr> {
+    let dev = connect::net_device(net)?;
+    let props = net.properties(dev)?;
+    let gpu = GpuCaps {
+        rdma: api.gpu_direct_rdma(device),
+        dma_buf: api.dma_buf_supported(device),
+        compute_capability: api.compute_capability(device),
+    };
+    let gdr = gdr::decide(&props, net.force_flush(dev)?, gpu, GdrEnv::from_env());
+    if gdr.recv || gdr.send {
+        tracing::info!(target: "oxccl::init",
+            "NET/{}: GPU Direct RDMA on for GPU {device} with device {dev} ({}): sends {}, \
+             registration {}, receives flushed: {}",
+            net.name(), props.name, if gdr.send { "on" } else { "off (NCCL_NET_GDR_READ=0)" },
+            if gdr.dma_buf { "dma-buf" } else { "regMr" }, gdr.flush);
+    }
+    Ok(gdr)
+}
+
+/// Where the FIFOs of [`NetFifos`] are: each pair (send, receive) of a peer's channel takes
+/// `host_pair` bytes of host memory (and `dev_pair` of device memory for GPU slots), the send
+/// FIFO first. Without GPUDirect RDMA this is exactly one whole FIFO after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placement {
+    layout: FifoLayout,
+    gdr: NetGdr,
+}
+
+/// Bytes of device memory per GPU slot area: whole 64 KiB GPU pages, so that no two
+/// registrations share one and a dma-buf export starts and ends on a page.
+const GPU_SLOTS_ALIGN: u64 = 64 << 10;
+
+impl Placement {
+    fn gpu(&self, recv: bool) -> bool {
+        if recv { self.gdr.recv } else { self.gdr.send }
+    }
+
+    /// Host bytes of one FIFO: counters and sizes, plus the slots when they stay in host memory.
+    fn host_bytes(&self, recv: bool) -> u64 {
+        if self.gpu(recv) {
+            self.layout.slots_offset()
+        } else {
+            self.layout.bytes()
+        }
+    }
+
+    /// Device bytes of one FIFO's slots (0 when they are in host memory).
+    fn dev_bytes(&self, recv: bool) -> u64 {
+        if self.gpu(recv) {
+            (u64::from(self.layout.nslots) * self.layout.slot_bytes)
+                .next_multiple_of(GPU_SLOTS_ALIGN)
+        } else {
+            0
+        }
+    }
+
+    /// (host offset, device offset) of FIFO `recv` of pair `pair`.
+    fn offsets(&self, pair: u64, recv: bool) -> (u64, u64) {
+        let host = pair * (self.host_bytes(false) + self.host_bytes(true));
+        let dev = pair * (self.dev_bytes(false) + self.dev_bytes(true));
+        if recv {
+            (host + self.host_bytes(false), dev + self.dev_bytes(false))
+        } else {
+            (host, dev)
+        }
+    }
+
+    /// (host bytes, device bytes) of `pairs` pairs.
+    fn total(&self, pairs: u64) -> (u64, u64) {
+        self.offsets(pairs, false)
+    }
+}
+
+/// Mapped pinned host memory holding every NET FIFO of one communicator (and device memory for
+/// the slots of the sides that use GPUDirect RDMA).
 pub(crate) struct NetFifos<A: DeviceApi> {
     api: A,
     host: *mut u8,
     dev: DevicePtr,
-    layout: FifoLayout,
+    /// Device memory of the GPU slots (0: none).
+    slots: DevicePtr,
+    at: Placement,
     /// NET peers, in the order of the FIFOs.
     peers: Vec<u32>,
     channels: u32,
 }
 
 impl<A: DeviceApi> NetFifos<A> {
-    /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers`.
+    /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers`, with the
+    /// slots of each side in device memory where `gdr` says.
     pub(crate) fn alloc(
         api: &A,
         geometry: &FifoGeometry,
         peers: Vec<u32>,
         channels: u32,
+        gdr: NetGdr,
     ) -> Result<NetFifos<A>> {
-        let layout = fifo_layout(geometry);
-        let n = peers.len() * channels as usize * 2;
-        let bytes = (layout.bytes() as usize * n).max(4096);
+        let at = Placement {
+            layout: fifo_layout(geometry),
+            gdr,
+        };
+        let (host_bytes, dev_bytes) = at.total(peers.len() as u64 * u64::from(channels));
+        let bytes = (host_bytes as usize).max(4096);
         let (p, dev) = api.host_alloc(bytes)?;
         // SAFETY: `p` holds `bytes` writable bytes; counters and sizes must start at zero.
         unsafe { std::ptr::write_bytes(p, 0, bytes) };
-        Ok(NetFifos {
+        let mut fifos = NetFifos {
             api: api.clone(),
             host: p,
             dev,
-            layout,
+            slots: 0,
+            at,
             peers,
             channels,
-        })
+        };
+        if dev_bytes > 0 {
+            // Kernels write every slot before a receiver reads it: no zeroing needed.
+            fifos.slots = api.dev_alloc(dev_bytes as usize)?;
+        }
+        Ok(fifos)
     }
 
-    /// Byte offset of FIFO `(peer index, channel, receive?)`.
-    fn offset(&self, i: usize, c: u32, recv: bool) -> u64 {
-        let k = (i * self.channels as usize + c as usize) * 2 + usize::from(recv);
-        k as u64 * self.layout.bytes()
+    /// (host offset, device offset) of FIFO `(peer index, channel, receive?)`.
+    fn offsets(&self, i: usize, c: u32, recv: bool) -> (u64, u64) {
+        let pair = i as u64 * u64::from(self.channels) + u64::from(c);
+        self.at.offsets(pair, recv)
     }
 
     fn fifo(&self, i: usize, c: u32, recv: bool) -> HostFifo {
+        let (h, d) = self.offsets(i, c, recv);
         // SAFETY: the offset lies inside the allocation.
-        let base = unsafe { self.host.add(self.offset(i, c, recv) as usize) };
-        HostFifo::in_host(base, self.layout)
+        let base = unsafe { self.host.add(h as usize) };
+        if self.at.gpu(recv) {
+            HostFifo::with_gpu_slots(base, (self.slots + d) as *mut u8, self.at.layout)
+        } else {
+            HostFifo::in_host(base, self.at.layout)
+        }
     }
 
     /// The FIFOs the proxy drives, per peer.
@@ -107,20 +213,70 @@ impl<A: DeviceApi> NetFifos<A> {
             .collect()
     }
 
+    /// Device addresses of FIFO `(peer index, channel, receive?)`.
+    fn dev_fifo(&self, i: usize, c: u32, recv: bool) -> DevFifo {
+        let (h, d) = self.offsets(i, c, recv);
+        if self.at.gpu(recv) {
+            DevFifo {
+                counters: self.dev + h,
+                slots: self.slots + d,
+            }
+        } else {
+            DevFifo::contiguous(self.dev + h, &self.at.layout)
+        }
+    }
+
     /// Points the connection table's entries of every NET peer at its FIFOs.
     pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
         for (i, &peer) in self.peers.iter().enumerate() {
             for c in 0..self.channels {
                 for recv in [false, true] {
-                    let fifo = self.dev + self.offset(i, c, recv);
                     let slot = ConnSlot {
                         channel: c,
                         peer,
                         recv,
                     };
-                    point_conn_at(table, geometry, nranks, slot, fifo, self.layout, !recv);
+                    let fifo = self.dev_fifo(i, c, recv);
+                    point_conn_at(table, geometry, nranks, slot, fifo, self.at.layout, !recv);
                 }
             }
+        }
+    }
+
+    /// Connects every peer over `net` and starts the proxy ([`connect::connect`]), registering
+    /// GPU slots through a dma-buf or as `PTR_CUDA` and flushing receives as decided.
+    pub(crate) fn connect(
+        &self,
+        bootstrap: &Bootstrap,
+        abort: &AbortFlag,
+        net: Arc<dyn Net>,
+        timeout: Duration,
+    ) -> Result<Proxy> {
+        let export =
+            |p: *mut u8, n: usize| -> Option<OwnedFd> { self.api.dma_buf_fd(p as DevicePtr, n) };
+        let gpu = GpuRegistration {
+            flush: self.at.gdr.flush,
+            dma_buf: self.at.gdr.dma_buf.then_some(&export as DmaBufExport<'_>),
+        };
+        connect::connect(bootstrap, abort, net, self.peer_fifos(), timeout, gpu)
+    }
+}
+
+/// Device addresses of one FIFO: its counters and sizes, and its slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DevFifo {
+    /// `head`, `tail` and the sizes, laid out as [`FifoLayout`] says.
+    pub counters: DevicePtr,
+    /// The first slot.
+    pub slots: DevicePtr,
+}
+
+impl DevFifo {
+    /// A FIFO wholly at `fifo` (its slots after the sizes).
+    pub(crate) fn contiguous(fifo: DevicePtr, layout: &FifoLayout) -> DevFifo {
+        DevFifo {
+            counters: fifo,
+            slots: fifo + layout.slots_offset(),
         }
     }
 }
@@ -137,7 +293,7 @@ pub(crate) struct ConnSlot {
 }
 
 /// Points one entry of the connection table at a FIFO laid out as [`FifoLayout`] at device
-/// address `fifo` (in host memory: NET and SHM). `table` holds `channels * nranks` send then as
+/// addresses `fifo` (counters in host memory: NET and SHM). `table` holds `channels * nranks` send then as
 /// many receive connections (`FifoGeometry::conn_table`). Send sides keep their sender-local
 /// counter copies; `sizes` makes the sending kernel write each slot's byte count (for a proxy).
 /// LL fields stay zero: connections through host memory run Simple.
@@ -146,7 +302,7 @@ pub(crate) fn point_conn_at(
     geometry: &FifoGeometry,
     nranks: u32,
     slot: ConnSlot,
-    fifo: DevicePtr,
+    fifo: DevFifo,
     layout: FifoLayout,
     sizes: bool,
 ) {
@@ -156,14 +312,18 @@ pub(crate) fn point_conn_at(
     let pos = at + if slot.recv { half } else { 0 };
     let old = read_conn(&table[pos..pos + one]);
     let conn = DevConn {
-        buff: fifo + layout.slots_offset(),
-        head: fifo + FifoLayout::HEAD,
-        tail: fifo + FifoLayout::TAIL,
+        buff: fifo.slots,
+        head: fifo.counters + FifoLayout::HEAD,
+        tail: fifo.counters + FifoLayout::TAIL,
         slot_bytes: layout.slot_bytes,
         nslots: layout.nslots,
         tail_mirror: if slot.recv { 0 } else { old.0 },
         head_seen: if slot.recv { 0 } else { old.1 },
-        sizes: if sizes { fifo + FifoLayout::SIZES } else { 0 },
+        sizes: if sizes {
+            fifo.counters + FifoLayout::SIZES
+        } else {
+            0
+        },
         ..DevConn::default()
     };
     table[pos..pos + one].copy_from_slice(&conn.to_bytes());
@@ -180,8 +340,12 @@ fn read_conn(b: &[u8]) -> (u64, u64) {
 
 impl<A: DeviceApi> Drop for NetFifos<A> {
     fn drop(&mut self) {
-        // SAFETY: ours; the transport dropped the proxy and waited for its kernels first.
-        unsafe { self.api.host_free(self.host) };
+        // SAFETY: ours; the transport dropped the proxy (which deregistered the slots) and
+        // waited for its kernels first.
+        unsafe {
+            self.api.dev_free(self.slots);
+            self.api.host_free(self.host);
+        }
     }
 }
 
@@ -198,6 +362,85 @@ mod tests {
 
     fn field(table: &[u8], pos: usize, off: usize) -> u64 {
         u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
+    }
+
+    /// Without GPUDirect RDMA the FIFOs follow each other whole, as before; with it, the GPU
+    /// sides keep only counters and sizes in host memory and get 64 KiB-aligned slot areas in
+    /// device memory, each side independently.
+    #[test]
+    fn placement_without_gdr_is_whole_fifos_and_with_gdr_moves_only_slots() {
+        let layout = fifo_layout(&FifoGeometry::default());
+        let whole = layout.bytes();
+        let host = Placement {
+            layout,
+            gdr: NetGdr::default(),
+        };
+        for pair in 0..5u64 {
+            for recv in [false, true] {
+                let k = pair * 2 + u64::from(recv);
+                assert_eq!(host.offsets(pair, recv), (k * whole, 0));
+            }
+        }
+        assert_eq!(host.total(3), (6 * whole, 0));
+
+        let slots = u64::from(layout.nslots) * layout.slot_bytes;
+        let area = slots.next_multiple_of(GPU_SLOTS_ALIGN);
+        let both = Placement {
+            layout,
+            gdr: NetGdr {
+                send: true,
+                recv: true,
+                ..NetGdr::default()
+            },
+        };
+        let counters = layout.slots_offset();
+        assert_eq!(both.offsets(1, false), (2 * counters, 2 * area));
+        assert_eq!(both.offsets(1, true), (3 * counters, 3 * area));
+        assert_eq!(both.total(2), (4 * counters, 4 * area));
+
+        let recv_only = Placement {
+            layout,
+            gdr: NetGdr {
+                recv: true,
+                ..NetGdr::default()
+            },
+        };
+        assert_eq!(recv_only.offsets(1, false), (whole + counters, area));
+        assert_eq!(recv_only.offsets(1, true), (2 * whole + counters, area));
+        assert_eq!(recv_only.total(2), (2 * (whole + counters), 2 * area));
+        assert_eq!(recv_only.offsets(2, false).1 % GPU_SLOTS_ALIGN, 0);
+    }
+
+    /// A FIFO with GPU slots points `buff` at them and everything else at the host counters.
+    #[test]
+    fn gpu_slots_move_only_buff() {
+        let g = FifoGeometry::default();
+        let nranks = 2u32;
+        let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000];
+        let mut table = g.conn_table(0, nranks, peers[0], &peers, 0x9000_0000, true);
+        let layout = fifo_layout(&g);
+        let one = size_of::<DevConn>();
+        let half = g.recv_table_offset(nranks) as usize;
+        let fifo = DevFifo {
+            counters: 0x7000,
+            slots: 0x5_0000_0000,
+        };
+        let slot = ConnSlot {
+            channel: 0,
+            peer: 1,
+            recv: true,
+        };
+        point_conn_at(&mut table, &g, nranks, slot, fifo, layout, false);
+        let pos = one + half;
+        assert_eq!(field(&table, pos, offset_of!(DevConn, buff)), 0x5_0000_0000);
+        assert_eq!(
+            field(&table, pos, offset_of!(DevConn, head)),
+            0x7000 + FifoLayout::HEAD
+        );
+        assert_eq!(
+            field(&table, pos, offset_of!(DevConn, tail)),
+            0x7000 + FifoLayout::TAIL
+        );
     }
 
     /// A host-memory FIFO replaces one entry: the send side keeps its sender-local counter
@@ -222,7 +465,8 @@ mod tests {
                 peer: 2,
                 recv,
             };
-            point_conn_at(&mut patched, &g, nranks, slot, 0x7000, layout, !recv);
+            let fifo = DevFifo::contiguous(0x7000, &layout);
+            point_conn_at(&mut patched, &g, nranks, slot, fifo, layout, !recv);
         }
         let (send, recv) = (at(1, 2, false), at(1, 2, true));
         assert_eq!(

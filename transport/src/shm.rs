@@ -13,7 +13,7 @@
 
 use crate::api::DeviceApi;
 use crate::ll_area::{LlArea, ll_counters, point_ll_at};
-use crate::net::{ConnSlot, fifo_layout, point_conn_at};
+use crate::net::{ConnSlot, DevFifo, fifo_layout, point_conn_at};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
@@ -129,6 +129,7 @@ impl<A: DeviceApi> ShmFifos<A> {
         let at = |base: DevicePtr, idx: usize, c: u32| {
             base + (idx as u64 * u64::from(self.channels) + u64::from(c)) * fifo_bytes
         };
+        let simple = |fifo: DevicePtr| DevFifo::contiguous(fifo, &self.layout);
         for (i, (&peer, (theirs, idx))) in self.peers.iter().zip(&self.mapped).enumerate() {
             let own = self
                 .own
@@ -147,11 +148,27 @@ impl<A: DeviceApi> ShmFifos<A> {
                 };
                 let keep = ll_counters(table, geometry, nranks, send);
                 let mine = at(own, i, c);
-                point_conn_at(table, geometry, nranks, recv, mine, self.layout, false);
+                point_conn_at(
+                    table,
+                    geometry,
+                    nranks,
+                    recv,
+                    simple(mine),
+                    self.layout,
+                    false,
+                );
                 let ll_mine = mine + simple_bytes;
                 point_ll_at(table, geometry, nranks, recv, ll_mine, self.ll, (0, 0));
                 let fifo = at(theirs.dev, *idx, c);
-                point_conn_at(table, geometry, nranks, send, fifo, self.layout, false);
+                point_conn_at(
+                    table,
+                    geometry,
+                    nranks,
+                    send,
+                    simple(fifo),
+                    self.layout,
+                    false,
+                );
                 let ll_theirs = fifo + simple_bytes;
                 point_ll_at(table, geometry, nranks, send, ll_theirs, self.ll, keep);
             }

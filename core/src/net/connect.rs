@@ -2,8 +2,9 @@
 //! bootstrap, and the proxy that drives them. Backends supply the FIFO memory (host-pinned and
 //! mapped for their kernels); everything else is here, so every backend connects alike.
 
+use super::gdr::GpuRegistration;
 use super::plugin::select;
-use super::proxy::{HostFifo, Proxy, ProxyConn, Side};
+use super::proxy::{HostFifo, Proxy, ProxyConn, Side, SlotMemory};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
@@ -130,7 +131,7 @@ pub struct PeerFifos {
 
 /// The network device every connection uses: `OXCCL_NET_DEVICE` (an index below the network's
 /// device count), else 0.
-fn net_device(net: &dyn Net) -> Result<usize> {
+pub fn net_device(net: &dyn Net) -> Result<usize> {
     let Ok(v) = std::env::var("OXCCL_NET_DEVICE") else {
         return Ok(0);
     };
@@ -144,14 +145,27 @@ fn net_device(net: &dyn Net) -> Result<usize> {
     }
 }
 
+/// How a channel's connection is named in the log: `NET/<network>/<device>`, with `/GDRDMA`
+/// when its FIFO's slots are in GPU memory (as NCCL names GPUDirect RDMA connections).
+fn via(net: &str, dev: usize, fifo: &HostFifo) -> String {
+    let gdr = if fifo.mem == SlotMemory::Gpu {
+        "/GDRDMA"
+    } else {
+        ""
+    };
+    format!("NET/{net}/{dev}{gdr}")
+}
+
 /// Connects every channel of every peer in `fifos` over `net` (each peer runs this with us in
-/// its list) and starts the proxy that drives them.
+/// its list) and starts the proxy that drives them, registering and flushing FIFOs with GPU
+/// slots as `gpu` says.
 pub fn connect(
     bootstrap: &Bootstrap,
     abort: &AbortFlag,
     net: Arc<dyn Net>,
     fifos: Vec<PeerFifos>,
     timeout: Duration,
+    gpu: GpuRegistration<'_>,
 ) -> Result<Proxy> {
     let rank = bootstrap.rank();
     let dev = net_device(net.as_ref())?;
@@ -205,11 +219,11 @@ pub fn connect(
             .enumerate()
         {
             tracing::info!(target: "oxccl::init",
-                "Channel {c:02} : {rank} -> {peer} via NET/{name}/{dev} ({iface})",
-                peer = pf.peer, name = net.name(), iface = props.name);
+                "Channel {c:02} : {rank} -> {peer} via {via} ({iface})",
+                peer = pf.peer, via = via(net.name(), dev, &send_fifo), iface = props.name);
             tracing::info!(target: "oxccl::init",
-                "Channel {c:02} : {peer} -> {rank} via NET/{name}/{dev} ({iface})",
-                peer = pf.peer, name = net.name(), iface = props.name);
+                "Channel {c:02} : {peer} -> {rank} via {via} ({iface})",
+                peer = pf.peer, via = via(net.name(), dev, &recv_fifo), iface = props.name);
             conns.push(ProxyConn {
                 peer: pf.peer,
                 channel: c as u32,
@@ -224,7 +238,7 @@ pub fn connect(
             });
         }
     }
-    Proxy::start(net, rank, conns, abort.clone())
+    Proxy::start_with(net, rank, conns, abort.clone(), gpu)
 }
 
 #[cfg(test)]
@@ -261,7 +275,14 @@ mod tests {
                 ],
             }];
             let abort = AbortFlag::new();
-            let proxy = connect(&b, &abort, net, fifos, Duration::from_secs(10));
+            let proxy = connect(
+                &b,
+                &abort,
+                net,
+                fifos,
+                Duration::from_secs(10),
+                GpuRegistration::default(),
+            );
             let ok = proxy.as_ref().map(|_| ()).map_err(|e| e.to_string());
             drop(proxy);
             drop(mems);
@@ -270,5 +291,19 @@ mod tests {
         for (r, res) in results.into_iter().enumerate() {
             assert_eq!(res, Ok(()), "rank {r}");
         }
+    }
+
+    /// A connection whose FIFO has GPU slots is named as NCCL names GPUDirect RDMA ones.
+    #[test]
+    fn gdr_connections_log_gdrdma() {
+        let layout = FifoLayout {
+            nslots: 1,
+            slot_bytes: 64,
+        };
+        let m = Mem::new(layout.bytes() as usize);
+        let host = HostFifo::in_host(m.ptr, layout);
+        assert_eq!(via("OxTest", 0, &host), "NET/OxTest/0");
+        let gpu = HostFifo::with_gpu_slots(m.ptr, 0x7000 as *mut u8, layout);
+        assert_eq!(via("OxTest", 2, &gpu), "NET/OxTest/2/GDRDMA");
     }
 }
