@@ -139,17 +139,20 @@ impl Memory {
 
     /// Streaming multiprocessors of `device`.
     pub fn multiprocessors(&self, device: i32) -> Result<u32> {
+        let n = self.attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )?;
+        Ok(n.max(1) as u32)
+    }
+
+    /// An integer attribute of `device`.
+    pub fn attribute(&self, device: i32, attr: sys::CUdevice_attribute) -> Result<i32> {
         let d = self.check_device(device)?;
         let mut n = 0i32;
         // SAFETY: a valid device; writes an integer attribute.
-        unsafe {
-            call!(cuDeviceGetAttribute(
-                &mut n,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                self.devices[d]
-            ))
-        }?;
-        Ok(n.max(1) as u32)
+        unsafe { call!(cuDeviceGetAttribute(&mut n, attr, self.devices[d])) }?;
+        Ok(n)
     }
 
     /// Makes `device`'s primary context current until the guard drops.

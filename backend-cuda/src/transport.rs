@@ -12,6 +12,7 @@ use oxccl_core::backend::{DevicePtr, ShareableHandle};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_device_transport::{CaptureStatus, DeviceApi, DeviceTransport, Executor, Handle};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 /// Thread-block size of the executor kernels, small launches apart (`OXCCL_BLOCK_THREADS`
@@ -95,6 +96,63 @@ impl DeviceApi for CudaApi {
 
     fn multiprocessors(&self, device: i32) -> Result<u32> {
         self.mem.multiprocessors(device)
+    }
+
+    fn gpu_direct_rdma(&self, device: i32) -> bool {
+        let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED;
+        self.mem.attribute(device, attr).is_ok_and(|v| v != 0)
+    }
+
+    fn dma_buf_supported(&self, device: i32) -> bool {
+        let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED;
+        // An older driver that lacks the export call would panic in the binding: look first.
+        // SAFETY: only looks the symbol up (never calls it through this type) in the driver
+        // library the backend already opened.
+        let exported = unsafe {
+            sys::culib()
+                .get::<unsafe extern "C" fn()>(b"cuMemGetHandleForAddressRange\0")
+                .is_ok()
+        };
+        exported && self.mem.attribute(device, attr).is_ok_and(|v| v != 0)
+    }
+
+    fn compute_capability(&self, device: i32) -> Option<(u32, u32)> {
+        use sys::CUdevice_attribute as A;
+        let major = self
+            .mem
+            .attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .ok()?;
+        let minor = self
+            .mem
+            .attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .ok()?;
+        Some((major.max(0) as u32, minor.max(0) as u32))
+    }
+
+    fn dma_buf_fd(&self, ptr: DevicePtr, bytes: usize) -> Option<OwnedFd> {
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: `ptr..ptr+bytes` is device memory of the bound context (the caller's
+        // contract); the driver writes a new descriptor into `fd`. Callers check
+        // `dma_buf_supported` first, so the entry point exists.
+        let r = unsafe {
+            call!(cuMemGetHandleForAddressRange(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                ptr,
+                bytes,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0
+            ))
+        };
+        match r {
+            // SAFETY: a descriptor the driver just opened for us, owned by nobody else.
+            Ok(()) if fd >= 0 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+            Ok(()) => None,
+            Err(e) => {
+                tracing::info!(target: "oxccl::net",
+                    "no dma-buf for {bytes} bytes of GPU memory ({e}): registering with regMr");
+                None
+            }
+        }
     }
 
     fn can_access_peer(&self, device: i32, peer: i32) -> bool {
