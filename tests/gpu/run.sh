@@ -29,6 +29,10 @@
 #                                  ranks; `Kr`: rank r on host r % K): NET between hosts, P2P
 #                                  inside (n4-procs-mixed), rings and trees ordered by host
 #                                  (n*-rr-*), NET inside one process (P2P and SHM disabled)
+#   n2-procs-gdr*                  NET with GPUDirect RDMA over our test plugin in its cuda mode
+#                                  (OXCCL_GDR_PLUGIN=path of libnccl-net-oxtest-gdr-cuda.so; skipped
+#                                  when unset): slots registered as CUDA memory, receives flushed
+#                                  (NCCL_NET_FORCE_FLUSH=1), slots registered through a dma-buf
 #   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
 #                                  process and across processes, each protocol forced
 #                                  (sh*-procs-LL/Simple); SHM inside two "hosts" and NET
@@ -113,7 +117,43 @@ net_configs() {
   run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
+  gdr_configs
 }
+# `run`, then a failure more unless the log shows GPUDirect RDMA: a connection named
+# ".../GDRDMA" and the plugin's line matching WANT.
+run_gdr() { # name, WANT, then run's env... -- args...
+  local name=$1 want=$2; shift 2
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  run "$name" "$@"
+  if ! grep -q '/GDRDMA' "$LOG/$name.log" || ! grep -q "$want" "$LOG/$name.log"; then
+    echo "$name: GPUDirect RDMA not taken: no '/GDRDMA' or no '$want' in $LOG/$name.log"
+    TOTAL_FAIL=$((TOTAL_FAIL+1))
+  fi
+}
+
+# NET with GPUDirect RDMA: 2 ranks as 2 hosts over the test plugin in its cuda mode, which
+# copies GPU memory through the CUDA driver (core/build.rs builds it as
+# target/release/build/oxccl-core-*/out/libnccl-net-oxtest-gdr-cuda.so). The FIFOs' slots are in
+# GPU memory: registered with regMr as CUDA memory, then with every receive flushed, then
+# through a dma-buf (needs CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; without it oxccl falls back to
+# regMr and the configuration fails its check).
+gdr_configs() {
+  if [ -z "${OXCCL_GDR_PLUGIN:-}" ]; then
+    local found
+    found=$(ls "$BIN"/build/oxccl-core-*/out/libnccl-net-oxtest-gdr-cuda.so 2>/dev/null | head -1)
+    echo "n2-procs-gdr*: skipped: OXCCL_GDR_PLUGIN is not set${found:+ (built: $found)}"
+    return 0
+  fi
+  local G=(NCCL_NET_PLUGIN="$OXCCL_GDR_PLUGIN" NCCL_NET=OxTest OXCCL_TEST_HOSTS=2
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
+  run_gdr n2-procs-gdr 'OxTest: regMr CUDA' "${G[@]}" -- --mode procs --ranks 2 $SMALL $BIG1
+  run_gdr n2-procs-gdr-flush 'OxTest: iflush' "${G[@]}" NCCL_NET_FORCE_FLUSH=1 -- \
+    --mode procs --ranks 2 $SMALL $BIG1
+  run_gdr n2-procs-gdr-dmabuf 'OxTest: regMrDmaBuf' "${G[@]}" OXTEST_NET_DMABUF=1 -- \
+    --mode procs --ranks 2 $SMALL $BIG1
+}
+
 # One host without P2P (NCCL_P2P_DISABLE=1): SHM FIFOs in /dev/shm between every pair.
 shm_configs() {
   local S="NCCL_P2P_DISABLE=1"
