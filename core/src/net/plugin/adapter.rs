@@ -690,3 +690,62 @@ impl VTable {
         check(what, unsafe { f(comm) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{PTR_DMABUF, PTR_HOST};
+
+    unsafe extern "C" fn dma_buf_props(dev: c_int, p: *mut PropsV11) -> NcclResult {
+        // SAFETY: the adapter passes a properties struct of this version.
+        let p = unsafe { &mut *p };
+        p.ptr_support = (PTR_HOST | PTR_DMABUF) as c_int;
+        p.force_flush = dev;
+        p.max_p2p_bytes = 1 << 20;
+        SUCCESS
+    }
+
+    unsafe extern "C" fn refuse_dma_buf(
+        _: *mut c_void,
+        _: *mut c_void,
+        _: usize,
+        _: c_int,
+        _: u64,
+        _: c_int,
+        _: *mut *mut c_void,
+    ) -> NcclResult {
+        INTERNAL_ERROR
+    }
+
+    /// A v11 struct with only `getProperties` (and `regMrDmaBuf` when asked).
+    fn v11(dma_buf: bool) -> VTable {
+        // SAFETY: every member is a raw pointer or an optional function pointer, for which
+        // all-zero bytes are NULL.
+        let mut t: NetV11 = unsafe { std::mem::zeroed() };
+        t.get_properties = Some(dma_buf_props);
+        if dma_buf {
+            t.reg_mr_dma_buf = Some(refuse_dma_buf);
+        }
+        VTable::V11(t)
+    }
+
+    /// The dma-buf bit stands only with a `regMrDmaBuf` to honour it; `forceFlush` comes
+    /// through from v9+ properties.
+    #[test]
+    fn dma_buf_bit_needs_reg_mr_dma_buf_and_force_flush_reads_through() {
+        // SAFETY: the struct's only member called is `getProperties`, defined above.
+        let with = unsafe { v11(true).properties(1) }.unwrap();
+        assert_eq!(with.props.ptr_support, PTR_HOST | PTR_DMABUF);
+        assert!(with.force_flush);
+        // SAFETY: as above.
+        let without = unsafe { v11(false).properties(0) }.unwrap();
+        assert_eq!(without.props.ptr_support, PTR_HOST);
+        assert!(!without.force_flush);
+        // SAFETY: a NULL comm goes to the refusing stub, which reads nothing.
+        let e = unsafe { v11(true).reg_mr_dma_buf(null_mut(), null_mut(), 1, 2, 0, 3) };
+        assert!(e.is_err(), "the plugin's error comes back");
+        // SAFETY: refused before the (missing) member could be called.
+        let e = unsafe { v11(false).reg_mr_dma_buf(null_mut(), null_mut(), 1, 2, 0, 3) };
+        assert!(e.unwrap_err().to_string().contains("regMrDmaBuf"));
+    }
+}
