@@ -295,9 +295,6 @@ impl Backend for CudaBackend {
     fn topology(&self, transport: &CudaTransport) -> Option<Topology> {
         transport.has_net().then_some(Topology::MultiNode)
     }
-    fn ll_supported(&self, transport: &CudaTransport) -> bool {
-        transport.ll_supported()
-    }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.api(), self.geometry, ctx)
     }

@@ -820,9 +820,6 @@ impl Backend for HipBackend {
     fn topology(&self, transport: &HipTransport) -> Option<Topology> {
         transport.has_net().then_some(Topology::MultiNode)
     }
-    fn ll_supported(&self, transport: &HipTransport) -> bool {
-        transport.ll_supported()
-    }
     fn needs_peer_watch(&self) -> bool {
         true
     }

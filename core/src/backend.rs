@@ -171,8 +171,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
-    /// Whether every connection of `transport` carries LL packets (NET connections run the
-    /// Simple protocol only: their proxy sends whole slots it learns of from counters).
+    /// Whether every connection of `transport` carries LL packets (every backend's do today:
+    /// NET connections carry them over LL connections of their own, `oxccl_core::net::ll`).
     fn ll_supported(&self, _transport: &Self::Transport) -> bool {
         true
     }

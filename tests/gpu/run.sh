@@ -104,6 +104,12 @@ net_configs() {
   for a in ring tree direct; do
     run n2-procs-$a NCCL_ALGO=$a OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0
   done
+  # LL over the network (LL FIFOs on connections of their own) and Simple, each forced.
+  for p in LL Simple; do
+    run n2-procs-$p NCCL_PROTO=$p OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL $BIG1
+    run n3-procs-$p NCCL_PROTO=$p OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 --counts 0,1,7 --types all --big-count 0
+  done
+  run n2-procs-LL-graph  NCCL_PROTO=LL OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --graph 10
   run n2-procs-split     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --split
   run n2-initall-p2p-shm-disabled NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
   run n3-procs-auto      OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1

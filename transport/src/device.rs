@@ -149,10 +149,6 @@ pub struct DeviceTransport<A: DeviceApi> {
     /// channels those connections exist for, and the one-shot kernels (which write into every
     /// peer's memory) are off. The same on every rank.
     net_limits: bool,
-    /// Some pair of this communicator meets over NET: everything runs Simple (the proxy moves
-    /// Simple slots only). SHM alone keeps LL, whose packets the kernels exchange through the
-    /// shared segment themselves. The same on every rank.
-    net_pairs: bool,
 }
 
 impl<A: DeviceApi> std::fmt::Debug for DeviceTransport<A> {
@@ -221,7 +217,6 @@ impl<A: DeviceApi> DeviceTransport<A> {
             net: None,
             shm: None,
             net_limits: false,
-            net_pairs: false,
         };
         t.setup = api.stream_create()?;
         let setup = t.setup;
@@ -348,7 +343,6 @@ impl<A: DeviceApi> DeviceTransport<A> {
             t.one_shot_inbox.clear();
             t.net_limits = true;
         }
-        t.net_pairs = any & 1 != 0;
         if any & 2 != 0 {
             // Collective: every rank takes part, with or without SHM peers of its own.
             let shm = ShmFifos::connect(&api, bs, &geometry, shm_peers, channels)?;
@@ -556,11 +550,6 @@ impl<A: DeviceApi> DeviceTransport<A> {
     /// `net_limits`).
     pub fn has_net(&self) -> bool {
         self.net_limits
-    }
-
-    /// Whether operations may run LL: no pair of this communicator meets over NET.
-    pub fn ll_supported(&self) -> bool {
-        !self.net_pairs
     }
 
     /// Most blocks (channels) one launch may use on this communicator.

@@ -8,9 +8,11 @@
 //! the GPU reaches over PCIe, as NCCL stages it; with it ([`net_gdr`]), the slots of each side
 //! that uses it move to device memory, which the network reads and writes itself, while the
 //! counters and sizes stay in host memory for the proxy to poll. The kernels see no difference:
-//! `DevConn::buff` points wherever the slots are.
+//! `DevConn::buff` points wherever the slots are. Each FIFO also has an LL area in host memory
+//! (`ll_area`), which the proxy drives over a connection of its own (`oxccl_core::net::ll`).
 
 use crate::api::DeviceApi;
+use crate::ll_area::{LlArea, ll_counters, point_ll_at};
 use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
@@ -18,6 +20,7 @@ use oxccl_core::error::Result;
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{self, PeerFifos};
 use oxccl_core::net::gdr::{self, DmaBufExport, GdrEnv, GpuCaps, GpuRegistration, NetGdr};
+use oxccl_core::net::ll::LlFifo;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
 use std::os::fd::OwnedFd;
@@ -134,7 +137,8 @@ impl Placement {
 }
 
 /// Mapped pinned host memory holding every NET FIFO of one communicator (and device memory for
-/// the slots of the sides that use GPUDirect RDMA).
+/// the slots of the sides that use GPUDirect RDMA), then every LL area: LL FIFOs always live in
+/// host memory, where the proxy checks their packets' flags.
 pub(crate) struct NetFifos<A: DeviceApi> {
     api: A,
     host: *mut u8,
@@ -142,6 +146,9 @@ pub(crate) struct NetFifos<A: DeviceApi> {
     /// Device memory of the GPU slots (0: none).
     slots: DevicePtr,
     at: Placement,
+    /// Host offset of the first LL area (after the Simple FIFOs).
+    ll_at: u64,
+    ll: LlArea,
     /// NET peers, in the order of the FIFOs.
     peers: Vec<u32>,
     channels: u32,
@@ -161,7 +168,22 @@ impl<A: DeviceApi> NetFifos<A> {
             layout: fifo_layout(geometry),
             gdr,
         };
-        let (host_bytes, dev_bytes) = at.total(peers.len() as u64 * u64::from(channels));
+        let pairs = peers.len() as u64 * u64::from(channels);
+        let (host_bytes, dev_bytes) = at.total(pairs);
+        let ll = LlArea::of(geometry);
+        // The LL slots' records follow the Simple slots' sizes (`DevConn::sizes`).
+        let records_end = FifoLayout::SIZES + 8 * u64::from(geometry.nslots + geometry.ll_nslots);
+        if records_end > at.layout.slots_offset() {
+            return Err(oxccl_core::error::Error::usage(format!(
+                "{} FIFO slots and {} LL slots leave no room for their counts in a NET FIFO's \
+                 first {} bytes: lower OXCCL_FIFO_SLOTS or OXCCL_FIFO_LL_SLOTS",
+                geometry.nslots,
+                geometry.ll_nslots,
+                at.layout.slots_offset()
+            )));
+        }
+        let ll_at = host_bytes.next_multiple_of(4096);
+        let host_bytes = ll_at + pairs * 2 * ll.bytes();
         let bytes = (host_bytes as usize).max(4096);
         let (p, dev) = api.host_alloc(bytes)?;
         // SAFETY: `p` holds `bytes` writable bytes; counters and sizes must start at zero.
@@ -172,6 +194,8 @@ impl<A: DeviceApi> NetFifos<A> {
             dev,
             slots: 0,
             at,
+            ll_at,
+            ll,
             peers,
             channels,
         };
@@ -199,6 +223,32 @@ impl<A: DeviceApi> NetFifos<A> {
         }
     }
 
+    /// Host offset of the LL area of FIFO `(peer index, channel, receive?)`.
+    fn ll_offset(&self, i: usize, c: u32, recv: bool) -> u64 {
+        let pair = i as u64 * u64::from(self.channels) + u64::from(c);
+        self.ll_at + (pair * 2 + u64::from(recv)) * self.ll.bytes()
+    }
+
+    fn ll_fifo(&self, i: usize, c: u32, recv: bool) -> LlFifo {
+        // SAFETY: the offsets lie inside the allocation (`alloc` sized it for every area).
+        let head = unsafe { self.host.add(self.ll_offset(i, c, recv) as usize) };
+        let records = if recv {
+            std::ptr::null_mut()
+        } else {
+            let at = FifoLayout::SIZES + 8 * u64::from(self.at.layout.nslots);
+            // SAFETY: inside the send FIFO's counters (checked against its size in `alloc`).
+            unsafe { self.host.add((self.offsets(i, c, false).0 + at) as usize) }
+        };
+        LlFifo {
+            head,
+            // Address arithmetic: the slots follow the counter's page inside the area.
+            slots: head.wrapping_add(LlArea::SLOTS as usize),
+            records,
+            nslots: self.ll.nslots,
+            slot_bytes: self.ll.slot_bytes,
+        }
+    }
+
     /// The FIFOs the proxy drives, per peer.
     pub(crate) fn peer_fifos(&self) -> Vec<PeerFifos> {
         self.peers
@@ -208,6 +258,9 @@ impl<A: DeviceApi> NetFifos<A> {
                 peer,
                 channels: (0..self.channels)
                     .map(|c| (self.fifo(i, c, false), self.fifo(i, c, true)))
+                    .collect(),
+                ll: (0..self.channels)
+                    .map(|c| (self.ll_fifo(i, c, false), self.ll_fifo(i, c, true)))
                     .collect(),
             })
             .collect()
@@ -237,7 +290,11 @@ impl<A: DeviceApi> NetFifos<A> {
                         recv,
                     };
                     let fifo = self.dev_fifo(i, c, recv);
+                    let keep = ll_counters(table, geometry, nranks, slot);
                     point_conn_at(table, geometry, nranks, slot, fifo, self.at.layout, !recv);
+                    let area = self.dev + self.ll_offset(i, c, recv);
+                    let keep = if recv { (0, 0) } else { keep };
+                    point_ll_at(table, geometry, nranks, slot, area, self.ll, keep);
                 }
             }
         }
@@ -296,7 +353,7 @@ pub(crate) struct ConnSlot {
 /// addresses `fifo` (counters in host memory: NET and SHM). `table` holds `channels * nranks` send then as
 /// many receive connections (`FifoGeometry::conn_table`). Send sides keep their sender-local
 /// counter copies; `sizes` makes the sending kernel write each slot's byte count (for a proxy).
-/// LL fields stay zero: connections through host memory run Simple.
+/// LL fields are zeroed: the callers point them at LL areas of their own (`ll_area`).
 pub(crate) fn point_conn_at(
     table: &mut [u8],
     geometry: &FifoGeometry,

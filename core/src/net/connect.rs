@@ -3,6 +3,7 @@
 //! mapped for their kernels); everything else is here, so every backend connects alike.
 
 use super::gdr::GpuRegistration;
+use super::ll::{LlFifo, LlLink, LlSide};
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, Side, SlotMemory};
 use super::socket::{SocketConfig, SocketNet};
@@ -79,7 +80,7 @@ fn connect_all(
         abort.check()?;
         let (mut connecting, mut accepting) = (Vec::new(), Vec::new());
         for (p, pf) in fifos.iter().enumerate() {
-            for c in 0..pf.channels.len() {
+            for c in 0..pf.links() {
                 if sends[p][c].is_none() {
                     sends[p][c] = net.connect(dev, &mut handles[p][c])?;
                     if sends[p][c].is_none() {
@@ -121,12 +122,22 @@ fn all_done<T>(v: Vec<Vec<Option<T>>>) -> Vec<Vec<T>> {
         .collect()
 }
 
-/// The FIFOs of one NET peer: the send and the receive FIFO of each channel.
+/// The FIFOs of one NET peer: the send and the receive FIFO of each channel, Simple and LL.
 pub struct PeerFifos {
     /// The peer rank.
     pub peer: u32,
     /// Per channel: (FIFO this rank's kernels fill for the peer, FIFO the peer's messages land in).
     pub channels: Vec<(HostFifo, HostFifo)>,
+    /// Per channel, the same for LL (empty: no LL connections). Each is a connection of its own:
+    /// an arriving message cannot say which FIFO it belongs to.
+    pub ll: Vec<(LlFifo, LlFifo)>,
+}
+
+impl PeerFifos {
+    /// Connections each way: one per channel, and one per LL channel.
+    fn links(&self) -> usize {
+        self.channels.len() + self.ll.len()
+    }
 }
 
 /// The network device every connection uses: `OXCCL_NET_DEVICE` (an index below the network's
@@ -174,9 +185,9 @@ pub fn connect(
     // handle while holding one back.
     let mut listens = Vec::new();
     for pf in &fifos {
-        let mut msg = Vec::with_capacity(pf.channels.len() * HANDLE_BYTES);
+        let mut msg = Vec::with_capacity(pf.links() * HANDLE_BYTES);
         let mut mine = Vec::new();
-        for _ in &pf.channels {
+        for _ in 0..pf.links() {
             let mut h: Handle = [0; HANDLE_BYTES];
             mine.push(net.listen(dev, &mut h)?);
             msg.extend_from_slice(&h);
@@ -187,12 +198,12 @@ pub fn connect(
     let mut handles: Vec<Vec<Handle>> = Vec::new();
     for pf in &fifos {
         let msg = bootstrap.recv(pf.peer, TAG_NET_HANDLES)?;
-        if msg.len() != pf.channels.len() * HANDLE_BYTES {
+        if msg.len() != pf.links() * HANDLE_BYTES {
             return Err(Error::Internal(format!(
-                "rank {} sent {} bytes of network handles for {} channels",
+                "rank {} sent {} bytes of network handles for {} connections",
                 pf.peer,
                 msg.len(),
-                pf.channels.len()
+                pf.links()
             )));
         }
         handles.push(
@@ -211,7 +222,26 @@ pub fn connect(
         listens,
     )?;
     let mut conns = Vec::new();
-    for ((pf, per_send), per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
+    let mut ll = Vec::new();
+    for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
+        let ll_send = per_send.split_off(pf.channels.len());
+        let ll_recv = per_recv.split_off(pf.channels.len());
+        for (c, ((comm, recv), &(send_fifo, recv_fifo))) in
+            ll_send.into_iter().zip(ll_recv).zip(&pf.ll).enumerate()
+        {
+            ll.push(LlLink {
+                peer: pf.peer,
+                channel: c as u32,
+                fifo: send_fifo,
+                side: LlSide::Send(comm),
+            });
+            ll.push(LlLink {
+                peer: pf.peer,
+                channel: c as u32,
+                fifo: recv_fifo,
+                side: LlSide::Recv(recv),
+            });
+        }
         for (c, ((comm, recv), &(send_fifo, recv_fifo))) in per_send
             .into_iter()
             .zip(per_recv)
@@ -238,7 +268,7 @@ pub fn connect(
             });
         }
     }
-    Proxy::start_with(net, rank, conns, abort.clone(), gpu)
+    Proxy::start_with(net, rank, conns, ll, abort.clone(), gpu)
 }
 
 #[cfg(test)]
@@ -249,8 +279,9 @@ mod tests {
     use crate::net::proxy::FifoLayout;
     use crate::net::proxy::testkit::Mem;
 
-    /// Two ranks connect two channels each way over the test plugin, whose connects complete
-    /// only after the peer's accept answered: connects and accepts must progress together.
+    /// Two ranks connect two channels and an LL channel each way over the test plugin, whose
+    /// connects complete only after the peer's accept answered: connects and accepts must
+    /// progress together.
     #[test]
     fn connects_and_accepts_progress_together() {
         let path = format!(
@@ -265,14 +296,27 @@ mod tests {
         let results = run_ranks(2, move |b| {
             let net: Arc<dyn Net> =
                 Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
-            let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
+            let mems: Vec<Mem> = (0..6).map(|_| Mem::new(layout.bytes() as usize)).collect();
             let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
+            let ll = |m: &Mem, send: bool| LlFifo {
+                head: m.ptr,
+                records: if send {
+                    m.ptr.wrapping_add(64)
+                } else {
+                    std::ptr::null_mut()
+                },
+                slots: m.ptr.wrapping_add(4096),
+                nslots: 2,
+                slot_bytes: 1024,
+            };
+            // Two channels and an LL channel: six connections each way.
             let fifos = vec![PeerFifos {
                 peer: 1 - b.rank(),
                 channels: vec![
                     (fifo(&mems[0]), fifo(&mems[1])),
                     (fifo(&mems[2]), fifo(&mems[3])),
                 ],
+                ll: vec![(ll(&mems[4], true), ll(&mems[5], false))],
             }];
             let abort = AbortFlag::new();
             let proxy = connect(

@@ -101,6 +101,18 @@ pub enum LlSide {
     Recv(RecvComm),
 }
 
+/// One LL connection to set up: the peer and channel, the FIFO and the network side.
+pub struct LlLink {
+    /// The peer rank.
+    pub peer: u32,
+    /// The channel.
+    pub channel: u32,
+    /// The FIFO.
+    pub fifo: LlFifo,
+    /// The connection.
+    pub side: LlSide,
+}
+
 /// One LL connection the proxy drives: its FIFO, connection, registration and requests.
 pub struct LlConn {
     /// The peer rank.
@@ -116,8 +128,39 @@ pub struct LlConn {
 }
 
 impl LlConn {
-    /// Registers the FIFO's slots with `net` (host memory) for `side`.
-    pub fn new(net: &dyn Net, peer: u32, channel: u32, fifo: LlFifo, side: LlSide) -> Result<Self> {
+    /// Registers the link's slots with `net` (host memory); on failure the connection is
+    /// closed.
+    pub fn new(net: &dyn Net, link: LlLink) -> Result<Self> {
+        let LlLink {
+            peer,
+            channel,
+            fifo,
+            side,
+        } = link;
+        let mut conn = LlConn {
+            peer,
+            channel,
+            fifo,
+            side,
+            mh: None,
+            posted: 0,
+            done: 0,
+            reqs: VecDeque::new(),
+        };
+        match conn.register(net) {
+            Ok(mh) => {
+                conn.mh = Some(mh);
+                Ok(conn)
+            }
+            Err(e) => {
+                conn.close(net);
+                Err(e)
+            }
+        }
+    }
+
+    fn register(&self, net: &dyn Net) -> Result<MemHandle> {
+        let fifo = self.fifo;
         if fifo.nslots == 0 || !fifo.slot_bytes.is_multiple_of(PACKET_BYTES) {
             return Err(Error::Internal(format!(
                 "an LL FIFO of {} slots of {} bytes",
@@ -125,21 +168,11 @@ impl LlConn {
             )));
         }
         let bytes = fifo.nslots as usize * fifo.slot_bytes as usize;
-        let comm = match &side {
+        let comm = match &self.side {
             LlSide::Send(c) => CommRef::Send(c),
             LlSide::Recv(c) => CommRef::Recv(c),
         };
-        let mh = net.reg_mr(comm, fifo.slots, bytes, PTR_HOST)?;
-        Ok(LlConn {
-            peer,
-            channel,
-            fifo,
-            side,
-            mh: Some(mh),
-            posted: 0,
-            done: 0,
-            reqs: VecDeque::new(),
-        })
+        net.reg_mr(comm, fifo.slots, bytes, PTR_HOST)
     }
 
     /// Hands complete slots to the network (send) or freed slots to it (receive), and retires
@@ -216,6 +249,17 @@ impl LlConn {
             }
         }
         Ok(moved)
+    }
+
+    /// Closes the connection of a link that never became an [`LlConn`] (set-up failed elsewhere).
+    pub fn discard(net: &dyn Net, link: LlLink) {
+        let r = match link.side {
+            LlSide::Send(c) => net.close_send(c),
+            LlSide::Recv(c) => net.close_recv(c),
+        };
+        if let Err(e) = r {
+            tracing::debug!(target: "oxccl::net", "closing an LL connection: {e}");
+        }
     }
 
     /// "rank R: network LL connection to rank P (channel C)", for errors.
@@ -325,8 +369,14 @@ mod tests {
                 }
             }
         }
-        let mut tx = LlConn::new(&*n0, 1, 0, f0, LlSide::Send(s)).unwrap();
-        let mut rx = LlConn::new(&*n1, 0, 0, f1, LlSide::Recv(r)).unwrap();
+        let link = |peer, fifo, side| LlLink {
+            peer,
+            channel: 0,
+            fifo,
+            side,
+        };
+        let mut tx = LlConn::new(&*n0, link(1, f0, LlSide::Send(s))).unwrap();
+        let mut rx = LlConn::new(&*n1, link(0, f1, LlSide::Recv(r))).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let proxy = {
             let stop = stop.clone();

@@ -18,6 +18,7 @@
 //! ends every kernel wait; abort stops the proxy.
 
 use super::gdr::GpuRegistration;
+use super::ll::{LlConn, LlLink};
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
@@ -345,14 +346,23 @@ impl Proxy {
         conns: Vec<ProxyConn>,
         abort: AbortFlag,
     ) -> Result<Proxy> {
-        Proxy::start_with(net, rank, conns, abort, GpuRegistration::default())
+        Proxy::start_with(
+            net,
+            rank,
+            conns,
+            Vec::new(),
+            abort,
+            GpuRegistration::default(),
+        )
     }
 
     /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
+    /// `ll` are the LL connections it drives too (`super::ll`).
     pub fn start_with(
         net: Arc<dyn Net>,
         rank: u32,
         conns: Vec<ProxyConn>,
+        ll: Vec<LlLink>,
         abort: AbortFlag,
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
@@ -376,6 +386,22 @@ impl Proxy {
                     for a in active {
                         a.close(&*net);
                     }
+                    for l in ll {
+                        LlConn::discard(&*net, l);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut lls = Vec::with_capacity(ll.len());
+        let mut links = ll.into_iter();
+        while let Some(link) = links.next() {
+            match LlConn::new(&*net, link) {
+                Ok(c) => lls.push(c),
+                Err(e) => {
+                    active.into_iter().for_each(|a| a.close(&*net));
+                    lls.into_iter().for_each(|c| c.close(&*net));
+                    links.for_each(|l| LlConn::discard(&*net, l));
                     return Err(e);
                 }
             }
@@ -384,7 +410,7 @@ impl Proxy {
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name(format!("oxccl-proxy-r{rank}"))
-            .spawn(move || run(&*net, rank, active, &abort, &stop2))
+            .spawn(move || run(&*net, rank, active, lls, &abort, &stop2))
             .map_err(|e| Error::io("spawning the network proxy thread", e))?;
         Ok(Proxy {
             stop,
@@ -411,11 +437,28 @@ impl Drop for Proxy {
 }
 
 /// The proxy thread's loop.
-fn run(net: &dyn Net, rank: u32, mut conns: Vec<Active>, abort: &AbortFlag, stop: &AtomicBool) {
+fn run(
+    net: &dyn Net,
+    rank: u32,
+    mut conns: Vec<Active>,
+    mut ll: Vec<LlConn>,
+    abort: &AbortFlag,
+    stop: &AtomicBool,
+) {
     let mut last = Instant::now();
     'outer: while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
         let mut moved = false;
         for c in &mut conns {
+            match c.progress(net, rank) {
+                Ok(m) => moved |= m,
+                Err(e) => {
+                    abort.record(Error::Remote(format!("{}: {e}", c.describe(rank))));
+                    abort.abort();
+                    break 'outer;
+                }
+            }
+        }
+        for c in &mut ll {
             match c.progress(net, rank) {
                 Ok(m) => moved |= m,
                 Err(e) => {
@@ -439,6 +482,9 @@ fn run(net: &dyn Net, rank: u32, mut conns: Vec<Active>, abort: &AbortFlag, stop
         }
     }
     for c in conns {
+        c.close(net);
+    }
+    for c in ll {
         c.close(net);
     }
 }
@@ -606,6 +652,7 @@ pub(crate) mod testkit {
                 fifo: f0,
                 side: Side::Send(s),
             }],
+            Vec::new(),
             a0.clone(),
             sides[0].gpu,
         )
@@ -619,6 +666,7 @@ pub(crate) mod testkit {
                 fifo: f1,
                 side: Side::Recv(r),
             }],
+            Vec::new(),
             a1.clone(),
             sides[1].gpu,
         )
