@@ -82,12 +82,17 @@ impl SocketConfig {
 
 impl Default for SocketConfig {
     /// Two data sockets: with 4 channels, 8 streams each way per peer, which measured best
-    /// (`transport/src/net.rs`, NET_CHANNELS); more sockets only added threads.
+    /// (`transport/src/net.rs`, NET_CHANNELS); more sockets only added threads. Parts of at
+    /// least 128 KiB (NCCL: 64 KiB): each part wakes a helper thread on both sides, and with
+    /// NCCL's tuned 4 threads x 4 sockets, 64 KiB parts made ours slower than NCCL between 512 KiB
+    /// and 2 MiB. One H200 under MPS, 2 ranks as 2 hosts, AllReduce, 2026-11-26 (afb5223), 64 /
+    /// 128 KiB parts, us: 512 KiB 244 / 162 (NCCL 223), 2 MiB 559 / 363 (NCCL 455), 128 MiB
+    /// 19434 / 13750. With 2 sockets and 256 KiB slots the parts are 128 KiB either way.
     fn default() -> SocketConfig {
         SocketConfig {
             nsocks: 2,
             inline_max: 64 << 10,
-            min_task: 64 << 10,
+            min_task: 128 << 10,
         }
     }
 }

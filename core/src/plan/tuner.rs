@@ -100,9 +100,10 @@ const HEURISTICS: Heuristics = Heuristics {
     // 4 ranks as 4 hosts: 128 KiB 559 / 475, 2 MiB 2242 / 1839, 8 MiB 5770 / 6414.
     tree_min_ranks: [8, 8, 8, 4],
     // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
-    // Through host memory (SHM; one H100 under MPS, 2 ranks, 2026-11-26, LL / Simple us): 8 B
-    // 8.6 / 13.0, 8 KiB 11.5 / 14.7, 32 KiB 27.9 / 16.8.
-    ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 16 * KIB],
+    // Through host memory, 2 ranks under MPS, 2026-11-26, LL / Simple us: SHM (one H100) 8 B
+    // 8.6 / 13.0, 8 KiB 11.5 / 14.7, 32 KiB 27.9 / 16.8; NET (one H200, afb5223) 8 B-1 KiB
+    // 17.8-19.6 / 22.1-23.9, 8 KiB 25.0 / 26.9, 16 KiB 38.9 / 32.1.
+    ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB],
     ll128_max: 8 * MIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
     chunk_gpu: [128 * KIB, 512 * KIB, MIB],
