@@ -46,11 +46,7 @@ pub(crate) fn point_ll_at(
     ll: LlArea,
     keep: (u64, u64),
 ) {
-    let one = size_of::<DevConn>();
-    let half = geometry.recv_table_offset(nranks) as usize;
-    let pos = (slot.channel as usize * nranks as usize + slot.peer as usize) * one
-        + if slot.recv { half } else { 0 };
-    let e = &mut table[pos..pos + one];
+    let e = &mut table[slot.range(geometry, nranks)];
     let mut put = |off: usize, v: &[u8]| e[off..off + v.len()].copy_from_slice(v);
     let head = area;
     put(
@@ -75,11 +71,8 @@ pub(crate) fn ll_counters(
     nranks: u32,
     slot: ConnSlot,
 ) -> (u64, u64) {
-    let one = size_of::<DevConn>();
-    let half = geometry.recv_table_offset(nranks) as usize;
-    let pos = (slot.channel as usize * nranks as usize + slot.peer as usize) * one
-        + if slot.recv { half } else { 0 };
-    let at = |o: usize| u64::from_le_bytes(table[pos + o..pos + o + 8].try_into().expect("8"));
+    let e = &table[slot.range(geometry, nranks)];
+    let at = |o: usize| u64::from_le_bytes(e[o..o + 8].try_into().expect("8"));
     (
         at(offset_of!(DevConn, ll_pos)),
         at(offset_of!(DevConn, ll_head_seen)),

@@ -349,6 +349,18 @@ pub(crate) struct ConnSlot {
     pub recv: bool,
 }
 
+impl ConnSlot {
+    /// Byte range of this entry in a connection table of `nranks` ranks (`channels * nranks`
+    /// send connections, then as many receive connections: `FifoGeometry::conn_table`).
+    pub(crate) fn range(&self, geometry: &FifoGeometry, nranks: u32) -> std::ops::Range<usize> {
+        let one = size_of::<DevConn>();
+        let half = geometry.recv_table_offset(nranks) as usize;
+        let at = (self.channel as usize * nranks as usize + self.peer as usize) * one;
+        let pos = at + if self.recv { half } else { 0 };
+        pos..pos + one
+    }
+}
+
 /// Points one entry of the connection table at a FIFO laid out as [`FifoLayout`] at device
 /// addresses `fifo` (counters in host memory: NET and SHM). `table` holds `channels * nranks` send then as
 /// many receive connections (`FifoGeometry::conn_table`). Send sides keep their sender-local
@@ -363,11 +375,8 @@ pub(crate) fn point_conn_at(
     layout: FifoLayout,
     sizes: bool,
 ) {
-    let one = size_of::<DevConn>();
-    let half = geometry.recv_table_offset(nranks) as usize;
-    let at = (slot.channel as usize * nranks as usize + slot.peer as usize) * one;
-    let pos = at + if slot.recv { half } else { 0 };
-    let old = read_conn(&table[pos..pos + one]);
+    let range = slot.range(geometry, nranks);
+    let old = read_conn(&table[range.clone()]);
     let conn = DevConn {
         buff: fifo.slots,
         head: fifo.counters + FifoLayout::HEAD,
@@ -383,7 +392,7 @@ pub(crate) fn point_conn_at(
         },
         ..DevConn::default()
     };
-    table[pos..pos + one].copy_from_slice(&conn.to_bytes());
+    table[range].copy_from_slice(&conn.to_bytes());
 }
 
 /// `(tail_mirror, head_seen)` of an encoded connection.

@@ -436,6 +436,44 @@ impl Drop for Proxy {
     }
 }
 
+/// A connection the proxy thread drives: Simple ([`Active`]) or LL ([`LlConn`]).
+trait Driven {
+    /// Moves what can move now; true when anything did.
+    fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool>;
+    /// The connection, for errors.
+    fn describe(&self, rank: u32) -> String;
+}
+
+impl Driven for Active {
+    fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool> {
+        Active::progress(self, net, rank)
+    }
+    fn describe(&self, rank: u32) -> String {
+        Active::describe(self, rank)
+    }
+}
+
+impl Driven for LlConn {
+    fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool> {
+        LlConn::progress(self, net, rank)
+    }
+    fn describe(&self, rank: u32) -> String {
+        LlConn::describe(self, rank)
+    }
+}
+
+/// One pass over `conns`: whether anything moved, or the first error as `ncclRemoteError`
+/// naming its connection.
+fn drive<C: Driven>(conns: &mut [C], net: &dyn Net, rank: u32) -> Result<bool> {
+    let mut moved = false;
+    for c in conns {
+        moved |= c
+            .progress(net, rank)
+            .map_err(|e| Error::Remote(format!("{}: {e}", c.describe(rank))))?;
+    }
+    Ok(moved)
+}
+
 /// The proxy thread's loop.
 fn run(
     net: &dyn Net,
@@ -446,28 +484,15 @@ fn run(
     stop: &AtomicBool,
 ) {
     let mut last = Instant::now();
-    'outer: while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
-        let mut moved = false;
-        for c in &mut conns {
-            match c.progress(net, rank) {
-                Ok(m) => moved |= m,
-                Err(e) => {
-                    abort.record(Error::Remote(format!("{}: {e}", c.describe(rank))));
-                    abort.abort();
-                    break 'outer;
-                }
+    while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
+        let moved = match (drive(&mut conns, net, rank), drive(&mut ll, net, rank)) {
+            (Ok(a), Ok(b)) => a | b,
+            (Err(e), _) | (_, Err(e)) => {
+                abort.record(e);
+                abort.abort();
+                break;
             }
-        }
-        for c in &mut ll {
-            match c.progress(net, rank) {
-                Ok(m) => moved |= m,
-                Err(e) => {
-                    abort.record(Error::Remote(format!("{}: {e}", c.describe(rank))));
-                    abort.abort();
-                    break 'outer;
-                }
-            }
-        }
+        };
         if moved {
             last = Instant::now();
             continue;
