@@ -186,7 +186,7 @@ impl LlConn {
             LlSide::Send(comm) => {
                 while self.posted - self.done < nslots {
                     let rec = fifo.record(self.posted);
-                    if rec >> 32 != (self.posted + 1) & 0xffff_ffff {
+                    if rec >> 32 != record(self.posted, 0) >> 32 {
                         break;
                     }
                     let bytes = rec & 0xffff_ffff;
@@ -253,13 +253,7 @@ impl LlConn {
 
     /// Closes the connection of a link that never became an [`LlConn`] (set-up failed elsewhere).
     pub fn discard(net: &dyn Net, link: LlLink) {
-        let r = match link.side {
-            LlSide::Send(c) => net.close_send(c),
-            LlSide::Recv(c) => net.close_recv(c),
-        };
-        if let Err(e) = r {
-            tracing::debug!(target: "oxccl::net", "closing an LL connection: {e}");
-        }
+        close_side(net, link.side);
     }
 
     /// "rank R: network LL connection to rank P (channel C)", for errors.
@@ -286,13 +280,18 @@ impl LlConn {
             }
         }
         self.reqs.clear();
-        let r = match self.side {
-            LlSide::Send(c) => net.close_send(c),
-            LlSide::Recv(c) => net.close_recv(c),
-        };
-        if let Err(e) = r {
-            tracing::debug!(target: "oxccl::net", "closing an LL connection: {e}");
-        }
+        close_side(net, self.side);
+    }
+}
+
+/// Closes the network side of an LL connection (errors are only logged: it is going anyway).
+fn close_side(net: &dyn Net, side: LlSide) {
+    let r = match side {
+        LlSide::Send(c) => net.close_send(c),
+        LlSide::Recv(c) => net.close_recv(c),
+    };
+    if let Err(e) = r {
+        tracing::debug!(target: "oxccl::net", "closing an LL connection: {e}");
     }
 }
 
