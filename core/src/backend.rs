@@ -171,12 +171,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
-    /// Whether every connection of `transport` carries LL packets (every backend's do today:
-    /// NET connections carry them over LL connections of their own, `oxccl_core::net::ll`).
-    fn ll_supported(&self, _transport: &Self::Transport) -> bool {
-        true
-    }
-
     /// Most channels one operation on `transport` may use (connections are set up per channel,
     /// and ranks sharing a device must fit on it together). `None`: any.
     fn max_channels(&self, _transport: &Self::Transport) -> Option<u32> {

@@ -241,9 +241,6 @@ impl<B: Backend> Communicator<B> {
             self.inner.nranks,
             self.topology(transport),
         );
-        if c.proto == Protocol::Ll && !backend.ll_supported(transport) {
-            c.proto = Protocol::Simple;
-        }
         if let Some(max) = backend.max_channels(transport) {
             c.nchannels = c.nchannels.clamp(1, max);
         }
@@ -403,9 +400,7 @@ impl<B: Backend> Communicator<B> {
             && inner.backend.zero_copy()
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
-            && inner.backend.ll_supported(&c.transport)
-            // Peers' buffers are read directly: no pair may meet through host memory (SHM keeps
-            // LL, so LL alone does not say so).
+            // Peers' buffers are read directly: no pair may meet through host memory.
             && self.topology(&c.transport) != Topology::MultiNode
             && inner
                 .tuner
@@ -557,7 +552,6 @@ impl<B: Backend> Communicator<B> {
             &c.transport,
         );
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
-            _ if !inner.backend.ll_supported(&c.transport) => plan::P2pLl::default(),
             Some(fits) => plan::P2pLl {
                 max_bytes: inner.tuner.p2p_ll_max(self.topology(&c.transport)),
                 chunk_bytes: fits,
