@@ -242,9 +242,11 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
   volatile uint64_t* s_pos_at = sconn ? sconn->ll_pos : nullptr;
   // NET: the proxy learns of a filled LL slot from its record (OxcclConn::sizes).
   volatile uint64_t* s_records = (sconn && sconn->sizes) ? sconn->sizes + sconn->nslots : nullptr;
+  // The receiver's position is its ll_head, or, where ll_head is in host memory (SHM, NET), a
+  // device-local copy that saves a read across PCIe at every step.
+  volatile uint64_t* r_pos_at = rconn ? rconn->ll_pos : nullptr;
   if (threadIdx.x == 0) {
     // Only this block moves these counters, so they are read without ordering.
-    const volatile uint64_t* r_pos_at = rconn ? rconn->ll_pos : nullptr;
     const uint64_t r = r_pos_at ? *r_pos_at : 0;
     const uint64_t t = s_pos_at ? *s_pos_at : 0;
     shared_pos[0] = r;
@@ -303,6 +305,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
     done += n;
   }
   if (sconn && threadIdx.x == 0) *s_pos_at = s_pos;
+  if (rconn && threadIdx.x == 0 && r_pos_at != r_head) *r_pos_at = r_pos;
   if (snd_whole) block_publish(&args.loopback_flags[(uint32_t)st.send_peer], args.epoch);
   // The next step may read what this one wrote (dst, loopback) with other threads; and no
   // thread may still read shared_pos when the next step's thread 0 writes it.

@@ -34,9 +34,12 @@ impl LlArea {
 }
 
 /// Points the LL fields of one connection-table entry at the LL area at device address `area`:
-/// the receive side polls its packets there and counts consumed slots in `ll_head` (which is
-/// also its position); the send side writes packets there, reads `ll_head`, and keeps its own
-/// position and last-seen head where the table had them (sender-local memory).
+/// the receive side polls its packets there and counts consumed slots in `ll_head`; the send
+/// side writes packets there and reads `ll_head`. Both keep their own position (and the sender
+/// its last-seen head) where the table had them, `keep` ([`ll_counters`]): device memory, so
+/// that a step learns where it is without a read across PCIe. The receiver's is the `ll_head`
+/// of its own P2P FIFO for this pair, which no peer writes when the pair meets through host
+/// memory; a zero `keep.0` makes `ll_head` the position.
 pub(crate) fn point_ll_at(
     table: &mut [u8],
     geometry: &FifoGeometry,
@@ -54,7 +57,11 @@ pub(crate) fn point_ll_at(
         &(area + LlArea::SLOTS).to_le_bytes(),
     );
     put(offset_of!(DevConn, ll_head), &head.to_le_bytes());
-    let (pos_at, seen_at) = if slot.recv { (head, 0) } else { keep };
+    let (pos_at, seen_at) = match keep {
+        (0, _) => (head, 0),
+        _ if slot.recv => (keep.0, 0),
+        _ => keep,
+    };
     put(offset_of!(DevConn, ll_pos), &pos_at.to_le_bytes());
     put(offset_of!(DevConn, ll_head_seen), &seen_at.to_le_bytes());
     put(
@@ -88,9 +95,10 @@ mod tests {
     }
 
     /// The LL fields of an SHM pair: the receiver polls packets in its area and counts consumed
-    /// slots at the area's start, which is also its position; the sender writes into the peer's
-    /// area and keeps its sender-local position and last-seen head; the Simple fields and every
-    /// other entry stay as they were.
+    /// slots at the area's start, and keeps its position in its own device memory; the sender
+    /// writes into the peer's area and keeps its sender-local position and last-seen head; the
+    /// Simple fields and every other entry stay as they were. Without a kept position the
+    /// receiver's is its `ll_head`.
     #[test]
     fn ll_fields_point_into_the_area_and_keep_the_senders_counters() {
         let g = FifoGeometry::default();
@@ -112,8 +120,14 @@ mod tests {
         );
         let keep = ll_counters(&table, &g, nranks, send);
         assert_ne!(keep.0, 0, "the sender's LL position is sender-local memory");
+        let keep_recv = ll_counters(&table, &g, nranks, recv);
+        assert_eq!(
+            keep_recv,
+            (g.conn(peers[1], nranks, 2, 0).ll_head, 0),
+            "the receiver's is its own P2P FIFO's LL head for the pair"
+        );
         let mut patched = table.clone();
-        point_ll_at(&mut patched, &g, nranks, recv, 0x7000_0000, ll, (0, 0));
+        point_ll_at(&mut patched, &g, nranks, recv, 0x7000_0000, ll, keep_recv);
         point_ll_at(&mut patched, &g, nranks, send, 0x8000_0000, ll, keep);
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;
@@ -126,7 +140,10 @@ mod tests {
             field(&patched, r, offset_of!(DevConn, ll_head)),
             0x7000_0000
         );
-        assert_eq!(field(&patched, r, offset_of!(DevConn, ll_pos)), 0x7000_0000);
+        assert_eq!(ll_counters(&patched, &g, nranks, recv), keep_recv);
+        let mut bare = table.clone();
+        point_ll_at(&mut bare, &g, nranks, recv, 0x7000_0000, ll, (0, 0));
+        assert_eq!(field(&bare, r, offset_of!(DevConn, ll_pos)), 0x7000_0000);
         assert_eq!(
             field(&patched, s, offset_of!(DevConn, ll_buff)),
             0x8000_1000

@@ -293,7 +293,6 @@ impl<A: DeviceApi> NetFifos<A> {
                     let keep = ll_counters(table, geometry, nranks, slot);
                     point_conn_at(table, geometry, nranks, slot, fifo, self.at.layout, !recv);
                     let area = self.dev + self.ll_offset(i, c, recv);
-                    let keep = if recv { (0, 0) } else { keep };
                     point_ll_at(table, geometry, nranks, slot, area, self.ll, keep);
                 }
             }

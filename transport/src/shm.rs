@@ -146,7 +146,8 @@ impl<A: DeviceApi> ShmFifos<A> {
                     recv: false,
                     ..recv
                 };
-                let keep = ll_counters(table, geometry, nranks, send);
+                let keep_send = ll_counters(table, geometry, nranks, send);
+                let keep_recv = ll_counters(table, geometry, nranks, recv);
                 let mine = at(own, i, c);
                 point_conn_at(
                     table,
@@ -158,7 +159,7 @@ impl<A: DeviceApi> ShmFifos<A> {
                     false,
                 );
                 let ll_mine = mine + simple_bytes;
-                point_ll_at(table, geometry, nranks, recv, ll_mine, self.ll, (0, 0));
+                point_ll_at(table, geometry, nranks, recv, ll_mine, self.ll, keep_recv);
                 let fifo = at(theirs.dev, *idx, c);
                 point_conn_at(
                     table,
@@ -170,7 +171,7 @@ impl<A: DeviceApi> ShmFifos<A> {
                     false,
                 );
                 let ll_theirs = fifo + simple_bytes;
-                point_ll_at(table, geometry, nranks, send, ll_theirs, self.ll, keep);
+                point_ll_at(table, geometry, nranks, send, ll_theirs, self.ll, keep_send);
             }
         }
     }

@@ -71,7 +71,11 @@ fn latency_probe_small_message_one_way() {
                 if first {
                     send_one();
                 }
-                assert!(kr.wait_geq(FifoLayout::TAIL, i + 1, &abort));
+                // Spins as a kernel does (the testkit's wait yields, which adds a system call).
+                while kr.ctr(FifoLayout::TAIL).load(Ordering::Acquire) < i + 1 {
+                    assert!(!abort.is_aborted());
+                    std::hint::spin_loop();
+                }
                 kr.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
                 if !first {
                     send_one();
@@ -151,5 +155,175 @@ fn latency_probe_plain_tcp_one_way() {
         us(t[t.len() / 2]),
         us(t[t.len() / 10]),
         us(t[t.len() * 9 / 10])
+    );
+}
+
+/// The socket network alone, without proxies: one thread per side posts a receive, sends 8
+/// bytes and polls both requests with `test`, as a proxy would, in a ping-pong.
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_socket_net_one_way() {
+    let config = SocketConfig::default();
+    let (n0, n1) = (socket_net(0, config), socket_net(1, config));
+    let (s01, r01) = link(&n0, &n1);
+    let (s10, r10) = link(&n1, &n0);
+    let iters = 20_000usize;
+    let play = |net: std::sync::Arc<dyn crate::net::Net>,
+                mut s: crate::net::SendComm,
+                mut r: crate::net::RecvComm,
+                first: bool| {
+        std::thread::spawn(move || {
+            let mh_s = net
+                .reg_mr(crate::net::CommRef::Send(&s), std::ptr::null_mut(), 0, 1)
+                .unwrap();
+            let mh_r = net
+                .reg_mr(crate::net::CommRef::Recv(&r), std::ptr::null_mut(), 0, 1)
+                .unwrap();
+            let (mut sbuf, mut rbuf) = ([7u8; 8], [0u8; 8]);
+            let mut times = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let t = Instant::now();
+                // SAFETY: the buffers outlive the requests, which complete in this iteration.
+                let mut rq = unsafe { net.irecv(&mut r, rbuf.as_mut_ptr(), 8, 0, &mh_r) }
+                    .unwrap()
+                    .unwrap();
+                let send = |s: &mut crate::net::SendComm, buf: &mut [u8; 8]| {
+                    // SAFETY: as above.
+                    let mut sq = unsafe { net.isend(s, buf.as_mut_ptr(), 8, 0, &mh_s) }
+                        .unwrap()
+                        .unwrap();
+                    while net.test(&mut sq).unwrap().is_none() {}
+                };
+                if first {
+                    send(&mut s, &mut sbuf);
+                }
+                while net.test(&mut rq).unwrap().is_none() {}
+                if !first {
+                    send(&mut s, &mut sbuf);
+                }
+                times.push(t.elapsed());
+            }
+            times
+        })
+    };
+    let pinger = play(n0.clone(), s01, r10, true);
+    let ponger = play(n1.clone(), s10, r01, false);
+    let mut t = pinger.join().unwrap();
+    ponger.join().unwrap();
+    t.drain(..iters / 10);
+    t.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
+    println!(
+        "one-way 8-byte message through the socket network, no proxy: median {:.2} us, p10 {:.2}, p90 {:.2}",
+        us(t[t.len() / 2]),
+        us(t[t.len() / 10]),
+        us(t[t.len() * 9 / 10])
+    );
+}
+
+/// As [`latency_probe_plain_tcp_one_way`], but each direction on a connection of its own, as
+/// network connections are (`quickack`: whether the receiver asks for immediate ACKs).
+fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let pair = || {
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    };
+    let (a_out, b_in) = pair();
+    let (b_out, a_in) = pair();
+    let iters = 20_000usize;
+    let play = |mut out: TcpStream, mut inp: TcpStream, first: bool| {
+        for s in [&out, &inp] {
+            s.set_nodelay(true).unwrap();
+            s.set_nonblocking(true).unwrap();
+        }
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let mut times = Vec::with_capacity(iters);
+            let set_quickack = |s: &TcpStream, on: bool| {
+                let v: libc::c_int = on.into();
+                // SAFETY: a valid socket and option value for the call.
+                unsafe {
+                    libc::setsockopt(
+                        s.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_QUICKACK,
+                        (&v as *const libc::c_int).cast(),
+                        4,
+                    )
+                };
+            };
+            for _ in 0..iters {
+                let t = Instant::now();
+                if first {
+                    out.write_all(&buf).unwrap();
+                }
+                let mut got = 0;
+                while got < 16 {
+                    match inp.read(&mut buf[got..]) {
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                if let Some(q) = quickack {
+                    set_quickack(&inp, q);
+                }
+                if !first {
+                    out.write_all(&buf).unwrap();
+                }
+                times.push(t.elapsed());
+            }
+            times
+        })
+    };
+    let pinger = play(a_out, a_in, true);
+    let ponger = play(b_out, b_in, false);
+    let mut t = pinger.join().unwrap();
+    ponger.join().unwrap();
+    t.drain(..iters / 10);
+    t.sort();
+    t[t.len() / 2].as_secs_f64() * 1e6 / 2.0
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_plain_tcp_two_connections() {
+    for q in [None, Some(false), Some(true)] {
+        println!(
+            "one-way 16-byte message over plain loopback TCP, a connection per direction, quickack {q:?}: median {:.2} us",
+            plain_tcp_two_connections(q)
+        );
+    }
+}
+
+/// What one idle `test` of a posted receive costs the proxy (it runs one per receive
+/// connection in every pass).
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_idle_test_cost() {
+    let config = SocketConfig::default();
+    let (n0, n1) = (socket_net(0, config), socket_net(1, config));
+    let (_s01, mut r01) = link(&n0, &n1);
+    let mh = n1
+        .reg_mr(crate::net::CommRef::Recv(&r01), std::ptr::null_mut(), 0, 1)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: `buf` outlives the request, which never completes here.
+    let mut rq = unsafe { n1.irecv(&mut r01, buf.as_mut_ptr(), 64, 0, &mh) }
+        .unwrap()
+        .unwrap();
+    let n = 1_000_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        assert!(n1.test(&mut rq).unwrap().is_none());
+    }
+    println!(
+        "one idle test of a posted receive: {:.0} ns",
+        t.elapsed().as_secs_f64() * 1e9 / f64::from(n)
     );
 }

@@ -15,6 +15,7 @@
 //!   packets' flags. A packet is one 16-byte unit and each half carries the flag, so a half
 //!   written by the network but not yet the other never looks complete.
 
+use super::ll_trace::LlTrace;
 use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
@@ -125,6 +126,9 @@ pub struct LlConn {
     posted: u64,
     done: u64,
     reqs: VecDeque<Request>,
+    trace: LlTrace,
+    /// Receive side: the kernel's `ll_head` as last seen (for the trace).
+    head_seen: u64,
 }
 
 impl LlConn {
@@ -146,6 +150,8 @@ impl LlConn {
             posted: 0,
             done: 0,
             reqs: VecDeque::new(),
+            trace: LlTrace::new(),
+            head_seen: 0,
         };
         match conn.register(net) {
             Ok(mh) => {
@@ -199,6 +205,7 @@ impl LlConn {
                     if !fifo.packets_complete(self.posted, bytes) {
                         break;
                     }
+                    self.trace.mark(self.posted, 1);
                     // SAFETY: the slot's packets are complete and the kernel does not rewrite
                     // the slot until `ll_head` passes it, after the request is done.
                     let req = unsafe {
@@ -211,6 +218,7 @@ impl LlConn {
                         )
                     }?;
                     let Some(req) = req else { break };
+                    self.trace.mark(self.posted, 2);
                     self.reqs.push_back(req);
                     self.posted += 1;
                     moved = true;
@@ -218,6 +226,10 @@ impl LlConn {
             }
             LlSide::Recv(comm) => {
                 let head = fifo.head().load(Ordering::Acquire);
+                while self.head_seen < head {
+                    self.trace.mark(self.head_seen, 2);
+                    self.head_seen += 1;
+                }
                 while self.posted < head + nslots {
                     // SAFETY: the kernel consumed this slot's previous contents (`ll_head`);
                     // it reads the slot again only through the packets' flags.
@@ -242,11 +254,15 @@ impl LlConn {
                 break;
             }
             self.reqs.pop_front();
+            match self.side {
+                LlSide::Send(_) => {
+                    self.trace.mark(self.done, 3);
+                    fifo.head().store(self.done + 1, Ordering::Release);
+                }
+                LlSide::Recv(_) => self.trace.mark(self.done, 1),
+            }
             self.done += 1;
             moved = true;
-            if let LlSide::Send(_) = self.side {
-                fifo.head().store(self.done, Ordering::Release);
-            }
         }
         Ok(moved)
     }
@@ -280,6 +296,16 @@ impl LlConn {
             }
         }
         self.reqs.clear();
+        let dir = match self.side {
+            LlSide::Send(_) => "send",
+            LlSide::Recv(_) => "recv",
+        };
+        self.trace.write(&format!(
+            "ll-{dir}-pid{}-p{}-c{}",
+            std::process::id(),
+            self.peer,
+            self.channel
+        ));
         close_side(net, self.side);
     }
 }

@@ -13,6 +13,7 @@ pub mod gdr;
 #[cfg(test)]
 mod latency_probe;
 pub mod ll;
+mod ll_trace;
 pub mod plugin;
 pub mod proxy;
 mod readiness;

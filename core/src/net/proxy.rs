@@ -484,7 +484,9 @@ fn run(
     stop: &AtomicBool,
 ) {
     let mut last = Instant::now();
+    let mut passes = super::ll_trace::PassCount::new();
     while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
+        passes.begin();
         let moved = match (drive(&mut conns, net, rank), drive(&mut ll, net, rank)) {
             (Ok(a), Ok(b)) => a | b,
             (Err(e), _) | (_, Err(e)) => {
@@ -493,6 +495,7 @@ fn run(
                 break;
             }
         };
+        passes.end(moved);
         if moved {
             last = Instant::now();
             continue;

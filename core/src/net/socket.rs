@@ -14,6 +14,7 @@
 //! fails the request on that side; a peer that closes between messages only marks the
 //! connection closed (a clean shutdown), and any later wait is the peer watch's business.
 
+use super::ll_trace::{Syscall, time_syscall};
 use super::readiness::Readiness;
 use super::{CommRef, Handle, Listen, MemHandle, Net, PTR_HOST, Properties, RecvComm, Request};
 use super::{HANDLE_BYTES, SendComm};
@@ -24,6 +25,7 @@ use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
@@ -391,6 +393,37 @@ fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usiz
         .collect()
 }
 
+/// Whether control sockets delay their ACKs (`OXCCL_SOCKET_QUICKACK=1`: the kernel's default).
+fn delay_acks() -> bool {
+    static DELAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"))
+}
+
+/// Asks the kernel to delay the ACK of what `s` just received.
+///
+/// Each direction of a connection is a TCP connection of its own, so a receiving control
+/// socket never sends data an ACK could ride on, and the kernel ACKs small messages at once,
+/// inside the `read` that takes them. Delayed, the ACK rides along every few messages (Linux
+/// acknowledges once more than a segment's worth is unacknowledged) or on the delayed-ACK
+/// timer. The kernel leaves delayed-ACK mode on its own (that timer, an idle period), hence the
+/// call after every read. Measured on the H200 machine (2026-11-26, OXCCL_NET_TRACE): a 24-byte
+/// read took 2.4-2.6 us against 3.1-3.4 us, and 2-rank AllReduce 512 B-32 KiB took 1-2 us less
+/// (a few percent, about the spread between runs). Errors are ignored: the ACKs are then merely
+/// early.
+fn delay_ack(s: &TcpStream) {
+    let off: libc::c_int = 0;
+    // SAFETY: a valid socket, and an option value of the size given, for the call's duration.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&off as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// The sending side of a socket connection.
 struct SendSide {
     peer: SocketAddr,
@@ -411,7 +444,8 @@ impl SendSide {
         while !self.out.is_empty() {
             // One write for a header and its inline payload, even where the queue wraps.
             let a = self.out.make_contiguous();
-            match (&self.ctrl).write(a) {
+            let wrote = time_syscall(|| (&self.ctrl).write(a), |_| Syscall::Write);
+            match wrote {
                 Ok(0) => {
                     return Err(self.fail("the connection closed".into()));
                 }
@@ -531,7 +565,7 @@ impl RecvSide {
             // One epoll_wait per proxy pass: the first side to look again after its last look
             // asks the kernel; the others of the same pass take what that call found.
             if self.readiness.generation() == self.seen {
-                self.readiness.refresh();
+                time_syscall(|| self.readiness.refresh(), |_| Syscall::Refresh);
             }
             self.seen = self.readiness.generation();
             if !self.ready.load(Ordering::Acquire) {
@@ -539,7 +573,23 @@ impl RecvSide {
             }
         }
         loop {
-            match (&self.ctrl).read(buf) {
+            let got = time_syscall(
+                || (&self.ctrl).read(buf),
+                |r| match r {
+                    Ok(_) => Syscall::Read,
+                    Err(_) => Syscall::ReadNothing,
+                },
+            );
+            if matches!(got, Ok(n) if n > 0) && delay_acks() {
+                delay_ack(&self.ctrl);
+            }
+            match got {
+                Ok(n) if n < buf.len() => {
+                    // A short read drained the socket: without this, the next look would read
+                    // again only to learn that, a system call on every message's path.
+                    self.ready.store(false, Ordering::Release);
+                    return Ok(Some(n));
+                }
                 Ok(n) => return Ok(Some(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Bytes arriving after this read are reported by a later refresh (the set
