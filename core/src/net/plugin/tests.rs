@@ -374,7 +374,7 @@ fn a_library_without_the_symbol_falls_back_to_sockets_with_a_log_line() {
     assert_eq!(e, loader::OpenError::NoSymbol(path.clone()));
     let (libs, log) = capture(|| select::load_all(Some(&path)));
     assert!(libs.is_empty());
-    assert!(log.contains("exports none of ncclNetPlugin_v11"), "{log}");
+    assert!(log.contains("exports none of ncclNetPlugin_v12"), "{log}");
     let (net, log) = capture(|| select::select(&libs, None, 1, builtin).unwrap());
     assert_eq!(net.name(), BUILTIN);
     assert!(log.contains("Using internal network Socket"), "{log}");
