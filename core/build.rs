@@ -26,13 +26,16 @@ fn test_plugins() {
         out.display()
     );
     let compiler = cc::Build::new().get_compiler();
-    let variants: [(&str, &[&str]); 11] = [
+    let variants: [(&str, &[&str]); 13] = [
         ("libnccl-net-oxtest.so", &[]),
         ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
         ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
         ("libnccl-net-oxtest8.so", &["-DOXTEST_V8"]),
         ("libnccl-net-oxtest9.so", &["-DOXTEST_V9"]),
         ("libnccl-net-oxtest10.so", &["-DOXTEST_V10"]),
+        ("libnccl-net-oxtest12.so", &["-DOXTEST_V12"]),
+        // Both of NCCL 2.30's newest symbols: v12 must win.
+        ("libnccl-net-oxtest12-11.so", &["-DOXTEST_V12_AND_V11"]),
         ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
         ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
         // GPU memory (GPUDirect RDMA) in host memory standing in for it: the CPU tests.

@@ -2,9 +2,12 @@
  *
  * Built by core/build.rs into shared libraries that the net-plugin tests open by path, exactly
  * as a third-party plugin is opened (NCCL_NET_PLUGIN=<path>):
- *   (default)            exports ncclNetPlugin_v11, name "OxTest"
+ *   (default)            exports only ncclNetPlugin_v11, name "OxTest"
  *   -DOXTEST_V8          exports only ncclNetPlugin_v8, name "OxTest8" (exercises the adapter)
  *   -DOXTEST_V6 / _V7 / _V9 / _V10   only ncclNetPlugin_v6 / v7 / v9 / v10, names "OxTest6" ...
+ *   -DOXTEST_V12         exports only ncclNetPlugin_v12, name "OxTest12" (v12 properties, with
+ *                        railId 3, planeId 1 and maxP2pBytes 2^37, which no other flavour has)
+ *   -DOXTEST_V12_AND_V11 exports ncclNetPlugin_v12 ("OxTest12") and ncclNetPlugin_v11 ("OxTest")
  *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
  *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
  *   -DOXTEST_GDR_DEFAULT=fake|cuda, -DOXTEST_DMABUF_DEFAULT=1, -DOXTEST_FORCE_FLUSH_DEFAULT=1
@@ -1031,34 +1034,59 @@ __attribute__((visibility("default"))) const net_v8_t ncclNetPlugin_v8 = {
 
 #else
 
-/* ---- ABI v11 ---- */
+/* ---- ABI v11 and v12: the same members; v12's properties (and vProps) are larger ---- */
+typedef struct { int ndevs; int devs[8]; } vprops_v12_t;
 typedef struct {
-  const char *name;
-  res_t (*init)(void **, uint64_t, comm_config_t *, logger_t, profiler_t);
-  res_t (*devices)(int *);
-  res_t (*get_properties)(int, props_v11_t *);
-  res_t (*listen)(void *, int, void *, void **);
-  res_t (*connect)(void *, int, void *, void **, dev_handle_t **);
-  res_t (*accept)(void *, void **, dev_handle_t **);
-  res_t (*reg_mr)(void *, void *, size_t, int, void **);
-  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
-  res_t (*dereg_mr)(void *, void *);
-  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);
-  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **);
-  res_t (*iflush)(void *, int, void **, int *, void **, void **);
-  res_t (*test)(void *, int *, int *);
-  res_t (*close_send)(void *);
-  res_t (*close_recv)(void *);
-  res_t (*close_listen)(void *);
-  res_t (*get_device_mr)(void *, void *, void **);
-  res_t (*irecv_consumed)(void *, int, void *);
-  res_t (*make_vdevice)(int *, vprops_t *);
-  res_t (*finalize)(void *);
+  PROP_HEAD int force_flush;
+  PROP_MID vprops_v12_t vprops;
+  size_t max_p2p_bytes;
+  size_t max_coll_bytes;
+  int max_multi_request_size;
+  int16_t rail_id;
+  int16_t plane_id;
+} props_v12_t;
+_Static_assert(sizeof(props_v12_t) == 128, "v12 properties size");
+_Static_assert(offsetof(props_v12_t, max_p2p_bytes) == 104, "v12 maxP2pBytes offset");
+_Static_assert(offsetof(props_v12_t, rail_id) == 124, "v12 railId offset");
+_Static_assert(offsetof(props_v12_t, plane_id) == 126, "v12 planeId offset");
+
+/* Only what getProperties and makeVDevice point to differs between the two versions. */
+#define NET_V11_MEMBERS(props_t, vprops_t)                                                     \
+  const char *name;                                                                            \
+  res_t (*init)(void **, uint64_t, comm_config_t *, logger_t, profiler_t);                     \
+  res_t (*devices)(int *);                                                                     \
+  res_t (*get_properties)(int, props_t *);                                                     \
+  res_t (*listen)(void *, int, void *, void **);                                               \
+  res_t (*connect)(void *, int, void *, void **, dev_handle_t **);                             \
+  res_t (*accept)(void *, void **, dev_handle_t **);                                           \
+  res_t (*reg_mr)(void *, void *, size_t, int, void **);                                       \
+  res_t (*reg_mr_dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);                 \
+  res_t (*dereg_mr)(void *, void *);                                                           \
+  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);                        \
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **);            \
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);                              \
+  res_t (*test)(void *, int *, int *);                                                         \
+  res_t (*close_send)(void *);                                                                 \
+  res_t (*close_recv)(void *);                                                                 \
+  res_t (*close_listen)(void *);                                                               \
+  res_t (*get_device_mr)(void *, void *, void **);                                             \
+  res_t (*irecv_consumed)(void *, int, void *);                                                \
+  res_t (*make_vdevice)(int *, vprops_t *);                                                    \
+  res_t (*finalize)(void *);                                                                   \
   res_t (*set_net_attr)(void *, void *);
-} net_v11_t;
+typedef struct { NET_V11_MEMBERS(props_v11_t, vprops_t) } net_v11_t;
+typedef struct { NET_V11_MEMBERS(props_v12_t, vprops_v12_t) } net_v12_t;
 _Static_assert(sizeof(net_v11_t) == 176, "v11 struct size");
+_Static_assert(sizeof(net_v12_t) == 176, "v12 struct size");
 _Static_assert(sizeof(props_v11_t) == 112, "v11 properties size");
 _Static_assert(offsetof(props_v11_t, max_p2p_bytes) == 88, "v11 maxP2pBytes offset");
+
+#if defined(OXTEST_V12) || defined(OXTEST_V12_AND_V11)
+#define OXTEST_HAS_V12 1
+#endif
+#ifndef OXTEST_V12
+#define OXTEST_HAS_V11 1
+#endif
 
 #ifdef OXTEST_NO_SYMBOL
 #define OXTEST_EXPORT static
@@ -1068,7 +1096,12 @@ _Static_assert(offsetof(props_v11_t, max_p2p_bytes) == 88, "v11 maxP2pBytes offs
 #define OXTEST_SYMBOL ncclNetPlugin_v11
 #endif
 /* Not const: init fills regMrDmaBuf when the dma-buf mode is on (members are read after init). */
+#ifdef OXTEST_HAS_V11
 OXTEST_EXPORT net_v11_t OXTEST_SYMBOL;
+#endif
+#ifdef OXTEST_HAS_V12
+__attribute__((visibility("default"))) net_v12_t ncclNetPlugin_v12;
+#endif
 
 #define CTX_MAGIC 0x5854434fu
 struct ctx {
@@ -1092,7 +1125,12 @@ static res_t init_v11(void **ctx, uint64_t comm_id, comm_config_t *config, logge
   c->magic = CTX_MAGIC;
   c->comm_id = comm_id;
   *ctx = c;
+#ifdef OXTEST_HAS_V11
   OXTEST_SYMBOL.reg_mr_dmabuf = dmabuf_on ? reg_mr_dmabuf : NULL;
+#endif
+#ifdef OXTEST_HAS_V12
+  ncclNetPlugin_v12.reg_mr_dmabuf = dmabuf_on ? reg_mr_dmabuf : NULL;
+#endif
   __atomic_add_fetch(&n_init, 1, __ATOMIC_SEQ_CST);
   LOG(L_INFO, "OxTest: init for comm %#llx, traffic class %d", (unsigned long long)comm_id,
       config ? config->traffic_class : -2);
@@ -1109,18 +1147,33 @@ static res_t finalize_v11(void *ctx) {
   return NET_OK;
 }
 
-static res_t props_v11(int dev, props_v11_t *p) {
+/* The fields v11 and v12 share by name (v12 has them at other offsets from vProps on). */
+#define FILL_V11(p, max_p2p)                                                                   \
+  do {                                                                                         \
+    memset(p, 0, sizeof *p);                                                                   \
+    fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);                            \
+    p->speed = 10000;                                                                          \
+    p->max_comms = 65536;                                                                      \
+    p->max_recvs = 1;                                                                          \
+    p->force_flush = force_flush_on;                                                           \
+    p->vprops.ndevs = 1;                                                                       \
+    p->max_p2p_bytes = max_p2p;                                                                \
+    p->max_coll_bytes = (size_t)1 << 29;                                                       \
+    p->max_multi_request_size = 1;                                                             \
+  } while (0)
+
+static __attribute__((unused)) res_t props_v11(int dev, props_v11_t *p) {
   if (dev != 0) return NET_ARGUMENT;
-  memset(p, 0, sizeof *p);
-  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
-  p->speed = 10000;
-  p->max_comms = 65536;
-  p->max_recvs = 1;
-  p->force_flush = force_flush_on;
-  p->vprops.ndevs = 1;
-  p->max_p2p_bytes = (size_t)1 << 40;
-  p->max_coll_bytes = (size_t)1 << 29;
-  p->max_multi_request_size = 1;
+  FILL_V11(p, (size_t)1 << 40);
+  return NET_OK;
+}
+
+/* Values no other flavour reports, so a host reading v11's layout would see other numbers. */
+static __attribute__((unused)) res_t props_v12(int dev, props_v12_t *p) {
+  if (dev != 0) return NET_ARGUMENT;
+  FILL_V11(p, (size_t)1 << 37);
+  p->rail_id = 3;
+  p->plane_id = 1;
   return NET_OK;
 }
 
@@ -1154,12 +1207,21 @@ static res_t irecv_v11(void *c, int n, void **d, size_t *sizes, int *tags, void 
 #define OXTEST_NAME "OxTest"
 #endif
 
-OXTEST_EXPORT net_v11_t OXTEST_SYMBOL = {
-    OXTEST_NAME, init_v11,   devices,    props_v11,    listen_v11,  connect_v11,
-    accept_v11,  reg_mr,     NULL,       dereg_mr,     isend_v11,   irecv_v11,
-    iflush,      test,       close_comm, close_comm,   close_listen, NULL,
-    NULL,        NULL,       finalize_v11, NULL,
-};
+/* Both versions share every function but getProperties. */
+#define NET_V11_INIT(name, props)                                                              \
+  {                                                                                            \
+    name, init_v11, devices, props, listen_v11, connect_v11, accept_v11, reg_mr, NULL,         \
+        dereg_mr, isend_v11, irecv_v11, iflush, test, close_comm, close_comm, close_listen,    \
+        NULL, NULL, NULL, finalize_v11, NULL,                                                  \
+  }
+
+#ifdef OXTEST_HAS_V11
+OXTEST_EXPORT net_v11_t OXTEST_SYMBOL = NET_V11_INIT(OXTEST_NAME, props_v11);
+#endif
+#ifdef OXTEST_HAS_V12
+__attribute__((visibility("default"))) net_v12_t ncclNetPlugin_v12 =
+    NET_V11_INIT("OxTest12", props_v12);
+#endif
 
 #ifdef OXTEST_NO_SYMBOL
 /* Keep the struct referenced so the compiler does not warn about it. */

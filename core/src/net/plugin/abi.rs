@@ -1,4 +1,4 @@
-//! The C layouts of NCCL's net-plugin ABI, versions 6 to 11 (`reference/net.md` §2).
+//! The C layouts of NCCL's net-plugin ABI, versions 6 to 12 (`reference/net.md` §2).
 //!
 //! Every struct is `#[repr(C)]` with its members in the ABI's order; the tests below check sizes
 //! and offsets against the tables of the reference. Function members are `Option`s of function
@@ -27,6 +27,8 @@ pub const MAX_REQUESTS: usize = 32;
 pub const MAX_REQUESTS_V6: usize = 8;
 /// `NCCL_NET_MAX_DEVS_PER_NIC` of v9 to v11.
 pub const MAX_DEVS_PER_NIC: usize = 4;
+/// `NCCL_NET_MAX_DEVS_PER_NIC` of v12.
+pub const MAX_DEVS_PER_NIC_V12: usize = 8;
 /// `NCCL_MAX_NET_SIZE_BYTES`: the largest `maxP2pBytes` a plugin may report.
 pub const MAX_NET_SIZE_BYTES: u64 = 1 << 40;
 /// `MAX_NET_SIZE`: the message limit the v6-v8 adapters impose.
@@ -97,6 +99,16 @@ pub struct VDeviceProps {
     pub ndevs: c_int,
     /// Their indices.
     pub devs: [c_int; MAX_DEVS_PER_NIC],
+}
+
+/// `ncclNetVDeviceProps_v12_t`: room for twice the fused devices of v9 to v11.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VDevicePropsV12 {
+    /// Physical devices fused.
+    pub ndevs: c_int,
+    /// Their indices.
+    pub devs: [c_int; MAX_DEVS_PER_NIC_V12],
 }
 
 /// `ncclNetProperties_v6_t`.
@@ -194,6 +206,37 @@ pub struct PropsV11 {
     pub max_multi_request_size: c_int,
 }
 
+/// `ncclNetProperties_v12_t`: v11 with the larger vProps of v12 (which moves every later field),
+/// plus the NIC's rail and plane.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PropsV12 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub reg_is_global: c_int,
+    pub force_flush: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
+    pub net_device_type: c_int,
+    pub net_device_version: c_int,
+    pub v_props: VDevicePropsV12,
+    pub max_p2p_bytes: usize,
+    pub max_coll_bytes: usize,
+    pub max_multi_request_size: c_int,
+    /// `railId`: NICs of one rail, [`NET_ID_UNSET`] when the plugin does not say.
+    pub rail_id: i16,
+    /// `planeId`: NICs of different planes are never mixed, [`NET_ID_UNSET`] when unsaid.
+    pub plane_id: i16,
+}
+
+/// `railId` / `planeId` of a plugin that does not set them.
+pub const NET_ID_UNSET: i16 = -1;
+
 macro_rules! zeroed_default {
     ($($t:ty),*) => {$(
         impl Default for $t {
@@ -205,7 +248,7 @@ macro_rules! zeroed_default {
         }
     )*};
 }
-zeroed_default!(PropsV6, PropsV7, PropsV8, PropsV9, PropsV11);
+zeroed_default!(PropsV6, PropsV7, PropsV8, PropsV9, PropsV11, PropsV12);
 
 type P = *mut c_void;
 type PP = *mut *mut c_void;
@@ -391,8 +434,18 @@ pub struct NetV11 {
     pub set_net_attr: Option<unsafe extern "C" fn(P, *mut NetAttr) -> NcclResult>,
 }
 
-/// The exported symbols, newest first: NCCL 2.28 takes the first one found.
-pub const SYMBOLS: [(&str, u32); 6] = [
+/// `ncclNet_v12_t`, read through v11's layout: v12 keeps v11's 22 members and signatures, and
+/// differs only in what two pointer arguments point to: `getProperties` fills a [`PropsV12`]
+/// and `makeVDevice` reads a [`VDevicePropsV12`]. Pointer arguments are ABI-compatible whatever
+/// their pointee, so the v11 struct calls v12 plugins correctly as long as the caller passes
+/// the v12 structs: the adapter gives `getProperties` a `PropsV12`, and never calls
+/// `makeVDevice`.
+pub type NetV12 = NetV11;
+
+/// The exported symbols, newest first: NCCL 2.30 takes the first one found (2.28 starts at
+/// v11).
+pub const SYMBOLS: [(&str, u32); 7] = [
+    ("ncclNetPlugin_v12", 12),
     ("ncclNetPlugin_v11", 11),
     ("ncclNetPlugin_v10", 10),
     ("ncclNetPlugin_v9", 9),
@@ -468,6 +521,46 @@ mod tests {
     }
 
     #[test]
+    fn v12_properties_match_the_reference_offsets() {
+        // Everything before vProps is v11's.
+        let head = [
+            offset_of!(PropsV12, guid),
+            offset_of!(PropsV12, ptr_support),
+            offset_of!(PropsV12, reg_is_global),
+            offset_of!(PropsV12, force_flush),
+            offset_of!(PropsV12, speed),
+            offset_of!(PropsV12, port),
+            offset_of!(PropsV12, latency),
+            offset_of!(PropsV12, max_comms),
+            offset_of!(PropsV12, max_recvs),
+            offset_of!(PropsV12, net_device_type),
+            offset_of!(PropsV12, net_device_version),
+        ];
+        assert_eq!(head, [16, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60]);
+        assert_eq!(size_of::<VDevicePropsV12>(), 36);
+        let tail = [
+            offset_of!(PropsV12, v_props),
+            offset_of!(PropsV12, max_p2p_bytes),
+            offset_of!(PropsV12, max_coll_bytes),
+            offset_of!(PropsV12, max_multi_request_size),
+            offset_of!(PropsV12, rail_id),
+            offset_of!(PropsV12, plane_id),
+            size_of::<PropsV12>(),
+        ];
+        assert_eq!(tail, [64, 104, 112, 120, 124, 126, 128]);
+    }
+
+    #[test]
+    fn symbols_are_searched_newest_first_from_v12() {
+        assert_eq!(SYMBOLS[0], ("ncclNetPlugin_v12", 12));
+        for (name, version) in SYMBOLS {
+            assert_eq!(name, format!("ncclNetPlugin_v{version}"));
+        }
+        assert!(SYMBOLS.windows(2).all(|w| w[0].1 == w[1].1 + 1));
+        assert_eq!(SYMBOLS[SYMBOLS.len() - 1].1, 6);
+    }
+
+    #[test]
     fn net_structs_match_the_reference_sizes() {
         assert_eq!(size_of::<NetV6>(), 136);
         assert_eq!(size_of::<NetV7>(), 152);
@@ -475,6 +568,7 @@ mod tests {
         assert_eq!(size_of::<NetV9>(), 160);
         assert_eq!(size_of::<NetV10>(), 160);
         assert_eq!(size_of::<NetV11>(), 176);
+        assert_eq!(size_of::<NetV12>(), 176);
         // Member order: spot checks of the members whose position moved between versions.
         assert_eq!(offset_of!(NetV6, close_listen), 16 * 8);
         assert_eq!(offset_of!(NetV7, irecv_consumed), 18 * 8);

@@ -1,6 +1,7 @@
-//! One interface over plugin ABI versions 6 to 11: each call goes to the member of the version
+//! One interface over plugin ABI versions 6 to 12: each call goes to the member of the version
 //! the library exports, with NCCL's adapter rules for the older ones (`reference/net.md` §2,
-//! "Adapters"): v6-v8 messages are limited to 1 GiB (`maxP2pBytes` reads as 1 GiB), v6/v7
+//! "Adapters"). v12 is v11 with a larger properties struct, so the two share every call but
+//! `getProperties`. v6-v8 messages are limited to 1 GiB (`maxP2pBytes` reads as 1 GiB), v6/v7
 //! registrations to less than 2 GiB, the optional-completion hint of receives goes only to v9+,
 //! profiler handles only to v10+, v10's `connect` gets the communicator's config, and
 //! `forceFlush` reads as 0 before v9. `regMrDmaBuf` and `iflush` have one signature in every
@@ -25,6 +26,7 @@ pub(crate) enum VTable {
     V9(NetV9),
     V10(NetV10),
     V11(NetV11),
+    V12(NetV12),
 }
 
 // SAFETY: the struct holds function pointers and a pointer to the plugin's constant name string;
@@ -42,7 +44,7 @@ macro_rules! each {
             VTable::V8($t) => $body,
             VTable::V9($t) => $body,
             VTable::V10($t) => $body,
-            VTable::V11($t) => $body,
+            VTable::V11($t) | VTable::V12($t) => $body,
         }
     };
 }
@@ -135,7 +137,7 @@ impl VTable {
     /// Copies the net struct at `sym`.
     ///
     /// # Safety
-    /// `sym` points to a live `ncclNet_v<version>_t` and `version` is 6 to 11.
+    /// `sym` points to a live `ncclNet_v<version>_t` and `version` is 6 to 12.
     pub(crate) unsafe fn read(sym: *const c_void, version: u32) -> VTable {
         // SAFETY: the caller vouches for the layout; `read_unaligned` tolerates any alignment.
         unsafe {
@@ -145,7 +147,8 @@ impl VTable {
                 8 => VTable::V8(sym.cast::<NetV8>().read_unaligned()),
                 9 => VTable::V9(sym.cast::<NetV9>().read_unaligned()),
                 10 => VTable::V10(sym.cast::<NetV10>().read_unaligned()),
-                _ => VTable::V11(sym.cast::<NetV11>().read_unaligned()),
+                11 => VTable::V11(sym.cast::<NetV11>().read_unaligned()),
+                _ => VTable::V12(sym.cast::<NetV12>().read_unaligned()),
             }
         }
     }
@@ -159,6 +162,7 @@ impl VTable {
             VTable::V9(_) => 9,
             VTable::V10(_) => 10,
             VTable::V11(_) => 11,
+            VTable::V12(_) => 12,
         }
     }
 
@@ -197,15 +201,17 @@ impl VTable {
                 VTable::V8(t) => member!(t, init)(log),
                 VTable::V9(t) => member!(t, init)(log),
                 VTable::V10(t) => member!(t, init)(log, logger::profiler_callback()),
-                VTable::V11(_) => {
-                    return Err(Error::Internal("v11 plugins init per communicator".into()));
+                VTable::V11(_) | VTable::V12(_) => {
+                    return Err(Error::Internal(
+                        "v11 and v12 plugins init per communicator".into(),
+                    ));
                 }
             }
         };
         check("init", rc)
     }
 
-    /// The per-communicator `init` of v11: a new context.
+    /// The per-communicator `init` of v11 and v12: a new context.
     ///
     /// # Safety
     /// `config` stays valid until [`VTable::finalize`] of the returned context.
@@ -214,9 +220,9 @@ impl VTable {
         comm_id: u64,
         config: *mut CommConfig,
     ) -> Result<*mut c_void> {
-        let VTable::V11(t) = self else {
+        let (VTable::V11(t) | VTable::V12(t)) = self else {
             return Err(Error::Internal(
-                "only v11 plugins init per communicator".into(),
+                "only v11 and v12 plugins init per communicator".into(),
             ));
         };
         let mut ctx = null_mut();
@@ -240,12 +246,12 @@ impl VTable {
         Ok(ctx)
     }
 
-    /// v11's `finalize(ctx)`; nothing for older versions.
+    /// The `finalize(ctx)` of v11 and v12; nothing for older versions.
     ///
     /// # Safety
     /// `ctx` came from [`VTable::init_comm`] and is finalized once, after its comms are closed.
     pub(crate) unsafe fn finalize(&self, ctx: *mut c_void) -> Result<()> {
-        if let VTable::V11(t) = self {
+        if let VTable::V11(t) | VTable::V12(t) = self {
             // SAFETY: as the caller promised.
             check("finalize", unsafe { member!(t, finalize)(ctx) })?;
         }
@@ -306,6 +312,18 @@ impl VTable {
             }
             Ok(b)
         };
+        // v9 and later share the mapping; their structs differ only in where fields lie.
+        macro_rules! v9_plus {
+            ($p:expr) => {{
+                let p = $p;
+                DevProps {
+                    props: base!(p, v9_max(p.max_p2p_bytes)?),
+                    device_type: p.net_device_type,
+                    device_version: p.net_device_version,
+                    force_flush: p.force_flush != 0,
+                }
+            }};
+        }
         let mut got = match self {
             VTable::V6(t) => {
                 let p = get!(t, PropsV6);
@@ -334,32 +352,21 @@ impl VTable {
                     force_flush: false,
                 }
             }
-            VTable::V9(t) => {
-                let p = get!(t, PropsV9);
-                DevProps {
-                    props: base!(p, v9_max(p.max_p2p_bytes)?),
-                    device_type: p.net_device_type,
-                    device_version: p.net_device_version,
-                    force_flush: p.force_flush != 0,
-                }
-            }
-            VTable::V10(t) => {
-                let p = get!(t, PropsV9);
-                DevProps {
-                    props: base!(p, v9_max(p.max_p2p_bytes)?),
-                    device_type: p.net_device_type,
-                    device_version: p.net_device_version,
-                    force_flush: p.force_flush != 0,
-                }
-            }
-            VTable::V11(t) => {
-                let p = get!(t, PropsV11);
-                DevProps {
-                    props: base!(p, v9_max(p.max_p2p_bytes)?),
-                    device_type: p.net_device_type,
-                    device_version: p.net_device_version,
-                    force_flush: p.force_flush != 0,
-                }
+            VTable::V9(t) => v9_plus!(get!(t, PropsV9)),
+            VTable::V10(t) => v9_plus!(get!(t, PropsV9)),
+            VTable::V11(t) => v9_plus!(get!(t, PropsV11)),
+            VTable::V12(t) => {
+                let mut p = PropsV12::default();
+                // SAFETY: a v12 plugin fills a `PropsV12`; the member is typed with v11's struct
+                // (see `NetV12`), and a pointer argument is passed alike whatever it points to.
+                check("getProperties", unsafe {
+                    member!(t, get_properties)(d, (&raw mut p).cast())
+                })?;
+                // One device per connection: a rail or plane has nothing to choose between.
+                tracing::debug!(target: "oxccl::net",
+                    "network plugin device {dev}: railId {}, planeId {} (not used)",
+                    p.rail_id, p.plane_id);
+                v9_plus!(p)
             }
         };
         if !self.has_dma_buf() {
@@ -376,7 +383,7 @@ impl VTable {
     /// `listen`: fills `handle` (128 bytes), returns the listen comm.
     ///
     /// # Safety
-    /// `ctx` is this communicator's context (v11), `handle` 128 writable bytes.
+    /// `ctx` is this communicator's context (v11+), `handle` 128 writable bytes.
     pub(crate) unsafe fn listen(
         &self,
         ctx: *mut c_void,
@@ -393,7 +400,7 @@ impl VTable {
                 VTable::V8(t) => member!(t, listen)(d, handle, &mut lc),
                 VTable::V9(t) => member!(t, listen)(d, handle, &mut lc),
                 VTable::V10(t) => member!(t, listen)(d, handle, &mut lc),
-                VTable::V11(t) => member!(t, listen)(ctx, d, handle, &mut lc),
+                VTable::V11(t) | VTable::V12(t) => member!(t, listen)(ctx, d, handle, &mut lc),
             }
         };
         check("listen", rc)?;
@@ -429,7 +436,9 @@ impl VTable {
                 VTable::V8(t) => member!(t, connect)(d, handle, &mut sc, &mut dc),
                 VTable::V9(t) => member!(t, connect)(d, handle, &mut sc, &mut dc),
                 VTable::V10(t) => member!(t, connect)(d, config, handle, &mut sc, &mut dc),
-                VTable::V11(t) => member!(t, connect)(ctx, d, handle, &mut sc, &mut dc),
+                VTable::V11(t) | VTable::V12(t) => {
+                    member!(t, connect)(ctx, d, handle, &mut sc, &mut dc)
+                }
             }
         };
         check("connect", rc)?;
@@ -451,7 +460,9 @@ impl VTable {
                 VTable::V8(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
                 VTable::V9(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
                 VTable::V10(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
-                VTable::V11(t) => member!(t, accept)(listen, &mut rc_comm, &mut dc),
+                VTable::V11(t) | VTable::V12(t) => {
+                    member!(t, accept)(listen, &mut rc_comm, &mut dc)
+                }
             }
         };
         check("accept", rc)?;
@@ -489,7 +500,9 @@ impl VTable {
                 VTable::V8(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
                 VTable::V9(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
                 VTable::V10(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
-                VTable::V11(t) => member!(t, reg_mr)(comm, data, size, ty, &mut mh),
+                VTable::V11(t) | VTable::V12(t) => {
+                    member!(t, reg_mr)(comm, data, size, ty, &mut mh)
+                }
             }
         };
         check("regMr", rc)?;
@@ -559,7 +572,7 @@ impl VTable {
                 VTable::V10(t) => {
                     member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
                 }
-                VTable::V11(t) => {
+                VTable::V11(t) | VTable::V12(t) => {
                     member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
                 }
             }
@@ -612,7 +625,9 @@ impl VTable {
                 VTable::V8(t) => member!(t, irecv)(comm, 1, d, si, tg, m, &mut req),
                 VTable::V9(t) => member!(t, irecv)(comm, 1, d, s, tg, m, &mut req),
                 VTable::V10(t) => member!(t, irecv)(comm, 1, d, s, tg, m, ph, &mut req),
-                VTable::V11(t) => member!(t, irecv)(comm, 1, d, s, tg, m, ph, &mut req),
+                VTable::V11(t) | VTable::V12(t) => {
+                    member!(t, irecv)(comm, 1, d, s, tg, m, ph, &mut req)
+                }
             }
         };
         check("irecv", rc)?;
@@ -747,5 +762,36 @@ mod tests {
         // SAFETY: refused before the (missing) member could be called.
         let e = unsafe { v11(false).reg_mr_dma_buf(null_mut(), null_mut(), 1, 2, 0, 3) };
         assert!(e.unwrap_err().to_string().contains("regMrDmaBuf"));
+    }
+
+    unsafe extern "C" fn v12_props(_: c_int, p: *mut PropsV11) -> NcclResult {
+        // SAFETY: the adapter passes a `PropsV12` to a v12 table (whose member has v11's type).
+        let p = unsafe { &mut *p.cast::<PropsV12>() };
+        p.ptr_support = PTR_HOST as c_int;
+        p.speed = 0;
+        p.max_recvs = 1;
+        p.force_flush = 1;
+        p.max_p2p_bytes = 3 << 30;
+        p.rail_id = 2;
+        p.plane_id = NET_ID_UNSET;
+        SUCCESS
+    }
+
+    /// A v12 table reads its properties through the v12 layout, not v11's (where
+    /// `maxP2pBytes` would come from the middle of vProps), with the usual speed default.
+    #[test]
+    fn v12_properties_come_from_the_v12_layout() {
+        // SAFETY: as in `v11`.
+        let mut t: NetV12 = unsafe { std::mem::zeroed() };
+        t.get_properties = Some(v12_props);
+        let vt = VTable::V12(t);
+        assert_eq!(vt.version(), 12);
+        // SAFETY: the struct's only member called is `getProperties`, defined above.
+        let got = unsafe { vt.properties(0) }.unwrap();
+        assert_eq!(got.props.max_p2p_bytes, 3 << 30);
+        assert_eq!(got.props.speed_mbps, 10_000, "speed <= 0 reads as 10 Gbps");
+        assert_eq!(got.props.max_recvs, 1);
+        assert!(got.force_flush);
+        assert_eq!(got.device_type, DEVICE_HOST);
     }
 }

@@ -4,7 +4,8 @@
 //! meaning no plugin. An entry is `dlopen`ed as given (RTLD_NOW | RTLD_LOCAL), and, when that
 //! fails and the entry is a bare name (no `/`, not `lib…so`), as `libnccl-net-<entry>.so`; an
 //! entry starting with `STATIC_PLUGIN` (any case) means the main program. The library's newest
-//! exported `ncclNetPlugin_v11` … `v6` wins. Libraries stay loaded for the life of the process.
+//! exported `ncclNetPlugin_v12` … `v6` wins (NCCL 2.30's search). Libraries stay loaded for the
+//! life of the process.
 
 use super::abi::SYMBOLS;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
@@ -47,7 +48,7 @@ pub fn file_names(entry: &str) -> Vec<String> {
 pub struct Opened {
     /// The file that opened (or "the main program").
     pub path: String,
-    /// ABI version of the symbol taken (6 to 11).
+    /// ABI version of the symbol taken (6 to 12).
     pub version: u32,
     /// Address of the exported `ncclNetPlugin_vN` struct.
     pub sym: *mut c_void,
@@ -66,7 +67,7 @@ unsafe impl Sync for Opened {}
 pub enum OpenError {
     /// No file of the entry could be opened (NCCL logs this only at INFO).
     NotFound(String),
-    /// The library opened but exports no `ncclNetPlugin_v6..v11`.
+    /// The library opened but exports no `ncclNetPlugin_v6..v12`.
     NoSymbol(String),
 }
 
@@ -76,7 +77,7 @@ impl std::fmt::Display for OpenError {
             OpenError::NotFound(m) => write!(f, "{m}"),
             OpenError::NoSymbol(p) => write!(
                 f,
-                "{p} exports none of ncclNetPlugin_v11 .. ncclNetPlugin_v6: unsupported, closed"
+                "{p} exports none of ncclNetPlugin_v12 .. ncclNetPlugin_v6: unsupported, closed"
             ),
         }
     }

@@ -2,13 +2,13 @@
 //! through the [`Net`] trait like the built-in sockets, so the proxy serves both unchanged.
 //!
 //! - [`loader`] finds and opens a library as NCCL 2.28 does and takes its newest
-//!   `ncclNetPlugin_v11` .. `v6` symbol.
+//!   `ncclNetPlugin_v12` .. `v6` symbol (NCCL 2.30's search order).
 //! - [`abi`] has the C layouts of every version; [`adapter`] calls whichever version the library
 //!   exports, with NCCL's adapter rules for the older ones.
 //! - `logger` is the logger plugins receive (a C shim: the ABI's logger is C-variadic).
 //! - [`PluginLib`] is one opened library (once per process); [`PluginNet`] one communicator's
-//!   use of it: v11 plugins get an `init` (a context) per communicator, v6-v10 plugins one
-//!   `init` per process.
+//!   use of it: v11 and v12 plugins get an `init` (a context) per communicator, v6-v10 plugins
+//!   one `init` per process.
 //! - [`select`] chooses the network of a communicator (`NCCL_NET`), falling back to the
 //!   built-in sockets when no plugin loads.
 //!
@@ -78,7 +78,7 @@ impl PluginLib {
         Ok(lib)
     }
 
-    /// The ABI version taken (6 to 11).
+    /// The ABI version taken (6 to 12).
     pub fn version(&self) -> u32 {
         self.opened.version
     }
@@ -98,14 +98,15 @@ impl PluginLib {
     }
 }
 
-/// One communicator's network over a plugin (a v11 context, or the process-wide v6-v10 state).
+/// One communicator's network over a plugin (a v11 or v12 context, or the process-wide v6-v10
+/// state).
 pub struct PluginNet {
     lib: Arc<PluginLib>,
     vt: VTable,
     name: String,
     ctx: *mut c_void,
-    /// The connection config v10's `connect` and v11's `init` receive (default traffic class);
-    /// boxed so its address stays valid while the plugin may hold it.
+    /// The connection config v10's `connect` and the `init` of v11+ receive (default traffic
+    /// class); boxed so its address stays valid while the plugin may hold it.
     config: Box<abi::CommConfig>,
     devices: Vec<Properties>,
     /// Each device's `forceFlush`.
@@ -159,7 +160,7 @@ fn comm_of<'a, T: 'static>(b: &'a (dyn std::any::Any + Send), what: &str) -> Res
 }
 
 impl PluginNet {
-    /// Initializes `lib` for one communicator (`comm_id` goes to a v11 `init`) and checks that
+    /// Initializes `lib` for one communicator (`comm_id` goes to a v11+ `init`) and checks that
     /// oxccl can drive it: at least one device, device 0 proxy-driven (HOST) and reading host
     /// memory, `maxRecvs` >= 1.
     pub fn new(lib: Arc<PluginLib>, comm_id: u64) -> Result<PluginNet> {

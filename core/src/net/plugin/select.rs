@@ -47,7 +47,7 @@ pub fn env_plugins() -> &'static [Arc<PluginLib>] {
 }
 
 /// The network of one communicator: the first of `plugins` whose name matches `want`
-/// (`NCCL_NET`; any when `None`) and that initializes (`comm_id` goes to v11 plugins), else the
+/// (`NCCL_NET`; any when `None`) and that initializes (`comm_id` goes to v11+ plugins), else the
 /// built-in network from `builtin` if `want` allows it.
 pub fn select(
     plugins: &[Arc<PluginLib>],

@@ -27,6 +27,10 @@ const V6: &str = "libnccl-net-oxtest6.so";
 const V7: &str = "libnccl-net-oxtest7.so";
 const V9: &str = "libnccl-net-oxtest9.so";
 const V10: &str = "libnccl-net-oxtest10.so";
+/// v12 only ("OxTest12"): railId 3, planeId 1 and maxP2pBytes 2^37 in v12's layout.
+const V12: &str = "libnccl-net-oxtest12.so";
+/// Exports v12 ("OxTest12") and v11 ("OxTest").
+const V12_AND_V11: &str = "libnccl-net-oxtest12-11.so";
 const NO_SYMBOL: &str = "libnccl-net-oxtest-nosym.so";
 const BAD_INIT: &str = "libnccl-net-oxtest-badinit.so";
 /// v11 in its fake GPU-memory mode: `PTR_CUDA`, GPU registrations used as host memory.
@@ -367,6 +371,103 @@ fn plugin_v6_v7_v9_v10_run_through_their_adapters() {
     }
 }
 
+/// v12 as NCCL 2.30 takes it: v11's per-communicator calls, v12's properties layout.
+#[test]
+fn plugin_v12_reads_its_properties_layout_and_runs_like_v11() {
+    let _s = serial();
+    // This test is the only one to load this file, so the load is logged here.
+    let (lib, log) = capture(|| load(V12));
+    assert_eq!((lib.version(), lib.name()), (12, "OxTest12".to_string()));
+    assert!(
+        log.contains("NET/Plugin: Loaded net plugin OxTest12 (v12) from"),
+        "{log}"
+    );
+    let (i0, f0) = (
+        counter(V12, "oxtest_init_count"),
+        counter(V12, "oxtest_finalize_count"),
+    );
+    let (n0, log) = capture(|| net_of(&lib, 0x12));
+    let n1 = net_of(&lib, 0x13);
+    assert_eq!(
+        counter(V12, "oxtest_init_count"),
+        i0 + 2,
+        "one init per communicator"
+    );
+    assert!(
+        log.contains("OxTest: init for comm 0x12, traffic class -1"),
+        "{log}"
+    );
+    assert!(log.contains("railId 3, planeId 1"), "{log}");
+    let p = n0.properties(0).unwrap();
+    assert_eq!(p.max_p2p_bytes, 1 << 37, "maxP2pBytes at v12's offset 104");
+    assert_eq!(
+        (p.name.as_str(), p.max_recvs, p.speed_mbps, p.ptr_support),
+        ("lo", 1, 10_000, PTR_HOST)
+    );
+    assert!(!n0.force_flush(0).unwrap());
+
+    // v7+'s request limit; no registration limit.
+    let (mut s, r, nulls) = pair(&n0, &n1);
+    assert!(nulls >= 1, "connect answered NULL first");
+    let mut one = [7u8; 1];
+    let big = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1 << 31, PTR_HOST);
+    n0.dereg_mr(CommRef::Send(&s), big.expect("a 2 GiB registration"))
+        .unwrap();
+    let mh = n0
+        .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
+        .unwrap();
+    let mut reqs = Vec::new();
+    for i in 0..abi::MAX_REQUESTS {
+        // SAFETY: `one` is registered and outlives the requests (dropped untested below, with
+        // the connection closed before `one` goes).
+        let q = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+        reqs.push(q.unwrap_or_else(|| panic!("request {i} below the limit")));
+    }
+    // SAFETY: as above.
+    let over = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+    assert!(
+        over.is_none(),
+        "request {} must wait",
+        abi::MAX_REQUESTS + 1
+    );
+    drop(reqs);
+    n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
+    n0.close_send(s).unwrap();
+    n1.close_recv(r).unwrap();
+
+    // The proxy's patterns.
+    let (s, r, _) = pair(&n0, &n1);
+    let layout = FifoLayout {
+        nslots: 3,
+        slot_bytes: (1 << 20) + 64,
+    };
+    transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 17));
+    assert_eq!(counter(V12, "oxtest_open_comms"), 0, "every comm closed");
+    assert_eq!(
+        counter(V12, "oxtest_finalize_count"),
+        f0 + 2,
+        "one finalize per communicator"
+    );
+}
+
+/// NCCL 2.30 searches v12 first, so a library exporting v12 and v11 is used as v12.
+#[test]
+fn a_library_exporting_v12_and_v11_is_taken_as_v12() {
+    let _s = serial();
+    let (lib, log) = capture(|| load(V12_AND_V11));
+    assert_eq!((lib.version(), lib.name()), (12, "OxTest12".to_string()));
+    assert!(
+        log.contains("NET/Plugin: Loaded net plugin OxTest12 (v12) from"),
+        "{log}"
+    );
+    let (net, log) = capture(|| {
+        select::select(std::slice::from_ref(&lib), Some("oxtest12"), 5, builtin).unwrap()
+    });
+    assert!(log.contains("Using network OxTest12 (plugin v12"), "{log}");
+    let p = net.properties(0).unwrap();
+    assert_eq!(p.max_p2p_bytes, 1 << 37, "v12's getProperties, not v11's");
+}
+
 #[test]
 fn a_library_without_the_symbol_falls_back_to_sockets_with_a_log_line() {
     let path = plugin(NO_SYMBOL);
@@ -374,7 +475,7 @@ fn a_library_without_the_symbol_falls_back_to_sockets_with_a_log_line() {
     assert_eq!(e, loader::OpenError::NoSymbol(path.clone()));
     let (libs, log) = capture(|| select::load_all(Some(&path)));
     assert!(libs.is_empty());
-    assert!(log.contains("exports none of ncclNetPlugin_v11"), "{log}");
+    assert!(log.contains("exports none of ncclNetPlugin_v12"), "{log}");
     let (net, log) = capture(|| select::select(&libs, None, 1, builtin).unwrap());
     assert_eq!(net.name(), BUILTIN);
     assert!(log.contains("Using internal network Socket"), "{log}");
