@@ -293,7 +293,7 @@ impl Backend for CudaBackend {
         true
     }
     fn topology(&self, transport: &CudaTransport) -> Option<Topology> {
-        transport.has_net().then_some(Topology::MultiNode)
+        transport.topology()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<CudaTransport> {
         CudaTransport::connect(self.api(), self.geometry, ctx)

@@ -818,7 +818,7 @@ impl Backend for HipBackend {
         Some((self.geometry.channels as u32).min(transport.max_blocks()))
     }
     fn topology(&self, transport: &HipTransport) -> Option<Topology> {
-        transport.has_net().then_some(Topology::MultiNode)
+        transport.topology()
     }
     fn needs_peer_watch(&self) -> bool {
         true

@@ -14,9 +14,12 @@ use crate::shm::ShmFifos;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::error::{Error, Result};
+use oxccl_core::net::Net;
+use oxccl_core::net::connect::{choose_net, net_device};
 use oxccl_core::net::proxy::Proxy;
 use oxccl_core::plan::one_shot::OneShot;
-use oxccl_core::plan::{BufId, Protocol, WorkDesc};
+use oxccl_core::plan::tuner::link_summary;
+use oxccl_core::plan::{BufId, NetLink, Protocol, Topology, WorkDesc};
 use oxccl_kernel_abi::{
     self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, kernel_params, one_shot_grid,
     one_shot_inbox_bytes, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
@@ -145,10 +148,12 @@ pub struct DeviceTransport<A: DeviceApi> {
     /// The shared-memory FIFOs of the SHM peers (`None`: no rank of the communicator has any).
     /// Dropped with the other fields, after `drop` has waited for the last kernel.
     shm: Option<ShmFifos<A>>,
-    /// Some pair of this communicator meets through host memory (NET or SHM): plans stay on the
-    /// channels those connections exist for, and the one-shot kernels (which write into every
-    /// peer's memory) are off. The same on every rank.
-    net_limits: bool,
+    /// `Some` when a pair of this communicator meets through host memory (NET or SHM): plans
+    /// stay on the channels those connections exist for, and the one-shot kernels (which write
+    /// into every peer's memory) are off. It holds the network the tuner weighs: the slowest of
+    /// the ranks' NET devices, or with SHM pairs only the link the limits were measured on
+    /// ([`NetLink::SOCKETS_ON_LOOPBACK`]: unchanged behaviour). The same on every rank.
+    net_link: Option<NetLink>,
 }
 
 impl<A: DeviceApi> std::fmt::Debug for DeviceTransport<A> {
@@ -175,6 +180,21 @@ fn p2p_disabled() -> bool {
     std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1")
         || std::env::var("NCCL_P2P_LEVEL")
             .is_ok_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
+}
+
+/// The link of the device every NET connection over `net` uses, as the tuner weighs it.
+fn device_link(net: &dyn Net) -> Result<NetLink> {
+    Ok(NetLink::from_properties(&net.properties(net_device(net)?)?))
+}
+
+/// The slowest link among the ranks' records of the all-gather in `connect` (a flag byte, bit 0:
+/// the rank has NET peers, then its [`NetLink::to_bytes`]); `None` when no rank has NET peers.
+fn slowest_link(records: &[Vec<u8>]) -> Option<NetLink> {
+    records
+        .iter()
+        .filter(|r| r.first().is_some_and(|flags| flags & 1 != 0))
+        .filter_map(|r| NetLink::from_bytes(&r[1..]))
+        .reduce(NetLink::slower)
 }
 
 impl<A: DeviceApi> DeviceTransport<A> {
@@ -216,7 +236,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             state: Mutex::new(LaunchState::default()),
             net: None,
             shm: None,
-            net_limits: false,
+            net_link: None,
         };
         t.setup = api.stream_create()?;
         let setup = t.setup;
@@ -331,17 +351,29 @@ impl<A: DeviceApi> DeviceTransport<A> {
             t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
         }
         // Plans must be cut alike on every rank: if any pair meets through host memory (NET or
-        // SHM), every rank keeps to their limits (channels, Simple protocol, no one-shot kernels).
-        let mine = u8::from(!net_peers.is_empty()) | u8::from(!shm_peers.is_empty()) << 1;
-        let any = bs
-            .all_gather(&[mine])?
+        // SHM), every rank keeps to their limits (channels, no one-shot kernels), and every
+        // rank's tuner weighs the same network link.
+        let net = if net_peers.is_empty() {
+            None
+        } else {
+            Some(choose_net(bs)?)
+        };
+        let link = net.as_deref().map(device_link).transpose()?;
+        let mut mine = vec![u8::from(link.is_some()) | u8::from(!shm_peers.is_empty()) << 1];
+        mine.extend(link.map_or([0; 8], NetLink::to_bytes));
+        let all = bs.all_gather(&mine)?;
+        let any = all
             .iter()
             .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
         let channels = net_channels(&geometry, any & 2 != 0);
         if any != 0 {
             t.max_blocks = t.max_blocks.min(channels);
             t.one_shot_inbox.clear();
-            t.net_limits = true;
+            let agreed = slowest_link(&all);
+            if let Some(link) = agreed.filter(|_| rank == 0) {
+                tracing::info!(target: "oxccl::init", "{}", link_summary(link));
+            }
+            t.net_link = Some(agreed.unwrap_or(NetLink::SOCKETS_ON_LOOPBACK));
         }
         if any & 2 != 0 {
             // Collective: every rank takes part, with or without SHM peers of its own.
@@ -354,8 +386,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             }
             t.shm = Some(shm);
         }
-        if !net_peers.is_empty() {
-            let net = oxccl_core::net::connect::choose_net(bs)?;
+        if let Some(net) = net {
             let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
             let fifos = NetFifos::alloc(&api, &geometry, net_peers, channels, gdr)?;
             fifos.patch_table(&mut table, &geometry, nranks);
@@ -546,10 +577,10 @@ impl<A: DeviceApi> DeviceTransport<A> {
         }
     }
 
-    /// Whether some pair of this communicator meets through host memory, NET or SHM (see
-    /// `net_limits`).
-    pub fn has_net(&self) -> bool {
-        self.net_limits
+    /// What joins the ranks, for the tuner: several nodes over the agreed network link when
+    /// some pair meets through host memory, NET or SHM (see `net_link`); `None` otherwise.
+    pub fn topology(&self) -> Option<Topology> {
+        self.net_link.map(|link| Topology::MultiNode { link })
     }
 
     /// Most blocks (channels) one launch may use on this communicator.
@@ -819,6 +850,23 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn ranks_agree_on_the_slowest_network_link() {
+        let record = |flags: u8, link: NetLink| {
+            let mut r = vec![flags];
+            r.extend(link.to_bytes());
+            r
+        };
+        let fast = NetLink::reported(400_000, 2.0);
+        let slow = NetLink::reported(25_000, 8.0);
+        // Ranks without NET peers send zeros, which must not count as a link.
+        let none = NetLink::from_bytes(&[0; 8]).expect("eight bytes");
+        let all = vec![record(1, fast), record(2, none), record(3, slow), vec![0]];
+        assert_eq!(slowest_link(&all), Some(slow));
+        assert_eq!(slowest_link(&[record(2, none), vec![]]), None);
+        assert_eq!(slowest_link(&[record(1, fast)]), Some(fast));
     }
 
     #[test]

@@ -401,7 +401,7 @@ impl<B: Backend> Communicator<B> {
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
             // Peers' buffers are read directly: no pair may meet through host memory.
-            && self.topology(&c.transport) != Topology::MultiNode
+            && !matches!(self.topology(&c.transport), Topology::MultiNode { .. })
             && inner
                 .tuner
                 .zero_copy(a.kind, bytes, self.topology(&c.transport));

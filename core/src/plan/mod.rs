@@ -8,6 +8,7 @@ pub mod work;
 pub mod bias;
 mod direct;
 pub mod hosts;
+pub mod net_link;
 pub mod one_shot;
 mod p2p;
 mod ring;
@@ -19,6 +20,7 @@ pub mod tuner;
 pub mod zero_copy;
 
 pub use hosts::HostLayout;
+pub use net_link::NetLink;
 pub use p2p::{P2pLl, build_p2p, only_self_copies};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};

@@ -3,10 +3,12 @@
 //! Defaults come from one table of crossover points ([`HEURISTICS`]); users restrict the choice
 //! with NCCL's variables `NCCL_ALGO` and `NCCL_PROTO` and force sizes with `OXCCL_NCHANNELS` and
 //! `OXCCL_CHUNK_BYTES`. A restriction never makes an operation unplannable: when none of the
-//! allowed algorithms implements the operation, the default is used, as NCCL does.
+//! allowed algorithms implements the operation, the default is used, as NCCL does. Across hosts
+//! the crossovers follow the network's speed and latency ([`NetLink`], [`scale_to_link`]).
 
 #![forbid(unsafe_code)]
 
+use super::net_link::NetLink;
 use super::tags::MAX_CHANNELS;
 use super::{Algorithm, CollKind, Protocol, algorithms_for};
 use crate::datatype::DataType;
@@ -21,8 +23,11 @@ pub enum Topology {
         /// Whether the GPUs are joined by NVLink (or xGMI).
         nvlink: bool,
     },
-    /// Ranks on several nodes.
-    MultiNode,
+    /// Ranks on several nodes (or pairs of one node that meet through host memory).
+    MultiNode {
+        /// The network between the nodes, the same on every rank.
+        link: NetLink,
+    },
 }
 
 /// What the tuner decided for one operation.
@@ -41,8 +46,10 @@ pub struct Choice {
 /// Crossover points and sizes of the default choice, in bytes as nccl-tests counts them.
 ///
 /// Arrays are indexed by [`topo_index`]. The NVLink column comes from `oxccl-bench` sweeps on
-/// 2x H200 (docs/perf/h200x2.md, "Where the defaults came from"); the others follow the shape
-/// of NCCL's choices until measured.
+/// 2x H200 (docs/perf/h200x2.md, "Where the defaults came from"); the several-host column's
+/// LL, direct and channel thresholds were measured over the built-in sockets on loopback
+/// ([`NetLink::SOCKETS_ON_LOOPBACK`]) and move with the network ([`crossovers`]); the others
+/// follow the shape of NCCL's choices until measured.
 struct Heuristics {
     /// Direct up to this size (latency-bound: one hop beats n-1 hops).
     direct_max: u64,
@@ -156,6 +163,122 @@ const HEURISTICS: Heuristics = Heuristics {
     one_shot_ll_max_nvlink: 256 * KIB,
 };
 
+/// What one network hop costs in oxccl's proxies on top of the link's own latency, in ns:
+/// `net::latency_probe` measured 10.0 us one way through two proxies and the sockets on
+/// loopback, against 4.7-5.7 us over plain loopback TCP (2026-11-25, docs/transports.md).
+const PROXY_HOP_NS: u64 = 5_000;
+
+/// How far a link may move a measured crossover from its table value, either way: the model
+/// rests on one calibration point, so it is trusted for direction and rough size only.
+const LINK_SCALE_LIMIT: u64 = 16;
+
+/// One network hop's latency in ns as a plan meets it: the link's own (the socket assumption
+/// when it reports none) and what the proxies at both ends add.
+fn hop_latency_ns(link: NetLink) -> u64 {
+    u64::from(link.latency_ns()) + PROXY_HOP_NS
+}
+
+/// The bytes `link` holds in flight during one hop (bandwidth x hop latency), in Mbit/s x ns
+/// (8000 of them make a byte): only ratios of it are used.
+fn in_flight(link: NetLink) -> u128 {
+    u128::from(link.speed_mbps()) * u128::from(hop_latency_ns(link))
+}
+
+/// `measured`, a crossover measured on [`NetLink::SOCKETS_ON_LOOPBACK`], moved to `link`.
+///
+/// The several-host crossovers each trade latency against wire time. With a hop costing
+/// L + m/B for m bytes (L: hop latency, B: bandwidth), a choice that saves some latencies but
+/// puts m/B more (or a fixed fraction more) on the wire breaks even where the two are equal, at
+/// an m proportional to L x B: the bytes in flight. So the crossover scales with them, exactly
+/// 1 on the calibration link, and within [`LINK_SCALE_LIMIT`] of `measured` either way.
+fn scale_to_link(measured: u64, link: NetLink) -> u64 {
+    let scaled = u128::from(measured) * in_flight(link) / in_flight(NetLink::SOCKETS_ON_LOOPBACK);
+    u64::try_from(scaled).unwrap_or(u64::MAX).clamp(
+        measured / LINK_SCALE_LIMIT,
+        measured.saturating_mul(LINK_SCALE_LIMIT),
+    )
+}
+
+/// The size thresholds of one topology that a network link moves ([`crossovers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Crossovers {
+    /// LL up to this size.
+    ll_max: u64,
+    /// With two ranks, Direct up to this size.
+    direct_max_two_ranks: u64,
+    /// A channel for every this many bytes (LL128, Simple).
+    bytes_per_channel: u64,
+    /// A channel for every this many bytes with LL.
+    ll_bytes_per_channel: u64,
+}
+
+impl Crossovers {
+    /// Column `ti` of [`HEURISTICS`], as measured.
+    fn table(ti: usize) -> Crossovers {
+        let h = &HEURISTICS;
+        Crossovers {
+            ll_max: h.ll_max[ti],
+            direct_max_two_ranks: h.direct_max_two_ranks[ti],
+            bytes_per_channel: h.bytes_per_channel[ti],
+            ll_bytes_per_channel: h.ll_bytes_per_channel[ti],
+        }
+    }
+
+    /// These thresholds, measured on the calibration link, moved to `link` by
+    /// [`scale_to_link`] where they trade latency against wire time:
+    /// - LL sends 16 bytes per 8 of data to spare the fence and the counter round trip before
+    ///   the data may be read: it pays until the extra wire time exceeds the latency saved.
+    /// - Two ranks run direct in one hop where the ring takes two that wait on each other; the
+    ///   saved hop stops mattering once the wire time dwarfs it (where the measurements tied).
+    ///
+    /// The channel thresholds stay as measured: a channel is one more network connection,
+    /// worth its setup per message once its share keeps that connection busy for longer, which
+    /// depends on what one connection moves (a socket and its helper thread, a NIC queue), not
+    /// on the link's total speed. A faster link needs more channels to fill, which is
+    /// `max_channels`, not this threshold (not tuned per link yet).
+    fn on_link(self, link: NetLink) -> Crossovers {
+        Crossovers {
+            ll_max: scale_to_link(self.ll_max, link),
+            direct_max_two_ranks: scale_to_link(self.direct_max_two_ranks, link),
+            ..self
+        }
+    }
+}
+
+/// The thresholds `topo` runs with: its column of the table, moved to the network link across
+/// hosts.
+fn crossovers(topo: Topology) -> Crossovers {
+    let c = Crossovers::table(topo_index(topo));
+    match topo {
+        Topology::MultiNode { link } => c.on_link(link),
+        _ => c,
+    }
+}
+
+/// `bytes` for a log line: whole MiB or KiB when it is one, else bytes.
+fn size_name(bytes: u64) -> String {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// What the tuner makes of `link` across hosts, for the log at init.
+pub fn link_summary(link: NetLink) -> String {
+    let c = crossovers(Topology::MultiNode { link });
+    format!(
+        "tuner: network {link}, {} us per hop with the proxies: LL up to {}, two ranks direct up \
+         to {}, a channel per {} (crossovers calibrated on sockets over loopback only)",
+        hop_latency_ns(link) as f64 / 1000.0,
+        size_name(c.ll_max),
+        size_name(c.direct_max_two_ranks),
+        size_name(c.bytes_per_channel),
+    )
+}
+
 const PROTOS: [Protocol; 3] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
 const ALGOS: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct];
 /// Every collective kind, in [`kind_index`] order.
@@ -217,7 +340,7 @@ fn topo_index(t: Topology) -> usize {
         Topology::Host => 0,
         Topology::SingleNodeGpu { nvlink: false } => 1,
         Topology::SingleNodeGpu { nvlink: true } => 2,
-        Topology::MultiNode => 3,
+        Topology::MultiNode { .. } => 3,
     }
 }
 
@@ -483,7 +606,7 @@ impl Tuner {
     pub fn p2p_ll_max(&self, topo: Topology) -> u64 {
         match self.protos[kind_index(CollKind::SendRecv)] {
             Some(mask) if mask & proto_bit(Protocol::Ll) == 0 => 0,
-            _ => HEURISTICS.ll_max[topo_index(topo)],
+            _ => crossovers(topo).ll_max,
         }
     }
 
@@ -501,7 +624,8 @@ impl Tuner {
         let ki = kind_index(kind);
         let supported = algorithms_for(kind);
         let ti = topo_index(topo);
-        let default_algo = default_algo(kind, bytes, nranks, ti);
+        let cross = crossovers(topo);
+        let default_algo = default_algo(kind, bytes, nranks, ti, cross.direct_max_two_ranks);
         let algo = match self.algos[ki] {
             None => default_algo,
             Some(mask) => std::iter::once(default_algo)
@@ -514,7 +638,7 @@ impl Tuner {
                     default_algo
                 }),
         };
-        let order: [Protocol; 3] = if bytes <= h.ll_max[ti] {
+        let order: [Protocol; 3] = if bytes <= cross.ll_max {
             [Protocol::Ll, Protocol::Ll128, Protocol::Simple]
         } else if bytes <= h.ll128_max {
             [Protocol::Ll128, Protocol::Simple, Protocol::Ll]
@@ -540,11 +664,11 @@ impl Tuner {
         let chunk_elems = (chunk_bytes / dtype.size() as u64).max(1);
         let nchannels = self.nchannels.unwrap_or_else(|| {
             let per = if proto == Protocol::Ll {
-                h.ll_bytes_per_channel[ti]
+                cross.ll_bytes_per_channel
             } else {
-                h.bytes_per_channel[ti]
+                cross.bytes_per_channel
             };
-            let wanted = (bytes / per).max(1);
+            let wanted = (bytes / per.max(1)).max(1);
             wanted.min(u64::from(h.max_channels[ti])) as u32
         });
         Choice {
@@ -556,8 +680,15 @@ impl Tuner {
     }
 }
 
-/// The algorithm [`HEURISTICS`] picks when nothing is forced (always one that implements `kind`).
-fn default_algo(kind: CollKind, bytes: u64, nranks: u32, ti: usize) -> Algorithm {
+/// The algorithm [`HEURISTICS`] picks when nothing is forced (always one that implements `kind`);
+/// two ranks run direct up to `direct_max_two_ranks` ([`crossovers`]).
+fn default_algo(
+    kind: CollKind,
+    bytes: u64,
+    nranks: u32,
+    ti: usize,
+    direct_max_two_ranks: u64,
+) -> Algorithm {
     let h = &HEURISTICS;
     match kind {
         CollKind::AllToAll
@@ -566,7 +697,7 @@ fn default_algo(kind: CollKind, bytes: u64, nranks: u32, ti: usize) -> Algorithm
         | CollKind::Scatter
         | CollKind::SendRecv => Algorithm::Direct,
         _ if bytes <= h.direct_max => Algorithm::Direct,
-        _ if nranks <= 2 && bytes <= h.direct_max_two_ranks[ti] => Algorithm::Direct,
+        _ if nranks <= 2 && bytes <= direct_max_two_ranks => Algorithm::Direct,
         CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks[ti] => {
             Algorithm::Tree
         }
@@ -577,7 +708,13 @@ fn default_algo(kind: CollKind, bytes: u64, nranks: u32, ti: usize) -> Algorithm
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::net_link::SOCKET_LATENCY_NS;
     use std::collections::HashMap;
+
+    /// Several hosts over the calibration link (today's measured table).
+    const SOCKETS: Topology = Topology::MultiNode {
+        link: NetLink::SOCKETS_ON_LOOPBACK,
+    };
 
     fn tuner(vars: &[(&str, &str)]) -> Tuner {
         let map: HashMap<String, String> = vars
@@ -596,7 +733,7 @@ mod tests {
         assert!(!t.zero_copy(CollKind::Scatter, 1 << 40, nvl));
         assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, nvl));
         assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, Topology::Host));
-        assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, Topology::MultiNode));
+        assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, SOCKETS));
         // A forced algorithm or protocol is what the user wants to run.
         assert!(!tuner(&[("NCCL_ALGO", "ring")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
         assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
@@ -666,14 +803,8 @@ mod tests {
         assert_eq!(pick(&t, CollKind::AllReduce, MIB, 2).algo, Algorithm::Ring);
         assert_eq!(pick(&t, CollKind::AllReduce, MIB, 4).algo, Algorithm::Ring);
         let multi = |bytes, n| {
-            t.choose(
-                CollKind::AllReduce,
-                bytes,
-                DataType::Float32,
-                n,
-                Topology::MultiNode,
-            )
-            .algo
+            t.choose(CollKind::AllReduce, bytes, DataType::Float32, n, SOCKETS)
+                .algo
         };
         assert_eq!(multi(MIB, 4), Algorithm::Tree, "hosts: tree from 4 ranks");
         assert_eq!(multi(MIB, 3), Algorithm::Ring);
@@ -684,14 +815,8 @@ mod tests {
         assert_eq!(multi(8 * MIB, 2), Algorithm::Direct);
         assert_eq!(multi(8 * MIB + 1, 2), Algorithm::Ring);
         let channels = |bytes| {
-            t.choose(
-                CollKind::AllReduce,
-                bytes,
-                DataType::Float32,
-                2,
-                Topology::MultiNode,
-            )
-            .nchannels
+            t.choose(CollKind::AllReduce, bytes, DataType::Float32, 2, SOCKETS)
+                .nchannels
         };
         assert_eq!(
             [channels(8), channels(MIB), channels(2 * MIB), channels(GIB)],
@@ -769,6 +894,172 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
+    fn across(link: NetLink) -> Topology {
+        Topology::MultiNode { link }
+    }
+
+    fn all_reduce(topo: Topology, bytes: u64, nranks: u32) -> Choice {
+        Tuner::default().choose(CollKind::AllReduce, bytes, DataType::Float32, nranks, topo)
+    }
+
+    #[test]
+    fn sockets_on_loopback_reproduce_the_measured_table() {
+        // What socket.rs reports for `lo` (no speed in /sys: 10 Gb/s; latency 0: unknown).
+        assert_eq!(NetLink::reported(10_000, 0.0), NetLink::SOCKETS_ON_LOOPBACK);
+        let c = crossovers(SOCKETS);
+        assert_eq!(c, Crossovers::table(3));
+        assert_eq!(
+            (
+                c.ll_max,
+                c.direct_max_two_ranks,
+                c.bytes_per_channel,
+                c.ll_bytes_per_channel
+            ),
+            (8 * KIB, 8 * MIB, 512 * KIB, 256 * KIB)
+        );
+        // The socket assumption stated as a report is the same link in effect.
+        let stated = NetLink::reported(10_000, SOCKET_LATENCY_NS as f32 / 1000.0);
+        assert_eq!(crossovers(across(stated)), c);
+        assert_eq!(all_reduce(SOCKETS, 8 * KIB, 2).proto, Protocol::Ll);
+        assert_eq!(all_reduce(SOCKETS, 8 * KIB + 1, 2).proto, Protocol::Ll128);
+        assert_eq!(all_reduce(SOCKETS, 8 * MIB, 2).algo, Algorithm::Direct);
+        assert_eq!(all_reduce(SOCKETS, 8 * MIB + 1, 2).algo, Algorithm::Ring);
+        assert_eq!(tuner(&[]).p2p_ll_max(SOCKETS), 8 * KIB);
+        // Other topologies do not look at a link.
+        for ti in 0..3 {
+            let topo = [
+                Topology::Host,
+                Topology::SingleNodeGpu { nvlink: false },
+                Topology::SingleNodeGpu { nvlink: true },
+            ][ti];
+            assert_eq!(crossovers(topo), Crossovers::table(ti));
+        }
+        assert_eq!(
+            link_summary(NetLink::SOCKETS_ON_LOOPBACK),
+            "tuner: network 10 Gb/s, latency unknown (5 us assumed), 10 us per hop with the \
+             proxies: LL up to 8 KiB, two ranks direct up to 8 MiB, a channel per 512 KiB \
+             (crossovers calibrated on sockets over loopback only)"
+        );
+    }
+
+    #[test]
+    fn a_link_with_more_bytes_in_flight_moves_the_crossovers_up() {
+        // 100 Gb/s, 2 us (+5 in the proxies): 10 x 7/10 = 7 times the calibration link's.
+        let fast = across(NetLink::reported(100_000, 2.0));
+        let c = crossovers(fast);
+        assert_eq!(
+            (c.ll_max, c.direct_max_two_ranks, c.bytes_per_channel),
+            (56 * KIB, 56 * MIB, 512 * KIB)
+        );
+        // LL pays longer and direct pays longer; channels are spread as on sockets.
+        assert_eq!(all_reduce(SOCKETS, 32 * KIB, 2).proto, Protocol::Ll128);
+        assert_eq!(all_reduce(fast, 32 * KIB, 2).proto, Protocol::Ll);
+        assert_eq!(all_reduce(SOCKETS, 32 * MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(all_reduce(fast, 32 * MIB, 2).algo, Algorithm::Direct);
+        assert_eq!(all_reduce(SOCKETS, 2 * MIB, 2).nchannels, 4);
+        assert_eq!(all_reduce(fast, 2 * MIB, 2).nchannels, 4);
+        assert_eq!(tuner(&[]).p2p_ll_max(fast), 56 * KIB);
+        // 400 Gb/s, 2 us: 28 times, held at the limit of 16.
+        let c = crossovers(across(NetLink::reported(400_000, 2.0)));
+        assert_eq!(
+            (c.ll_max, c.direct_max_two_ranks, c.bytes_per_channel),
+            (128 * KIB, 128 * MIB, 512 * KIB)
+        );
+        // Latency alone: the same speed 45 us away holds 5 times the bytes in flight.
+        let far = crossovers(across(NetLink::reported(10_000, 45.0)));
+        assert_eq!((far.ll_max, far.direct_max_two_ranks), (40 * KIB, 40 * MIB));
+    }
+
+    #[test]
+    fn a_link_with_fewer_bytes_in_flight_moves_the_crossovers_down() {
+        // 1 Gb/s, 20 us (+5): 1/10 x 25/10 = a quarter of the calibration link's.
+        let slow = across(NetLink::reported(1_000, 20.0));
+        let c = crossovers(slow);
+        assert_eq!(
+            (
+                c.ll_max,
+                c.direct_max_two_ranks,
+                c.bytes_per_channel,
+                c.ll_bytes_per_channel
+            ),
+            (2 * KIB, 2 * MIB, 512 * KIB, 256 * KIB)
+        );
+        assert_eq!(all_reduce(SOCKETS, 4 * KIB, 2).proto, Protocol::Ll);
+        assert_eq!(all_reduce(slow, 4 * KIB, 2).proto, Protocol::Ll128);
+        assert_eq!(all_reduce(SOCKETS, 4 * MIB, 2).algo, Algorithm::Direct);
+        assert_eq!(all_reduce(slow, 4 * MIB, 2).algo, Algorithm::Ring);
+        assert_eq!(all_reduce(SOCKETS, MIB, 2).nchannels, 2);
+        assert_eq!(all_reduce(slow, MIB, 2).nchannels, 2);
+        // A faster device can hold fewer bytes in flight when its latency is lower: 12.5 Gb/s at
+        // 0.1 us (+5) holds 1.25 x 5.1/10 = 0.6375 times the calibration link's.
+        assert_eq!(
+            crossovers(across(NetLink::reported(12_500, 0.1))).ll_max,
+            8 * KIB * 6375 / 10_000
+        );
+    }
+
+    #[test]
+    fn garbage_links_stay_within_the_limits() {
+        let table = Crossovers::table(3);
+        for (speed, latency) in [
+            (1, 0.0),
+            (1_000_000_000, 0.0),
+            (i32::MAX, 1e9),
+            (i32::MIN, f32::NAN),
+            (0, f32::INFINITY),
+            (-1, -3.0),
+            (1, f32::MAX),
+            (i32::MAX, f32::MIN_POSITIVE),
+        ] {
+            let link = NetLink::reported(speed, latency);
+            let c = crossovers(across(link));
+            for (got, measured) in [
+                (c.ll_max, table.ll_max),
+                (c.direct_max_two_ranks, table.direct_max_two_ranks),
+                (c.bytes_per_channel, table.bytes_per_channel),
+                (c.ll_bytes_per_channel, table.ll_bytes_per_channel),
+            ] {
+                assert!(
+                    (measured / 16..=measured * 16).contains(&got),
+                    "{speed} Mb/s {latency} us: {got} against {measured}"
+                );
+            }
+            for bytes in [0, 8, MIB, GIB, u64::MAX] {
+                let ch = all_reduce(across(link), bytes, 2);
+                assert!((1..=8).contains(&ch.nchannels), "{link}: {ch:?}");
+            }
+        }
+        // 1 Mb/s counts as 1 Gb/s, unknown latency as the sockets': a tenth of the calibration.
+        let c = crossovers(across(NetLink::reported(1, f32::NAN)));
+        assert_eq!(c.ll_max, 8 * KIB / 10);
+        // 1e9 Mb/s counts as 3.2 Tb/s: 320 times, held at 16.
+        let c = crossovers(across(NetLink::reported(1_000_000_000, 0.0)));
+        assert_eq!(c.ll_max, 128 * KIB);
+    }
+
+    #[test]
+    fn forced_choices_win_over_the_link() {
+        let fast = across(NetLink::reported(400_000, 2.0));
+        let slow = across(NetLink::reported(1_000, 20.0));
+        for topo in [fast, slow] {
+            let t = tuner(&[("NCCL_ALGO", "ring")]);
+            let c = t.choose(CollKind::AllReduce, 8, DataType::Float32, 2, topo);
+            assert_eq!(c.algo, Algorithm::Ring);
+            let t = tuner(&[("NCCL_PROTO", "simple")]);
+            let c = t.choose(CollKind::AllReduce, 8, DataType::Float32, 2, topo);
+            assert_eq!(c.proto, Protocol::Simple);
+            assert_eq!(t.p2p_ll_max(topo), 0);
+            let t = tuner(&[("NCCL_PROTO", "ll")]);
+            let c = t.choose(CollKind::AllReduce, GIB, DataType::Float32, 2, topo);
+            assert_eq!(c.proto, Protocol::Ll);
+            let t = tuner(&[("OXCCL_NCHANNELS", "3")]);
+            for bytes in [8, GIB] {
+                let c = t.choose(CollKind::AllReduce, bytes, DataType::Float32, 2, topo);
+                assert_eq!(c.nchannels, 3);
+            }
+        }
+    }
+
     #[test]
     fn every_default_choice_is_plannable() {
         let t = Tuner::default();
@@ -776,7 +1067,9 @@ mod tests {
             Topology::Host,
             Topology::SingleNodeGpu { nvlink: false },
             Topology::SingleNodeGpu { nvlink: true },
-            Topology::MultiNode,
+            SOCKETS,
+            across(NetLink::reported(3_200_000, 0.1)),
+            across(NetLink::reported(1, f32::NAN)),
         ];
         for kind in KINDS {
             for bytes in [
