@@ -11,6 +11,32 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// One-way times of a ping-pong whose players return their round trips: both joined, the first
+/// tenth (warm-up) dropped, halved, sorted, in microseconds.
+fn one_way_us(
+    pinger: std::thread::JoinHandle<Vec<Duration>>,
+    ponger: std::thread::JoinHandle<Vec<Duration>>,
+) -> Vec<f64> {
+    let mut t = pinger.join().unwrap();
+    ponger.join().unwrap();
+    t.drain(..t.len() / 10);
+    let mut us: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1e6 / 2.0).collect();
+    us.sort_by(f64::total_cmp);
+    us
+}
+
+/// Prints "one-way <what>: median, p10, p90, p99" of sorted times `t`.
+fn print_one_way(what: &str, t: &[f64]) {
+    let at = |q: usize| t[t.len() * q / 100];
+    println!(
+        "one-way {what}: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
+        at(50),
+        at(10),
+        at(90),
+        at(99)
+    );
+}
+
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_small_message_one_way() {
@@ -87,18 +113,11 @@ fn latency_probe_small_message_one_way() {
     };
     let pinger = play(fifo(0), fifo(1), true, a0.clone());
     let ponger = play(fifo(2), fifo(3), false, a1.clone());
-    let mut t = pinger.join().unwrap();
-    ponger.join().unwrap();
+    let t = one_way_us(pinger, ponger);
     drop((p0, p1));
-    t.drain(..(iters / 10) as usize);
-    t.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
-    println!(
-        "one-way 8-byte message through two proxies and the socket network: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
-        us(t[t.len() / 2]),
-        us(t[t.len() / 10]),
-        us(t[t.len() * 9 / 10]),
-        us(t[t.len() * 99 / 100])
+    print_one_way(
+        "8-byte message through two proxies and the socket network",
+        &t,
     );
 }
 
@@ -145,16 +164,9 @@ fn latency_probe_plain_tcp_one_way() {
     };
     let pinger = play(a, true);
     let ponger = play(b, false);
-    let mut t = pinger.join().unwrap();
-    ponger.join().unwrap();
-    t.drain(..iters / 10);
-    t.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
-    println!(
-        "one-way 16-byte message over plain loopback TCP: median {:.2} us, p10 {:.2}, p90 {:.2}",
-        us(t[t.len() / 2]),
-        us(t[t.len() / 10]),
-        us(t[t.len() * 9 / 10])
+    print_one_way(
+        "16-byte message over plain loopback TCP",
+        &one_way_us(pinger, ponger),
     );
 }
 
@@ -208,16 +220,9 @@ fn latency_probe_socket_net_one_way() {
     };
     let pinger = play(n0.clone(), s01, r10, true);
     let ponger = play(n1.clone(), s10, r01, false);
-    let mut t = pinger.join().unwrap();
-    ponger.join().unwrap();
-    t.drain(..iters / 10);
-    t.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6 / 2.0;
-    println!(
-        "one-way 8-byte message through the socket network, no proxy: median {:.2} us, p10 {:.2}, p90 {:.2}",
-        us(t[t.len() / 2]),
-        us(t[t.len() / 10]),
-        us(t[t.len() * 9 / 10])
+    print_one_way(
+        "8-byte message through the socket network, no proxy",
+        &one_way_us(pinger, ponger),
     );
 }
 
@@ -226,7 +231,6 @@ fn latency_probe_socket_net_one_way() {
 fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
     use std::io::{ErrorKind, Read, Write};
     use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let pair = || {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -244,19 +248,6 @@ fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             let mut times = Vec::with_capacity(iters);
-            let set_quickack = |s: &TcpStream, on: bool| {
-                let v: libc::c_int = on.into();
-                // SAFETY: a valid socket and option value for the call.
-                unsafe {
-                    libc::setsockopt(
-                        s.as_raw_fd(),
-                        libc::IPPROTO_TCP,
-                        libc::TCP_QUICKACK,
-                        (&v as *const libc::c_int).cast(),
-                        4,
-                    )
-                };
-            };
             for _ in 0..iters {
                 let t = Instant::now();
                 if first {
@@ -271,7 +262,7 @@ fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
                     }
                 }
                 if let Some(q) = quickack {
-                    set_quickack(&inp, q);
+                    super::socket::set_quickack(&inp, q);
                 }
                 if !first {
                     out.write_all(&buf).unwrap();
@@ -283,11 +274,8 @@ fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
     };
     let pinger = play(a_out, a_in, true);
     let ponger = play(b_out, b_in, false);
-    let mut t = pinger.join().unwrap();
-    ponger.join().unwrap();
-    t.drain(..iters / 10);
-    t.sort();
-    t[t.len() / 2].as_secs_f64() * 1e6 / 2.0
+    let t = one_way_us(pinger, ponger);
+    t[t.len() / 2]
 }
 
 #[test]

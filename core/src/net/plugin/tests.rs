@@ -311,6 +311,54 @@ fn plugin_v8_runs_through_the_adapter() {
     assert_eq!(counter(V8, "oxtest_open_comms"), 0);
 }
 
+/// On two networks of plugin `name`: a connection takes `max_reqs` sends in flight and asks the
+/// next to wait; a 2 GiB registration is taken or refused as `big_registration` says (v6/v7 cap
+/// sizes at 2 GiB); then the proxy's patterns move 17 messages of up to 1 MiB + 64 through it.
+fn requests_registration_and_transfer(
+    n0: Arc<dyn Net>,
+    n1: Arc<dyn Net>,
+    name: &str,
+    max_reqs: usize,
+    big_registration: bool,
+) {
+    let (mut s, r, nulls) = pair(&n0, &n1);
+    assert!(nulls >= 1, "{name}: connect answered NULL first");
+    let mut one = [7u8; 1];
+    let big = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1 << 31, PTR_HOST);
+    assert_eq!(
+        big.is_ok(),
+        big_registration,
+        "{name}: a 2 GiB registration"
+    );
+    if let Ok(mh) = big {
+        n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
+    }
+    let mh = n0
+        .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
+        .unwrap();
+    let mut reqs = Vec::new();
+    for i in 0..max_reqs {
+        // SAFETY: `one` is registered and outlives the requests (dropped untested below, with
+        // the connection closed before `one` goes).
+        let q = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+        reqs.push(q.unwrap_or_else(|| panic!("{name}: request {i} below the limit")));
+    }
+    // SAFETY: as above.
+    let over = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
+    assert!(over.is_none(), "{name}: request {} must wait", max_reqs + 1);
+    drop(reqs);
+    n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
+    n0.close_send(s).unwrap();
+    n1.close_recv(r).unwrap();
+
+    let (s, r, _) = pair(&n0, &n1);
+    let layout = FifoLayout {
+        nslots: 3,
+        slot_bytes: (1 << 20) + 64,
+    };
+    transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 17));
+}
+
 #[test]
 fn plugin_v6_v7_v9_v10_run_through_their_adapters() {
     let _s = serial();
@@ -332,37 +380,7 @@ fn plugin_v6_v7_v9_v10_run_through_their_adapters() {
         assert_eq!(p.max_p2p_bytes, max_p2p, "{name}: maxP2pBytes");
         assert_eq!((p.name.as_str(), p.max_recvs), ("lo", 1), "{name}");
 
-        // The version's request limit, and its registration limit.
-        let (mut s, r, nulls) = pair(&n0, &n1);
-        assert!(nulls >= 1, "{name}: connect answered NULL first");
-        let mut one = [7u8; 1];
-        let big = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1 << 31, PTR_HOST);
-        assert_eq!(big.is_err(), version <= 7, "{name}: a 2 GiB registration");
-        let mh = n0
-            .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
-            .unwrap();
-        let mut reqs = Vec::new();
-        for i in 0..max_reqs {
-            // SAFETY: `one` is registered and outlives the requests (dropped untested below,
-            // with the connection closed before `one` goes).
-            let q = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
-            reqs.push(q.unwrap_or_else(|| panic!("{name}: request {i} below the limit")));
-        }
-        // SAFETY: as above.
-        let over = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
-        assert!(over.is_none(), "{name}: request {} must wait", max_reqs + 1);
-        drop(reqs);
-        n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
-        n0.close_send(s).unwrap();
-        n1.close_recv(r).unwrap();
-
-        // The proxy's patterns.
-        let (s, r, _) = pair(&n0, &n1);
-        let layout = FifoLayout {
-            nslots: 3,
-            slot_bytes: (1 << 20) + 64,
-        };
-        transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 17));
+        requests_registration_and_transfer(n0, n1, name, max_reqs, version > 7);
         assert_eq!(
             counter(file, "oxtest_open_comms"),
             0,
@@ -406,42 +424,7 @@ fn plugin_v12_reads_its_properties_layout_and_runs_like_v11() {
     );
     assert!(!n0.force_flush(0).unwrap());
 
-    // v7+'s request limit; no registration limit.
-    let (mut s, r, nulls) = pair(&n0, &n1);
-    assert!(nulls >= 1, "connect answered NULL first");
-    let mut one = [7u8; 1];
-    let big = n0.reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1 << 31, PTR_HOST);
-    n0.dereg_mr(CommRef::Send(&s), big.expect("a 2 GiB registration"))
-        .unwrap();
-    let mh = n0
-        .reg_mr(CommRef::Send(&s), one.as_mut_ptr(), 1, PTR_HOST)
-        .unwrap();
-    let mut reqs = Vec::new();
-    for i in 0..abi::MAX_REQUESTS {
-        // SAFETY: `one` is registered and outlives the requests (dropped untested below, with
-        // the connection closed before `one` goes).
-        let q = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
-        reqs.push(q.unwrap_or_else(|| panic!("request {i} below the limit")));
-    }
-    // SAFETY: as above.
-    let over = unsafe { n0.isend(&mut s, one.as_ptr(), 1, 0, &mh) }.unwrap();
-    assert!(
-        over.is_none(),
-        "request {} must wait",
-        abi::MAX_REQUESTS + 1
-    );
-    drop(reqs);
-    n0.dereg_mr(CommRef::Send(&s), mh).unwrap();
-    n0.close_send(s).unwrap();
-    n1.close_recv(r).unwrap();
-
-    // The proxy's patterns.
-    let (s, r, _) = pair(&n0, &n1);
-    let layout = FifoLayout {
-        nslots: 3,
-        slot_bytes: (1 << 20) + 64,
-    };
-    transfer(n0, n1, s, r, layout, messages((1 << 20) + 64, 17));
+    requests_registration_and_transfer(n0, n1, "OxTest12", abi::MAX_REQUESTS, true);
     assert_eq!(counter(V12, "oxtest_open_comms"), 0, "every comm closed");
     assert_eq!(
         counter(V12, "oxtest_finalize_count"),
