@@ -375,6 +375,7 @@ mod tests {
             nsocks: 1,
             inline_max: 256,
             min_task: 64,
+            ..SocketConfig::default()
         };
         let (n0, n1) = (socket_net(0, config), socket_net(1, config));
         let (s, r) = link(&n0, &n1);

@@ -770,6 +770,7 @@ mod tests {
             nsocks: 2,
             inline_max: 1024,
             min_task: 4096,
+            ..SocketConfig::default()
         };
         let (n0, n1, s, r) = pair(config);
         let messages = (0..60)

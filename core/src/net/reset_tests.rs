@@ -99,6 +99,7 @@ fn a_connection_reset_mid_transfer_fails_both_sides_without_stray_writes() {
         nsocks: 2,
         inline_max: 4096,
         min_task: 16 << 10,
+        ..SocketConfig::default()
     };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let stop = Arc::new(AtomicBool::new(false));

@@ -51,11 +51,15 @@ pub struct SocketConfig {
     pub inline_max: usize,
     /// Smallest part a data socket carries.
     pub min_task: usize,
+    /// Control sockets ask for delayed ACKs after each read with data ([`set_quickack`]);
+    /// local to each side, unlike the fields above, which the connecting side adopts.
+    pub delay_acks: bool,
 }
 
 impl SocketConfig {
     /// Defaults, changed by `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets, each
-    /// with its own thread; at most 64), `NCCL_SOCKET_INLINE` and `NCCL_SOCKET_MIN_TASKSIZE`.
+    /// with its own thread; at most 64), `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE` and
+    /// `OXCCL_SOCKET_QUICKACK=1` (ACKs as the kernel decides).
     pub fn from_env() -> SocketConfig {
         let num = |name: &str| -> Option<usize> {
             let v = std::env::var(name).ok()?;
@@ -78,6 +82,7 @@ impl SocketConfig {
             nsocks: nsocks.min(MAX_SOCKS),
             inline_max: num("NCCL_SOCKET_INLINE").unwrap_or(d.inline_max),
             min_task: num("NCCL_SOCKET_MIN_TASKSIZE").unwrap_or(d.min_task).max(1),
+            delay_acks: std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"),
         }
     }
 }
@@ -95,6 +100,7 @@ impl Default for SocketConfig {
             nsocks: 2,
             inline_max: 64 << 10,
             min_task: 128 << 10,
+            delay_acks: true,
         }
     }
 }
@@ -393,12 +399,6 @@ fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usiz
         .collect()
 }
 
-/// Whether control sockets delay their ACKs (`OXCCL_SOCKET_QUICKACK=1`: the kernel's default).
-fn delay_acks() -> bool {
-    static DELAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DELAY.get_or_init(|| std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"))
-}
-
 /// Asks the kernel to ACK what `s` receives at once (`on`) or to delay the ACKs.
 ///
 /// Each direction of a connection is a TCP connection of its own, so a receiving control
@@ -581,7 +581,7 @@ impl RecvSide {
                     Err(_) => Syscall::ReadNothing,
                 },
             );
-            if matches!(got, Ok(n) if n > 0) && delay_acks() {
+            if matches!(got, Ok(n) if n > 0) && self.config.delay_acks {
                 set_quickack(&self.ctrl, false);
             }
             match got {
@@ -813,6 +813,7 @@ impl Net for SocketNet {
                 nsocks: info.nsocks,
                 inline_max: info.inline_max,
                 min_task: info.min_task,
+                ..self.config
             },
             failed: None,
         };
@@ -1122,11 +1123,13 @@ mod tests {
             nsocks: 3,
             inline_max: 100,
             min_task: 64,
+            ..SocketConfig::default()
         };
         let own = SocketConfig {
             nsocks: 5,
             inline_max: 4096,
             min_task: 1,
+            ..SocketConfig::default()
         };
         let (a, b, mut s, mut r) = connect_pair_as(own, config);
         let mh = MemHandle(Box::new(()));
@@ -1190,6 +1193,7 @@ mod tests {
             nsocks: 2,
             inline_max: 8,
             min_task: 16,
+            ..SocketConfig::default()
         };
         let (a, b, mut s, mut r) = connect_pair(config);
         let mh = MemHandle(Box::new(()));

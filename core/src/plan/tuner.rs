@@ -199,7 +199,8 @@ fn scale_to_link(measured: u64, link: NetLink) -> u64 {
     )
 }
 
-/// The size thresholds of one topology that a network link moves ([`crossovers`]).
+/// The size thresholds of one topology, as its network link leaves them ([`crossovers`]: the
+/// LL and two-rank direct limits move with it, the channel thresholds do not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Crossovers {
     /// LL up to this size.
