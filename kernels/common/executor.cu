@@ -513,6 +513,9 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
     zs.branch = -1;
   }
   oxccl_block_sync();
+  // Up to here only the launch's own argument block was read; from here on, memory an earlier
+  // launch may still use (FIFO positions, buffers, the PreMulSum scalar).
+  oxccl_grid_dependency_wait();
   OXCCL_MARK(1);
   const OxcclLaunchArgs& args = shared_args;
   if (blockIdx.x >= args.nchannels) return;
@@ -562,8 +565,15 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
 #include "one_shot.cuh"
 
 // The argument block: inline in the parameters, or in device memory when `indirect` is set.
+// A block in device memory was copied there by an earlier operation of the stream, so it is
+// read only after the dependency wait.
+OXCCL_DEVICE const char* oxccl_args_base(const char* indirect, const char* inline_block) {
+  if (indirect == nullptr) return inline_block;
+  oxccl_grid_dependency_wait();
+  return indirect;
+}
 #define OXCCL_ARGS_BASE(params) \
-  ((params).indirect != nullptr ? (params).indirect : reinterpret_cast<const char*>((params).block))
+  oxccl_args_base((params).indirect, reinterpret_cast<const char*>((params).block))
 
 // CUDA's entry points with 16000-byte (_large) and 1008-byte (_small) parameters, around the
 // same body; the transport picks the smallest that holds a launch's argument block.

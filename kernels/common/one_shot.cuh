@@ -353,6 +353,7 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
 #define OXCCL_ONE_SHOT_ENTRY(NAME, ELEM)                                          \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_ONE_SHOT_SIMPLE_THREADS)   \
       NAME(const OXCCL_GRID_CONSTANT OxcclOneShotParams params) {                 \
+    oxccl_grid_dependency_wait();                                                 \
     if (params.simple) {                                                          \
       oxccl::one_shot_simple<oxccl::ELEM>(params);                                \
     } else {                                                                      \

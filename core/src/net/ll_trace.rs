@@ -41,8 +41,8 @@ fn now_ns() -> u64 {
 }
 
 /// Nanoseconds spent in system calls of the socket network and their number, this process:
-/// readiness refreshes (`epoll_wait`), reads with data, reads without, writes.
-static SYSCALLS: [[AtomicU64; 2]; 4] = [const { [AtomicU64::new(0), AtomicU64::new(0)] }; 4];
+/// readiness refreshes (`epoll_wait`), reads with data, reads without, writes, ACK-mode changes.
+static SYSCALLS: [[AtomicU64; 2]; 5] = [const { [AtomicU64::new(0), AtomicU64::new(0)] }; 5];
 
 /// Which system call [`time_syscall`] timed.
 #[derive(Clone, Copy)]
@@ -51,6 +51,8 @@ pub(crate) enum Syscall {
     Read = 1,
     ReadNothing = 2,
     Write = 3,
+    /// `setsockopt(TCP_QUICKACK)`.
+    AckMode = 4,
 }
 
 /// Runs `f`, a system call, and when tracing is on counts its time under the kind `kind_of`
@@ -187,7 +189,7 @@ impl Drop for PassCount {
             self.max,
             self.long,
         );
-        for (name, c) in ["refresh", "read", "read-nothing", "write"]
+        for (name, c) in ["refresh", "read", "read-nothing", "write", "ack-mode"]
             .iter()
             .zip(&SYSCALLS)
         {

@@ -507,6 +507,8 @@ struct RecvSide {
     /// The unconsumed bytes of `stage`: `stage_at..stage_len`.
     stage_at: usize,
     stage_len: usize,
+    /// A read took data since delayed ACKs were last asked for ([`set_quickack`]).
+    ack_mode_due: bool,
 }
 
 /// Bytes one read-ahead of the control socket takes at most.
@@ -582,7 +584,7 @@ impl RecvSide {
                 },
             );
             if matches!(got, Ok(n) if n > 0) && self.config.delay_acks {
-                set_quickack(&self.ctrl, false);
+                self.ack_mode_due = true;
             }
             match got {
                 Ok(n) if n < buf.len() => {
@@ -606,6 +608,17 @@ impl RecvSide {
 
     /// Matches arriving messages with posted receives, in order, as far as the data allows.
     fn progress(&mut self) -> Result<()> {
+        let placed = self.place();
+        // After the data is in place, not between the read and the copy: the system call would
+        // delay the message it follows by its own cost, and only later reads need the mode.
+        if std::mem::take(&mut self.ack_mode_due) {
+            time_syscall(|| set_quickack(&self.ctrl, false), |_| Syscall::AckMode);
+        }
+        placed
+    }
+
+    /// [`RecvSide::progress`]'s matching, reading and copying.
+    fn place(&mut self) -> Result<()> {
         if let Some(why) = &self.failed {
             return Err(Error::Remote(why.clone()));
         }
@@ -870,6 +883,7 @@ impl Net for SocketNet {
             stage: vec![0; STAGE_BYTES].into_boxed_slice(),
             stage_at: 0,
             stage_len: 0,
+            ack_mode_due: false,
         }))))))
     }
 

@@ -46,6 +46,17 @@
 #define OXCCL_GRID_CONSTANT
 #endif
 
+// Programmatic dependent launch (CUDA, sm_90 and newer): a kernel launched with the
+// programmatic-serialization attribute may start while the kernel before it in the stream is
+// still finishing; this waits until that kernel has completed and its memory is visible. Every
+// entry point calls it before it reads or writes anything an earlier launch may touch. A no-op
+// when the launch did not ask for it, before sm_90, and on HIP.
+OXCCL_DEVICE void oxccl_grid_dependency_wait() {
+#if defined(OXCCL_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Warp (CUDA) or wavefront (AMD) width. Kept symbolic: CDNA is wave64, RDNA is wave32.
 #if defined(OXCCL_CUDA)
 #define OXCCL_WARP_SIZE 32
