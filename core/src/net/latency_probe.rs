@@ -25,6 +25,19 @@ fn one_way_us(
     us
 }
 
+/// Fills `buf` from the non-blocking socket `s`, polling without sleeping (a proxy's way).
+fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) {
+    use std::io::{ErrorKind, Read};
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// Prints "one-way <what>: median, p10, p90, p99" of sorted times `t`.
 fn print_one_way(what: &str, t: &[f64]) {
     let at = |q: usize| t[t.len() * q / 100];
@@ -126,7 +139,7 @@ fn latency_probe_small_message_one_way() {
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_plain_tcp_one_way() {
-    use std::io::{ErrorKind, Read, Write};
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -138,22 +151,12 @@ fn latency_probe_plain_tcp_one_way() {
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             let mut times = Vec::with_capacity(iters);
-            let recv = |s: &mut TcpStream, buf: &mut [u8; 16]| {
-                let mut got = 0;
-                while got < 16 {
-                    match s.read(&mut buf[got..]) {
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            };
             for _ in 0..iters {
                 let t = Instant::now();
                 if first {
                     s.write_all(&buf).unwrap();
                 }
-                recv(&mut s, &mut buf);
+                read_spinning(&mut s, &mut buf);
                 if !first {
                     s.write_all(&buf).unwrap();
                 }
@@ -229,7 +232,7 @@ fn latency_probe_socket_net_one_way() {
 /// As [`latency_probe_plain_tcp_one_way`], but each direction on a connection of its own, as
 /// network connections are (`quickack`: whether the receiver asks for immediate ACKs).
 fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
-    use std::io::{ErrorKind, Read, Write};
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let pair = || {
@@ -253,14 +256,7 @@ fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
                 if first {
                     out.write_all(&buf).unwrap();
                 }
-                let mut got = 0;
-                while got < 16 {
-                    match inp.read(&mut buf[got..]) {
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
-                        Err(e) => panic!("{e}"),
-                    }
-                }
+                read_spinning(&mut inp, &mut buf);
                 if let Some(q) = quickack {
                     super::socket::set_quickack(&inp, q);
                 }
