@@ -8,8 +8,21 @@
 #   --reg register|window (ncclCommRegister / ncclMemAlloc + symmetric windows), -e 8G.
 # OXCCL_BENCH_JSON=FILE also writes every row as JSON (plot: tests/bench/plot.py FILE OUT.png).
 # Tuning variables (NCCL_*, OXCCL_*) pass through to both libraries and are printed.
+# Kernels are compiled for the GPUs this machine has, unless OXCCL_CUDA_ARCHS / OXCCL_HIP_ARCHS
+# say otherwise: every target costs minutes (docs/kernels.md, "Compile times"), and a flavour
+# with no GPU here builds none (its backend then reports that it has no kernels).
+# `cargo xtask install` run by itself builds every default target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${OXCCL_CUDA_ARCHS+set}" ]; then
+  caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d . | sort -u | paste -sd, || true)
+  export OXCCL_CUDA_ARCHS="${caps:- }"
+fi
+if [ -z "${OXCCL_HIP_ARCHS+set}" ]; then
+  gfx=$(rocminfo 2>/dev/null | grep -o 'gfx[0-9a-f]*' | sort -u | paste -sd, || true)
+  export OXCCL_HIP_ARCHS="${gfx:- }"
+fi
+echo "main-job: kernels for CUDA [${OXCCL_CUDA_ARCHS}] HIP [${OXCCL_HIP_ARCHS}]" >&2
 if [ -z "${OXCCL_PREBUILT:-}" ]; then
   cargo build --release -p oxccl-tests --bin oxccl-bench
   cargo xtask install --prefix dist >/dev/null
