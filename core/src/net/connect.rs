@@ -212,7 +212,7 @@ pub fn connect(
                 .collect(),
         );
     }
-    let (sends, recvs) = connect_all(
+    let (mut sends, mut recvs) = connect_all(
         abort,
         Deadline::after(timeout),
         net.as_ref(),
@@ -221,6 +221,12 @@ pub fn connect(
         handles,
         listens,
     )?;
+    // Link c of a peer is c both ways (the handles went in the same order).
+    for ((pf, per_send), per_recv) in fifos.iter().zip(&mut sends).zip(&mut recvs) {
+        for (s, r) in per_send.iter_mut().zip(per_recv.iter_mut()) {
+            net.pair(pf.peer, s, r)?;
+        }
+    }
     let mut conns = Vec::new();
     let mut ll = Vec::new();
     for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {

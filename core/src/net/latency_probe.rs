@@ -50,17 +50,26 @@ fn print_one_way(what: &str, t: &[f64]) {
     );
 }
 
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_small_message_one_way() {
+/// Sorted times (us, first tenth dropped) of 8-byte messages through two proxies and the socket
+/// network, with CPU threads playing the kernels: a ping-pong's round trips, or (`exchange`)
+/// rounds in which both sides send and then wait for the other's message, as two ranks of a
+/// direct AllReduce do. `duplex`: both directions share one control socket
+/// ([`Net::pair`](super::Net::pair)).
+fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     let layout = FifoLayout {
         nslots: 8,
         slot_bytes: 256 << 10,
     };
-    let config = SocketConfig::default();
+    let config = SocketConfig {
+        duplex,
+        // The environment's other settings (OXCCL_SOCKET_QUICKACK, ...).
+        ..SocketConfig::from_env()
+    };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
-    let (s01, r01) = link(&n0, &n1);
-    let (s10, r10) = link(&n1, &n0);
+    let (mut s01, mut r01) = link(&n0, &n1);
+    let (mut s10, mut r10) = link(&n1, &n0);
+    n0.pair(1, &mut s01, &mut r10).unwrap();
+    n1.pair(0, &mut s10, &mut r01).unwrap();
     let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
     let fifo = |i: usize| HostFifo::in_host(mems[i].ptr, layout);
     let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
@@ -92,7 +101,8 @@ fn latency_probe_small_message_one_way() {
     .unwrap();
     let iters = 20_000u64;
     let n = u64::from(layout.nslots);
-    // One side sends message i and waits for the answer i; the other answers each message.
+    // A side that sends first sends message i and waits for message i; the other (ping-pong
+    // only) answers each message.
     let play = |send: HostFifo, recv: HostFifo, first: bool, abort: AbortFlag| {
         let (ks, kr) = (Kernel(send), Kernel(recv));
         std::thread::spawn(move || {
@@ -125,13 +135,39 @@ fn latency_probe_small_message_one_way() {
         })
     };
     let pinger = play(fifo(0), fifo(1), true, a0.clone());
-    let ponger = play(fifo(2), fifo(3), false, a1.clone());
+    let ponger = play(fifo(2), fifo(3), exchange, a1.clone());
     let t = one_way_us(pinger, ponger);
     drop((p0, p1));
-    print_one_way(
-        "8-byte message through two proxies and the socket network",
-        &t,
-    );
+    t.iter().map(|us| us * 2.0).collect()
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_small_message_one_way() {
+    for duplex in [false, true] {
+        let halved: Vec<f64> = through_proxies(duplex, false)
+            .iter()
+            .map(|t| t / 2.0)
+            .collect();
+        print_one_way(
+            &format!("8-byte message through two proxies and the socket network, duplex {duplex}"),
+            &halved,
+        );
+    }
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_small_message_exchange() {
+    for duplex in [false, true] {
+        let t = through_proxies(duplex, true);
+        println!(
+            "8-byte exchange through two proxies and the socket network, duplex {duplex}: median {:.2} us, p10 {:.2}, p90 {:.2}",
+            t[t.len() / 2],
+            t[t.len() / 10],
+            t[t.len() * 9 / 10]
+        );
+    }
 }
 
 /// The floor under the proxies: one 16-byte message each way over a loopback TCP connection
@@ -178,10 +214,21 @@ fn latency_probe_plain_tcp_one_way() {
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_socket_net_one_way() {
-    let config = SocketConfig::default();
+    for duplex in [false, true] {
+        socket_net_one_way(duplex);
+    }
+}
+
+fn socket_net_one_way(duplex: bool) {
+    let config = SocketConfig {
+        duplex,
+        ..SocketConfig::from_env()
+    };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
-    let (s01, r01) = link(&n0, &n1);
-    let (s10, r10) = link(&n1, &n0);
+    let (mut s01, mut r01) = link(&n0, &n1);
+    let (mut s10, mut r10) = link(&n1, &n0);
+    n0.pair(1, &mut s01, &mut r10).unwrap();
+    n1.pair(0, &mut s10, &mut r01).unwrap();
     let iters = 20_000usize;
     let play = |net: std::sync::Arc<dyn crate::net::Net>,
                 mut s: crate::net::SendComm,
@@ -224,7 +271,7 @@ fn latency_probe_socket_net_one_way() {
     let pinger = play(n0.clone(), s01, r10, true);
     let ponger = play(n1.clone(), s10, r01, false);
     print_one_way(
-        "8-byte message through the socket network, no proxy",
+        &format!("8-byte message through the socket network, no proxy, duplex {duplex}"),
         &one_way_us(pinger, ponger),
     );
 }
@@ -310,4 +357,73 @@ fn latency_probe_idle_test_cost() {
         "one idle test of a posted receive: {:.0} ns",
         t.elapsed().as_secs_f64() * 1e9 / f64::from(n)
     );
+}
+
+/// Median time of one exchange in which both sides write 16 bytes and then read the other's
+/// (what two ranks of a direct AllReduce do), over plain loopback TCP: both directions on one
+/// connection (`shared`), or each on its own (`quickack`: as in [`plain_tcp_two_connections`]).
+fn plain_tcp_exchange(shared: bool, quickack: Option<bool>) -> f64 {
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let pair = || {
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    };
+    let (a_out, b_in) = pair();
+    let (b_out, a_in) = if shared {
+        (b_in.try_clone().unwrap(), a_out.try_clone().unwrap())
+    } else {
+        pair()
+    };
+    let iters = 20_000usize;
+    let play = |mut out: TcpStream, mut inp: TcpStream| {
+        for s in [&out, &inp] {
+            s.set_nodelay(true).unwrap();
+            s.set_nonblocking(true).unwrap();
+        }
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let mut times = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let t = Instant::now();
+                out.write_all(&buf).unwrap();
+                read_spinning(&mut inp, &mut buf);
+                if let Some(q) = quickack {
+                    super::socket::set_quickack(&inp, q);
+                }
+                times.push(t.elapsed());
+            }
+            times
+        })
+    };
+    let a = play(a_out, a_in);
+    let b = play(b_out, b_in);
+    let mut t = a.join().unwrap();
+    b.join().unwrap();
+    t.drain(..t.len() / 10);
+    t.sort();
+    t[t.len() / 2].as_secs_f64() * 1e6
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_plain_tcp_exchange() {
+    for (shared, q) in [
+        (true, None),
+        (true, Some(false)),
+        (false, None),
+        (false, Some(false)),
+    ] {
+        println!(
+            "16-byte exchange over plain loopback TCP, {}, quickack {q:?}: median {:.2} us",
+            if shared {
+                "one connection"
+            } else {
+                "a connection per direction"
+            },
+            plain_tcp_exchange(shared, q)
+        );
+    }
 }

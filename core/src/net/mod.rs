@@ -173,6 +173,13 @@ pub trait Net: Send + Sync {
         let _ = (comm, data, size, mh);
         Ok(None)
     }
+    /// Says that `send` and `recv` are the two directions of one link with rank `peer`; both
+    /// ranks call it for the same links, after connecting and before any transfer. A network may
+    /// then carry both on one connection (the socket network does); by default they stay apart.
+    fn pair(&self, peer: u32, send: &mut SendComm, recv: &mut RecvComm) -> Result<()> {
+        let _ = (peer, send, recv);
+        Ok(())
+    }
     /// Polls `req`: `Some(bytes)` once done (bytes sent or received), `None` while in flight.
     /// A done request is never tested again.
     fn test(&self, req: &mut Request) -> Result<Option<usize>>;

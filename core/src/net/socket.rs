@@ -9,6 +9,11 @@
 //! [`SocketConfig::min_task`] bytes, each written (and read) by the helper thread of one data
 //! socket, so a large transfer runs on several cores and TCP streams at once.
 //!
+//! Where both ends allow it (`OXCCL_SOCKET_DUPLEX`, carried in the handle), the two directions
+//! of a link between two ranks share one control socket, the one the lower rank opened
+//! ([`Net::pair`]): each small message then carries the TCP acknowledgement of the other
+//! direction's, instead of each direction's receiver sending ACKs of its own.
+//!
 //! A receive never writes past the size it posted: a larger message is an error ("message
 //! truncated"), as with NCCL. A connection reset or a peer that closes in the middle of a message
 //! fails the request on that side; a peer that closes between messages only marks the
@@ -54,12 +59,16 @@ pub struct SocketConfig {
     /// Control sockets ask for delayed ACKs after each read with data ([`set_quickack`]);
     /// local to each side, unlike the fields above, which the connecting side adopts.
     pub delay_acks: bool,
+    /// Both directions of a link may share one control socket ([`Net::pair`]); they do where
+    /// both ends allow it (each handle says whether its side does).
+    pub duplex: bool,
 }
 
 impl SocketConfig {
     /// Defaults, changed by `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets, each
     /// with its own thread; at most 64), `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE` and
-    /// `OXCCL_SOCKET_QUICKACK=1` (ACKs as the kernel decides).
+    /// `OXCCL_SOCKET_QUICKACK=1` (ACKs as the kernel decides) and `OXCCL_SOCKET_DUPLEX=0` (a
+    /// control socket per direction).
     pub fn from_env() -> SocketConfig {
         let num = |name: &str| -> Option<usize> {
             let v = std::env::var(name).ok()?;
@@ -83,6 +92,7 @@ impl SocketConfig {
             inline_max: num("NCCL_SOCKET_INLINE").unwrap_or(d.inline_max),
             min_task: num("NCCL_SOCKET_MIN_TASKSIZE").unwrap_or(d.min_task).max(1),
             delay_acks: std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"),
+            duplex: std::env::var("OXCCL_SOCKET_DUPLEX").as_deref() != Ok("0"),
         }
     }
 }
@@ -101,6 +111,7 @@ impl Default for SocketConfig {
             inline_max: 64 << 10,
             min_task: 128 << 10,
             delay_acks: true,
+            duplex: true,
         }
     }
 }
@@ -226,6 +237,8 @@ struct HandleInfo {
     nsocks: usize,
     inline_max: usize,
     min_task: usize,
+    /// The listening side allows both directions on one control socket.
+    duplex: bool,
 }
 
 fn encode_handle(h: &mut Handle, info: &HandleInfo) {
@@ -246,6 +259,7 @@ fn encode_handle(h: &mut Handle, info: &HandleInfo) {
     h[35..39].copy_from_slice(&(info.nsocks as u32).to_le_bytes());
     h[39..47].copy_from_slice(&(info.inline_max as u64).to_le_bytes());
     h[47..55].copy_from_slice(&(info.min_task as u64).to_le_bytes());
+    h[55] = u8::from(info.duplex);
 }
 
 fn decode_handle(h: &Handle) -> Result<HandleInfo> {
@@ -276,6 +290,7 @@ fn decode_handle(h: &Handle) -> Result<HandleInfo> {
         nsocks,
         inline_max: size(39),
         min_task: size(47).max(1),
+        duplex: h[55] == 1,
     })
 }
 
@@ -434,6 +449,10 @@ struct SendSide {
     lanes: Vec<Lane>,
     config: SocketConfig,
     failed: Option<String>,
+    /// The receiving end allows a shared control socket (its handle said so).
+    peer_duplex: bool,
+    /// `ctrl` also carries the other direction ([`Net::pair`]): closing shuts down writes only.
+    shared: bool,
 }
 
 impl SendSide {
@@ -509,6 +528,8 @@ struct RecvSide {
     stage_len: usize,
     /// A read took data since delayed ACKs were last asked for ([`set_quickack`]).
     ack_mode_due: bool,
+    /// `ctrl` also carries the other direction ([`Net::pair`]): closing shuts down reads only.
+    shared: bool,
 }
 
 /// Bytes one read-ahead of the control socket takes at most.
@@ -789,6 +810,7 @@ impl Net for SocketNet {
                 nsocks,
                 inline_max: self.config.inline_max,
                 min_task: self.config.min_task,
+                duplex: self.config.duplex,
             },
         );
         Ok(Listen(Box::new(SocketListen {
@@ -829,6 +851,8 @@ impl Net for SocketNet {
                 ..self.config
             },
             failed: None,
+            peer_duplex: info.duplex,
+            shared: false,
         };
         Ok(Some(SendComm(Box::new(SocketSendComm {
             side: Arc::new(Mutex::new(side)),
@@ -884,6 +908,7 @@ impl Net for SocketNet {
             stage_at: 0,
             stage_len: 0,
             ack_mode_due: false,
+            shared: false,
         }))))))
     }
 
@@ -1008,10 +1033,43 @@ impl Net for SocketNet {
         Ok(*lock(&r.state.size))
     }
 
+    fn pair(&self, peer: u32, send: &mut SendComm, recv: &mut RecvComm) -> Result<()> {
+        let s = downcast::<SocketSendComm>(&mut send.0, "send comm")?;
+        let r = downcast::<Arc<Mutex<RecvSide>>>(&mut recv.0, "recv comm")?;
+        let (mut s, mut r) = (lock(&s.side), lock(r));
+        // Both ends decide alike: each knows its own setting and the peer's (from its handle).
+        if !(self.config.duplex && s.peer_duplex) || peer == self.rank {
+            return Ok(());
+        }
+        // The socket the lower rank opened carries both directions; the other one falls idle
+        // and is closed here, before anything was written on it.
+        let clone = |c: &TcpStream| {
+            c.try_clone()
+                .map_err(|e| Error::io("sharing a network socket", e))
+        };
+        if self.rank < peer {
+            let ctrl = clone(&s.ctrl)?;
+            r.readiness.remove(&r.ctrl);
+            r.ready = r.readiness.add(&ctrl)?;
+            r.ctrl = ctrl;
+        } else {
+            s.ctrl = clone(&r.ctrl)?;
+        }
+        (s.shared, r.shared) = (true, true);
+        tracing::debug!(target: "oxccl::net",
+            "link with rank {peer}: both directions on one control socket ({})", s.peer);
+        Ok(())
+    }
+
     fn close_send(&self, mut comm: SendComm) -> Result<()> {
         let c = downcast::<SocketSendComm>(&mut comm.0, "send comm")?;
         let side = lock(&c.side);
-        let _ = side.ctrl.shutdown(Shutdown::Both);
+        let how = if side.shared {
+            Shutdown::Write
+        } else {
+            Shutdown::Both
+        };
+        let _ = side.ctrl.shutdown(how);
         for l in &side.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
         }
@@ -1022,7 +1080,12 @@ impl Net for SocketNet {
         let side = downcast::<Arc<Mutex<RecvSide>>>(&mut comm.0, "recv comm")?;
         let side = lock(side);
         side.readiness.remove(&side.ctrl);
-        let _ = side.ctrl.shutdown(Shutdown::Both);
+        let how = if side.shared {
+            Shutdown::Read
+        } else {
+            Shutdown::Both
+        };
+        let _ = side.ctrl.shutdown(how);
         for l in &side.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
         }
@@ -1086,6 +1149,138 @@ mod tests {
         }
     }
 
+    /// Accepts on `l` until the connection is there.
+    fn accept_now(n: &SocketNet, l: &mut Listen) -> RecvComm {
+        loop {
+            if let Some(r) = n.accept(l).unwrap() {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn send_side(c: &SendComm) -> MutexGuard<'_, SendSide> {
+        lock(&c.0.downcast_ref::<SocketSendComm>().unwrap().side)
+    }
+
+    fn recv_side(c: &RecvComm) -> MutexGuard<'_, RecvSide> {
+        lock(c.0.downcast_ref::<Arc<Mutex<RecvSide>>>().unwrap())
+    }
+
+    /// Sends `msg` from `(sn, s)` to `(rn, r)` while the reverse direction does the same, and
+    /// checks both arrive whole.
+    fn exchange(
+        a: (&SocketNet, &mut SendComm, &mut RecvComm),
+        b: (&SocketNet, &mut SendComm, &mut RecvComm),
+        size: usize,
+    ) {
+        let mh = MemHandle(Box::new(()));
+        let msg = |seed: u8| {
+            (0..size)
+                .map(|i| (i as u8).wrapping_mul(seed))
+                .collect::<Vec<u8>>()
+        };
+        let (ma, mb) = (msg(3), msg(5));
+        let (mut ga, mut gb) = (vec![0xeeu8; size], vec![0xeeu8; size]);
+        // SAFETY: the buffers outlive the requests, which are waited for below.
+        let mut reqs = unsafe {
+            [
+                (a.0, a.2.irecv_on(a.0, &mut ga, &mh)),
+                (b.0, b.2.irecv_on(b.0, &mut gb, &mh)),
+                (
+                    a.0,
+                    a.0.isend(a.1, ma.as_ptr(), size, 0, &mh).unwrap().unwrap(),
+                ),
+                (
+                    b.0,
+                    b.0.isend(b.1, mb.as_ptr(), size, 0, &mh).unwrap().unwrap(),
+                ),
+            ]
+        };
+        for (n, req) in &mut reqs {
+            assert_eq!(wait(n, req).unwrap(), size);
+        }
+        assert!(ga == mb && gb == ma, "{size}-byte messages crossed wrongly");
+    }
+
+    impl RecvComm {
+        /// A receive of all of `buf` on this comm of `n`.
+        ///
+        /// # Safety
+        /// `buf` must outlive the request.
+        unsafe fn irecv_on(&mut self, n: &SocketNet, buf: &mut [u8], mh: &MemHandle) -> Request {
+            // SAFETY: the caller keeps `buf` alive until the request is done.
+            unsafe { n.irecv(self, buf.as_mut_ptr(), buf.len(), 0, mh) }
+                .unwrap()
+                .unwrap()
+        }
+    }
+
+    #[test]
+    fn net_socket_pair_shares_a_control_socket_only_where_both_ends_allow() {
+        for (da, db) in [(true, true), (true, false), (false, true), (false, false)] {
+            let config = |duplex| SocketConfig {
+                nsocks: 2,
+                inline_max: 4096,
+                min_task: 1024,
+                duplex,
+                ..SocketConfig::default()
+            };
+            let (a, b) = (net(0, config(da)), net(1, config(db)));
+            let (mut ha, mut hb) = ([0u8; HANDLE_BYTES], [0u8; HANDLE_BYTES]);
+            let (mut la, mut lb) = (a.listen(0, &mut ha).unwrap(), b.listen(0, &mut hb).unwrap());
+            let mut s_ab = a.connect(0, &mut hb).unwrap().unwrap();
+            let mut s_ba = b.connect(0, &mut ha).unwrap().unwrap();
+            let mut r_at_a = accept_now(&a, &mut la);
+            let mut r_at_b = accept_now(&b, &mut lb);
+            a.pair(1, &mut s_ab, &mut r_at_a).unwrap();
+            b.pair(0, &mut s_ba, &mut r_at_b).unwrap();
+            let both = da && db;
+            for shared in [
+                send_side(&s_ab).shared,
+                send_side(&s_ba).shared,
+                recv_side(&r_at_a).shared,
+                recv_side(&r_at_b).shared,
+            ] {
+                assert_eq!(shared, both, "duplex {da}/{db}");
+            }
+            let local = |c: &TcpStream| c.local_addr().unwrap();
+            // Rank 0's connection carries both directions; rank 1 accepted it.
+            let a_same = local(&send_side(&s_ab).ctrl) == local(&recv_side(&r_at_a).ctrl);
+            let b_same = local(&send_side(&s_ba).ctrl) == local(&recv_side(&r_at_b).ctrl);
+            assert_eq!((a_same, b_same), (both, both), "duplex {da}/{db}");
+            // Inline, in parts on the data sockets, empty; both ways at once.
+            for size in [8, 24, 4097, 100_003, 0] {
+                exchange(
+                    (&a, &mut s_ab, &mut r_at_a),
+                    (&b, &mut s_ba, &mut r_at_b),
+                    size,
+                );
+            }
+            // Rank 0 stops sending; its receive side must keep working.
+            a.close_send(s_ab).unwrap();
+            let mh = MemHandle(Box::new(()));
+            let mut got = [0u8; 24];
+            let msg = [9u8; 24];
+            // SAFETY: `got` and `msg` outlive both requests, waited for here.
+            unsafe {
+                let mut rq = r_at_a.irecv_on(&a, &mut got, &mh);
+                let mut sq = b
+                    .isend(&mut s_ba, msg.as_ptr(), 24, 0, &mh)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(wait(&b, &mut sq).unwrap(), 24);
+                assert_eq!(wait(&a, &mut rq).unwrap(), 24);
+            }
+            assert_eq!(got, msg);
+            a.close_recv(r_at_a).unwrap();
+            b.close_send(s_ba).unwrap();
+            b.close_recv(r_at_b).unwrap();
+            a.close_listen(la).unwrap();
+            b.close_listen(lb).unwrap();
+        }
+    }
+
     #[test]
     fn net_socket_parts_cover_the_message() {
         for (size, lanes, min) in [(1, 4, 64), (1000, 4, 64), (1 << 20, 4, 1 << 16), (7, 0, 1)] {
@@ -1110,6 +1305,7 @@ mod tests {
             nsocks: 3,
             inline_max: 1000,
             min_task: 77,
+            duplex: true,
         };
         encode_handle(&mut h, &info);
         let back = decode_handle(&h).unwrap();
@@ -1119,9 +1315,10 @@ mod tests {
                 back.token,
                 back.nsocks,
                 back.inline_max,
-                back.min_task
+                back.min_task,
+                back.duplex
             ),
-            (info.addr, 99, 3, 1000, 77)
+            (info.addr, 99, 3, 1000, 77, true)
         );
         assert!(decode_handle(&[7u8; HANDLE_BYTES]).is_err());
         h[35] = 200;
