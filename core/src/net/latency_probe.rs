@@ -427,3 +427,60 @@ fn latency_probe_plain_tcp_exchange() {
         );
     }
 }
+
+/// Medians of [`plain_tcp_exchange`] on one connection with the `write` and the `read` that
+/// took the message timed apart: (whole exchange, write, read), microseconds.
+fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    let iters = 20_000usize;
+    let play = |mut s: TcpStream| {
+        s.set_nodelay(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let mut v = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let t = Instant::now();
+                s.write_all(&buf).unwrap();
+                let w = t.elapsed();
+                let (mut got, mut rd) = (0, Duration::ZERO);
+                while got < buf.len() {
+                    let t1 = Instant::now();
+                    match s.read(&mut buf[got..]) {
+                        Ok(n) => {
+                            got += n;
+                            rd = t1.elapsed();
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                v.push([t.elapsed(), w, rd]);
+            }
+            v
+        })
+    };
+    let (ta, tb) = (play(a), play(b));
+    let mut v = ta.join().unwrap();
+    tb.join().unwrap();
+    v.drain(..v.len() / 10);
+    let median = |i: usize| {
+        let mut x: Vec<f64> = v.iter().map(|e| e[i].as_secs_f64() * 1e6).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    (median(0), median(1), median(2))
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_plain_tcp_exchange_parts() {
+    let (t, w, r) = plain_tcp_exchange_parts();
+    println!(
+        "16-byte exchange over plain loopback TCP, one connection: {t:.2} us, of which write {w:.2}, read {r:.2} (medians)"
+    );
+}
