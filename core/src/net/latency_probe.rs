@@ -38,6 +38,11 @@ fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) {
     }
 }
 
+/// The middle of sorted times `t`.
+fn median(t: &[f64]) -> f64 {
+    t[t.len() / 2]
+}
+
 /// Prints "one-way <what>: median, p10, p90, p99" of sorted times `t`.
 fn print_one_way(what: &str, t: &[f64]) {
     let at = |q: usize| t[t.len() * q / 100];
@@ -170,43 +175,72 @@ fn latency_probe_small_message_exchange() {
     }
 }
 
-/// The floor under the proxies: one 16-byte message each way over a loopback TCP connection
-/// between two threads that poll non-blocking sockets, nothing else.
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_plain_tcp_one_way() {
+/// Rounds of 16-byte messages over plain loopback TCP between two threads that poll
+/// non-blocking sockets, nothing else: a ping-pong, or (`exchange`) rounds in which both sides
+/// write and then read the other's message, as two ranks of a direct AllReduce do. Both
+/// directions on one connection (`shared`) or each on its own, as network connections are
+/// without [`Net::pair`](super::Net::pair); `quickack`: what the receiver asks for after each
+/// read ([`set_quickack`](super::socket::set_quickack)), if anything. Returns the first
+/// player's round times (us), sorted, the first tenth dropped.
+fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec<f64> {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
+    let pair = || {
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    };
+    let (a_out, b_in) = pair();
+    let (b_out, a_in) = if shared {
+        (b_in.try_clone().unwrap(), a_out.try_clone().unwrap())
+    } else {
+        pair()
+    };
     let iters = 20_000usize;
-    let play = |mut s: TcpStream, first: bool| {
-        s.set_nodelay(true).unwrap();
-        s.set_nonblocking(true).unwrap();
+    let play = |mut out: TcpStream, mut inp: TcpStream, first: bool| {
+        for s in [&out, &inp] {
+            s.set_nodelay(true).unwrap();
+            s.set_nonblocking(true).unwrap();
+        }
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             let mut times = Vec::with_capacity(iters);
             for _ in 0..iters {
                 let t = Instant::now();
                 if first {
-                    s.write_all(&buf).unwrap();
+                    out.write_all(&buf).unwrap();
                 }
-                read_spinning(&mut s, &mut buf);
+                read_spinning(&mut inp, &mut buf);
+                if let Some(q) = quickack {
+                    super::socket::set_quickack(&inp, q);
+                }
                 if !first {
-                    s.write_all(&buf).unwrap();
+                    out.write_all(&buf).unwrap();
                 }
                 times.push(t.elapsed());
             }
             times
         })
     };
-    let pinger = play(a, true);
-    let ponger = play(b, false);
-    print_one_way(
-        "16-byte message over plain loopback TCP",
-        &one_way_us(pinger, ponger),
-    );
+    let pinger = play(a_out, a_in, true);
+    let ponger = play(b_out, b_in, exchange);
+    // one_way_us halves the round trips; an exchange round is wanted whole.
+    one_way_us(pinger, ponger)
+        .iter()
+        .map(|us| us * 2.0)
+        .collect()
+}
+
+/// The floor under the proxies: a ping-pong over one plain loopback TCP connection.
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+fn latency_probe_plain_tcp_one_way() {
+    let halved: Vec<f64> = plain_tcp_rounds(true, false, None)
+        .iter()
+        .map(|t| t / 2.0)
+        .collect();
+    print_one_way("16-byte message over plain loopback TCP", &halved);
 }
 
 /// The socket network alone, without proxies: one thread per side posts a receive, sends 8
@@ -276,58 +310,13 @@ fn socket_net_one_way(duplex: bool) {
     );
 }
 
-/// As [`latency_probe_plain_tcp_one_way`], but each direction on a connection of its own, as
-/// network connections are (`quickack`: whether the receiver asks for immediate ACKs).
-fn plain_tcp_two_connections(quickack: Option<bool>) -> f64 {
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let pair = || {
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    };
-    let (a_out, b_in) = pair();
-    let (b_out, a_in) = pair();
-    let iters = 20_000usize;
-    let play = |mut out: TcpStream, mut inp: TcpStream, first: bool| {
-        for s in [&out, &inp] {
-            s.set_nodelay(true).unwrap();
-            s.set_nonblocking(true).unwrap();
-        }
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 16];
-            let mut times = Vec::with_capacity(iters);
-            for _ in 0..iters {
-                let t = Instant::now();
-                if first {
-                    out.write_all(&buf).unwrap();
-                }
-                read_spinning(&mut inp, &mut buf);
-                if let Some(q) = quickack {
-                    super::socket::set_quickack(&inp, q);
-                }
-                if !first {
-                    out.write_all(&buf).unwrap();
-                }
-                times.push(t.elapsed());
-            }
-            times
-        })
-    };
-    let pinger = play(a_out, a_in, true);
-    let ponger = play(b_out, b_in, false);
-    let t = one_way_us(pinger, ponger);
-    t[t.len() / 2]
-}
-
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_plain_tcp_two_connections() {
     for q in [None, Some(false), Some(true)] {
         println!(
             "one-way 16-byte message over plain loopback TCP, a connection per direction, quickack {q:?}: median {:.2} us",
-            plain_tcp_two_connections(q)
+            median(&plain_tcp_rounds(false, false, q)) / 2.0
         );
     }
 }
@@ -359,54 +348,6 @@ fn latency_probe_idle_test_cost() {
     );
 }
 
-/// Median time of one exchange in which both sides write 16 bytes and then read the other's
-/// (what two ranks of a direct AllReduce do), over plain loopback TCP: both directions on one
-/// connection (`shared`), or each on its own (`quickack`: as in [`plain_tcp_two_connections`]).
-fn plain_tcp_exchange(shared: bool, quickack: Option<bool>) -> f64 {
-    use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let pair = || {
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    };
-    let (a_out, b_in) = pair();
-    let (b_out, a_in) = if shared {
-        (b_in.try_clone().unwrap(), a_out.try_clone().unwrap())
-    } else {
-        pair()
-    };
-    let iters = 20_000usize;
-    let play = |mut out: TcpStream, mut inp: TcpStream| {
-        for s in [&out, &inp] {
-            s.set_nodelay(true).unwrap();
-            s.set_nonblocking(true).unwrap();
-        }
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 16];
-            let mut times = Vec::with_capacity(iters);
-            for _ in 0..iters {
-                let t = Instant::now();
-                out.write_all(&buf).unwrap();
-                read_spinning(&mut inp, &mut buf);
-                if let Some(q) = quickack {
-                    super::socket::set_quickack(&inp, q);
-                }
-                times.push(t.elapsed());
-            }
-            times
-        })
-    };
-    let a = play(a_out, a_in);
-    let b = play(b_out, b_in);
-    let mut t = a.join().unwrap();
-    b.join().unwrap();
-    t.drain(..t.len() / 10);
-    t.sort();
-    t[t.len() / 2].as_secs_f64() * 1e6
-}
-
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_plain_tcp_exchange() {
@@ -423,12 +364,12 @@ fn latency_probe_plain_tcp_exchange() {
             } else {
                 "a connection per direction"
             },
-            plain_tcp_exchange(shared, q)
+            median(&plain_tcp_rounds(shared, true, q))
         );
     }
 }
 
-/// Medians of [`plain_tcp_exchange`] on one connection with the `write` and the `read` that
+/// Medians of a [`plain_tcp_rounds`] exchange on one connection with the `write` and the `read` that
 /// took the message timed apart: (whole exchange, write, read), microseconds.
 fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
     use std::io::{ErrorKind, Read, Write};
