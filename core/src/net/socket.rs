@@ -1051,6 +1051,9 @@ impl Net for SocketNet {
             let ctrl = clone(&s.ctrl)?;
             r.readiness.remove(&r.ctrl);
             r.ready = r.readiness.add(&ctrl)?;
+            if let Ok(a) = ctrl.peer_addr() {
+                r.peer = a;
+            }
             r.ctrl = ctrl;
         } else {
             s.ctrl = clone(&r.ctrl)?;
@@ -1167,8 +1170,8 @@ mod tests {
         lock(c.0.downcast_ref::<Arc<Mutex<RecvSide>>>().unwrap())
     }
 
-    /// Sends `msg` from `(sn, s)` to `(rn, r)` while the reverse direction does the same, and
-    /// checks both arrive whole.
+    /// Both sides send a `size`-byte message at once and receive the other's; checks that each
+    /// arrives whole.
     fn exchange(
         a: (&SocketNet, &mut SendComm, &mut RecvComm),
         b: (&SocketNet, &mut SendComm, &mut RecvComm),
