@@ -11,18 +11,35 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// One-way times of a ping-pong whose players return their round trips: both joined, the first
-/// tenth (warm-up) dropped, halved, sorted, in microseconds.
-fn one_way_us(
+/// Round times of two players that return theirs: both joined, the first player's rounds with
+/// the first tenth (warm-up) dropped, sorted, in microseconds.
+fn round_times_us(
     pinger: std::thread::JoinHandle<Vec<Duration>>,
     ponger: std::thread::JoinHandle<Vec<Duration>>,
 ) -> Vec<f64> {
     let mut t = pinger.join().unwrap();
     ponger.join().unwrap();
     t.drain(..t.len() / 10);
-    let mut us: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1e6 / 2.0).collect();
+    let mut us: Vec<f64> = t.iter().map(|d| d.as_secs_f64() * 1e6).collect();
     us.sort_by(f64::total_cmp);
     us
+}
+
+/// One-way times of a ping-pong: its sorted round times, halved.
+fn halved(rounds: &[f64]) -> Vec<f64> {
+    rounds.iter().map(|t| t / 2.0).collect()
+}
+
+/// A connection over loopback: (connecting end, accepted end), both non-blocking and without
+/// Nagle's delay, as the socket network's are.
+fn loopback_connection(l: &std::net::TcpListener) -> (std::net::TcpStream, std::net::TcpStream) {
+    let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    for s in [&a, &b] {
+        s.set_nodelay(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+    }
+    (a, b)
 }
 
 /// Fills `buf` from the non-blocking socket `s`, polling without sleeping (a proxy's way).
@@ -141,22 +158,18 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     };
     let pinger = play(fifo(0), fifo(1), true, a0.clone());
     let ponger = play(fifo(2), fifo(3), exchange, a1.clone());
-    let t = one_way_us(pinger, ponger);
+    let t = round_times_us(pinger, ponger);
     drop((p0, p1));
-    t.iter().map(|us| us * 2.0).collect()
+    t
 }
 
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_small_message_one_way() {
     for duplex in [false, true] {
-        let halved: Vec<f64> = through_proxies(duplex, false)
-            .iter()
-            .map(|t| t / 2.0)
-            .collect();
         print_one_way(
             &format!("8-byte message through two proxies and the socket network, duplex {duplex}"),
-            &halved,
+            &halved(&through_proxies(duplex, false)),
         );
     }
 }
@@ -168,7 +181,7 @@ fn latency_probe_small_message_exchange() {
         let t = through_proxies(duplex, true);
         println!(
             "8-byte exchange through two proxies and the socket network, duplex {duplex}: median {:.2} us, p10 {:.2}, p90 {:.2}",
-            t[t.len() / 2],
+            median(&t),
             t[t.len() / 10],
             t[t.len() * 9 / 10]
         );
@@ -186,23 +199,14 @@ fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let pair = || {
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    };
-    let (a_out, b_in) = pair();
+    let (a_out, b_in) = loopback_connection(&l);
     let (b_out, a_in) = if shared {
         (b_in.try_clone().unwrap(), a_out.try_clone().unwrap())
     } else {
-        pair()
+        loopback_connection(&l)
     };
     let iters = 20_000usize;
     let play = |mut out: TcpStream, mut inp: TcpStream, first: bool| {
-        for s in [&out, &inp] {
-            s.set_nodelay(true).unwrap();
-            s.set_nonblocking(true).unwrap();
-        }
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             let mut times = Vec::with_capacity(iters);
@@ -225,22 +229,17 @@ fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec
     };
     let pinger = play(a_out, a_in, true);
     let ponger = play(b_out, b_in, exchange);
-    // one_way_us halves the round trips; an exchange round is wanted whole.
-    one_way_us(pinger, ponger)
-        .iter()
-        .map(|us| us * 2.0)
-        .collect()
+    round_times_us(pinger, ponger)
 }
 
 /// The floor under the proxies: a ping-pong over one plain loopback TCP connection.
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_plain_tcp_one_way() {
-    let halved: Vec<f64> = plain_tcp_rounds(true, false, None)
-        .iter()
-        .map(|t| t / 2.0)
-        .collect();
-    print_one_way("16-byte message over plain loopback TCP", &halved);
+    print_one_way(
+        "16-byte message over plain loopback TCP",
+        &halved(&plain_tcp_rounds(true, false, None)),
+    );
 }
 
 /// The socket network alone, without proxies: one thread per side posts a receive, sends 8
@@ -306,7 +305,7 @@ fn socket_net_one_way(duplex: bool) {
     let ponger = play(n1.clone(), s10, r01, false);
     print_one_way(
         &format!("8-byte message through the socket network, no proxy, duplex {duplex}"),
-        &one_way_us(pinger, ponger),
+        &halved(&round_times_us(pinger, ponger)),
     );
 }
 
@@ -374,13 +373,9 @@ fn latency_probe_plain_tcp_exchange() {
 fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
     use std::io::{ErrorKind, Read, Write};
     use std::net::{TcpListener, TcpStream};
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
+    let (a, b) = loopback_connection(&TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
     let iters = 20_000usize;
     let play = |mut s: TcpStream| {
-        s.set_nodelay(true).unwrap();
-        s.set_nonblocking(true).unwrap();
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
             let mut v = Vec::with_capacity(iters);
@@ -409,12 +404,12 @@ fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
     let mut v = ta.join().unwrap();
     tb.join().unwrap();
     v.drain(..v.len() / 10);
-    let median = |i: usize| {
+    let part = |i: usize| {
         let mut x: Vec<f64> = v.iter().map(|e| e[i].as_secs_f64() * 1e6).collect();
         x.sort_by(f64::total_cmp);
-        x[x.len() / 2]
+        median(&x)
     };
-    (median(0), median(1), median(2))
+    (part(0), part(1), part(2))
 }
 
 #[test]
