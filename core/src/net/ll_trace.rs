@@ -5,8 +5,9 @@
 //!   slot position, when the proxy saw the slot complete, when `isend` returned and when the
 //!   send was done (send side), or when the slot landed and when the kernel's `ll_head` showed
 //!   it consumed (receive side);
-//! - `passes-pid<P>.csv` and `.txt`: the start, length and outcome of the proxy's latest passes,
-//!   and a summary with the socket network's system calls (count and mean time).
+//! - `passes-pid<P>.csv` and `.txt`: the start, length, outcome and time in the socket network's
+//!   system calls of the proxy's latest passes, and a summary of those calls (count and mean
+//!   time). `tests/bench/net_trace.py` reads a directory of these.
 //!
 //! The times are `CLOCK_MONOTONIC` nanoseconds, one clock for every process of a machine, so a
 //! sender's and a receiver's records of the same position subtract across processes when the
@@ -64,9 +65,16 @@ pub(crate) fn time_syscall<T>(f: impl FnOnce() -> T, kind_of: impl FnOnce(&T) ->
     let t = now_ns();
     let r = f();
     let k = kind_of(&r) as usize;
-    SYSCALLS[k][0].fetch_add(now_ns() - t, Ordering::Relaxed);
+    let ns = now_ns() - t;
+    SYSCALLS[k][0].fetch_add(ns, Ordering::Relaxed);
     SYSCALLS[k][1].fetch_add(1, Ordering::Relaxed);
+    IN_SYSCALLS.with(|c| c.set(c.get() + ns));
     r
+}
+
+thread_local! {
+    /// Nanoseconds this thread spent in timed system calls, for the pass log's `sys_ns`.
+    static IN_SYSCALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The events of one connection: rows of (position, up to three times).
@@ -131,10 +139,11 @@ pub(crate) struct PassCount {
     /// The longest pass, and passes over 10 us.
     max: u64,
     long: u64,
-    /// When the current pass began.
+    /// When the current pass began, and this thread's system-call time then.
     at: u64,
-    /// (begin, duration, moved) of the latest passes.
-    log: Vec<(u64, u64, bool)>,
+    sys_at: u64,
+    /// (begin, duration, moved, time in system calls) of the latest passes.
+    log: Vec<(u64, u64, bool, u64)>,
 }
 
 impl PassCount {
@@ -148,6 +157,7 @@ impl PassCount {
             max: 0,
             long: 0,
             at: 0,
+            sys_at: 0,
             log: Vec::new(),
         }
     }
@@ -156,6 +166,7 @@ impl PassCount {
     pub(crate) fn begin(&mut self) {
         if self.on {
             self.at = now_ns();
+            self.sys_at = IN_SYSCALLS.with(|c| c.get());
         }
     }
 
@@ -171,7 +182,8 @@ impl PassCount {
             if self.log.len() == 4 * KEEP {
                 self.log.drain(..2 * KEEP);
             }
-            self.log.push((self.at, ns, moved));
+            let sys = IN_SYSCALLS.with(|c| c.get()) - self.sys_at;
+            self.log.push((self.at, ns, moved, sys));
         }
     }
 }
@@ -201,9 +213,9 @@ impl Drop for PassCount {
         }
         s.push('\n');
         let _ = std::fs::write(format!("{d}/passes-pid{}.txt", std::process::id()), s);
-        let mut csv = String::from("begin,ns,moved\n");
-        for (b, ns, m) in &self.log {
-            csv.push_str(&format!("{b},{ns},{}\n", u8::from(*m)));
+        let mut csv = String::from("begin,ns,moved,sys_ns\n");
+        for (b, ns, m, sys) in &self.log {
+            csv.push_str(&format!("{b},{ns},{},{sys}\n", u8::from(*m)));
         }
         let _ = std::fs::write(format!("{d}/passes-pid{}.csv", std::process::id()), csv);
     }
