@@ -38,7 +38,8 @@ def quantiles(xs):
 
 
 def phases(d):
-    sends = sorted(glob.glob(f"{d}/ll-send-*-c0.csv"))
+    # Rank 0's send file names peer 1: sort by the peer, highest first.
+    sends = sorted(glob.glob(f"{d}/ll-send-*-c0.csv"), key=lambda f: f.split("-p")[-1], reverse=True)
     if len(sends) != 2:
         print(f"{d}: needs two ranks' ll-send-*-c0.csv, found {len(sends)}")
         return
