@@ -119,8 +119,9 @@ impl CudaBackend {
             return Ok(());
         }
         let _g = self.mem.bind(device)?;
-        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes.
-        unsafe { call!(cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len())) }
+        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes; `device`'s context is
+        // bound.
+        unsafe { crate::driver::copy_h2d_complete(dst, src) }
     }
 
     /// Copies memory of `device` at `src` into `dst` (synchronous; for tests and tools).

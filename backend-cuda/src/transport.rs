@@ -259,8 +259,8 @@ impl DeviceApi for CudaApi {
     }
 
     unsafe fn copy_h2d(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes; the copy is synchronous.
-        unsafe { call!(cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len())) }
+        // SAFETY: the caller guarantees `dst` holds `src.len()` bytes in the current context.
+        unsafe { crate::driver::copy_h2d_complete(dst, src) }
     }
 
     unsafe fn copy_h2d_async(

@@ -5,18 +5,15 @@ use cudarc::driver::sys;
 use oxccl_core::Result;
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::error::Error;
-use oxccl_cuda::driver::{Shared, check};
+use oxccl_cuda::driver::check;
 use oxccl_cuda::{CudaBackend, CudaStream};
 
 impl CheckDevice for CudaBackend {
     check_device_common!("cuda", "no CUDA device");
 
-    fn settle_uploads(&self, device: i32) -> Result<()> {
-        // A synchronous copy from pageable memory may return before its last DMA has landed,
-        // and it runs on the legacy stream, which the ranks' non-blocking streams do not wait
-        // for.
-        let _g = self.memory().bind(device)?;
-        self.stream_synchronize(&CudaStream(Shared(std::ptr::null_mut())))
+    fn settle_uploads(&self, _device: i32) -> Result<()> {
+        // Every upload (`CudaBackend::copy_to_device`) waited for its copy to land.
+        Ok(())
     }
 
     fn new_stream(&self, device: i32) -> Result<CudaStream> {
