@@ -7,7 +7,9 @@
 //! ```
 //! One thread per rank, rank `r` on device `r % devices` (default: one rank per device, at least
 //! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
-//! `--counts`, through the typed methods; prints one `FAIL` line per wrong case and
+//! `--counts`, through the typed methods, then 200 rounds of AllReduces of 100 KB on buffers
+//! uploaded just before them (in place and out of place); prints one `FAIL` line per wrong case
+//! or round and
 //! `RESULT pass=P fail=F`, exits 1 on a failure and 2 when the backend is missing.
 //!
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
@@ -113,18 +115,68 @@ fn on_ranks<R: Send>(
     })
 }
 
+/// Rounds of [`fresh_uploads`] each rank runs after the matrix.
+const FRESH_ROUNDS: usize = 200;
+
+/// Elements of [`fresh_uploads`]' buffers (100 KB of u32: the size of the matrix's largest
+/// cases at 3 ranks, where the copy race below was seen).
+const FRESH_LEN: usize = 25_000;
+
+/// AllReduces on buffers uploaded just before them, `rounds` times, in place (the input is
+/// the upload) and out of place (the output is); the wrong rounds.
+///
+/// A host-to-device copy that returned before its DMA landed let a collective on a
+/// non-blocking stream (which does not wait for the legacy stream's copy) read the buffer's
+/// old contents, or have the tail of the upload overwrite its result: this looks for that
+/// more often than the matrix does.
+fn fresh_uploads(comm: &Communicator, rounds: usize) -> oxccl::Result<Vec<String>> {
+    let dev = comm.device();
+    let n = comm.size() as u32;
+    let send = dev.buffer_from(&vec![1u32; FRESH_LEN])?;
+    let mut wrong = Vec::new();
+    let mut check = |what: &str, round: usize, got: Vec<u32>, want: u32| {
+        if let Some(first) = got.iter().position(|&v| v != want) {
+            let bad = got.iter().filter(|&&v| v != want).count();
+            wrong.push(format!(
+                "rank {}: fresh upload, {what}, round {round}: {bad} wrong elements from {first} \
+                 ({:#x}, want {want:#x})",
+                comm.rank(),
+                got[first]
+            ));
+        }
+    };
+    for round in 0..rounds {
+        let v = round as u32 + 2;
+        let mut buf = dev.buffer_from(&vec![v; FRESH_LEN])?;
+        comm.all_reduce_in_place(&mut buf, ReduceOp::Sum)?;
+        check("in place", round, buf.to_vec()?, v.wrapping_mul(n));
+        let mut out = dev.buffer_from(&vec![u32::MAX; FRESH_LEN])?;
+        comm.all_reduce(&send, &mut out, ReduceOp::Sum)?;
+        check("out of place", round, out.to_vec()?, n);
+    }
+    Ok(wrong)
+}
+
 fn matrix(rt: &Runtime, n: usize, counts: &[usize]) -> usize {
     let cases = full_matrix(n, counts, &DataType::ALL);
     let start = Instant::now();
     let results = on_ranks(rt, n, |comm| {
-        cases
+        let mut lines: Vec<Option<String>> = cases
             .iter()
             .map(|c| match run_safe_case(comm, c) {
                 Ok(0) => None,
                 Ok(w) => Some(format!("rank {}: {c:?}: {w} wrong elements", comm.rank())),
                 Err(e) => Some(format!("rank {}: {c:?}: error {e}", comm.rank())),
             })
-            .collect::<Vec<_>>()
+            .collect();
+        match fresh_uploads(comm, FRESH_ROUNDS) {
+            Ok(w) => lines.extend(w.into_iter().map(Some)),
+            Err(e) => lines.push(Some(format!(
+                "rank {}: fresh uploads: error {e}",
+                comm.rank()
+            ))),
+        }
+        lines
     })
     .unwrap_or_else(|e| {
         println!("FAIL: {e}");
@@ -135,9 +187,10 @@ fn matrix(rt: &Runtime, n: usize, counts: &[usize]) -> usize {
         println!("FAIL {line}");
         fail += 1;
     }
-    let total = cases.len() * n;
+    let total = (cases.len() + FRESH_ROUNDS) * n;
     println!(
-        "safe API matrix on {} with {n} ranks: {} cases per rank in {:.1} s",
+        "safe API matrix on {} with {n} ranks: {} cases and {FRESH_ROUNDS} fresh-upload rounds \
+         per rank in {:.1} s",
         rt.name(),
         cases.len(),
         start.elapsed().as_secs_f64()
