@@ -9,8 +9,7 @@
 //! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
 //! `--counts`, through the typed methods, then 200 rounds of AllReduces of 100 KB on buffers
 //! uploaded just before them (in place and out of place); prints one `FAIL` line per wrong case
-//! or round and
-//! `RESULT pass=P fail=F`, exits 1 on a failure and 2 when the backend is missing.
+//! or round and `RESULT pass=P fail=F`, exits 1 on a failure and 2 when the backend is missing.
 //!
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
 //! followed by one synchronize, in place and out of place, through the safe API and through
