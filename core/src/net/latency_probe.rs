@@ -60,11 +60,11 @@ fn median(t: &[f64]) -> f64 {
     t[t.len() / 2]
 }
 
-/// Prints "one-way <what>: median, p10, p90, p99" of sorted times `t`.
-fn print_one_way(what: &str, t: &[f64]) {
+/// Prints "<what>: median, p10, p90, p99" of sorted times `t`.
+fn print_times(what: &str, t: &[f64]) {
     let at = |q: usize| t[t.len() * q / 100];
     println!(
-        "one-way {what}: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
+        "{what}: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
         at(50),
         at(10),
         at(90),
@@ -167,8 +167,10 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_small_message_one_way() {
     for duplex in [false, true] {
-        print_one_way(
-            &format!("8-byte message through two proxies and the socket network, duplex {duplex}"),
+        print_times(
+            &format!(
+                "one-way 8-byte message through two proxies and the socket network, duplex {duplex}"
+            ),
             &halved(&through_proxies(duplex, false)),
         );
     }
@@ -178,12 +180,9 @@ fn latency_probe_small_message_one_way() {
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_small_message_exchange() {
     for duplex in [false, true] {
-        let t = through_proxies(duplex, true);
-        println!(
-            "8-byte exchange through two proxies and the socket network, duplex {duplex}: median {:.2} us, p10 {:.2}, p90 {:.2}",
-            median(&t),
-            t[t.len() / 10],
-            t[t.len() * 9 / 10]
+        print_times(
+            &format!("8-byte exchange through two proxies and the socket network, duplex {duplex}"),
+            &through_proxies(duplex, true),
         );
     }
 }
@@ -236,8 +235,8 @@ fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec
 #[test]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 fn latency_probe_plain_tcp_one_way() {
-    print_one_way(
-        "16-byte message over plain loopback TCP",
+    print_times(
+        "one-way 16-byte message over plain loopback TCP",
         &halved(&plain_tcp_rounds(true, false, None)),
     );
 }
@@ -303,8 +302,8 @@ fn socket_net_one_way(duplex: bool) {
     };
     let pinger = play(n0.clone(), s01, r10, true);
     let ponger = play(n1.clone(), s10, r01, false);
-    print_one_way(
-        &format!("8-byte message through the socket network, no proxy, duplex {duplex}"),
+    print_times(
+        &format!("one-way 8-byte message through the socket network, no proxy, duplex {duplex}"),
         &halved(&round_times_us(pinger, ponger)),
     );
 }
@@ -315,7 +314,7 @@ fn latency_probe_plain_tcp_two_connections() {
     for q in [None, Some(false), Some(true)] {
         println!(
             "one-way 16-byte message over plain loopback TCP, a connection per direction, quickack {q:?}: median {:.2} us",
-            median(&plain_tcp_rounds(false, false, q)) / 2.0
+            median(&halved(&plain_tcp_rounds(false, false, q)))
         );
     }
 }

@@ -11,11 +11,6 @@ use oxccl_cuda::{CudaBackend, CudaStream};
 impl CheckDevice for CudaBackend {
     check_device_common!("cuda", "no CUDA device");
 
-    fn settle_uploads(&self, _device: i32) -> Result<()> {
-        // Every upload (`CudaBackend::copy_to_device`) waited for its copy to land.
-        Ok(())
-    }
-
     fn new_stream(&self, device: i32) -> Result<CudaStream> {
         self.stream_create(device)
     }

@@ -10,11 +10,6 @@ use oxccl_hip::{HipBackend, HipStream};
 impl CheckDevice for HipBackend {
     check_device_common!("hip", "no HIP device");
 
-    fn settle_uploads(&self, _device: i32) -> Result<()> {
-        // Every upload synchronised the null stream it ran on before returning.
-        Ok(())
-    }
-
     fn new_stream(&self, device: i32) -> Result<HipStream> {
         self.stream_on(device)
     }

@@ -73,7 +73,8 @@ pub trait CheckDevice: Backend {
     /// `ptr` came from `alloc_plain` on `device` and no work uses it.
     unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()>;
 
-    /// Copies `src` to `dst` on `device`.
+    /// Copies `src` to `dst` on `device`; the copy has landed when this returns, for work on any
+    /// stream.
     ///
     /// # Safety
     /// `dst` is device memory of at least `src.len()` bytes.
@@ -84,10 +85,6 @@ pub trait CheckDevice: Backend {
     /// # Safety
     /// `src` is device memory of at least `dst.len()` bytes.
     unsafe fn download(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()>;
-
-    /// Waits until every earlier [`CheckDevice::upload`] to `device` has landed, for work on
-    /// any stream.
-    fn settle_uploads(&self, device: i32) -> Result<()>;
 
     /// A new non-blocking stream on `device`.
     fn new_stream(&self, device: i32) -> Result<Self::Stream>;
