@@ -221,9 +221,17 @@ pub fn connect(
         handles,
         listens,
     )?;
-    // Link c of a peer is c both ways (the handles went in the same order).
+    // Link c of a peer is c both ways (the handles went in the same order). LL links whose sends
+    // have their own proxy thread keep a socket per direction: on a shared one, the kernel's
+    // socket lock makes the receiving thread's read wait for the sending thread's write.
+    let ll_apart = super::proxy::ll_send_thread();
     for ((pf, per_send), per_recv) in fifos.iter().zip(&mut sends).zip(&mut recvs) {
-        for (s, r) in per_send.iter_mut().zip(per_recv.iter_mut()) {
+        let paired = if ll_apart {
+            pf.channels.len()
+        } else {
+            pf.links()
+        };
+        for (s, r) in per_send.iter_mut().zip(per_recv.iter_mut()).take(paired) {
             net.pair(pf.peer, s, r)?;
         }
     }

@@ -181,6 +181,11 @@ impl LlConn {
         net.reg_mr(comm, fifo.slots, bytes, PTR_HOST)
     }
 
+    /// Whether this rank sends on the connection.
+    pub fn sends(&self) -> bool {
+        matches!(self.side, LlSide::Send(_))
+    }
+
     /// Hands complete slots to the network (send) or freed slots to it (receive), and retires
     /// finished requests; true when anything moved.
     pub fn progress(&mut self, net: &dyn Net, rank: u32) -> Result<bool> {

@@ -212,12 +212,18 @@ impl Drop for PassCount {
             ));
         }
         s.push('\n');
-        let _ = std::fs::write(format!("{d}/passes-pid{}.txt", std::process::id()), s);
+        let _ = std::fs::write(
+            format!("{d}/passes-pid{}-{}.txt", std::process::id(), thread_name()),
+            s,
+        );
         let mut csv = String::from("begin,ns,moved,sys_ns\n");
         for (b, ns, m, sys) in &self.log {
             csv.push_str(&format!("{b},{ns},{},{sys}\n", u8::from(*m)));
         }
-        let _ = std::fs::write(format!("{d}/passes-pid{}.csv", std::process::id()), csv);
+        let _ = std::fs::write(
+            format!("{d}/passes-pid{}-{}.csv", std::process::id(), thread_name()),
+            csv,
+        );
     }
 }
 
@@ -256,4 +262,12 @@ mod tests {
         let off = LlTrace::default();
         assert!(!off.on, "tracing is off unless asked for");
     }
+}
+
+/// The calling thread's name, for trace file names (a communicator may run several proxies).
+fn thread_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string()
 }
