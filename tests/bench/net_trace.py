@@ -58,9 +58,14 @@ def phases(d):
 
 def passes(d):
     for f in sorted(glob.glob(f"{d}/passes-pid*.csv")):
-        pid = os.path.basename(f)[len("passes-"):-len(".csv")]
+        # passes-pid<P>-<thread>.csv: with LL sends on their own thread, each thread's passes
+        # are classed by its own connections' events only.
+        name = os.path.basename(f)[len("passes-"):-len(".csv")]
+        pid = name.split("-")[0]
+        apart = bool(glob.glob(f"{d}/passes-{pid}-oxccl-llsend-*.csv"))
+        kinds = "ll-send" if "llsend" in name else "ll-recv" if apart else "ll"
         events = []
-        for g in glob.glob(f"{d}/ll-*-{pid}-*.csv"):
+        for g in glob.glob(f"{d}/{kinds}-*{pid}-*.csv"):
             names = "SID" if "ll-send" in g else "LC"
             for t in rows(g).values():
                 events += [(x, n) for x, n in zip(t, names) if x]
@@ -75,7 +80,7 @@ def passes(d):
             count[key] += 1
             busy[key] += ns
             sys_ns[key] += rest[0] if rest else 0
-        print(f"  {pid}: pass kind, count, mean us, of which system calls")
+        print(f"  {name}: pass kind, count, mean us, of which system calls")
         for k, n in sorted(count.items(), key=lambda kv: -busy[kv[0]])[:10]:
             print(f"    {k:10} {n:8} {busy[k] / n / 1000:7.2f} {sys_ns[k] / n / 1000:7.2f}")
 
