@@ -227,6 +227,14 @@ impl Drop for PassCount {
     }
 }
 
+/// The calling thread's name, for trace file names (a communicator may run several proxies).
+fn thread_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,12 +270,4 @@ mod tests {
         let off = LlTrace::default();
         assert!(!off.on, "tracing is off unless asked for");
     }
-}
-
-/// The calling thread's name, for trace file names (a communicator may run several proxies).
-fn thread_name() -> String {
-    std::thread::current()
-        .name()
-        .unwrap_or("unnamed")
-        .to_string()
 }
