@@ -5,9 +5,10 @@
 //!   slot position, when the proxy saw the slot complete, when `isend` returned and when the
 //!   send was done (send side), or when the slot landed and when the kernel's `ll_head` showed
 //!   it consumed (receive side);
-//! - `passes-pid<P>-<thread>.csv` and `.txt` (one per proxy thread): the start, length, outcome and time in the socket network's
-//!   system calls of the proxy's latest passes, and a summary of those calls (count and mean
-//!   time). `tests/bench/net_trace.py` reads a directory of these.
+//! - `passes-pid<P>-<thread>.csv` and `.txt` (one per proxy thread): the start, length, outcome
+//!   and time in the socket network's system calls of the thread's latest passes, and a summary
+//!   of those calls (count and mean time, for the whole process). `tests/bench/net_trace.py`
+//!   reads a directory of these.
 //!
 //! The times are `CLOCK_MONOTONIC` nanoseconds, one clock for every process of a machine, so a
 //! sender's and a receiver's records of the same position subtract across processes when the
@@ -129,7 +130,8 @@ impl LlTrace {
     }
 }
 
-/// Counts a proxy's passes; with tracing on, writes `<dir>/passes-pid<P>-<thread>.txt` when dropped.
+/// Counts a proxy thread's passes; with tracing on, writes `<dir>/passes-pid<P>-<thread>.txt`
+/// when dropped.
 pub(crate) struct PassCount {
     on: bool,
     passes: u64,

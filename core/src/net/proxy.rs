@@ -337,7 +337,7 @@ const PARK: Duration = Duration::from_micros(500);
 /// With one thread, a rank's socket write for its own message and its read of the peer's
 /// take turns, so each message waits for the other's system calls. Apart, the peer's message is
 /// read while this rank's write is still in the kernel. One H100 under MPS, ranks as hosts,
-/// AllReduce float, 2026-11-27 (21c9bc9 + this change), one thread / apart, us: 2 ranks 8-128 B
+/// AllReduce float, 2026-11-27 (6aa90d0), one thread / apart, us: 2 ranks 8-128 B
 /// 15.1-18.6 / 14.6-18.0 (three runs), in CUDA graphs 17.2-29.3 / 12.3-13.7; 4 ranks 8-64 B
 /// 45.0-47.7 / 35.6-39.1 (NCCL 47.9-56.2).
 pub fn ll_send_thread() -> bool {
