@@ -56,7 +56,9 @@ struct Heuristics {
     /// With two ranks, Direct up to this size: ring and direct then move the same bytes, and
     /// direct does it in one hop.
     direct_max_two_ranks: [u64; 4],
-    /// Tree for AllReduce above `direct_max` up to this size...
+    /// Tree for AllReduce above this size (and above `direct_max`), per topology...
+    tree_min: [u64; 4],
+    /// ...up to this size...
     tree_max: u64,
     /// ...when there are at least this many ranks (below, the ring's extra hops are cheap).
     tree_min_ranks: [u32; 4],
@@ -99,6 +101,15 @@ const HEURISTICS: Heuristics = Heuristics {
     // 134 / 170, 1 MiB 262 / 344, 2 MiB 339 / 507, 4 MiB 674 / 731, 8 MiB 979 / 1080; 16 MiB
     // on they tie (the network is the limit either way).
     direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 8 * MIB],
+    // Several hosts, 4 ranks as 4 hosts under MPS over NET/Socket (2026-11-27, 86593ec), ring /
+    // tree us: one H200, 128 KiB 229, 186 / 348, 403; 256 KiB 327, 277 / 477, 522; 512 KiB 514,
+    // 456 / 579, 669; 1 MiB 724, 751 / 918, 839. One H100 (three runs, `-i 100`, spread wide):
+    // 128 KiB 292-431 / 396-951; 256 KiB 380-549 / 434-1147; 512 KiB 1363-1545 / 557-1476.
+    // (On 2026-11-25, before the proxy's latency work, the tree won at 128 KiB: 475 / 559.)
+    // 8 ranks as 8 hosts, one H200, two runs: 128 KiB 884, 1694 / 1270, 1102; 256 KiB 1147, 1143
+    // / 1421, 1878; 512 KiB 1305, 1221 / 2481, 2400. With ring to 256 KiB, 4 ranks took
+    // 0.58-0.71 of NCCL's time at 128-256 KiB (0.96-1.06 at 128 KiB-2 MiB with the tree).
+    tree_min: [0, 0, 0, 256 * KIB],
     tree_max: 4 * MIB,
     // Several hosts: every ring hop that crosses the network costs a network latency, and the
     // tree ordered by host (chains inside hosts) crosses fewer. One H100 under MPS, ranks as
@@ -699,7 +710,9 @@ fn default_algo(
         | CollKind::SendRecv => Algorithm::Direct,
         _ if bytes <= h.direct_max => Algorithm::Direct,
         _ if nranks <= 2 && bytes <= direct_max_two_ranks => Algorithm::Direct,
-        CollKind::AllReduce if bytes <= h.tree_max && nranks >= h.tree_min_ranks[ti] => {
+        CollKind::AllReduce
+            if bytes > h.tree_min[ti] && bytes <= h.tree_max && nranks >= h.tree_min_ranks[ti] =>
+        {
             Algorithm::Tree
         }
         _ => Algorithm::Ring,
@@ -808,6 +821,12 @@ mod tests {
                 .algo
         };
         assert_eq!(multi(MIB, 4), Algorithm::Tree, "hosts: tree from 4 ranks");
+        assert_eq!(
+            multi(256 * KIB, 4),
+            Algorithm::Ring,
+            "hosts: ring up to 256 KiB"
+        );
+        assert_eq!(multi(256 * KIB + 1, 8), Algorithm::Tree);
         assert_eq!(multi(MIB, 3), Algorithm::Ring);
         assert_eq!(multi(8, 4), Algorithm::Direct);
         assert_eq!(multi(8 * MIB, 4), Algorithm::Ring);
