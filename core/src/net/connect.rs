@@ -221,20 +221,17 @@ pub fn connect(
         handles,
         listens,
     )?;
-    // Link c of a peer is c both ways (the handles went in the same order). LL links whose sends
-    // have their own proxy thread keep a socket per direction: on a shared one, the kernel's
-    // socket lock makes the receiving thread's read wait for the sending thread's write.
-    let ll_apart = super::proxy::ll_send_thread();
+    // Link c of a peer is c both ways (the handles went in the same order). Only Simple links
+    // share a socket: LL sends may have a proxy thread of their own, and on a shared socket the
+    // kernel's socket lock makes the receiving thread's read wait for the sending thread's
+    // write. (Both ends must pair alike, so this depends on nothing local.)
     for ((pf, per_send), per_recv) in fifos.iter().zip(&mut sends).zip(&mut recvs) {
-        let paired = if ll_apart {
-            pf.channels.len()
-        } else {
-            pf.links()
-        };
-        for (s, r) in per_send.iter_mut().zip(per_recv.iter_mut()).take(paired) {
+        let simple = per_send.iter_mut().zip(per_recv.iter_mut());
+        for (s, r) in simple.take(pf.channels.len()) {
             net.pair(pf.peer, s, r)?;
         }
     }
+    let ll_send_thread = super::proxy::ll_send_thread(bootstrap.nranks());
     let mut conns = Vec::new();
     let mut ll = Vec::new();
     for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
@@ -282,7 +279,9 @@ pub fn connect(
             });
         }
     }
-    Proxy::start_with(net, rank, conns, ll, abort.clone(), gpu)
+    tracing::info!(target: "oxccl::net",
+        "rank {rank}: LL sends on {} proxy thread", if ll_send_thread { "their own" } else { "the one" });
+    Proxy::start_with(net, rank, conns, ll, ll_send_thread, abort.clone(), gpu)
 }
 
 #[cfg(test)]
