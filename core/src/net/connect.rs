@@ -279,8 +279,12 @@ pub fn connect(
             });
         }
     }
-    tracing::info!(target: "oxccl::net",
-        "rank {rank}: LL sends on {} proxy thread", if ll_send_thread { "their own" } else { "the one" });
+    let which = if ll_send_thread {
+        "their own"
+    } else {
+        "the one"
+    };
+    tracing::info!(target: "oxccl::net", "rank {rank}: LL sends on {which} proxy thread");
     Proxy::start_with(net, rank, conns, ll, ll_send_thread, abort.clone(), gpu)
 }
 
