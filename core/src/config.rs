@@ -71,3 +71,16 @@ impl CommConfig {
 pub fn env_int(name: &str) -> Option<i64> {
     std::env::var(name).ok()?.trim().parse().ok()
 }
+
+/// A 0/1 variable: `Some(false)`, `Some(true)`, or `None` when empty or unreadable (warned).
+pub(crate) fn parse_switch(name: &str, v: &str) -> Option<bool> {
+    match v.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        "" => None,
+        other => {
+            tracing::warn!("{name}={other:?} is neither 0 nor 1; ignored");
+            None
+        }
+    }
+}

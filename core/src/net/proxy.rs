@@ -350,11 +350,8 @@ pub fn ll_send_thread(nranks: u32) -> bool {
 
 /// [`ll_send_thread`] given the variable's value and the machine's CPUs.
 fn ll_send_thread_for(var: Option<&str>, cpus: usize, nranks: u32) -> bool {
-    match var.map(str::trim) {
-        Some("0") => false,
-        Some("1") => true,
-        _ => cpus >= CPUS_PER_RANK * nranks as usize,
-    }
+    var.and_then(|v| crate::config::parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
+        .unwrap_or(cpus >= CPUS_PER_RANK * nranks as usize)
 }
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send

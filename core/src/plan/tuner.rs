@@ -327,19 +327,6 @@ fn proto_bit(p: Protocol) -> u8 {
     1 << proto_index(p)
 }
 
-/// A 0/1 variable: `Some(false)`, `Some(true)`, or `None` when empty or unreadable (warned).
-fn parse_switch(name: &str, v: &str) -> Option<bool> {
-    match v.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        "" => None,
-        other => {
-            tracing::warn!("{name}={other:?} is neither 0 nor 1; ignored");
-            None
-        }
-    }
-}
-
 fn kind_index(k: CollKind) -> usize {
     KINDS
         .iter()
@@ -524,10 +511,10 @@ impl Tuner {
             t.chunk_bytes = parse_number("OXCCL_CHUNK_BYTES", &v);
         }
         if let Some(v) = get("OXCCL_ZERO_COPY") {
-            t.zero_copy = parse_switch("OXCCL_ZERO_COPY", &v);
+            t.zero_copy = crate::config::parse_switch("OXCCL_ZERO_COPY", &v);
         }
         if let Some(v) = get("OXCCL_ONE_SHOT") {
-            t.one_shot = parse_switch("OXCCL_ONE_SHOT", &v);
+            t.one_shot = crate::config::parse_switch("OXCCL_ONE_SHOT", &v);
         }
         if let Some(v) = get("OXCCL_ZERO_COPY_HIDE_RANKS") {
             t.hidden_ranks = v
