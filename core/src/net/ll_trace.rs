@@ -214,18 +214,13 @@ impl Drop for PassCount {
             ));
         }
         s.push('\n');
-        let _ = std::fs::write(
-            format!("{d}/passes-pid{}-{}.txt", std::process::id(), thread_name()),
-            s,
-        );
+        let path = format!("{d}/passes-pid{}-{}", std::process::id(), thread_name());
+        let _ = std::fs::write(format!("{path}.txt"), s);
         let mut csv = String::from("begin,ns,moved,sys_ns\n");
         for (b, ns, m, sys) in &self.log {
             csv.push_str(&format!("{b},{ns},{},{sys}\n", u8::from(*m)));
         }
-        let _ = std::fs::write(
-            format!("{d}/passes-pid{}-{}.csv", std::process::id(), thread_name()),
-            csv,
-        );
+        let _ = std::fs::write(format!("{path}.csv"), csv);
     }
 }
 
