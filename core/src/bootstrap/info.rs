@@ -16,9 +16,13 @@ pub struct PeerInfo {
     pub pid: u32,
     /// Its host name.
     pub hostname: String,
-    /// Hash of host name and boot id: equal values mean the same machine.
+    /// Its host as NCCL names hosts (host name and boot id, or `NCCL_HOSTID`): equal values
+    /// mean the same host.
     pub host_hash: u64,
-    /// Hash of its pid namespace: with an equal `host_hash`, its pid is valid in our `/proc`.
+    /// Hash of host name and boot id, whatever `NCCL_HOSTID` says: equal values mean the same
+    /// machine, whose CPUs the two processes share.
+    pub machine_hash: u64,
+    /// Hash of its pid namespace: with an equal `machine_hash`, its pid is valid in our `/proc`.
     pub pidns_hash: u64,
     /// Its process start time in clock ticks (tells a reused pid from the original process).
     pub start_time: u64,
@@ -34,12 +38,13 @@ impl PeerInfo {
             pid: me.pid,
             hostname: me.hostname.clone(),
             host_hash: me.host_hash,
+            machine_hash: me.machine_hash,
             pidns_hash: me.pidns_hash,
             start_time: me.start_time,
         }
     }
 
-    /// True when `other` runs on the same machine.
+    /// True when `other` runs on the same host (as `NCCL_HOSTID` may say).
     pub fn same_host(&self, other: &PeerInfo) -> bool {
         self.host_hash == other.host_hash
     }
@@ -47,7 +52,7 @@ impl PeerInfo {
     /// True when this rank's process is visible in the calling process's `/proc`.
     pub fn shares_proc_with_caller(&self) -> bool {
         let me = process::current();
-        self.host_hash == me.host_hash && self.pidns_hash == me.pidns_hash
+        self.machine_hash == me.machine_hash && self.pidns_hash == me.pidns_hash
     }
 
     /// "rank 3 (pid 1234 on host node7)", for error messages.
@@ -65,6 +70,7 @@ impl PeerInfo {
             .u32(self.pid)
             .u64(self.start_time)
             .u64(self.host_hash)
+            .u64(self.machine_hash)
             .u64(self.pidns_hash)
             .bytes(self.hostname.as_bytes());
     }
@@ -76,6 +82,7 @@ impl PeerInfo {
         let pid = d.u32()?;
         let start_time = d.u64()?;
         let host_hash = d.u64()?;
+        let machine_hash = d.u64()?;
         let pidns_hash = d.u64()?;
         let hostname = d.string()?;
         if hostname.len() > 255 {
@@ -87,6 +94,7 @@ impl PeerInfo {
             pid,
             hostname,
             host_hash,
+            machine_hash,
             pidns_hash,
             start_time,
         })

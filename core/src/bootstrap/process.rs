@@ -12,9 +12,12 @@ pub(crate) struct ProcessIdentity {
     /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`); 0 when unknown.
     pub start_time: u64,
     pub hostname: String,
-    /// Hash of hostname and boot id: equal means same machine (same kernel boot).
+    /// NCCL's host identity: of host name and boot id, or of `NCCL_HOSTID` when that is set.
     pub host_hash: u64,
-    /// Hash of the pid namespace: equal (with `host_hash`) means our `/proc` shows the peer.
+    /// Of host name and boot id whatever `NCCL_HOSTID` says: equal means the same machine
+    /// (same kernel boot), sharing its CPUs and its `/proc`.
+    pub machine_hash: u64,
+    /// Hash of the pid namespace: equal (with `machine_hash`) means our `/proc` shows the peer.
     pub pidns_hash: u64,
 }
 
@@ -36,6 +39,7 @@ pub(crate) fn current() -> &'static ProcessIdentity {
             pid,
             start_time,
             host_hash: host_hash(&hostname, &boot_id, std::env::var("NCCL_HOSTID").ok()),
+            machine_hash: host_hash(&hostname, &boot_id, None),
             pidns_hash: fnv1a(&[pidns.as_bytes()]),
             hostname,
         }

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 /// First bytes of every oxccl connection.
 pub(crate) const HELLO_MAGIC: [u8; 8] = *b"OXCCL-HS";
-/// Bumped on any incompatible change of the bootstrap or socket protocol.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+/// Bumped on any incompatible change of the bootstrap or socket protocol (2: `PeerInfo` carries
+/// the machine hash).
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 /// Size of [`Hello`] on the wire.
 pub(crate) const HELLO_BYTES: usize = 32;
 /// Size of a frame header on the wire.

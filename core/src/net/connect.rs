@@ -6,6 +6,7 @@ use super::gdr::GpuRegistration;
 use super::ll::{LlFifo, LlLink, LlSide};
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, Side, SlotMemory};
+use super::proxy_cpus::{ProxyCpus, ranks_on_machine};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
@@ -231,7 +232,10 @@ pub fn connect(
             net.pair(pf.peer, s, r)?;
         }
     }
-    let ll_send_thread = super::proxy::ll_send_thread(bootstrap.nranks());
+    let peers = bootstrap.peers();
+    let here = peers[rank as usize].machine_hash;
+    let ranks_here = ranks_on_machine(peers.iter().map(|p| p.machine_hash), here);
+    let cpus = ProxyCpus::for_machine(ranks_here);
     let mut conns = Vec::new();
     let mut ll = Vec::new();
     for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
@@ -279,13 +283,9 @@ pub fn connect(
             });
         }
     }
-    let which = if ll_send_thread {
-        "their own"
-    } else {
-        "the one"
-    };
-    tracing::info!(target: "oxccl::net", "rank {rank}: LL sends on {which} proxy thread");
-    Proxy::start_with(net, rank, conns, ll, ll_send_thread, abort.clone(), gpu)
+    tracing::info!(target: "oxccl::net",
+        "rank {rank}: {} ({ranks_here} ranks on this machine)", cpus.describe());
+    Proxy::start_with(net, rank, conns, ll, cpus, abort.clone(), gpu)
 }
 
 #[cfg(test)]

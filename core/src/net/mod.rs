@@ -16,6 +16,7 @@ pub mod ll;
 mod ll_trace;
 pub mod plugin;
 pub mod proxy;
+pub mod proxy_cpus;
 mod readiness;
 #[cfg(test)]
 mod reset_tests;

@@ -1,6 +1,6 @@
 //! The host proxy: the threads of a communicator that move FIFO slots between memory the device
 //! reaches and a [`Net`]: one for every connection but LL sends, which have their own where
-//! the machine has CPUs to spare ([`ll_send_thread`]).
+//! the machine has CPUs to spare ([`ProxyCpus`]).
 //!
 //! A NET connection has a FIFO on each side, laid out as [`FifoLayout`] says. On the sending
 //! rank the kernel fills slots, writes each slot's byte count and advances `tail`, exactly as it
@@ -20,6 +20,7 @@
 
 use super::gdr::GpuRegistration;
 use super::ll::{LlConn, LlLink};
+use super::proxy_cpus::ProxyCpus;
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
@@ -324,42 +325,14 @@ fn register(net: &dyn Net, conn: &ProxyConn, gpu: GpuRegistration<'_>) -> Result
     net.reg_mr(comm(), f.slots, f.slots_bytes(), ty)
 }
 
-/// Busy polling lasts this long after the last progress, then the proxy yields...
+/// Busy polling lasts this long after the last progress (unless idle passes yield at once:
+/// [`ProxyCpus::yield_when_idle`]), then the proxy yields...
 const SPIN: Duration = Duration::from_micros(200);
 /// ...until this much idle time, then sleeps [`PARK`] at a time (woken early by each launch).
 const YIELD: Duration = Duration::from_millis(5);
 /// Longest sleep of an idle proxy: what an operation replayed from a graph after a long idle
 /// period may wait before the proxy looks again.
 const PARK: Duration = Duration::from_micros(500);
-
-/// Whether LL sends get a proxy thread of their own in a communicator of `nranks` ranks:
-/// `OXCCL_NET_LL_SEND_THREAD=1` yes, `0` no; by default where this machine has at least
-/// [`CPUS_PER_RANK`] CPUs for every rank of the communicator.
-///
-/// With one thread, a rank's socket write for its own message and its read of the peer's
-/// take turns, so each message waits for the other's system calls. Apart, the peer's message is
-/// read while this rank's write is still in the kernel. One H100 under MPS, ranks as hosts,
-/// AllReduce float, 2026-11-27 (6aa90d0), one thread / apart, us: 2 ranks 8-128 B
-/// 15.1-18.6 / 14.6-18.0 (three runs), in CUDA graphs 17.2-29.3 / 12.3-13.7; 4 ranks 8-64 B
-/// 45.0-47.7 / 35.6-39.1 (NCCL 47.9-56.2).
-pub fn ll_send_thread(nranks: u32) -> bool {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let var = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();
-    ll_send_thread_for(var.as_deref(), cpus, nranks)
-}
-
-/// [`ll_send_thread`] given the variable's value and the machine's CPUs.
-fn ll_send_thread_for(var: Option<&str>, cpus: usize, nranks: u32) -> bool {
-    var.and_then(|v| crate::config::parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
-        .unwrap_or(cpus >= CPUS_PER_RANK * nranks as usize)
-}
-
-/// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
-/// thread and the application's thread all poll. Where every rank of a communicator shares one
-/// machine with fewer, the extra polling threads crowd each other out: 16 CPUs, ranks as hosts
-/// under MPS, AllReduce 8 B-4 KiB (2026-11-27, one H200): 6 ranks 68-90 us on one thread,
-/// 338-575 with the second (NCCL 64-186); 8 ranks 128-452 and 910-2008 (NCCL 85-1315).
-pub const CPUS_PER_RANK: usize = 3;
 
 /// The proxy threads of one communicator; they stop and close their connections on drop.
 pub struct Proxy {
@@ -381,21 +354,21 @@ impl Proxy {
             rank,
             conns,
             Vec::new(),
-            false,
+            ProxyCpus::ONE_SPINNING_THREAD,
             abort,
             GpuRegistration::default(),
         )
     }
 
     /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
-    /// `ll` are the LL connections it drives too (`super::ll`), their sends on a thread of
-    /// their own when `ll_send_thread` ([`ll_send_thread`]).
+    /// `ll` are the LL connections it drives too (`super::ll`); `cpus` says whether their sends
+    /// have a thread of their own and whether idle threads yield.
     pub fn start_with(
         net: Arc<dyn Net>,
         rank: u32,
         conns: Vec<ProxyConn>,
         ll: Vec<LlLink>,
-        ll_send_thread: bool,
+        cpus: ProxyCpus,
         abort: AbortFlag,
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
@@ -440,7 +413,7 @@ impl Proxy {
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let (ll_sends, ll_rest): (Vec<_>, Vec<_>) = if ll_send_thread {
+        let (ll_sends, ll_rest): (Vec<_>, Vec<_>) = if cpus.ll_send_thread {
             lls.into_iter().partition(LlConn::sends)
         } else {
             (Vec::new(), lls)
@@ -452,9 +425,10 @@ impl Proxy {
         let mut threads = Vec::new();
         for (name, active, lls) in groups {
             let (net, abort, stop2) = (net.clone(), abort.clone(), stop.clone());
-            let spawned = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || run(&*net, rank, active, lls, &abort, &stop2));
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                let idle_yields = cpus.yield_when_idle;
+                run(&*net, rank, active, lls, idle_yields, &abort, &stop2)
+            });
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {
@@ -528,6 +502,7 @@ fn run(
     rank: u32,
     mut conns: Vec<Active>,
     mut ll: Vec<LlConn>,
+    idle_yields: bool,
     abort: &AbortFlag,
     stop: &AtomicBool,
 ) {
@@ -549,7 +524,7 @@ fn run(
             continue;
         }
         let idle = last.elapsed();
-        if idle < SPIN {
+        if idle < SPIN && !idle_yields {
             std::hint::spin_loop();
         } else if idle < YIELD {
             std::thread::yield_now();
@@ -729,7 +704,7 @@ pub(crate) mod testkit {
                 side: Side::Send(s),
             }],
             Vec::new(),
-            false,
+            ProxyCpus::ONE_SPINNING_THREAD,
             a0.clone(),
             sides[0].gpu,
         )
@@ -744,7 +719,7 @@ pub(crate) mod testkit {
                 side: Side::Recv(r),
             }],
             Vec::new(),
-            false,
+            ProxyCpus::ONE_SPINNING_THREAD,
             a1.clone(),
             sides[1].gpu,
         )
@@ -797,19 +772,6 @@ mod tests {
     use super::super::socket::SocketConfig;
     use super::testkit::{Mem, link, socket_net, transfer};
     use super::*;
-
-    #[test]
-    fn ll_sends_get_their_own_thread_where_cpus_allow_or_when_asked() {
-        assert!(ll_send_thread_for(None, 16, 4), "3 CPUs per rank and more");
-        assert!(ll_send_thread_for(None, 15, 5));
-        assert!(!ll_send_thread_for(None, 16, 6), "6 ranks crowd 16 CPUs");
-        assert!(!ll_send_thread_for(Some("0"), 128, 2));
-        assert!(ll_send_thread_for(Some(" 1"), 2, 8));
-        assert!(
-            !ll_send_thread_for(Some("yes"), 2, 2),
-            "anything else: decided by CPUs"
-        );
-    }
 
     /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
     fn pair(config: SocketConfig) -> (Arc<dyn Net>, Arc<dyn Net>, SendComm, RecvComm) {

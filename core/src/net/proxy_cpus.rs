@@ -1,0 +1,131 @@
+//! How a communicator's NET proxy shares the machine's CPUs: whether LL sends get a thread of
+//! their own and whether an idle thread gives its CPU away between passes. Both follow the
+//! ranks that share this machine (not the communicator's size, and not `NCCL_HOSTID`'s hosts:
+//! ranks that name themselves different hosts on one machine still share its CPUs).
+
+use crate::config::parse_switch;
+
+/// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
+/// thread and the application's thread all poll. Where the ranks on a machine have fewer, the
+/// extra polling threads crowd each other out: 16 CPUs, ranks as hosts under MPS, AllReduce
+/// 8 B-4 KiB (2026-11-27, one H200): 6 ranks 68-90 us on one thread, 338-575 with the second
+/// (NCCL 64-186); 8 ranks 128-452 and 910-2008 (NCCL 85-1315).
+pub const CPUS_PER_RANK: usize = 3;
+
+/// What the proxy threads of one rank do with the CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyCpus {
+    /// LL sends are driven by a thread of their own.
+    ///
+    /// With one thread, a rank's socket write for its own message and its read of the peer's
+    /// take turns, so each message waits for the other's system calls. Apart, the peer's
+    /// message is read while this rank's write is still in the kernel. One H100 under MPS,
+    /// ranks as hosts, AllReduce float, 2026-11-27 (6aa90d0), one thread / apart, us: 2 ranks
+    /// 8-128 B 15.1-18.6 / 14.6-18.0 (three runs), in CUDA graphs 17.2-29.3 / 12.3-13.7;
+    /// 4 ranks 8-64 B 45.0-47.7 / 35.6-39.1 (NCCL 47.9-56.2).
+    pub ll_send_thread: bool,
+    /// A pass that moved nothing ends in `sched_yield` instead of a spin-loop hint, so that
+    /// other ranks' polling threads get the CPU (NCCL's progress thread yields likewise).
+    pub yield_when_idle: bool,
+}
+
+impl ProxyCpus {
+    /// Everything on one thread that spins while idle (tests, and the proxy without LL links).
+    pub const ONE_SPINNING_THREAD: ProxyCpus = ProxyCpus {
+        ll_send_thread: false,
+        yield_when_idle: false,
+    };
+
+    /// The choice for a rank that shares this machine with `ranks_here - 1` other ranks of the
+    /// communicator: by default the LL send thread where the machine has [`CPUS_PER_RANK`]
+    /// CPUs per rank, and yielding where it has not. `OXCCL_NET_LL_SEND_THREAD` and
+    /// `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
+    pub fn for_machine(ranks_here: u32) -> ProxyCpus {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ll = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();
+        let yields = std::env::var("OXCCL_NET_PROXY_YIELD").ok();
+        ProxyCpus::decide(ll.as_deref(), yields.as_deref(), cpus, ranks_here)
+    }
+
+    /// [`ProxyCpus::for_machine`] given the variables' values and the machine's CPUs.
+    fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks_here: u32) -> ProxyCpus {
+        let roomy = cpus >= CPUS_PER_RANK * ranks_here.max(1) as usize;
+        ProxyCpus {
+            ll_send_thread: ll
+                .and_then(|v| parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
+                .unwrap_or(roomy),
+            yield_when_idle: yields
+                .and_then(|v| parse_switch("OXCCL_NET_PROXY_YIELD", v))
+                .unwrap_or(!roomy),
+        }
+    }
+
+    /// "LL sends on their own proxy thread; idle passes spin", for the log.
+    pub fn describe(self) -> String {
+        let which = if self.ll_send_thread {
+            "their own"
+        } else {
+            "the one"
+        };
+        let idle = if self.yield_when_idle {
+            "yield"
+        } else {
+            "spin"
+        };
+        format!("LL sends on {which} proxy thread; idle passes {idle}")
+    }
+}
+
+/// How many of `machines` (one entry per rank) equal `mine`: the ranks on this machine.
+pub fn ranks_on_machine(machines: impl IntoIterator<Item = u64>, mine: u64) -> u32 {
+    machines.into_iter().filter(|&m| m == mine).count() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks: u32) -> (bool, bool) {
+        let c = ProxyCpus::decide(ll, yields, cpus, ranks);
+        (c.ll_send_thread, c.yield_when_idle)
+    }
+
+    #[test]
+    fn the_ranks_on_the_machine_and_its_cpus_decide_unless_told() {
+        assert_eq!(decide(None, None, 16, 4), (true, false), "3 CPUs per rank");
+        assert_eq!(decide(None, None, 15, 5), (true, false));
+        assert_eq!(
+            decide(None, None, 16, 6),
+            (false, true),
+            "6 ranks crowd 16 CPUs"
+        );
+        assert_eq!(
+            decide(None, None, 1, 0),
+            (false, true),
+            "no rank counts as one"
+        );
+        assert_eq!(decide(Some("0"), None, 128, 2), (false, false));
+        assert_eq!(decide(Some(" 1"), Some("0"), 2, 8), (true, false));
+        assert_eq!(decide(None, Some("1"), 128, 2), (true, true));
+        assert_eq!(
+            decide(Some("yes"), Some("maybe"), 2, 2),
+            (false, true),
+            "anything else: decided by CPUs"
+        );
+    }
+
+    #[test]
+    fn ranks_on_machine_counts_equal_hashes() {
+        assert_eq!(ranks_on_machine([7, 9, 7, 7], 7), 3);
+        assert_eq!(ranks_on_machine([9], 7), 0);
+    }
+
+    #[test]
+    fn describe_names_both_choices() {
+        let c = ProxyCpus::decide(Some("1"), Some("0"), 1, 1);
+        assert_eq!(
+            c.describe(),
+            "LL sends on their own proxy thread; idle passes spin"
+        );
+    }
+}
