@@ -21,8 +21,8 @@ use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
 use oxccl_core::plan::{BufId, NetLink, Protocol, Topology, WorkDesc};
 use oxccl_kernel_abi::{
-    self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, kernel_params, one_shot_grid,
-    one_shot_inbox_bytes, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
+    self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, SlotPeers, kernel_params,
+    one_shot_grid, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
 };
 use std::sync::Mutex;
 
@@ -212,7 +212,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
         } else {
             Some(A::BLOCK_THREADS)
         };
-        let bytes = geometry.fifo_bytes(nranks);
+        let slot_peers = SlotPeers::of(bs.peers());
+        let bytes = geometry.fifo_bytes(&slot_peers, rank);
         let fifo = api.shared_alloc(device, bytes as usize)?;
         // From here on Drop frees what the transport holds.
         let mut t = DeviceTransport {
@@ -244,8 +245,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let zeros = vec![0u8; geometry.counter_bytes(nranks)];
         // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
         unsafe { api.copy_h2d(fifo, &zeros) }?;
-        let inbox = fifo + geometry.inbox_offset(nranks);
-        let inbox_bytes = one_shot_inbox_bytes(nranks) as usize;
+        let inbox = fifo + geometry.inbox_offset(&slot_peers, rank);
+        let inbox_bytes = slot_peers.inbox_bytes() as usize;
         if inbox_bytes > 0 {
             // Before the peers learn the address: none of them may write to it yet.
             // SAFETY: the inbox is the last `inbox_bytes` of the FIFO allocation.
@@ -344,10 +345,17 @@ impl<A: DeviceApi> DeviceTransport<A> {
         // SAFETY: `send_state` holds `n` bytes.
         unsafe { api.copy_h2d(t.send_state, &vec![0u8; n]) }?;
         let local_counters = std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() != Ok("0");
-        let mut table =
-            geometry.conn_table(rank, nranks, fifo, &peer_fifo, t.send_state, local_counters);
+        let mut table = geometry.conn_table(
+            rank,
+            &slot_peers,
+            fifo,
+            &peer_fifo,
+            t.send_state,
+            local_counters,
+        );
         if inbox_bytes > 0 && nranks > 1 {
-            let off = geometry.inbox_offset(nranks);
+            // One host: every rank's allocation is cut alike.
+            let off = geometry.inbox_offset(&slot_peers, rank);
             t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
         }
         // Plans must be cut alike on every rank: if any pair meets through host memory (NET or

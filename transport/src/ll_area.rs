@@ -89,6 +89,7 @@ pub(crate) fn ll_counters(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxccl_kernel_abi::SlotPeers;
 
     fn field(table: &[u8], pos: usize, off: usize) -> u64 {
         u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
@@ -104,7 +105,14 @@ mod tests {
         let g = FifoGeometry::default();
         let (rank, nranks) = (1u32, 3u32);
         let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
-        let table = g.conn_table(rank, nranks, peers[1], &peers, 0x9000_0000, true);
+        let table = g.conn_table(
+            rank,
+            &SlotPeers::one_host(nranks),
+            peers[1],
+            &peers,
+            0x9000_0000,
+            true,
+        );
         let ll = LlArea::of(&g);
         let (recv, send) = (
             ConnSlot {
@@ -123,7 +131,11 @@ mod tests {
         let keep_recv = ll_counters(&table, &g, nranks, recv);
         assert_eq!(
             keep_recv,
-            (g.conn(peers[1], nranks, 2, 0).ll_head, 0),
+            (
+                g.conn(peers[1], &SlotPeers::one_host(nranks), 1, 2, 0)
+                    .ll_head,
+                0
+            ),
             "the receiver's is its own P2P FIFO's LL head for the pair"
         );
         let mut patched = table.clone();

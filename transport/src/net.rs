@@ -423,6 +423,7 @@ unsafe impl<A: DeviceApi> Sync for NetFifos<A> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxccl_kernel_abi::SlotPeers;
     use std::mem::offset_of;
 
     fn field(table: &[u8], pos: usize, off: usize) -> u64 {
@@ -482,7 +483,14 @@ mod tests {
         let g = FifoGeometry::default();
         let nranks = 2u32;
         let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000];
-        let mut table = g.conn_table(0, nranks, peers[0], &peers, 0x9000_0000, true);
+        let mut table = g.conn_table(
+            0,
+            &SlotPeers::one_host(nranks),
+            peers[0],
+            &peers,
+            0x9000_0000,
+            true,
+        );
         let layout = fifo_layout(&g);
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;
@@ -516,7 +524,14 @@ mod tests {
         let g = FifoGeometry::default();
         let (rank, nranks) = (0u32, 3u32);
         let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
-        let table = g.conn_table(rank, nranks, peers[0], &peers, 0x9000_0000, true);
+        let table = g.conn_table(
+            rank,
+            &SlotPeers::one_host(nranks),
+            peers[0],
+            &peers,
+            0x9000_0000,
+            true,
+        );
         let layout = fifo_layout(&g);
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;

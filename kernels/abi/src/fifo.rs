@@ -4,8 +4,9 @@
 // builds connections from.
 //
 // One rank's FIFO allocation holds, for every (channel, sending peer), the counters (head, tail
-// and LL head; page-aligned block first), then the Simple slots, then the LL packet slots, then
-// the one-shot kernels' inbox (`one_shot.rs`). A separate sender-local allocation holds each
+// and LL head; page-aligned block first), then for every (channel, sender of its own host:
+// `SlotPeers`) the Simple slots, then the LL packet slots, then the one-shot kernels' inbox
+// (`one_shot.rs`, only where every rank shares one host). A separate sender-local allocation holds each
 // send connection's own counters, then the one-shot kernels' epochs. At connect every
 // rank publishes a record (pid, device, its multiprocessors, FIFO address, geometry, export
 // handle) through the bootstrap network.
@@ -124,18 +125,22 @@ impl FifoGeometry {
         self.ll_slot_bytes * u64::from(self.ll_nslots)
     }
 
-    /// Bytes of one rank's FIFO allocation: the counters (page-aligned), the Simple slots, the
-    /// LL slots, the one-shot inbox.
-    pub fn fifo_bytes(&self, nranks: u32) -> u64 {
-        self.inbox_offset(nranks) + one_shot_inbox_bytes(nranks)
+    /// Bytes of rank `owner`'s FIFO allocation: the counters (page-aligned), the Simple slots
+    /// and LL slots of the senders `peers` gives it, the one-shot inbox.
+    pub fn fifo_bytes(&self, peers: &SlotPeers, owner: u32) -> u64 {
+        self.inbox_offset(peers, owner) + peers.inbox_bytes()
     }
 
-    /// Byte offset of the one-shot inbox in a FIFO allocation (zeroed at connect, like the
-    /// counters: its packets' flags must not match by accident).
-    pub fn inbox_offset(&self, nranks: u32) -> u64 {
-        let n = self.channels as u64 * u64::from(nranks);
-        (n * CTR_BYTES).next_multiple_of(4096)
-            + n * (self.simple_fifo_bytes() + self.ll_fifo_bytes())
+    /// Byte offset of the one-shot inbox in rank `owner`'s FIFO allocation (zeroed at connect,
+    /// like the counters: its packets' flags must not match by accident).
+    pub fn inbox_offset(&self, peers: &SlotPeers, owner: u32) -> u64 {
+        let senders = self.channels as u64 * u64::from(peers.count(owner));
+        self.slots_offset(peers) + senders * (self.simple_fifo_bytes() + self.ll_fifo_bytes())
+    }
+
+    /// Byte offset of the Simple slots: after a counter block for every (channel, rank).
+    fn slots_offset(&self, peers: &SlotPeers) -> u64 {
+        (self.channels as u64 * u64::from(peers.nranks()) * CTR_BYTES).next_multiple_of(4096)
     }
 
     /// Bytes at the start of a FIFO allocation that hold counters (zeroed at connect).
@@ -143,16 +148,34 @@ impl FifoGeometry {
         (self.channels as u64 * u64::from(nranks) * CTR_BYTES) as usize
     }
 
-    /// The receive FIFO of `(channel, from)` inside the allocation at `base` of a rank, as its
-    /// receiver sees it (its LL position is the LL head it owns).
-    pub fn conn(&self, base: DevicePtr, nranks: u32, channel: usize, from: u32) -> DevConn {
-        let n = self.channels as u64 * u64::from(nranks);
-        let k = channel as u64 * u64::from(nranks) + u64::from(from);
-        let slots = base + (n * CTR_BYTES).next_multiple_of(4096);
-        let ll_slots = slots + n * self.simple_fifo_bytes();
-        let ctr = base + k * CTR_BYTES;
+    /// The receive FIFO of `(channel, from)` inside rank `owner`'s allocation at `base`, as its
+    /// receiver sees it (its LL position is the LL head it owns). A sender without slots there
+    /// ([`SlotPeers`]) gets null `buff` and `ll_buff`: its transport points them at its own.
+    pub fn conn(
+        &self,
+        base: DevicePtr,
+        peers: &SlotPeers,
+        owner: u32,
+        channel: usize,
+        from: u32,
+    ) -> DevConn {
+        let nranks = u64::from(peers.nranks());
+        let ctr = base + (channel as u64 * nranks + u64::from(from)) * CTR_BYTES;
+        let (buff, ll_buff) = match peers.slot(owner, from) {
+            Some(i) => {
+                let senders = self.channels as u64 * u64::from(peers.count(owner));
+                let k = channel as u64 * u64::from(peers.count(owner)) + u64::from(i);
+                let slots = base + self.slots_offset(peers);
+                let ll_slots = slots + senders * self.simple_fifo_bytes();
+                (
+                    slots + k * self.simple_fifo_bytes(),
+                    ll_slots + k * self.ll_fifo_bytes(),
+                )
+            }
+            None => (0, 0),
+        };
         DevConn {
-            buff: slots + k * self.simple_fifo_bytes(),
+            buff,
             head: ctr,
             tail: ctr + 64,
             slot_bytes: self.slot_bytes,
@@ -160,7 +183,7 @@ impl FifoGeometry {
             pad: 0,
             tail_mirror: 0,
             head_seen: 0,
-            ll_buff: ll_slots + k * self.ll_fifo_bytes(),
+            ll_buff,
             ll_head: ctr + 128,
             ll_pos: ctr + 128,
             ll_head_seen: 0,
@@ -220,12 +243,13 @@ impl FifoGeometry {
     pub fn conn_table(
         &self,
         rank: u32,
-        nranks: u32,
+        peers: &SlotPeers,
         own: DevicePtr,
         peer_fifo: &[DevicePtr],
         send_state: DevicePtr,
         local_counters: bool,
     ) -> Vec<u8> {
+        let nranks = peers.nranks();
         let mut table =
             Vec::with_capacity(2 * self.channels * nranks as usize * size_of::<DevConn>());
         for send in [true, false] {
@@ -234,7 +258,7 @@ impl FifoGeometry {
                     let conn = if p == rank {
                         DevConn::default()
                     } else if send {
-                        let mut conn = self.conn(peer_fifo[p as usize], nranks, c, rank);
+                        let mut conn = self.conn(peer_fifo[p as usize], peers, p, c, rank);
                         let k = c as u64 * u64::from(nranks) + u64::from(p);
                         let mine = send_state + k * SEND_STATE_BYTES;
                         if local_counters {
@@ -245,13 +269,86 @@ impl FifoGeometry {
                         conn.ll_head_seen = mine + 192;
                         conn
                     } else {
-                        self.conn(own, nranks, c, p)
+                        self.conn(own, peers, rank, c, p)
                     };
                     table.extend_from_slice(&conn.to_bytes());
                 }
             }
         }
         table
+    }
+}
+
+/// Which senders have slots in each rank's FIFO allocation: the ranks of the owner's host (as
+/// NCCL's host identity says, `NCCL_HOSTID` included). Only they may reach its device memory
+/// (P2P); a rank of another host meets it through host memory (NET), so slots for it would be
+/// device memory never touched: with the default geometry 68 MiB per rank of the communicator,
+/// 4.3 GiB per GPU at 64 ranks. Every rank derives the same mapping from the bootstrap's table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotPeers {
+    /// Per rank: its host's index among the distinct hosts, in order of first rank.
+    host: Vec<u32>,
+    /// Per rank: its index among the ranks of its host.
+    index: Vec<u32>,
+    /// Per host: how many ranks it has.
+    count: Vec<u32>,
+}
+
+impl SlotPeers {
+    /// The mapping for ranks whose host hashes are `hosts` (one per rank).
+    pub fn from_hosts(hosts: &[u64]) -> SlotPeers {
+        let mut distinct: Vec<u64> = Vec::new();
+        let mut t = SlotPeers {
+            host: Vec::with_capacity(hosts.len()),
+            index: Vec::with_capacity(hosts.len()),
+            count: Vec::new(),
+        };
+        for &h in hosts {
+            let k = distinct.iter().position(|&d| d == h).unwrap_or_else(|| {
+                distinct.push(h);
+                t.count.push(0);
+                distinct.len() - 1
+            });
+            t.host.push(k as u32);
+            t.index.push(t.count[k]);
+            t.count[k] += 1;
+        }
+        t
+    }
+
+    /// The mapping for the bootstrap's table of ranks.
+    pub fn of(peers: &[PeerInfo]) -> SlotPeers {
+        SlotPeers::from_hosts(&peers.iter().map(|p| p.host_hash).collect::<Vec<_>>())
+    }
+
+    /// `nranks` ranks on one host: every sender has slots everywhere.
+    pub fn one_host(nranks: u32) -> SlotPeers {
+        SlotPeers::from_hosts(&vec![0; nranks as usize])
+    }
+
+    /// Ranks of the communicator.
+    pub fn nranks(&self) -> u32 {
+        self.host.len() as u32
+    }
+
+    /// Senders with slots in `owner`'s allocation (itself included, whose slots stay unused).
+    pub fn count(&self, owner: u32) -> u32 {
+        self.count[self.host[owner as usize] as usize]
+    }
+
+    /// Where `from`'s slots are among `owner`'s senders, if it has any there.
+    pub fn slot(&self, owner: u32, from: u32) -> Option<u32> {
+        (self.host[owner as usize] == self.host[from as usize]).then(|| self.index[from as usize])
+    }
+
+    /// Bytes of the one-shot kernels' inbox: only where every rank shares one host, since they
+    /// run only when no pair meets through host memory.
+    pub fn inbox_bytes(&self) -> u64 {
+        if self.count.len() == 1 {
+            one_shot_inbox_bytes(self.nranks())
+        } else {
+            0
+        }
     }
 }
 
@@ -374,66 +471,116 @@ mod tests {
             ll_nslots: 3,
             ll_slot_bytes: 1024,
         };
+        let layouts = [
+            SlotPeers::one_host(1),
+            SlotPeers::one_host(2),
+            SlotPeers::one_host(3),
+            SlotPeers::one_host(8),
+            SlotPeers::from_hosts(&[5, 9, 5, 7, 9, 9]),
+        ];
         for g in [FifoGeometry::default(), small] {
-            for nranks in [1u32, 2, 3, 8] {
-                let base = 0x7000_0000_0000u64;
-                let bytes = g.fifo_bytes(nranks);
-                let inbox = g.inbox_offset(nranks);
-                // The one-shot inbox closes the allocation.
-                assert_eq!(inbox + one_shot_inbox_bytes(nranks), bytes);
-                assert_eq!(inbox % 16, 0);
-                let per_fifo = g.slot_bytes * u64::from(g.nslots);
-                let per_ll = g.ll_slot_bytes * u64::from(g.ll_nslots);
-                let slots_start =
-                    inbox - g.channels as u64 * u64::from(nranks) * (per_fifo + per_ll);
-                let mut lines = std::collections::HashSet::new();
-                // (start, length) of every slot area, Simple and LL.
-                let mut bufs = Vec::new();
-                for c in 0..g.channels {
-                    for from in 0..nranks {
-                        let f = g.conn(base, nranks, c, from);
-                        assert_eq!(f.head % 64, 0);
-                        assert_eq!(f.tail, f.head + 64);
-                        assert_eq!(f.ll_head, f.head + 128);
-                        assert_eq!(f.ll_pos, f.ll_head, "a receiver's LL position is its head");
-                        for line in [f.head, f.tail, f.ll_head] {
-                            assert!(lines.insert(line));
-                        }
-                        assert!(f.ll_head + 64 <= base + slots_start);
-                        assert!(f.ll_head + 64 <= base + g.counter_bytes(nranks) as u64);
-                        assert_eq!(f.buff % 16, 0);
-                        assert_eq!(f.ll_buff % 16, 0);
-                        assert_eq!(u64::from(f.ll_slot_bytes), g.ll_slot_bytes);
-                        assert!(f.buff >= base + slots_start);
-                        assert!(f.ll_buff + per_ll <= base + inbox);
-                        bufs.push((f.buff, per_fifo));
-                        bufs.push((f.ll_buff, per_ll));
-                    }
-                }
-                bufs.sort_unstable();
-                for w in bufs.windows(2) {
-                    assert!(w[1].0 >= w[0].0 + w[0].1, "slot areas overlap");
+            for peers in &layouts {
+                let nranks = peers.nranks();
+                for owner in 0..nranks {
+                    check_layout(&g, peers, owner);
                 }
             }
         }
+    }
+
+    /// Every FIFO of `owner`'s allocation in bounds, its counters and slot areas disjoint, and
+    /// slots only for the senders of its host.
+    fn check_layout(g: &FifoGeometry, peers: &SlotPeers, owner: u32) {
+        let nranks = peers.nranks();
+        let base = 0x7000_0000_0000u64;
+        let bytes = g.fifo_bytes(peers, owner);
+        let inbox = g.inbox_offset(peers, owner);
+        // The one-shot inbox closes the allocation.
+        assert_eq!(inbox + peers.inbox_bytes(), bytes);
+        assert_eq!(inbox % 16, 0);
+        let per_fifo = g.slot_bytes * u64::from(g.nslots);
+        let per_ll = g.ll_slot_bytes * u64::from(g.ll_nslots);
+        let senders = u64::from(peers.count(owner));
+        let slots_start = inbox - g.channels as u64 * senders * (per_fifo + per_ll);
+        let mut lines = std::collections::HashSet::new();
+        // (start, length) of every slot area, Simple and LL.
+        let mut bufs = Vec::new();
+        for c in 0..g.channels {
+            for from in 0..nranks {
+                let f = g.conn(base, peers, owner, c, from);
+                assert_eq!(f.head % 64, 0);
+                assert_eq!(f.tail, f.head + 64);
+                assert_eq!(f.ll_head, f.head + 128);
+                assert_eq!(f.ll_pos, f.ll_head, "a receiver's LL position is its head");
+                for line in [f.head, f.tail, f.ll_head] {
+                    assert!(lines.insert(line));
+                }
+                assert!(f.ll_head + 64 <= base + slots_start);
+                assert!(f.ll_head + 64 <= base + g.counter_bytes(nranks) as u64);
+                assert_eq!(u64::from(f.ll_slot_bytes), g.ll_slot_bytes);
+                if peers.slot(owner, from).is_none() {
+                    assert_eq!((f.buff, f.ll_buff), (0, 0), "no slots for another host");
+                    continue;
+                }
+                assert_eq!(f.buff % 16, 0);
+                assert_eq!(f.ll_buff % 16, 0);
+                assert!(f.buff >= base + slots_start);
+                assert!(f.ll_buff + per_ll <= base + inbox);
+                bufs.push((f.buff, per_fifo));
+                bufs.push((f.ll_buff, per_ll));
+            }
+        }
+        assert_eq!(bufs.len() as u64, 2 * g.channels as u64 * senders);
+        bufs.sort_unstable();
+        for w in bufs.windows(2) {
+            assert!(w[1].0 >= w[0].0 + w[0].1, "slot areas overlap");
+        }
+    }
+
+    #[test]
+    fn slots_follow_the_hosts() {
+        let p = SlotPeers::from_hosts(&[5, 9, 5, 7, 9, 9]);
+        assert_eq!(p.nranks(), 6);
+        assert_eq!([0, 1, 2, 3].map(|r| p.count(r)), [2, 3, 2, 1]);
+        assert_eq!(p.slot(0, 2), Some(1));
+        assert_eq!(p.slot(2, 0), Some(0));
+        assert_eq!(p.slot(4, 5), Some(2));
+        assert_eq!(p.slot(1, 0), None);
+        assert_eq!(p.slot(3, 3), Some(0));
+        assert_eq!(
+            p.inbox_bytes(),
+            0,
+            "one-shot kernels never run across hosts"
+        );
+        let one = SlotPeers::one_host(4);
+        assert_eq!(one.inbox_bytes(), one_shot_inbox_bytes(4));
+        // 64 ranks on 8 hosts: each allocation holds slots for 8 senders, not 64.
+        let g = FifoGeometry::default();
+        let hosts: Vec<u64> = (0..64).map(|r| r / 8).collect();
+        let spread = SlotPeers::from_hosts(&hosts);
+        let all = SlotPeers::one_host(64);
+        let slots = |p: &SlotPeers| g.fifo_bytes(p, 0) - g.slots_offset(p) - p.inbox_bytes();
+        assert_eq!(slots(&all), 8 * slots(&spread));
+        assert!(g.fifo_bytes(&spread, 0) < 600 << 20);
     }
 
     #[test]
     fn conn_table_pairs_senders_with_receivers() {
         let g = FifoGeometry::default();
         let nranks = 3u32;
+        let peers = SlotPeers::one_host(nranks);
         let fifos = [0x1000_0000u64, 0x2000_0000, 0x3000_0000];
         let one = size_of::<DevConn>();
         let half = g.recv_table_offset(nranks) as usize;
         assert_eq!(half, g.channels * nranks as usize * one);
         let state = 0x9000_0000u64;
-        let t1 = g.conn_table(1, nranks, fifos[1], &fifos, state, false);
+        let t1 = g.conn_table(1, &peers, fifos[1], &fifos, state, false);
         assert_eq!(t1.len(), 2 * half);
-        let t2 = g.conn_table(2, nranks, fifos[2], &fifos, state, false);
+        let t2 = g.conn_table(2, &peers, fifos[2], &fifos, state, false);
         // Rank 1's send connection to 2 on channel 5 is rank 2's receive from 1 on channel 5:
         // same slots and counters; only the position of each side is its own.
         let at = |c: usize, p: usize| (c * nranks as usize + p) * one;
-        let recv = g.conn(fifos[2], nranks, 5, 1);
+        let recv = g.conn(fifos[2], &peers, 2, 5, 1);
         assert_eq!(&t2[half + at(5, 1)..half + at(5, 1) + one], recv.to_bytes());
         let k = (5 * nranks as usize + 2) as u64;
         let send = DevConn {
@@ -447,7 +594,7 @@ mod tests {
 
         // Sender-local Simple counters on request: four lines per send connection, none for
         // receives, all inside the state allocation and distinct.
-        let t1s = g.conn_table(1, nranks, fifos[1], &fifos, state, true);
+        let t1s = g.conn_table(1, &peers, fifos[1], &fifos, state, true);
         let mut seen = std::collections::HashSet::new();
         for c in 0..g.channels {
             for p in [0usize, 2] {
@@ -458,7 +605,7 @@ mod tests {
                     head_seen: mine + 64,
                     ll_pos: mine + 128,
                     ll_head_seen: mine + 192,
-                    ..g.conn(fifos[p], nranks, c, 1)
+                    ..g.conn(fifos[p], &peers, p as u32, c, 1)
                 };
                 assert_eq!(&t1s[at(c, p)..at(c, p) + one], want.to_bytes());
                 // The one-shot epochs follow every connection's counters.
