@@ -86,9 +86,16 @@ impl Error {
 
     /// A system error from an `io::Error`, with what was being done.
     pub fn io(context: impl fmt::Display, err: std::io::Error) -> Error {
+        let hint = match err.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE) => {
+                "; every NET peer takes sockets per channel: raise `ulimit -n` (the hard limit) \
+                 or lower OXCCL_NET_CHANNELS"
+            }
+            _ => "",
+        };
         Error::System {
             context: context.to_string(),
-            message: err.to_string(),
+            message: format!("{err}{hint}"),
         }
     }
 
@@ -105,3 +112,19 @@ impl Error {
 
 /// Result alias used across oxccl.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_files_says_what_to_raise() {
+        let e = Error::io("dialing", std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(e.to_string().contains("ulimit -n"), "{e}");
+        let e = Error::io(
+            "dialing",
+            std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+        );
+        assert!(!e.to_string().contains("ulimit"), "{e}");
+    }
+}

@@ -182,6 +182,7 @@ pub fn connect(
     let rank = bootstrap.rank();
     let dev = net_device(net.as_ref())?;
     let props = net.properties(dev)?;
+    super::open_files::raise_to_hard_limit();
     // Listen for every receive first and tell each peer where, so that nobody waits for a
     // handle while holding one back.
     let mut listens = Vec::new();

@@ -14,6 +14,7 @@ pub mod gdr;
 mod latency_probe;
 pub mod ll;
 mod ll_trace;
+pub mod open_files;
 pub mod plugin;
 pub mod proxy;
 pub mod proxy_cpus;
