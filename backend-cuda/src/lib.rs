@@ -290,6 +290,9 @@ impl Backend for CudaBackend {
     fn max_channels(&self, transport: &CudaTransport) -> Option<u32> {
         Some((self.geometry.channels as u32).min(transport.max_blocks()))
     }
+    fn max_direct_channels(&self, transport: &CudaTransport) -> Option<u32> {
+        transport.direct_channels()
+    }
     fn needs_peer_watch(&self) -> bool {
         true
     }

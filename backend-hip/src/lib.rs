@@ -817,6 +817,9 @@ impl Backend for HipBackend {
     fn max_channels(&self, transport: &HipTransport) -> Option<u32> {
         Some((self.geometry.channels as u32).min(transport.max_blocks()))
     }
+    fn max_direct_channels(&self, transport: &HipTransport) -> Option<u32> {
+        transport.direct_channels()
+    }
     fn topology(&self, transport: &HipTransport) -> Option<Topology> {
         transport.topology()
     }

@@ -177,6 +177,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Most channels one direct plan on `transport` may use (some pairs of peers may have
+    /// connections on fewer channels than ring and tree neighbours). `None`: as for any plan.
+    fn max_direct_channels(&self, _transport: &Self::Transport) -> Option<u32> {
+        None
+    }
+
     /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take with
     /// `proto` ([`Backend::launch_one_shot`]); 0: this backend has none.
     fn one_shot_bytes(&self, _transport: &Self::Transport, _proto: Protocol) -> u64 {

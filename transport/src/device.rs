@@ -17,9 +17,10 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{choose_net, net_device};
 use oxccl_core::net::proxy::Proxy;
+use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
-use oxccl_core::plan::{BufId, NetLink, Protocol, Topology, WorkDesc};
+use oxccl_core::plan::{BufId, HostLayout, NetLink, Protocol, Topology, WorkDesc};
 use oxccl_kernel_abi::{
     self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, SlotPeers, kernel_params,
     one_shot_grid, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
@@ -131,6 +132,9 @@ pub struct DeviceTransport<A: DeviceApi> {
     /// a device wait for each other's blocks, which must all be resident at once
     /// ([`shared_device_max_blocks`]). `u32::MAX` when every rank has a device to itself.
     max_blocks: u32,
+    /// Most channels a direct plan may use: the channels of the NET pairs that no ring or
+    /// tree joins ([`net_peer_channels`]), the same on every rank; `None`: any.
+    direct_channels: Option<u32>,
     abort_host: *mut u32,
     abort_dev: DevicePtr,
     watcher: Option<AbortWatcher>,
@@ -197,6 +201,37 @@ fn slowest_link(records: &[Vec<u8>]) -> Option<NetLink> {
         .reduce(NetLink::slower)
 }
 
+/// The channels of each NET peer in `net_peers`: all `channels` for ring neighbours and tree
+/// links, [`per_net_peer_channels`] for the peers of other hosts that only direct plans reach
+/// (`plan::net_peers`); and the cap on direct plans that follows, when some pair has fewer.
+fn net_peer_channels(
+    bs: &oxccl_core::bootstrap::Bootstrap,
+    net_peers: &[u32],
+    channels: u32,
+) -> (Vec<(u32, u32)>, Option<u32>) {
+    let rank = bs.rank();
+    let keys: Vec<u64> = bs.peers().iter().map(|p| p.host_hash).collect();
+    let per_peer = per_net_peer_channels(channels);
+    let layout =
+        HostLayout::from_keys(&keys).filter(|h| per_peer < channels && some_pair_unplanned(h));
+    let Some(h) = layout else {
+        return (net_peers.iter().map(|&p| (p, channels)).collect(), None);
+    };
+    let planned = plan_peers(&h, rank);
+    let peers: Vec<(u32, u32)> = net_peers
+        .iter()
+        .map(|&p| {
+            let full = h.host_of(p) == h.host_of(rank) || planned.contains(&p);
+            (p, if full { channels } else { per_peer })
+        })
+        .collect();
+    let fewer = peers.iter().filter(|&&(_, c)| c < channels).count();
+    tracing::info!(target: "oxccl::init",
+        "rank {rank}: {} NET peers on {channels} channels (rings and trees), {fewer} on {per_peer} \
+         (direct plans only; NCCL_NCHANNELS_PER_NET_PEER)", peers.len() - fewer);
+    (peers, Some(per_peer))
+}
+
 impl<A: DeviceApi> DeviceTransport<A> {
     /// Connects this rank to every peer (`Backend::connect`).
     pub fn connect(
@@ -228,6 +263,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             send_state: 0,
             one_shot_inbox: Vec::new(),
             max_blocks: u32::MAX,
+            direct_channels: None,
             abort_host: std::ptr::null_mut(),
             abort_dev: 0,
             watcher: None,
@@ -396,7 +432,9 @@ impl<A: DeviceApi> DeviceTransport<A> {
         }
         if let Some(net) = net {
             let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
-            let fifos = NetFifos::alloc(&api, &geometry, net_peers, channels, gdr)?;
+            let (net_peers, direct) = net_peer_channels(bs, &net_peers, channels);
+            t.direct_channels = direct;
+            let fifos = NetFifos::alloc(&api, &geometry, net_peers, gdr)?;
             fifos.patch_table(&mut table, &geometry, nranks);
             let proxy = fifos.connect(bs, ctx.abort, net, ctx.timeout)?;
             t.net = Some((proxy, fifos));
@@ -594,6 +632,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
     /// Most blocks (channels) one launch may use on this communicator.
     pub fn max_blocks(&self) -> u32 {
         self.max_blocks
+    }
+
+    /// Most channels one direct plan may use on this communicator (`None`: any).
+    pub fn direct_channels(&self) -> Option<u32> {
+        self.direct_channels
     }
 
     /// Queues a one-shot collective on `stream` (`Backend::launch_one_shot`): one kernel, its

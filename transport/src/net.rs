@@ -149,26 +149,34 @@ pub(crate) struct NetFifos<A: DeviceApi> {
     /// Host offset of the first LL area (after the Simple FIFOs).
     ll_at: u64,
     ll: LlArea,
-    /// NET peers, in the order of the FIFOs.
-    peers: Vec<u32>,
-    channels: u32,
+    /// NET peers and their channels, in the order of the FIFOs.
+    peers: Vec<(u32, u32)>,
+    /// Pair index of each peer's first channel.
+    first: Vec<u64>,
 }
 
 impl<A: DeviceApi> NetFifos<A> {
-    /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers`, with the
-    /// slots of each side in device memory where `gdr` says.
+    /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers` (peer,
+    /// channels), with the slots of each side in device memory where `gdr` says.
     pub(crate) fn alloc(
         api: &A,
         geometry: &FifoGeometry,
-        peers: Vec<u32>,
-        channels: u32,
+        peers: Vec<(u32, u32)>,
         gdr: NetGdr,
     ) -> Result<NetFifos<A>> {
         let at = Placement {
             layout: fifo_layout(geometry),
             gdr,
         };
-        let pairs = peers.len() as u64 * u64::from(channels);
+        let first: Vec<u64> = peers
+            .iter()
+            .scan(0u64, |next, &(_, ch)| {
+                let at = *next;
+                *next += u64::from(ch);
+                Some(at)
+            })
+            .collect();
+        let pairs: u64 = peers.iter().map(|&(_, ch)| u64::from(ch)).sum();
         let (host_bytes, dev_bytes) = at.total(pairs);
         let ll = LlArea::of(geometry);
         // The LL slots' records follow the Simple slots' sizes (`DevConn::sizes`).
@@ -197,7 +205,7 @@ impl<A: DeviceApi> NetFifos<A> {
             ll_at,
             ll,
             peers,
-            channels,
+            first,
         };
         if dev_bytes > 0 {
             // Kernels write every slot before a receiver reads it: no zeroing needed.
@@ -208,7 +216,7 @@ impl<A: DeviceApi> NetFifos<A> {
 
     /// (host offset, device offset) of FIFO `(peer index, channel, receive?)`.
     fn offsets(&self, i: usize, c: u32, recv: bool) -> (u64, u64) {
-        let pair = i as u64 * u64::from(self.channels) + u64::from(c);
+        let pair = self.first[i] + u64::from(c);
         self.at.offsets(pair, recv)
     }
 
@@ -225,7 +233,7 @@ impl<A: DeviceApi> NetFifos<A> {
 
     /// Host offset of the LL area of FIFO `(peer index, channel, receive?)`.
     fn ll_offset(&self, i: usize, c: u32, recv: bool) -> u64 {
-        let pair = i as u64 * u64::from(self.channels) + u64::from(c);
+        let pair = self.first[i] + u64::from(c);
         self.ll_at + (pair * 2 + u64::from(recv)) * self.ll.bytes()
     }
 
@@ -254,12 +262,12 @@ impl<A: DeviceApi> NetFifos<A> {
         self.peers
             .iter()
             .enumerate()
-            .map(|(i, &peer)| PeerFifos {
+            .map(|(i, &(peer, channels))| PeerFifos {
                 peer,
-                channels: (0..self.channels)
+                channels: (0..channels)
                     .map(|c| (self.fifo(i, c, false), self.fifo(i, c, true)))
                     .collect(),
-                ll: (0..self.channels)
+                ll: (0..channels)
                     .map(|c| (self.ll_fifo(i, c, false), self.ll_fifo(i, c, true)))
                     .collect(),
             })
@@ -281,8 +289,8 @@ impl<A: DeviceApi> NetFifos<A> {
 
     /// Points the connection table's entries of every NET peer at its FIFOs.
     pub(crate) fn patch_table(&self, table: &mut [u8], geometry: &FifoGeometry, nranks: u32) {
-        for (i, &peer) in self.peers.iter().enumerate() {
-            for c in 0..self.channels {
+        for (i, &(peer, channels)) in self.peers.iter().enumerate() {
+            for c in 0..channels {
                 for recv in [false, true] {
                     let slot = ConnSlot {
                         channel: c,

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::plan::one_shot::{self, OneShot};
 use crate::plan::tuner::{Choice, Topology};
 use crate::plan::{
-    self, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
+    self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
 };
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -242,6 +242,11 @@ impl<B: Backend> Communicator<B> {
             self.topology(transport),
         );
         if let Some(max) = backend.max_channels(transport) {
+            c.nchannels = c.nchannels.clamp(1, max);
+        }
+        if c.algo == Algorithm::Direct
+            && let Some(max) = backend.max_direct_channels(transport)
+        {
             c.nchannels = c.nchannels.clamp(1, max);
         }
         if let Some(max) = backend.max_chunk_bytes(c.proto) {

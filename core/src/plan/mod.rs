@@ -9,6 +9,7 @@ pub mod bias;
 mod direct;
 pub mod hosts;
 pub mod net_link;
+pub mod net_peers;
 pub mod one_shot;
 mod p2p;
 mod ring;

@@ -56,6 +56,16 @@ fn host_links(h: &HostLayout, rank: u32, c: u32) -> Links {
     l
 }
 
+/// Every rank `rank` is linked to in the host-aware trees (even and odd channels alike).
+pub(crate) fn tree_peers(h: &HostLayout, rank: u32) -> Vec<u32> {
+    (0..2)
+        .flat_map(|c| {
+            let l = host_links(h, rank, c);
+            l.parent.into_iter().chain(l.kids)
+        })
+        .collect()
+}
+
 fn links(n: u32, rank: u32, c: u32) -> Links {
     let mirror = c % 2 == 1;
     let to_pos = |x: u32| if mirror { n - 1 - x } else { x };
