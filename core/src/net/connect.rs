@@ -189,9 +189,14 @@ pub fn connect(
     for pf in &fifos {
         let mut msg = Vec::with_capacity(pf.links() * HANDLE_BYTES);
         let mut mine = Vec::new();
-        for _ in 0..pf.links() {
+        for l in 0..pf.links() {
             let mut h: Handle = [0; HANDLE_BYTES];
-            mine.push(net.listen(dev, &mut h)?);
+            // Simple links first, then LL links, whose messages are small.
+            mine.push(if l < pf.channels.len() {
+                net.listen(dev, &mut h)?
+            } else {
+                net.listen_small(dev, &mut h)?
+            });
             msg.extend_from_slice(&h);
         }
         bootstrap.send(pf.peer, TAG_NET_HANDLES, &msg)?;

@@ -93,6 +93,12 @@ pub trait Net: Send + Sync {
     fn properties(&self, dev: usize) -> Result<Properties>;
     /// Starts listening on `dev`; fills `handle` for the connecting side. Never blocks.
     fn listen(&self, dev: usize, handle: &mut Handle) -> Result<Listen>;
+    /// As [`Net::listen`], for a connection that only carries small messages (LL slots): a
+    /// network may open less for it. The socket network then opens no data sockets and no
+    /// helper threads, and every message travels on the control socket. By default `listen`.
+    fn listen_small(&self, dev: usize, handle: &mut Handle) -> Result<Listen> {
+        self.listen(dev, handle)
+    }
     /// Connects to the listener behind `handle`; `None` until the connection is complete (call
     /// again with the same `handle`, which the network may use to keep its progress).
     fn connect(&self, dev: usize, handle: &mut Handle) -> Result<Option<SendComm>>;

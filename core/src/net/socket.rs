@@ -139,6 +139,29 @@ struct Acceptor {
 }
 
 impl SocketNet {
+    /// A listen whose connections have `nsocks` data sockets.
+    fn listen_with(&self, dev: usize, handle: &mut Handle, nsocks: usize) -> Result<Listen> {
+        self.properties(dev)?;
+        let (addr, arrived) = self.acceptor()?;
+        let token = rand::random::<u64>();
+        encode_handle(
+            handle,
+            &HandleInfo {
+                addr,
+                token,
+                nsocks,
+                inline_max: self.config.inline_max,
+                min_task: self.config.min_task,
+                duplex: self.config.duplex,
+            },
+        );
+        Ok(Listen(Box::new(SocketListen {
+            token,
+            nsocks,
+            arrived,
+        })))
+    }
+
     /// The network of rank `rank`, listening on `ip` (interface `ifname`), admitting only
     /// connections that present `key`.
     pub fn new(
@@ -798,26 +821,13 @@ impl Net for SocketNet {
     }
 
     fn listen(&self, dev: usize, handle: &mut Handle) -> Result<Listen> {
-        self.properties(dev)?;
-        let (addr, arrived) = self.acceptor()?;
-        let token = rand::random::<u64>();
-        let nsocks = self.config.nsocks;
-        encode_handle(
-            handle,
-            &HandleInfo {
-                addr,
-                token,
-                nsocks,
-                inline_max: self.config.inline_max,
-                min_task: self.config.min_task,
-                duplex: self.config.duplex,
-            },
-        );
-        Ok(Listen(Box::new(SocketListen {
-            token,
-            nsocks,
-            arrived,
-        })))
+        self.listen_with(dev, handle, self.config.nsocks)
+    }
+
+    /// No data sockets: LL messages are a few KiB, and their data sockets' helper threads and
+    /// descriptors would stay idle (half of every NET channel's threads before).
+    fn listen_small(&self, dev: usize, handle: &mut Handle) -> Result<Listen> {
+        self.listen_with(dev, handle, 0)
     }
 
     fn connect(&self, _dev: usize, handle: &mut Handle) -> Result<Option<SendComm>> {
@@ -1376,6 +1386,42 @@ mod tests {
         }
         for (i, req) in sreqs.iter_mut().enumerate() {
             assert_eq!(wait(&a, req).unwrap(), sizes[i]);
+        }
+        a.close_send(s).unwrap();
+        b.close_recv(r).unwrap();
+    }
+
+    /// A link made by `listen_small` has no data sockets (and no helper threads), and carries
+    /// messages of any size on its control socket.
+    #[test]
+    fn net_socket_small_links_carry_everything_on_the_control_socket() {
+        let (a, b) = (
+            net(0, SocketConfig::default()),
+            net(1, SocketConfig::default()),
+        );
+        let mut h = [0u8; HANDLE_BYTES];
+        let mut l = b.listen_small(0, &mut h).unwrap();
+        let mut s = a.connect(0, &mut h).unwrap().unwrap();
+        let mut r = accept_now(&b, &mut l);
+        b.close_listen(l).unwrap();
+        assert!(send_side(&s).lanes.is_empty() && recv_side(&r).lanes.is_empty());
+        let mh = MemHandle(Box::new(()));
+        for size in [0usize, 24, 16 << 10, (1 << 20) + 3] {
+            let m: Vec<u8> = (0..size).map(|k| (k * 13 + 1) as u8).collect();
+            let mut got = vec![0xEEu8; size + 1];
+            // SAFETY: both buffers outlive their requests, waited for below.
+            let (mut rq, mut sq) = unsafe {
+                (
+                    b.irecv(&mut r, got.as_mut_ptr(), got.len(), 0, &mh)
+                        .unwrap()
+                        .unwrap(),
+                    a.isend(&mut s, m.as_ptr(), size, 0, &mh).unwrap().unwrap(),
+                )
+            };
+            assert_eq!(wait(&b, &mut rq).unwrap(), size);
+            assert_eq!(wait(&a, &mut sq).unwrap(), size);
+            assert_eq!(&got[..size], &m[..]);
+            assert_eq!(got[size], 0xEE, "no byte past the message");
         }
         a.close_send(s).unwrap();
         b.close_recv(r).unwrap();
