@@ -28,7 +28,8 @@
 #   n2/n3/n4/n8-*                  several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
 #                                  ranks; `Kr`: rank r on host r % K): NET between hosts, P2P
 #                                  inside (n4-procs-mixed), rings and trees ordered by host
-#                                  (n*-rr-*), NET inside one process (P2P and SHM disabled)
+#                                  (n*-rr-*), NET inside one process (P2P and SHM disabled);
+#                                  *-p2p-alltoall: AlltoAll as grouped sends/receives to every rank
 #   n2-procs-gdr*                  NET with GPUDirect RDMA over our test plugin in its cuda mode
 #                                  (OXCCL_GDR_PLUGIN=path of libnccl-net-oxtest-gdr-cuda.so; skipped
 #                                  when unset): slots registered as CUDA memory, receives flushed
@@ -122,6 +123,9 @@ net_configs() {
   run n4-procs-auto      OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 $SMALL --big-count 0
   run n4-procs-graph     OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run n8-procs-auto      OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
+  # AlltoAll as grouped sends/receives: a channel per rank distance, beyond the pairs' NET
+  # connections (2 for pairs no ring or tree joins), which then share them.
+  run n8-procs-p2p-alltoall OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7,4099 --types f32,i8 --big-count 0 --p2p-alltoall
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
   gdr_configs
 }
@@ -181,6 +185,7 @@ shm_configs() {
   run sh4-initall-graph     $S -- --mode initall --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 --graph 10
   run sh4-procs-shm-net     $S OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
   run sh8-procs-auto        $S -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
+  run sh8-procs-p2p-alltoall $S -- --mode procs --ranks 8 --counts 0,1,7,4099 --types f32,i8 --big-count 0 --p2p-alltoall
   run sh4-procs-dead-peer   $S -- --mode procs --ranks 4 --dead-peer 1048579
 }
 # The safe Rust API's matrix (safe-check, when built into BIN) and the reliability checks that

@@ -304,6 +304,7 @@ impl<A: DeviceApi> NetFifos<A> {
                     point_ll_at(table, geometry, nranks, slot, area, self.ll, keep);
                 }
             }
+            alias_channels(table, geometry, nranks, peer, channels);
         }
     }
 
@@ -402,6 +403,41 @@ pub(crate) fn point_conn_at(
     table[range].copy_from_slice(&conn.to_bytes());
 }
 
+/// Makes the entries of `peer` on channels `have..` copies of those on `channel % have`, both
+/// ways, once its `have` host-memory connections are in place.
+///
+/// Send/receive plans give each rank distance a channel of its own (`plan::build_p2p`), so with
+/// more than `have + 1` ranks a message may use a channel beyond the pair's connections; such an
+/// entry then drives connection `channel % have` with that connection's own counters. No plan
+/// uses two of those copies at once: a send/receive plan with one channel per distance uses one
+/// entry per pair and direction, and every other plan keeps below `have` channels for the pair
+/// (`max_channels`, `max_direct_channels`).
+pub(crate) fn alias_channels(
+    table: &mut [u8],
+    geometry: &FifoGeometry,
+    nranks: u32,
+    peer: u32,
+    have: u32,
+) {
+    for c in have..geometry.channels as u32 {
+        for recv in [false, true] {
+            let from = ConnSlot {
+                channel: c % have,
+                peer,
+                recv,
+            }
+            .range(geometry, nranks);
+            let to = ConnSlot {
+                channel: c,
+                peer,
+                recv,
+            }
+            .range(geometry, nranks);
+            table.copy_within(from, to.start);
+        }
+    }
+}
+
 /// `(tail_mirror, head_seen)` of an encoded connection.
 fn read_conn(b: &[u8]) -> (u64, u64) {
     let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
@@ -483,6 +519,42 @@ mod tests {
         assert_eq!(recv_only.offsets(1, true), (2 * whole + counters, area));
         assert_eq!(recv_only.total(2), (2 * (whole + counters), 2 * area));
         assert_eq!(recv_only.offsets(2, false).1 % GPU_SLOTS_ALIGN, 0);
+    }
+
+    /// Entries beyond a pair's connections become copies of the connection they share; other
+    /// peers' entries stay as they were.
+    #[test]
+    fn channels_beyond_a_pairs_connections_alias_them() {
+        let g = FifoGeometry::default();
+        let nranks = 3u32;
+        let peers: Vec<DevicePtr> = vec![0x10_0000, 0x20_0000, 0x30_0000];
+        let table = g.conn_table(
+            0,
+            &SlotPeers::one_host(nranks),
+            peers[0],
+            &peers,
+            0x9000_0000,
+            true,
+        );
+        let mut aliased = table.clone();
+        alias_channels(&mut aliased, &g, nranks, 2, 3);
+        let entry = |t: &[u8], channel: u32, peer: u32, recv: bool| {
+            t[ConnSlot {
+                channel,
+                peer,
+                recv,
+            }
+            .range(&g, nranks)]
+            .to_vec()
+        };
+        for recv in [false, true] {
+            for c in 0..g.channels as u32 {
+                let want = entry(&table, c % 3, 2, recv);
+                assert_eq!(entry(&aliased, c, 2, recv), want, "channel {c}");
+                assert_eq!(entry(&aliased, c, 1, recv), entry(&table, c, 1, recv));
+            }
+            assert_ne!(entry(&table, 4, 2, recv), entry(&table, 1, 2, recv));
+        }
     }
 
     /// A FIFO with GPU slots points `buff` at them and everything else at the host counters.

@@ -13,7 +13,7 @@
 
 use crate::api::DeviceApi;
 use crate::ll_area::{LlArea, ll_counters, point_ll_at};
-use crate::net::{ConnSlot, DevFifo, fifo_layout, point_conn_at};
+use crate::net::{ConnSlot, DevFifo, alias_channels, fifo_layout, point_conn_at};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
@@ -173,6 +173,7 @@ impl<A: DeviceApi> ShmFifos<A> {
                 let ll_theirs = fifo + simple_bytes;
                 point_ll_at(table, geometry, nranks, send, ll_theirs, self.ll, keep_send);
             }
+            alias_channels(table, geometry, nranks, peer, self.channels);
         }
     }
 

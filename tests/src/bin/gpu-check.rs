@@ -5,7 +5,7 @@
 //!           [--counts 0,1,7|none] [--types all|f32,bf16]
 //!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
 //!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
-//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--list]
+//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--p2p-alltoall] [--list]
 //! gpu-check --mode procs --ranks N --dead-peer COUNT
 //! ```
 //! Every rank `r` runs on device `r % devices`. `initall` drives every rank from one thread
@@ -31,6 +31,10 @@
 //!   poisoned guard bytes on each side of both buffers must survive the operation.
 //! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
 //!   returns) instead of `cuMemAlloc` / `hipMalloc`.
+//! - `--p2p-alltoall`: out-of-place AlltoAll cases are issued as nccl-tests and PyTorch issue
+//!   them, a group of `ncclSend` / `ncclRecv` to and from every rank, instead of through
+//!   `ncclAlltoAll`: send/receive plans give each rank distance a channel of its own, so this
+//!   reaches channels that ring shifts and collectives never use.
 //! - `--dead-peer COUNT` (procs): the last rank exits right after init without destroying its
 //!   communicator; every other rank runs an AllReduce of COUNT f32 elements, which must end
 //!   within 15 s with the communicator reporting the death as a remote error (one pass each).
@@ -77,6 +81,8 @@ struct Opts {
     split: bool,
     offsets: bool,
     vmm: bool,
+    /// Out-of-place AlltoAll cases as grouped sends and receives.
+    p2p_alltoall: bool,
     /// Print the cases and exit (no GPU needed).
     list: bool,
     worker: Option<usize>,
@@ -177,6 +183,7 @@ fn opts() -> Opts {
         split: false,
         offsets: false,
         vmm: false,
+        p2p_alltoall: false,
         list: false,
         worker: None,
         dead_peer: None,
@@ -203,6 +210,7 @@ fn opts() -> Opts {
             "--split" => (o.split, flag) = (true, true),
             "--offsets" => (o.offsets, flag) = (true, true),
             "--vmm" => (o.vmm, flag) = (true, true),
+            "--p2p-alltoall" => (o.p2p_alltoall, flag) = (true, true),
             "--list" => (o.list, flag) = (true, true),
             other => panic!("unknown argument {other}"),
         }
@@ -618,8 +626,40 @@ fn release<B: CheckDevice>(b: &B, p: &Prep) {
 ///
 /// # Safety
 /// The buffers live until the stream has run the operation.
-unsafe fn issue<B: CheckDevice>(rc: &RankCtx<B>, p: &Prep, case: &Case) -> Result<()> {
+unsafe fn issue<B: CheckDevice>(
+    rc: &RankCtx<B>,
+    p: &Prep,
+    case: &Case,
+    p2p_alltoall: bool,
+) -> Result<()> {
     let comm = &rc.comm;
+    if as_sends(case, p2p_alltoall) {
+        let (n, count) = (comm.nranks(), case.count as u64);
+        let block = count * case.dtype.size() as u64;
+        for q in 0..n {
+            let at = u64::from(q as u32) * block;
+            // SAFETY: both buffers hold `n` blocks of `count` elements (forwarded).
+            unsafe {
+                comm.p2p(
+                    P2pDir::Send,
+                    p.dsend + at,
+                    count,
+                    case.dtype,
+                    q as u32,
+                    &rc.stream,
+                )?;
+                comm.p2p(
+                    P2pDir::Recv,
+                    p.drecv + at,
+                    count,
+                    case.dtype,
+                    q as u32,
+                    &rc.stream,
+                )?;
+            }
+        }
+        return Ok(());
+    }
     if case.kind != CollKind::SendRecv {
         // SAFETY: forwarded from the caller.
         return unsafe { comm.collective(p.args.clone(), &rc.stream) };
@@ -647,6 +687,11 @@ unsafe fn issue<B: CheckDevice>(rc: &RankCtx<B>, p: &Prep, case: &Case) -> Resul
     }
 }
 
+/// Whether `case` is issued as grouped sends and receives to every rank (`--p2p-alltoall`).
+fn as_sends(case: &Case, p2p_alltoall: bool) -> bool {
+    p2p_alltoall && case.kind == CollKind::AllToAll && !case.in_place
+}
+
 /// Issues the case on every rank of `ctxs`: in one group in initall mode (this thread drives
 /// every rank) and for the send/recv pair, as applications do; a lone collective eagerly.
 fn issue_all<B: CheckDevice>(
@@ -655,14 +700,15 @@ fn issue_all<B: CheckDevice>(
     preps: &[Prep],
     case: &Case,
 ) -> Result<()> {
-    let grouped = o.mode == "initall" || case.kind == CollKind::SendRecv;
+    let grouped =
+        o.mode == "initall" || case.kind == CollKind::SendRecv || as_sends(case, o.p2p_alltoall);
     if grouped {
         group_start()?;
     }
     let mut res = Ok(());
     for (rc, p) in ctxs.iter().zip(preps) {
         // SAFETY: the buffers are freed only after the streams have been synchronised.
-        res = res.and(unsafe { issue(rc, p, case) });
+        res = res.and(unsafe { issue(rc, p, case, o.p2p_alltoall) });
     }
     if grouped {
         res = res.and(group_end());
