@@ -115,6 +115,9 @@ mod tests {
             let ch = b.side_channel();
             let stop = AbortFlag::new();
             assert!(ch.try_recv(TAG_STATUS_REQ).is_none());
+            // Nobody sends before every rank has looked at an empty channel (a predecessor
+            // that got here first made the check above fail once in CI).
+            b.barrier().unwrap();
             let next = (ch.rank() + 1) % ch.nranks();
             ch.send(
                 next,
