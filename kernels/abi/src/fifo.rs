@@ -6,8 +6,8 @@
 // One rank's FIFO allocation holds, for every (channel, sending peer), the counters (head, tail
 // and LL head; page-aligned block first), then for every (channel, sender of its own host:
 // `SlotPeers`) the Simple slots, then the LL packet slots, then the one-shot kernels' inbox
-// (`one_shot.rs`, only where every rank shares one host). A separate sender-local allocation holds each
-// send connection's own counters, then the one-shot kernels' epochs. At connect every
+// (`one_shot.rs`, only where every rank shares one host). A separate sender-local allocation
+// holds each send connection's own counters, then the one-shot kernels' epochs. At connect every
 // rank publishes a record (pid, device, its multiprocessors, FIFO address, geometry, export
 // handle) through the bootstrap network.
 
