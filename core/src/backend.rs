@@ -7,7 +7,7 @@ use crate::abort::AbortFlag;
 use crate::bootstrap::Bootstrap;
 use crate::error::Result;
 use crate::plan::one_shot::OneShot;
-use crate::plan::{Protocol, WorkDesc};
+use crate::plan::{HostLayout, Protocol, WorkDesc};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ pub struct ConnectContext<'a> {
     pub device: i32,
     /// Deadline for connection set-up.
     pub timeout: Duration,
+    /// The host of every rank when the ranks span several hosts (`None`: one host).
+    pub hosts: Option<&'a HostLayout>,
 }
 
 /// One operation bound to its buffers, ready to run on a stream.

@@ -205,19 +205,17 @@ fn slowest_link(records: &[Vec<u8>]) -> Option<NetLink> {
 /// links, [`per_net_peer_channels`] for the peers of other hosts that only direct plans reach
 /// (`plan::net_peers`); and the cap on direct plans that follows, when some pair has fewer.
 fn net_peer_channels(
-    bs: &oxccl_core::bootstrap::Bootstrap,
+    rank: u32,
+    hosts: Option<&HostLayout>,
     net_peers: &[u32],
     channels: u32,
 ) -> (Vec<(u32, u32)>, Option<u32>) {
-    let rank = bs.rank();
-    let keys: Vec<u64> = bs.peers().iter().map(|p| p.host_hash).collect();
     let per_peer = per_net_peer_channels(channels);
-    let layout =
-        HostLayout::from_keys(&keys).filter(|h| per_peer < channels && some_pair_unplanned(h));
+    let layout = hosts.filter(|&h| per_peer < channels && some_pair_unplanned(h));
     let Some(h) = layout else {
         return (net_peers.iter().map(|&p| (p, channels)).collect(), None);
     };
-    let planned = plan_peers(&h, rank);
+    let planned = plan_peers(h, rank);
     let peers: Vec<(u32, u32)> = net_peers
         .iter()
         .map(|&p| {
@@ -247,7 +245,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         } else {
             Some(A::BLOCK_THREADS)
         };
-        let slot_peers = SlotPeers::of(bs.peers());
+        let slot_peers = SlotPeers::new(nranks, ctx.hosts);
         let bytes = geometry.fifo_bytes(&slot_peers, rank);
         let fifo = api.shared_alloc(device, bytes as usize)?;
         // From here on Drop frees what the transport holds.
@@ -432,7 +430,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         }
         if let Some(net) = net {
             let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
-            let (net_peers, direct) = net_peer_channels(bs, &net_peers, channels);
+            let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, &net_peers, channels);
             t.direct_channels = direct;
             let fifos = NetFifos::alloc(&api, &geometry, net_peers, gdr)?;
             fifos.patch_table(&mut table, &geometry, nranks);

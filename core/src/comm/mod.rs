@@ -228,19 +228,20 @@ impl<B: Backend> Communicator<B> {
             opts.init_timeout = inner.config.init_timeout;
             let bootstrap =
                 Bootstrap::init(&inner.id, inner.rank, inner.nranks, &opts, &inner.abort)?;
+            let host_keys: Vec<u64> = bootstrap.peers().iter().map(|p| p.host_hash).collect();
+            let hosts = HostLayout::from_keys(&host_keys);
             let transport = inner.backend.connect(&ConnectContext {
                 bootstrap: &bootstrap,
                 abort: &inner.abort,
                 device: inner.device,
                 timeout: inner.config.init_timeout,
+                hosts: hosts.as_deref(),
             })?;
             let me = std::process::id();
             let one_process = bootstrap
                 .peers()
                 .iter()
                 .all(|p| p.pid == me && p.shares_proc_with_caller());
-            let host_keys: Vec<u64> = bootstrap.peers().iter().map(|p| p.host_hash).collect();
-            let hosts = HostLayout::from_keys(&host_keys);
             if let Some(h) = hosts.as_ref().filter(|_| inner.rank == 0) {
                 let ring: Vec<String> = h.ring().iter().map(u32::to_string).collect();
                 info!(target: "oxccl::init",

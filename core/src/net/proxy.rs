@@ -425,10 +425,10 @@ impl Proxy {
         let mut threads = Vec::new();
         for (name, active, lls) in groups {
             let (net, abort, stop2) = (net.clone(), abort.clone(), stop.clone());
-            let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                let idle_yields = cpus.yield_when_idle;
-                run(&*net, rank, active, lls, idle_yields, &abort, &stop2)
-            });
+            let idle_yields = cpus.yield_when_idle;
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || run(&*net, rank, active, lls, idle_yields, &abort, &stop2));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {

@@ -81,6 +81,15 @@ impl HostLayout {
         &self.members[h as usize]
     }
 
+    /// The position of `rank` among the ranks of its host (0 for the host's first rank).
+    pub fn index_in_host(&self, rank: u32) -> u32 {
+        let members = self.members(self.host_of(rank));
+        members
+            .iter()
+            .position(|&m| m == rank)
+            .expect("a rank is a member of its host") as u32
+    }
+
     /// The rank `k` places after `rank` in ring order (`k` may exceed the rank count).
     pub fn ring_add(&self, rank: u32, k: u32) -> u32 {
         let n = u64::from(self.nranks());

@@ -33,10 +33,7 @@ fn links_of(ctx: &Ctx, rank: u32, c: u32) -> Links {
 /// the heap-shaped tree of channel `c` over the host indices.
 fn host_links(h: &HostLayout, rank: u32, c: u32) -> Links {
     let members = h.members(h.host_of(rank));
-    let i = members
-        .iter()
-        .position(|&m| m == rank)
-        .expect("a rank is a member of its host");
+    let i = h.index_in_host(rank) as usize;
     let mut l = if i == 0 {
         let leader = |host: u32| h.members(host)[0];
         let across = links(h.hosts(), h.host_of(rank), c);

@@ -15,7 +15,7 @@ use super::{DevConn, EncodedWork, ONE_SHOT_EPOCH_BYTES, one_shot_inbox_bytes};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::PeerInfo;
 use oxccl_core::error::{Error, Result};
-use oxccl_core::plan::Protocol;
+use oxccl_core::plan::{HostLayout, Protocol};
 
 /// Most channels a transport can be built with (`OXCCL_FIFO_CHANNELS`).
 pub const MAX_CHANNELS: usize = 32;
@@ -283,69 +283,49 @@ impl FifoGeometry {
 /// NCCL's host identity says, `NCCL_HOSTID` included). Only they may reach its device memory
 /// (P2P); a rank of another host meets it through host memory (NET), so slots for it would be
 /// device memory never touched: with the default geometry 68 MiB per rank of the communicator,
-/// 4.3 GiB per GPU at 64 ranks. Every rank derives the same mapping from the bootstrap's table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotPeers {
-    /// Per rank: its host's index among the distinct hosts, in order of first rank.
-    host: Vec<u32>,
-    /// Per rank: its index among the ranks of its host.
-    index: Vec<u32>,
-    /// Per host: how many ranks it has.
-    count: Vec<u32>,
+/// 4.3 GiB per GPU at 64 ranks. Every rank derives the same mapping from the same layout.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotPeers<'a> {
+    nranks: u32,
+    /// The host of every rank (`None`: one host).
+    hosts: Option<&'a HostLayout>,
 }
 
-impl SlotPeers {
-    /// The mapping for ranks whose host hashes are `hosts` (one per rank).
-    pub fn from_hosts(hosts: &[u64]) -> SlotPeers {
-        let mut distinct: Vec<u64> = Vec::new();
-        let mut t = SlotPeers {
-            host: Vec::with_capacity(hosts.len()),
-            index: Vec::with_capacity(hosts.len()),
-            count: Vec::new(),
-        };
-        for &h in hosts {
-            let k = distinct.iter().position(|&d| d == h).unwrap_or_else(|| {
-                distinct.push(h);
-                t.count.push(0);
-                distinct.len() - 1
-            });
-            t.host.push(k as u32);
-            t.index.push(t.count[k]);
-            t.count[k] += 1;
-        }
-        t
-    }
-
-    /// The mapping for the bootstrap's table of ranks.
-    pub fn of(peers: &[PeerInfo]) -> SlotPeers {
-        SlotPeers::from_hosts(&peers.iter().map(|p| p.host_hash).collect::<Vec<_>>())
+impl<'a> SlotPeers<'a> {
+    /// The mapping for `nranks` ranks placed on hosts as `hosts` says (`None`: one host).
+    pub fn new(nranks: u32, hosts: Option<&'a HostLayout>) -> SlotPeers<'a> {
+        SlotPeers { nranks, hosts }
     }
 
     /// `nranks` ranks on one host: every sender has slots everywhere.
-    pub fn one_host(nranks: u32) -> SlotPeers {
-        SlotPeers::from_hosts(&vec![0; nranks as usize])
+    pub fn one_host(nranks: u32) -> SlotPeers<'static> {
+        SlotPeers::new(nranks, None)
     }
 
     /// Ranks of the communicator.
     pub fn nranks(&self) -> u32 {
-        self.host.len() as u32
+        self.nranks
     }
 
     /// Senders with slots in `owner`'s allocation (itself included, whose slots stay unused).
     pub fn count(&self, owner: u32) -> u32 {
-        self.count[self.host[owner as usize] as usize]
+        self.hosts
+            .map_or(self.nranks, |h| h.members(h.host_of(owner)).len() as u32)
     }
 
     /// Where `from`'s slots are among `owner`'s senders, if it has any there.
     pub fn slot(&self, owner: u32, from: u32) -> Option<u32> {
-        (self.host[owner as usize] == self.host[from as usize]).then(|| self.index[from as usize])
+        match self.hosts {
+            None => Some(from),
+            Some(h) => (h.host_of(owner) == h.host_of(from)).then(|| h.index_in_host(from)),
+        }
     }
 
     /// Bytes of the one-shot kernels' inbox: only where every rank shares one host, since they
     /// run only when no pair meets through host memory.
     pub fn inbox_bytes(&self) -> u64 {
-        if self.count.len() == 1 {
-            one_shot_inbox_bytes(self.nranks())
+        if self.hosts.is_none() {
+            one_shot_inbox_bytes(self.nranks)
         } else {
             0
         }
@@ -471,12 +451,13 @@ mod tests {
             ll_nslots: 3,
             ll_slot_bytes: 1024,
         };
+        let spread = HostLayout::from_keys(&[5, 9, 5, 7, 9, 9]).expect("several hosts");
         let layouts = [
             SlotPeers::one_host(1),
             SlotPeers::one_host(2),
             SlotPeers::one_host(3),
             SlotPeers::one_host(8),
-            SlotPeers::from_hosts(&[5, 9, 5, 7, 9, 9]),
+            SlotPeers::new(6, Some(&spread)),
         ];
         for g in [FifoGeometry::default(), small] {
             for peers in &layouts {
@@ -539,7 +520,8 @@ mod tests {
 
     #[test]
     fn slots_follow_the_hosts() {
-        let p = SlotPeers::from_hosts(&[5, 9, 5, 7, 9, 9]);
+        let layout = HostLayout::from_keys(&[5, 9, 5, 7, 9, 9]).expect("several hosts");
+        let p = SlotPeers::new(6, Some(&layout));
         assert_eq!(p.nranks(), 6);
         assert_eq!([0, 1, 2, 3].map(|r| p.count(r)), [2, 3, 2, 1]);
         assert_eq!(p.slot(0, 2), Some(1));
@@ -557,7 +539,8 @@ mod tests {
         // 64 ranks on 8 hosts: each allocation holds slots for 8 senders, not 64.
         let g = FifoGeometry::default();
         let hosts: Vec<u64> = (0..64).map(|r| r / 8).collect();
-        let spread = SlotPeers::from_hosts(&hosts);
+        let layout = HostLayout::from_keys(&hosts).expect("several hosts");
+        let spread = SlotPeers::new(64, Some(&layout));
         let all = SlotPeers::one_host(64);
         let slots = |p: &SlotPeers| g.fifo_bytes(p, 0) - g.slots_offset(p) - p.inbox_bytes();
         assert_eq!(slots(&all), 8 * slots(&spread));
