@@ -22,6 +22,7 @@ mod readiness;
 #[cfg(test)]
 mod reset_tests;
 pub mod socket;
+mod socket_workers;
 
 use crate::error::{Error, Result};
 use std::any::Any;

@@ -21,6 +21,8 @@
 
 use super::ll_trace::{Syscall, time_syscall};
 use super::readiness::Readiness;
+use super::proxy_cpus::{cpus, socket_workers};
+use super::socket_workers::{Job, Lane, MAX_WORKERS, ReqState, SocketWorkers, Span};
 use super::{CommRef, Handle, Listen, MemHandle, Net, PTR_HOST, Properties, RecvComm, Request};
 use super::{HANDLE_BYTES, SendComm};
 use crate::abort::Deadline;
@@ -31,8 +33,8 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// First bytes of a socket handle (tells a socket handle from another network's).
@@ -49,8 +51,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How the socket network cuts and carries messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketConfig {
-    /// Data sockets (and helper threads) per connection; 0 sends everything on the control
-    /// socket.
+    /// Data sockets per connection; 0 sends everything on the control socket.
     pub nsocks: usize,
     /// Messages up to this size travel inline on the control socket.
     pub inline_max: usize,
@@ -62,14 +63,17 @@ pub struct SocketConfig {
     /// Both directions of a link may share one control socket ([`Net::pair`]); they do where
     /// both ends allow it (each handle says whether its side does).
     pub duplex: bool,
+    /// Helper threads that serve every data socket of the network (local to each side).
+    pub workers: usize,
 }
 
 impl SocketConfig {
-    /// Defaults, changed by `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets, each
-    /// with its own thread; at most 64), `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE` and
-    /// `OXCCL_SOCKET_QUICKACK=1` (ACKs as the kernel decides) and `OXCCL_SOCKET_DUPLEX=0` (a
-    /// control socket per direction).
-    pub fn from_env() -> SocketConfig {
+    /// Defaults for a rank that shares this machine with `ranks_here - 1` others, changed by
+    /// `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets; at most 64),
+    /// `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE`, `OXCCL_SOCKET_QUICKACK=1` (ACKs as the
+    /// kernel decides), `OXCCL_SOCKET_DUPLEX=0` (a control socket per direction) and
+    /// `OXCCL_SOCKET_WORKERS` (helper threads; default [`socket_workers`]).
+    pub fn from_env(ranks_here: u32) -> SocketConfig {
         let num = |name: &str| -> Option<usize> {
             let v = std::env::var(name).ok()?;
             match v.trim().parse::<usize>() {
@@ -93,6 +97,10 @@ impl SocketConfig {
             min_task: num("NCCL_SOCKET_MIN_TASKSIZE").unwrap_or(d.min_task).max(1),
             delay_acks: std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"),
             duplex: std::env::var("OXCCL_SOCKET_DUPLEX").as_deref() != Ok("0"),
+            workers: num("OXCCL_SOCKET_WORKERS")
+                .filter(|&n| n > 0)
+                .unwrap_or_else(|| socket_workers(cpus(), ranks_here))
+                .min(MAX_WORKERS),
         }
     }
 }
@@ -112,6 +120,7 @@ impl Default for SocketConfig {
             min_task: 128 << 10,
             delay_acks: true,
             duplex: true,
+            workers: 4,
         }
     }
 }
@@ -127,6 +136,8 @@ pub struct SocketNet {
     acceptor: Mutex<Option<Acceptor>>,
     /// The epoll set of the receive sides' control sockets, made on first accept.
     readiness: Mutex<Option<Arc<Readiness>>>,
+    /// The data sockets' helper threads, started with the first data socket.
+    workers: Mutex<Option<Arc<SocketWorkers>>>,
 }
 
 /// Connections that arrived at a listener, by listen token: (socket index, socket).
@@ -181,7 +192,25 @@ impl SocketNet {
             config,
             acceptor: Mutex::new(None),
             readiness: Mutex::new(None),
+            workers: Mutex::new(None),
         }
+    }
+
+    /// A data socket served by the helper threads, which start with the first one (a network
+    /// whose links have no data sockets starts none).
+    fn lane(&self, stream: TcpStream, sending: bool) -> Result<Lane> {
+        let mut slot = lock(&self.workers);
+        let workers = match &*slot {
+            Some(w) => w.clone(),
+            None => {
+                let w = SocketWorkers::start(self.config.workers)?;
+                tracing::info!(target: "oxccl::net",
+                    "rank {}: {} socket helper threads", self.rank, self.config.workers.max(1));
+                slot.insert(w).clone()
+            }
+        };
+        drop(slot);
+        workers.lane(stream, sending)
     }
 
     /// The receive sides' epoll set, made on first use.
@@ -332,93 +361,6 @@ struct SocketListen {
     token: u64,
     nsocks: usize,
     arrived: Arrivals,
-}
-
-/// A byte range in memory the caller keeps valid until its request completes.
-#[derive(Clone, Copy)]
-struct Span {
-    addr: usize,
-    len: usize,
-}
-
-/// One part of a message for a data socket's helper thread.
-struct Job {
-    span: Span,
-    state: Arc<ReqState>,
-}
-
-/// Completion state of one request.
-#[derive(Default)]
-struct ReqState {
-    /// Parts still with helper threads.
-    parts: AtomicUsize,
-    /// The first failure of a part.
-    failed: Mutex<Option<String>>,
-}
-
-impl ReqState {
-    fn fail(&self, why: String) {
-        lock(&self.failed).get_or_insert(why);
-    }
-}
-
-/// A data socket and the helper thread that reads or writes it.
-struct Lane {
-    jobs: mpsc::Sender<Job>,
-    stream: TcpStream,
-}
-
-impl Lane {
-    /// Starts the helper of `stream`: it writes (send side) or reads (receive side) each job.
-    fn start(stream: TcpStream, sending: bool, name: String) -> Result<Lane> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let mut s = stream
-            .try_clone()
-            .map_err(|e| Error::io("cloning a data socket", e))?;
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                let mut broken: Option<String> = None;
-                while let Ok(job) = rx.recv() {
-                    if broken.is_none() {
-                        // SAFETY: isend/irecv's contract keeps the span valid (and unaliased
-                        // for receives) until the request completes, which needs this part.
-                        let r = unsafe { transfer(&mut s, job.span, sending) };
-                        if let Err(e) = r {
-                            broken = Some(e.to_string());
-                        }
-                    }
-                    if let Some(why) = &broken {
-                        job.state.fail(why.clone());
-                    }
-                    job.state.parts.fetch_sub(1, Ordering::AcqRel);
-                }
-            })
-            .map_err(|e| Error::io("spawning a network helper thread", e))?;
-        Ok(Lane { jobs: tx, stream })
-    }
-}
-
-/// Writes or reads a whole span on `s`.
-///
-/// # Safety
-/// `span` is valid memory (writable when receiving) that nothing else touches meanwhile.
-unsafe fn transfer(s: &mut TcpStream, span: Span, sending: bool) -> io::Result<()> {
-    if sending {
-        // SAFETY: the caller's contract.
-        let buf = unsafe { std::slice::from_raw_parts(span.addr as *const u8, span.len) };
-        s.write_all(buf)
-    } else {
-        // SAFETY: the caller's contract.
-        let buf = unsafe { std::slice::from_raw_parts_mut(span.addr as *mut u8, span.len) };
-        s.read_exact(buf).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                io::Error::new(e.kind(), "the peer closed the connection mid-message")
-            } else {
-                e
-            }
-        })
-    }
 }
 
 /// The parts of a `size`-byte message: `(offset, length, lane)`, from lane 0.
@@ -737,9 +679,7 @@ impl RecvSide {
                         },
                         state: st.parts.clone(),
                     };
-                    if self.lanes[lane].jobs.send(job).is_err() {
-                        return Err(self.fail("a network helper thread ended".into()));
-                    }
+                    self.lanes[lane].submit(job);
                 }
                 st.done.store(true, Ordering::Release);
             }
@@ -836,7 +776,7 @@ impl Net for SocketNet {
         let mut lanes = Vec::with_capacity(info.nsocks);
         for i in 0..info.nsocks {
             let s = dial(info.addr, self.rank, self.key, info.token, i as u32, t)?;
-            lanes.push(Lane::start(s, true, format!("oxccl-net-tx{i}"))?);
+            lanes.push(self.lane(s, true)?);
         }
         // The control socket last: its arrival tells the listener the set is complete.
         let ctrl = dial(
@@ -892,8 +832,8 @@ impl Net for SocketNet {
         ctrl.set_nonblocking(true)
             .map_err(|e| Error::io("setting up a network socket", e))?;
         let mut lanes = Vec::with_capacity(socks.len());
-        for (i, s) in socks {
-            lanes.push(Lane::start(s, false, format!("oxccl-net-rx{i}"))?);
+        for (_, s) in socks {
+            lanes.push(self.lane(s, false)?);
         }
         let readiness = self.readiness()?;
         let ready = readiness.add(&ctrl)?;
@@ -969,9 +909,7 @@ impl Net for SocketNet {
                     },
                     state: state.clone(),
                 };
-                if side.lanes[lane].jobs.send(job).is_err() {
-                    return Err(side.fail("a network helper thread ended".into()));
-                }
+                side.lanes[lane].submit(job);
             }
         }
         side.flush()?;
