@@ -45,15 +45,8 @@ fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
         bootstrap.rank(),
         bootstrap.session_key(),
         bootstrap.handshake_timeout(),
-        SocketConfig::from_env(ranks_here(bootstrap)),
+        SocketConfig::from_env(),
     ))
-}
-
-/// The ranks of the communicator on this machine, this one included.
-fn ranks_here(bootstrap: &Bootstrap) -> u32 {
-    let peers = bootstrap.peers();
-    let here = peers[bootstrap.rank() as usize].machine_hash;
-    ranks_on_machine(peers.iter().map(|p| p.machine_hash), here)
 }
 
 /// Per peer, per channel: the sending and the receiving side of each connection.
@@ -245,7 +238,9 @@ pub fn connect(
             net.pair(pf.peer, s, r)?;
         }
     }
-    let ranks_here = ranks_here(bootstrap);
+    let peers = bootstrap.peers();
+    let here = peers[rank as usize].machine_hash;
+    let ranks_here = ranks_on_machine(peers.iter().map(|p| p.machine_hash), here);
     let cpus = ProxyCpus::for_machine(ranks_here);
     let mut conns = Vec::new();
     let mut ll = Vec::new();

@@ -85,7 +85,7 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     let config = SocketConfig {
         duplex,
         // The environment's other settings (OXCCL_SOCKET_QUICKACK, ...).
-        ..SocketConfig::from_env(2)
+        ..SocketConfig::from_env()
     };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let (mut s01, mut r01) = link(&n0, &n1);
@@ -254,7 +254,7 @@ fn latency_probe_socket_net_one_way() {
 fn socket_net_one_way(duplex: bool) {
     let config = SocketConfig {
         duplex,
-        ..SocketConfig::from_env(2)
+        ..SocketConfig::from_env()
     };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let (mut s01, mut r01) = link(&n0, &n1);

@@ -41,7 +41,7 @@ impl ProxyCpus {
     /// CPUs per rank, and yielding where it has not. `OXCCL_NET_LL_SEND_THREAD` and
     /// `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
-        let cpus = cpus();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ll = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();
         let yields = std::env::var("OXCCL_NET_PROXY_YIELD").ok();
         ProxyCpus::decide(ll.as_deref(), yields.as_deref(), cpus, ranks_here)
@@ -74,17 +74,6 @@ impl ProxyCpus {
         };
         format!("LL sends on {which} proxy thread; idle passes {idle}")
     }
-}
-
-/// The CPUs this process may run on.
-pub fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The socket network's helper threads for a rank that shares `cpus` CPUs with `ranks_here - 1`
-/// other ranks: half its share of the CPUs, from 1 to 8.
-pub fn socket_workers(cpus: usize, ranks_here: u32) -> usize {
-    (cpus / ranks_here.max(1) as usize / 2).clamp(1, 8)
 }
 
 /// How many of `machines` (one entry per rank) equal `mine`: the ranks on this machine.

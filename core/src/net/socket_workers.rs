@@ -1,19 +1,21 @@
-//! The helper threads of a socket network: a few threads shared by every data socket of one
-//! communicator, each serving its sockets with non-blocking reads and writes and one epoll set.
+//! The helper threads of a socket network: a thread per data socket up to a limit
+//! ([`SocketConfig::workers`](super::socket::SocketConfig::workers)), then threads that serve
+//! several sockets each.
 //!
-//! A thread per data socket (what this replaced) gave every channel link of every peer two
-//! threads a direction: 195 threads per process with 8 ranks as 8 hosts, against NCCL's 11, and
-//! about 600 estimated with 64 ranks on 8 hosts. Threads that serve several sockets cannot block
-//! on one of them: a thread waiting to write to a peer that waits, in the same kind of thread, to
-//! write to us would never return. Hence non-blocking calls, each socket's parts kept in order,
-//! and an edge-triggered epoll set per thread that says which socket may move again.
+//! A thread per data socket, without a limit (what this replaced), gave every channel link of
+//! every peer two threads a direction: 195 threads per process with 8 ranks as 8 hosts (NCCL:
+//! 11), about 600 estimated with 64 ranks on 8 hosts, and more with every peer beyond.
 //!
-//! A part handed to a thread that sleeps in `epoll_wait` wakes it through an eventfd; a thread
-//! with work never sleeps.
+//! A thread with one socket blocks in its reads and writes, as before. A thread with several
+//! cannot block on one of them: a thread waiting to write to a peer that waits, in the same kind
+//! of thread, to write to us would never return. It makes non-blocking calls, keeps each
+//! socket's parts in order, and sleeps in an edge-triggered epoll set that says which socket may
+//! move again. A part handed to a sleeping thread wakes it through an eventfd; a thread with
+//! work never sleeps. Sockets join threads only while the network connects, before any part.
 
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -112,72 +114,78 @@ impl Worker {
 /// The helper threads of one socket network; dropping the last handle (the network's, and each
 /// [`Lane`]'s) ends them.
 pub(super) struct SocketWorkers {
-    workers: Vec<Arc<Worker>>,
-    /// Next lane id; lanes go to the threads in turn.
+    /// Threads started so far: one per lane until there are `most`.
+    workers: Mutex<Vec<Arc<Worker>>>,
+    most: usize,
+    /// Next lane id; once every thread is started, lanes go to the threads in turn.
     next: AtomicU64,
 }
 
 impl SocketWorkers {
-    /// Starts `threads` helper threads (at least one).
-    pub fn start(threads: usize) -> Result<Arc<SocketWorkers>> {
-        let mut workers = Vec::new();
-        for i in 0..threads.max(1) {
-            // SAFETY: plain system calls; results checked.
-            let (epfd, wake) = unsafe {
-                (
-                    libc::epoll_create1(libc::EPOLL_CLOEXEC),
-                    libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
-                )
-            };
-            if epfd < 0 || wake < 0 {
-                let e = io::Error::last_os_error();
-                // SAFETY: closing only what was opened.
-                unsafe {
-                    for fd in [epfd, wake].into_iter().filter(|&fd| fd >= 0) {
-                        libc::close(fd);
-                    }
-                }
-                return Err(Error::io("creating a network helper thread's epoll set", e));
-            }
-            let shared = Arc::new(Worker {
-                inbox: Mutex::new(Inbox {
-                    msgs: Vec::new(),
-                    sleeping: false,
-                }),
-                wake,
-            });
-            let w = WorkerThread {
-                shared: shared.clone(),
-                epfd,
-                lanes: HashMap::new(),
-            };
-            if let Err(e) = w.watch(wake, WAKE) {
-                drop(w);
-                return Err(e);
-            }
-            std::thread::Builder::new()
-                .name(format!("oxccl-net-w{i}"))
-                .spawn(move || w.run())
-                .map_err(|e| Error::io("spawning a network helper thread", e))?;
-            workers.push(shared);
-        }
-        Ok(Arc::new(SocketWorkers {
-            workers,
+    /// Helper threads for the lanes to come: a thread per lane, at most `most` (at least one).
+    pub fn new(most: usize) -> Arc<SocketWorkers> {
+        Arc::new(SocketWorkers {
+            workers: Mutex::new(Vec::new()),
+            most: most.max(1),
             next: AtomicU64::new(0),
-        }))
+        })
     }
 
-    /// Hands `stream` to one of the threads, which writes (`sending`) or reads each part given
-    /// to the returned lane, in order.
+    /// Starts helper thread number `i`.
+    fn spawn(i: usize) -> Result<Arc<Worker>> {
+        // SAFETY: plain system calls; results checked.
+        let (epfd, wake) = unsafe {
+            (
+                libc::epoll_create1(libc::EPOLL_CLOEXEC),
+                libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
+            )
+        };
+        if epfd < 0 || wake < 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing only what was opened.
+            unsafe {
+                for fd in [epfd, wake].into_iter().filter(|&fd| fd >= 0) {
+                    libc::close(fd);
+                }
+            }
+            return Err(Error::io("creating a network helper thread's epoll set", e));
+        }
+        let shared = Arc::new(Worker {
+            inbox: Mutex::new(Inbox {
+                msgs: Vec::new(),
+                sleeping: false,
+            }),
+            wake,
+        });
+        let w = WorkerThread {
+            shared: shared.clone(),
+            epfd,
+            lanes: HashMap::new(),
+        };
+        w.watch(wake, WAKE)?;
+        std::thread::Builder::new()
+            .name(format!("oxccl-net-w{i}"))
+            .spawn(move || w.run())
+            .map_err(|e| Error::io("spawning a network helper thread", e))?;
+        Ok(shared)
+    }
+
+    /// Hands `stream` (a blocking socket) to a helper thread (a new one while there are fewer
+    /// than the most), which writes (`sending`) or reads each part given to the returned lane,
+    /// in order.
     pub fn lane(self: &Arc<Self>, stream: TcpStream, sending: bool) -> Result<Lane> {
         let keep = stream
             .try_clone()
             .map_err(|e| Error::io("cloning a data socket", e))?;
-        stream
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("setting up a data socket", e))?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let worker = self.workers[id as usize % self.workers.len()].clone();
+        let worker = {
+            let mut ws = lock(&self.workers);
+            if ws.len() < self.most {
+                let w = SocketWorkers::spawn(ws.len())?;
+                ws.push(w);
+            }
+            ws[id as usize % ws.len()].clone()
+        };
         worker.post(Msg::Add {
             id,
             stream,
@@ -191,16 +199,16 @@ impl SocketWorkers {
         })
     }
 
-    /// Helper threads.
+    /// Helper threads started.
     #[cfg(test)]
-    pub fn threads(&self) -> usize {
-        self.workers.len()
+    fn threads(&self) -> usize {
+        lock(&self.workers).len()
     }
 }
 
 impl Drop for SocketWorkers {
     fn drop(&mut self) {
-        for w in &self.workers {
+        for w in lock(&self.workers).iter() {
             w.post(Msg::Stop);
         }
     }
@@ -225,6 +233,8 @@ impl Lane {
 
 impl Drop for Lane {
     fn drop(&mut self) {
+        // Ends a blocking call of a thread that serves only this socket, so it sees the removal.
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.worker.post(Msg::Remove { id: self.id });
     }
 }
@@ -242,47 +252,58 @@ struct LaneState {
 }
 
 impl LaneState {
-    /// Moves the parts as far as the socket takes them now; true when some bytes moved.
-    fn progress(&mut self) -> bool {
+    /// Moves the parts as far as the socket takes them now; true when some bytes moved. A
+    /// thread with this one lane (`alone`) blocks in each call, as a thread per socket would:
+    /// it has nothing else to serve, and a blocking call costs one system call where a
+    /// non-blocking one that finds nothing costs three (it, `epoll_wait`, and the call again).
+    fn progress(&mut self, alone: bool) -> bool {
+        let flags = if alone { 0 } else { libc::MSG_DONTWAIT };
         let mut moved = false;
-        while self.ready && self.broken.is_none() {
+        while (alone || self.ready) && self.broken.is_none() {
             let Some(job) = self.jobs.front() else {
                 break;
             };
             let rest = job.span.len - self.done;
-            let at = job.span.addr + self.done;
-            let r = if rest == 0 {
-                Ok(0)
+            let at = (job.span.addr + self.done) as *mut libc::c_void;
+            let fd = self.stream.as_raw_fd();
+            let n = if rest == 0 {
+                0
             } else if self.sending {
                 // SAFETY: isend's contract keeps the span readable until the request is done,
-                // which needs this part.
-                let buf = unsafe { std::slice::from_raw_parts(at as *const u8, rest) };
-                (&self.stream).write(buf)
+                // which needs this part; MSG_NOSIGNAL: a reset peer is an error, not SIGPIPE.
+                unsafe { libc::send(fd, at, rest, flags | libc::MSG_NOSIGNAL) }
             } else {
                 // SAFETY: irecv's contract: the span is ours (writable, unaliased) until the
                 // request is done, which needs this part.
-                let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, rest) };
-                (&self.stream).read(buf)
+                unsafe { libc::recv(fd, at, rest, flags) }
             };
-            match r {
-                Ok(0) if rest > 0 => {
-                    self.break_with(if self.sending {
-                        "the connection closed".into()
-                    } else {
-                        "the peer closed the connection mid-message".into()
-                    });
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => self.ready = false,
+                    io::ErrorKind::Interrupted => {}
+                    _ => self.break_with(e.to_string()),
                 }
-                Ok(n) => {
-                    moved |= n > 0;
-                    self.done += n;
-                    if self.done == job.span.len {
-                        self.done = 0;
-                        self.jobs.pop_front().expect("the first part").state.part_done();
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ready = false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => self.break_with(e.to_string()),
+                continue;
+            }
+            let n = n as usize;
+            if n == 0 && rest > 0 {
+                self.break_with(if self.sending {
+                    "the connection closed".into()
+                } else {
+                    "the peer closed the connection mid-message".into()
+                });
+                continue;
+            }
+            moved |= n > 0;
+            self.done += n;
+            if self.done == job.span.len {
+                self.done = 0;
+                self.jobs
+                    .pop_front()
+                    .expect("the first part")
+                    .state
+                    .part_done();
             }
         }
         moved
@@ -338,9 +359,10 @@ impl WorkerThread {
                     return;
                 }
             }
+            let alone = self.lanes.len() == 1;
             let mut moved = false;
             for l in self.lanes.values_mut() {
-                moved |= l.progress();
+                moved |= l.progress(alone);
             }
             if moved {
                 continue;
@@ -448,6 +470,7 @@ impl Drop for Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
@@ -480,7 +503,7 @@ mod tests {
     fn one_thread_moves_both_ways_over_many_sockets_without_deadlock() {
         // Each socket's writer and reader share the one thread: a blocking write would wait
         // forever for the read queued behind it.
-        let w = SocketWorkers::start(1).unwrap();
+        let w = SocketWorkers::new(1);
         let mut lanes = Vec::new();
         for _ in 0..4 {
             let (a, b) = pair();
@@ -496,7 +519,11 @@ mod tests {
         state.parts.store(4 * 3 * 2, Ordering::Release);
         let third = len / 3;
         for ((tx, rx), (s, d)) in lanes.iter().zip(src.iter().zip(dst.iter_mut())) {
-            for (off, n) in [(0, third), (third, third + 5), (2 * third + 5, len - 2 * third - 5)] {
+            for (off, n) in [
+                (0, third),
+                (third, third + 5),
+                (2 * third + 5, len - 2 * third - 5),
+            ] {
                 tx.submit(job(s[off..].as_ptr(), n, &state));
                 rx.submit(job(d[off..].as_mut_ptr(), n, &state));
             }
@@ -504,11 +531,44 @@ mod tests {
         wait_parts(&state);
         assert!(lock(&state.failed).is_none(), "{:?}", lock(&state.failed));
         assert_eq!(src, dst);
+        assert_eq!(w.threads(), 1);
+    }
+
+    #[test]
+    fn threads_with_one_lane_each_move_a_message_in_parts() {
+        let w = SocketWorkers::new(8);
+        let (a, b) = pair();
+        let (tx, rx) = (w.lane(a, true).unwrap(), w.lane(b, false).unwrap());
+        assert_eq!(w.threads(), 2);
+        let len = (1 << 20) * 3 + 7;
+        let src: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+        let mut dst = vec![0x5Au8; len];
+        let state = Arc::new(ReqState::default());
+        state.parts.store(4, Ordering::Release);
+        let half = len / 2;
+        for (off, n) in [(0, half), (half, len - half)] {
+            rx.submit(job(dst[off..].as_mut_ptr(), n, &state));
+            tx.submit(job(src[off..].as_ptr(), n, &state));
+        }
+        wait_parts(&state);
+        assert!(lock(&state.failed).is_none(), "{:?}", lock(&state.failed));
+        assert_eq!(src, dst);
+    }
+
+    #[test]
+    fn each_lane_gets_a_thread_until_the_most_then_they_share() {
+        let w = SocketWorkers::new(3);
+        let mut keep = Vec::new();
+        for n in 1..=5 {
+            let (a, b) = pair();
+            keep.push((w.lane(a, true).unwrap(), b));
+            assert_eq!(w.threads(), n.min(3));
+        }
     }
 
     #[test]
     fn a_closed_peer_fails_the_waiting_part_and_every_later_one() {
-        let w = SocketWorkers::start(2).unwrap();
+        let w = SocketWorkers::new(2);
         let (a, b) = pair();
         let rx = w.lane(b, false).unwrap();
         let mut buf = vec![0u8; 1 << 20];
@@ -530,7 +590,7 @@ mod tests {
 
     #[test]
     fn parts_of_a_removed_lane_fail_instead_of_waiting() {
-        let w = SocketWorkers::start(1).unwrap();
+        let w = SocketWorkers::new(1);
         let (_a, b) = pair();
         let rx = w.lane(b, false).unwrap();
         let mut buf = vec![0u8; 64];
