@@ -114,6 +114,8 @@ net_configs() {
   run n2-procs-split     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0 --split
   run n2-initall-p2p-shm-disabled NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 -- --mode initall --ranks 2 $SMALL $BIG1
   run n3-procs-auto      OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1
+  # Every data socket on one of two socket helper threads (non-blocking calls), big messages.
+  run n3-procs-shared-helpers OXCCL_SOCKET_WORKERS=2 OXCCL_TEST_HOSTS=3 -- --mode procs --ranks 3 $SMALL $BIG1
   run n4-procs-mixed     OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 $SMALL $BIG1
   # Hosts' ranks not numbered together (rank r on host r % 2): rings and trees ordered by host.
   for a in ring tree; do
