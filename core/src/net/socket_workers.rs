@@ -162,7 +162,7 @@ impl SocketWorkers {
             epfd,
             lanes: HashMap::new(),
         };
-        w.watch(wake, WAKE)?;
+        watch(epfd, wake, WAKE)?;
         std::thread::Builder::new()
             .name(format!("oxccl-net-w{i}"))
             .spawn(move || w.run())
@@ -248,6 +248,8 @@ struct LaneState {
     done: usize,
     /// The socket may move (no `WouldBlock` since the last epoll edge).
     ready: bool,
+    /// In the thread's epoll set (once the thread serves more than this socket).
+    watched: bool,
     broken: Option<String>,
 }
 
@@ -325,6 +327,24 @@ impl LaneState {
     }
 }
 
+/// Adds `fd` to the epoll set `epfd`, edge triggered, with `data` in its events.
+fn watch(epfd: RawFd, fd: RawFd, data: u64) -> Result<()> {
+    let events = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
+    let mut ev = libc::epoll_event {
+        events: events as u32,
+        u64: data,
+    };
+    // SAFETY: an epoll set of ours, a valid event for the duration of the call.
+    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    if rc != 0 {
+        return Err(Error::io(
+            "watching a data socket",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
 /// One helper thread's own state.
 struct WorkerThread {
     shared: Arc<Worker>,
@@ -333,24 +353,6 @@ struct WorkerThread {
 }
 
 impl WorkerThread {
-    /// Adds `fd` to the epoll set, edge triggered, with `data` in its events.
-    fn watch(&self, fd: RawFd, data: u64) -> Result<()> {
-        let events = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
-        let mut ev = libc::epoll_event {
-            events: events as u32,
-            u64: data,
-        };
-        // SAFETY: our epoll set, a valid event for the duration of the call.
-        let rc = unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if rc != 0 {
-            return Err(Error::io(
-                "watching a data socket",
-                io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
-    }
-
     fn run(mut self) {
         loop {
             let msgs = std::mem::take(&mut lock(&self.shared.inbox).msgs);
@@ -387,19 +389,29 @@ impl WorkerThread {
                 stream,
                 sending,
             } => {
-                let mut l = LaneState {
+                let l = LaneState {
                     stream,
                     sending,
                     jobs: VecDeque::new(),
                     done: 0,
                     ready: true,
+                    watched: false,
                     broken: None,
                 };
-                if let Err(e) = self.watch(l.stream.as_raw_fd(), id) {
-                    // Parts for it fail as they come.
-                    l.broken = Some(e.to_string());
-                }
                 self.lanes.insert(id, l);
+                if self.lanes.len() > 1 {
+                    // Sharing starts (while connecting, before any part): from now on the
+                    // epoll set says which socket may move. A thread with one socket blocks in
+                    // its calls and watches only its eventfd, so no readiness of that socket
+                    // wakes it for nothing.
+                    for (&id, l) in self.lanes.iter_mut().filter(|(_, l)| !l.watched) {
+                        l.watched = true;
+                        if let Err(e) = watch(self.epfd, l.stream.as_raw_fd(), id) {
+                            // Parts for it fail as they come.
+                            l.broken = Some(e.to_string());
+                        }
+                    }
+                }
             }
             Msg::Job { id, job } => match self.lanes.get_mut(&id) {
                 Some(l) => {
