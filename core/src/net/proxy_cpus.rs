@@ -12,6 +12,15 @@ use crate::config::parse_switch;
 /// (NCCL 64-186); 8 ranks 128-452 and 910-2008 (NCCL 85-1315).
 pub const CPUS_PER_RANK: usize = 3;
 
+/// CPUs a rank needs for its idle proxy threads to spin: besides the polling threads, a large
+/// transfer keeps the socket network's helper threads copying. Where the ranks on a machine have
+/// fewer, idle passes yield and leave those threads the CPU: 16 CPUs, 4 ranks as hosts under
+/// MPS, AllReduce (2026-11-27, 572bc8c, three alternations), spinning / yielding, us: 1 MiB
+/// 924-1299 / 771-913, 2 MiB 1555-1779 / 1128-1267, 4 MiB 2477-2713 / 1904-2419 (NCCL 1032-1175,
+/// 1584-1739, 2569-2700), 128-256 KiB alike. With 2 ranks (8 CPUs each) yielding cost about
+/// 0.5 us at 8 B-32 KiB; 3 ranks (5.3 each) were not measured.
+pub const SPIN_CPUS_PER_RANK: usize = 6;
+
 /// What the proxy threads of one rank do with the CPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProxyCpus {
@@ -38,7 +47,8 @@ impl ProxyCpus {
 
     /// The choice for a rank that shares this machine with `ranks_here - 1` other ranks of the
     /// communicator: by default the LL send thread where the machine has [`CPUS_PER_RANK`]
-    /// CPUs per rank, and yielding where it has not. `OXCCL_NET_LL_SEND_THREAD` and
+    /// CPUs per rank, and yielding where it has fewer than [`SPIN_CPUS_PER_RANK`].
+    /// `OXCCL_NET_LL_SEND_THREAD` and
     /// `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -49,14 +59,14 @@ impl ProxyCpus {
 
     /// [`ProxyCpus::for_machine`] given the variables' values and the machine's CPUs.
     fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks_here: u32) -> ProxyCpus {
-        let roomy = cpus >= CPUS_PER_RANK * ranks_here.max(1) as usize;
+        let ranks = ranks_here.max(1) as usize;
         ProxyCpus {
             ll_send_thread: ll
                 .and_then(|v| parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
-                .unwrap_or(roomy),
+                .unwrap_or(cpus >= CPUS_PER_RANK * ranks),
             yield_when_idle: yields
                 .and_then(|v| parse_switch("OXCCL_NET_PROXY_YIELD", v))
-                .unwrap_or(!roomy),
+                .unwrap_or(cpus < SPIN_CPUS_PER_RANK * ranks),
         }
     }
 
@@ -92,8 +102,14 @@ mod tests {
 
     #[test]
     fn the_ranks_on_the_machine_and_its_cpus_decide_unless_told() {
-        assert_eq!(decide(None, None, 16, 4), (true, false), "3 CPUs per rank");
-        assert_eq!(decide(None, None, 15, 5), (true, false));
+        assert_eq!(decide(None, None, 16, 2), (true, false), "8 CPUs per rank");
+        assert_eq!(decide(None, None, 12, 2), (true, false), "6 CPUs per rank");
+        assert_eq!(
+            decide(None, None, 16, 4),
+            (true, true),
+            "4 CPUs per rank: the thread, and yielding"
+        );
+        assert_eq!(decide(None, None, 15, 5), (true, true));
         assert_eq!(
             decide(None, None, 16, 6),
             (false, true),
