@@ -17,7 +17,6 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{choose_net, net_device};
 use oxccl_core::net::proxy::Proxy;
-use oxccl_core::net::proxy_cpus;
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
@@ -79,12 +78,6 @@ fn fixed_block_threads() -> Result<Option<u32>> {
 
 /// Launch-argument arenas per transport, reused round-robin once their launch has completed.
 const ARENAS: usize = 16;
-
-/// Bits of the byte every rank contributes at init, OR-ed over the communicator: it has NET
-/// peers, it has SHM peers, its machine is short of CPUs for its NET proxies.
-const HAS_NET: u8 = 1;
-const HAS_SHM: u8 = 2;
-const CROWDED: u8 = 4;
 
 /// One launch-argument arena: pinned host staging and its device copy.
 struct Arena {
@@ -408,25 +401,14 @@ impl<A: DeviceApi> DeviceTransport<A> {
             Some(choose_net(bs)?)
         };
         let link = net.as_deref().map(device_link).transpose()?;
-        let machines = bs.peers().iter().map(|p| p.machine_hash);
-        let crowded = link.is_some()
-            && proxy_cpus::crowded(proxy_cpus::ranks_on_machine(
-                machines,
-                bs.peers()[rank as usize].machine_hash,
-            ));
-        let bit = |on: bool, b: u8| if on { b } else { 0 };
-        let mut mine = vec![
-            bit(link.is_some(), HAS_NET)
-                | bit(!shm_peers.is_empty(), HAS_SHM)
-                | bit(crowded, CROWDED),
-        ];
+        let mut mine = vec![u8::from(link.is_some()) | u8::from(!shm_peers.is_empty()) << 1];
         mine.extend(link.map_or([0; 8], NetLink::to_bytes));
         let all = bs.all_gather(&mine)?;
         let any = all
             .iter()
             .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
-        let channels = net_channels(&geometry, any & HAS_SHM != 0, any & CROWDED != 0);
-        if any & (HAS_NET | HAS_SHM) != 0 {
+        let channels = net_channels(&geometry, any & 2 != 0);
+        if any != 0 {
             t.max_blocks = t.max_blocks.min(channels);
             t.one_shot_inbox.clear();
             let agreed = slowest_link(&all);
@@ -435,7 +417,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             }
             t.net_link = Some(agreed.unwrap_or(NetLink::SOCKETS_ON_LOOPBACK));
         }
-        if any & HAS_SHM != 0 {
+        if any & 2 != 0 {
             // Collective: every rank takes part, with or without SHM peers of its own.
             let shm = ShmFifos::connect(&api, bs, &geometry, shm_peers, channels)?;
             shm.patch_table(&mut table, &geometry, nranks);

@@ -38,26 +38,13 @@ const NET_CHANNELS: u32 = 8;
 /// The default when some pair meets through SHM: every channel is a FIFO in `/dev/shm` per SHM
 /// pair, and 8 or 16 channels moved no more than 4 there (`docs/transports.md`, SHM).
 const SHM_CHANNELS: u32 = 4;
-/// The NET default when some rank's machine has fewer than
-/// [`CPUS_PER_RANK`](oxccl_core::net::proxy_cpus::CPUS_PER_RANK) CPUs per rank on it: parallel
-/// streams only pay where CPUs run them. 16 CPUs, 8 ranks as hosts under MPS, AllReduce,
-/// 2026-11-27 (9798681), two runs each, 8 / 2 channels, us: 256 KiB 628-752 / 549-569, 16 MiB
-/// 20846-24169 / 16714-17112; 6 ranks, one run: 2 MiB 2337 / 1756, 16 MiB 11089 / 10659.
-const CROWDED_NET_CHANNELS: u32 = 2;
 
 /// The channels NET and SHM connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO
 /// channels), else [`SHM_CHANNELS`] when some pair of the communicator uses SHM, else
-/// [`CROWDED_NET_CHANNELS`] when some rank's machine is short of CPUs (`crowded`, agreed by
-/// every rank), else [`NET_CHANNELS`].
-pub fn net_channels(geometry: &FifoGeometry, any_shm: bool, crowded: bool) -> u32 {
+/// [`NET_CHANNELS`].
+pub fn net_channels(geometry: &FifoGeometry, any_shm: bool) -> u32 {
     let max = geometry.channels as u32;
-    let default = if any_shm {
-        SHM_CHANNELS
-    } else if crowded {
-        CROWDED_NET_CHANNELS
-    } else {
-        NET_CHANNELS
-    };
+    let default = if any_shm { SHM_CHANNELS } else { NET_CHANNELS };
     std::env::var("OXCCL_NET_CHANNELS")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())

@@ -51,7 +51,7 @@ impl ProxyCpus {
     /// `OXCCL_NET_LL_SEND_THREAD` and
     /// `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
-        let cpus = cpus();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ll = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();
         let yields = std::env::var("OXCCL_NET_PROXY_YIELD").ok();
         ProxyCpus::decide(ll.as_deref(), yields.as_deref(), cpus, ranks_here)
@@ -84,17 +84,6 @@ impl ProxyCpus {
         };
         format!("LL sends on {which} proxy thread; idle passes {idle}")
     }
-}
-
-/// Whether this machine has fewer than [`CPUS_PER_RANK`] CPUs for each of the communicator's
-/// `ranks_here` ranks on it (the LL send thread's rule without its variable).
-pub fn crowded(ranks_here: u32) -> bool {
-    cpus() < CPUS_PER_RANK * ranks_here.max(1) as usize
-}
-
-/// The CPUs this process may run on.
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// How many of `machines` (one entry per rank) equal `mine`: the ranks on this machine.
