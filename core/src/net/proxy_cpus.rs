@@ -17,8 +17,9 @@ pub const CPUS_PER_RANK: usize = 3;
 /// fewer, idle passes yield and leave those threads the CPU: 16 CPUs, 4 ranks as hosts under
 /// MPS, AllReduce (2026-11-27, 572bc8c, three alternations), spinning / yielding, us: 1 MiB
 /// 924-1299 / 771-913, 2 MiB 1555-1779 / 1128-1267, 4 MiB 2477-2713 / 1904-2419 (NCCL 1032-1175,
-/// 1584-1739, 2569-2700), 128-256 KiB alike. With 2 ranks (8 CPUs each) yielding cost about
-/// 0.5 us at 8 B-32 KiB; 3 ranks (5.3 each) were not measured.
+/// 1584-1739, 2569-2700), 128-256 KiB alike; 3 ranks (5.3 CPUs each, 2ff615f, two
+/// alternations), 2 MiB 1096-1392 / 667-746. With 2 ranks (8 CPUs each) yielding cost about
+/// 0.5 us at 8 B-32 KiB.
 pub const SPIN_CPUS_PER_RANK: usize = 6;
 
 /// What the proxy threads of one rank do with the CPUs.
@@ -48,8 +49,7 @@ impl ProxyCpus {
     /// The choice for a rank that shares this machine with `ranks_here - 1` other ranks of the
     /// communicator: by default the LL send thread where the machine has [`CPUS_PER_RANK`]
     /// CPUs per rank, and yielding where it has fewer than [`SPIN_CPUS_PER_RANK`].
-    /// `OXCCL_NET_LL_SEND_THREAD` and
-    /// `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
+    /// `OXCCL_NET_LL_SEND_THREAD` and `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ll = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();

@@ -108,8 +108,9 @@ impl SocketConfig {
 /// every data socket has a thread of its own, blocking in its reads and writes as a thread per
 /// socket did. Beyond it sockets share threads, with non-blocking calls, which moved less
 /// through loopback TCP, whose copies are the CPU work: one H200 (16 CPUs) under MPS, 2 ranks
-/// as 2 hosts, AllReduce, 2026-11-27 (b0b8ecd), 32 sockets on 8 / 16 / 32 shared threads
-/// against a thread each: 128 MiB 16868 / 13986 / 13581 us against 12501-13737.
+/// as 2 hosts, AllReduce, 2026-11-27 (b0b8ecd with a thread started per socket up to the
+/// limit, every call non-blocking), 32 sockets on 8 / 16 / 32 threads against a blocking thread
+/// each: 128 MiB 16868 / 13986 / 13581 us against 12501-13737.
 pub const DEFAULT_WORKERS: usize = 32;
 
 impl Default for SocketConfig {

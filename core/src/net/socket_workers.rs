@@ -86,6 +86,8 @@ struct Inbox {
     msgs: Vec<Msg>,
     /// The thread is in (or about to enter) `epoll_wait`: a message must write the eventfd.
     sleeping: bool,
+    /// The thread has ended (a panic, or [`Msg::Stop`]): parts posted now fail at once.
+    ended: bool,
 }
 
 /// One helper thread's side that others see.
@@ -99,6 +101,11 @@ impl Worker {
     fn post(&self, msg: Msg) {
         let wake = {
             let mut ib = lock(&self.inbox);
+            if ib.ended {
+                drop(ib);
+                fail_unserved(msg);
+                return;
+            }
             ib.msgs.push(msg);
             std::mem::take(&mut ib.sleeping)
         };
@@ -154,6 +161,7 @@ impl SocketWorkers {
             inbox: Mutex::new(Inbox {
                 msgs: Vec::new(),
                 sleeping: false,
+                ended: false,
             }),
             wake,
         });
@@ -420,10 +428,7 @@ impl WorkerThread {
                         l.fail_all();
                     }
                 }
-                None => {
-                    job.state.fail("the connection closed");
-                    job.state.part_done();
-                }
+                None => fail_unserved(Msg::Job { id, job }),
             },
             Msg::Remove { id } => {
                 if let Some(mut l) = self.lanes.remove(&id) {
@@ -462,11 +467,27 @@ impl WorkerThread {
     }
 }
 
+/// Fails the part a message carries, if any: no thread will serve it.
+fn fail_unserved(msg: Msg) {
+    if let Msg::Job { job, .. } = msg {
+        job.state.fail("the connection closed");
+        job.state.part_done();
+    }
+}
+
 impl Drop for WorkerThread {
+    /// Also on a panic of the thread: every part it holds or will be given fails, so no request
+    /// waits for it.
     fn drop(&mut self) {
         for l in self.lanes.values_mut() {
             l.fail_all();
         }
+        let left = {
+            let mut ib = lock(&self.shared.inbox);
+            ib.ended = true;
+            std::mem::take(&mut ib.msgs)
+        };
+        left.into_iter().for_each(fail_unserved);
         // SAFETY: the thread's own epoll set, closed once.
         unsafe { libc::close(self.epfd) };
     }
@@ -565,6 +586,25 @@ mod tests {
         wait_parts(&state);
         assert!(lock(&state.failed).is_none(), "{:?}", lock(&state.failed));
         assert_eq!(src, dst);
+    }
+
+    #[test]
+    fn parts_for_an_ended_thread_fail_at_once() {
+        let w = SocketWorkers::new(1);
+        let (_a, b) = pair();
+        let rx = w.lane(b, false).unwrap();
+        rx.worker.post(Msg::Stop);
+        let until = Instant::now() + Duration::from_secs(20);
+        while !lock(&rx.worker.inbox).ended {
+            assert!(Instant::now() < until, "the thread never ended");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut buf = vec![0u8; 64];
+        let state = Arc::new(ReqState::default());
+        state.parts.store(1, Ordering::Release);
+        rx.submit(job(buf.as_mut_ptr(), buf.len(), &state));
+        assert_eq!(state.parts.load(Ordering::Acquire), 0);
+        assert!(lock(&state.failed).is_some());
     }
 
     #[test]
