@@ -9,6 +9,7 @@
 //! `void*`s.
 
 pub mod connect;
+mod epoll;
 pub mod gdr;
 #[cfg(test)]
 mod latency_probe;

@@ -12,17 +12,15 @@
 //! from the epoll set (level triggered: a socket with unread bytes is reported again) and that
 //! the side clears when a read finds nothing.
 
+use super::epoll::Epoll;
 use crate::error::{Error, Result};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-/// Events taken per `epoll_wait`.
-const BATCH: usize = 64;
-
 /// The epoll set of one socket network's receive sides.
 pub(crate) struct Readiness {
-    epfd: RawFd,
+    epoll: Epoll,
     state: Mutex<State>,
     /// Refreshes so far.
     generation: AtomicU64,
@@ -36,16 +34,10 @@ struct State {
 impl Readiness {
     /// An empty set.
     pub fn new() -> Result<Readiness> {
-        // SAFETY: plain system call; the result is checked.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epfd < 0 {
-            return Err(Error::io(
-                "creating the socket network's epoll set",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        let epoll =
+            Epoll::new().map_err(|e| Error::io("creating the socket network's epoll set", e))?;
         Ok(Readiness {
-            epfd,
+            epoll,
             state: Mutex::new(State { flags: Vec::new() }),
             generation: AtomicU64::new(0),
         })
@@ -62,34 +54,20 @@ impl Readiness {
                 st.flags.len() - 1
             }
         };
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32,
-            u64: slot as u64,
-        };
-        // SAFETY: `epfd` is our epoll set and `ev` a valid event for the duration of the call.
-        let rc =
-            unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, sock.as_raw_fd(), &mut ev) };
-        if rc != 0 {
-            return Err(Error::io(
-                "watching a network socket",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        self.epoll
+            .add(
+                sock.as_raw_fd(),
+                libc::EPOLLIN | libc::EPOLLRDHUP,
+                slot as u64,
+            )
+            .map_err(|e| Error::io("watching a network socket", e))?;
         st.flags[slot] = Arc::downgrade(&flag);
         Ok(flag)
     }
 
     /// Stops watching `sock` (before it is closed).
     pub fn remove(&self, sock: &impl AsRawFd) {
-        // SAFETY: as in `add`; a missing fd only returns an error, ignored here.
-        unsafe {
-            libc::epoll_ctl(
-                self.epfd,
-                libc::EPOLL_CTL_DEL,
-                sock.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
+        self.epoll.remove(sock.as_raw_fd());
     }
 
     /// Refreshes so far (see the module docs).
@@ -103,22 +81,11 @@ impl Readiness {
             // Another thread is refreshing right now.
             return;
         };
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
-        // SAFETY: `events` holds BATCH entries; a zero timeout never blocks.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), BATCH as i32, 0) };
-        for ev in events.iter().take(n.max(0) as usize) {
-            let slot = ev.u64 as usize;
-            if let Some(flag) = st.flags.get(slot).and_then(Weak::upgrade) {
+        self.epoll.wait(0, |slot| {
+            if let Some(flag) = st.flags.get(slot as usize).and_then(Weak::upgrade) {
                 flag.store(true, Ordering::Release);
             }
-        }
+        });
         self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-impl Drop for Readiness {
-    fn drop(&mut self) {
-        // SAFETY: our epoll fd, closed once.
-        unsafe { libc::close(self.epfd) };
     }
 }

@@ -13,18 +13,17 @@
 //! move again. A part handed to a sleeping thread wakes it through an eventfd; a thread with
 //! work never sleeps. Sockets join threads only while the network connects, before any part.
 
+use super::epoll::Epoll;
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most helper threads of one network (`OXCCL_SOCKET_WORKERS` is capped here).
 pub const MAX_WORKERS: usize = 64;
-/// Events taken per `epoll_wait`.
-const BATCH: usize = 64;
 /// The epoll data of a thread's eventfd (lane ids count up from 0).
 const WAKE: u64 = u64::MAX;
 
@@ -93,8 +92,8 @@ struct Inbox {
 /// One helper thread's side that others see.
 struct Worker {
     inbox: Mutex<Inbox>,
-    /// Written to wake the thread from `epoll_wait`.
-    wake: RawFd,
+    /// An eventfd, written to wake the thread from `epoll_wait`.
+    wake: OwnedFd,
 }
 
 impl Worker {
@@ -113,7 +112,7 @@ impl Worker {
             let one = 1u64;
             // SAFETY: our eventfd, and 8 readable bytes for the duration of the call. A failed
             // write can only mean the counter is full, and then the thread is awake anyway.
-            unsafe { libc::write(self.wake, (&one as *const u64).cast(), 8) };
+            unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
         }
     }
 }
@@ -140,23 +139,16 @@ impl SocketWorkers {
 
     /// Starts helper thread number `i`.
     fn spawn(i: usize) -> Result<Arc<Worker>> {
-        // SAFETY: plain system calls; results checked.
-        let (epfd, wake) = unsafe {
-            (
-                libc::epoll_create1(libc::EPOLL_CLOEXEC),
-                libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK),
-            )
-        };
-        if epfd < 0 || wake < 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: closing only what was opened.
-            unsafe {
-                for fd in [epfd, wake].into_iter().filter(|&fd| fd >= 0) {
-                    libc::close(fd);
-                }
-            }
-            return Err(Error::io("creating a network helper thread's epoll set", e));
+        let what = "creating a network helper thread's epoll set";
+        let epoll = Epoll::new().map_err(|e| Error::io(what, e))?;
+        // SAFETY: plain system call; the result is checked.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(Error::io(what, io::Error::last_os_error()));
         }
+        // SAFETY: a descriptor just opened and owned by nothing else.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        watch(&epoll, wake.as_raw_fd(), WAKE)?;
         let shared = Arc::new(Worker {
             inbox: Mutex::new(Inbox {
                 msgs: Vec::new(),
@@ -167,10 +159,9 @@ impl SocketWorkers {
         });
         let w = WorkerThread {
             shared: shared.clone(),
-            epfd,
+            epoll,
             lanes: HashMap::new(),
         };
-        watch(epfd, wake, WAKE)?;
         std::thread::Builder::new()
             .name(format!("oxccl-net-w{i}"))
             .spawn(move || w.run())
@@ -335,28 +326,18 @@ impl LaneState {
     }
 }
 
-/// Adds `fd` to the epoll set `epfd`, edge triggered, with `data` in its events.
-fn watch(epfd: RawFd, fd: RawFd, data: u64) -> Result<()> {
+/// Adds `fd` to a helper thread's epoll set, edge triggered, with `data` in its events.
+fn watch(epoll: &Epoll, fd: RawFd, data: u64) -> Result<()> {
     let events = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
-    let mut ev = libc::epoll_event {
-        events: events as u32,
-        u64: data,
-    };
-    // SAFETY: an epoll set of ours, a valid event for the duration of the call.
-    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    if rc != 0 {
-        return Err(Error::io(
-            "watching a data socket",
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
+    epoll
+        .add(fd, events, data)
+        .map_err(|e| Error::io("watching a data socket", e))
 }
 
 /// One helper thread's own state.
 struct WorkerThread {
     shared: Arc<Worker>,
-    epfd: RawFd,
+    epoll: Epoll,
     lanes: HashMap<u64, LaneState>,
 }
 
@@ -414,7 +395,7 @@ impl WorkerThread {
                     // wakes it for nothing.
                     for (&id, l) in self.lanes.iter_mut().filter(|(_, l)| !l.watched) {
                         l.watched = true;
-                        if let Err(e) = watch(self.epfd, l.stream.as_raw_fd(), id) {
+                        if let Err(e) = watch(&self.epoll, l.stream.as_raw_fd(), id) {
                             // Parts for it fail as they come.
                             l.broken = Some(e.to_string());
                         }
@@ -432,15 +413,7 @@ impl WorkerThread {
             },
             Msg::Remove { id } => {
                 if let Some(mut l) = self.lanes.remove(&id) {
-                    // SAFETY: our epoll set; a socket not in it only returns an error.
-                    unsafe {
-                        libc::epoll_ctl(
-                            self.epfd,
-                            libc::EPOLL_CTL_DEL,
-                            l.stream.as_raw_fd(),
-                            std::ptr::null_mut(),
-                        )
-                    };
+                    self.epoll.remove(l.stream.as_raw_fd());
                     l.fail_all();
                 }
             }
@@ -451,19 +424,16 @@ impl WorkerThread {
 
     /// Sleeps until a socket may move or a message comes.
     fn wait(&mut self) {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
-        // SAFETY: `events` holds BATCH entries for the duration of the call.
-        let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), BATCH as i32, -1) };
-        for ev in events.iter().take(n.max(0) as usize) {
-            let data = ev.u64;
+        let (wake, lanes) = (&self.shared.wake, &mut self.lanes);
+        self.epoll.wait(-1, |data| {
             if data == WAKE {
                 let mut v = 0u64;
                 // SAFETY: our eventfd, 8 writable bytes; non-blocking, so at worst EAGAIN.
-                unsafe { libc::read(self.shared.wake, (&mut v as *mut u64).cast(), 8) };
-            } else if let Some(l) = self.lanes.get_mut(&data) {
+                unsafe { libc::read(wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            } else if let Some(l) = lanes.get_mut(&data) {
                 l.ready = true;
             }
-        }
+        });
     }
 }
 
@@ -488,15 +458,6 @@ impl Drop for WorkerThread {
             std::mem::take(&mut ib.msgs)
         };
         left.into_iter().for_each(fail_unserved);
-        // SAFETY: the thread's own epoll set, closed once.
-        unsafe { libc::close(self.epfd) };
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // SAFETY: the eventfd, closed once, when no one can post any more.
-        unsafe { libc::close(self.wake) };
     }
 }
 
