@@ -293,6 +293,15 @@ impl Backend for CudaBackend {
     fn max_direct_channels(&self, transport: &CudaTransport) -> Option<u32> {
         transport.direct_channels()
     }
+    fn connect_on_use(
+        &self,
+        transport: &CudaTransport,
+        work: &oxccl_core::plan::WorkDesc,
+        bootstrap: &std::sync::Arc<oxccl_core::bootstrap::Bootstrap>,
+        abort: &oxccl_core::abort::AbortFlag,
+    ) -> Result<()> {
+        transport.connect_on_use(work, bootstrap, abort)
+    }
     fn needs_peer_watch(&self) -> bool {
         true
     }

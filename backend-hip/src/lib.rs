@@ -820,6 +820,15 @@ impl Backend for HipBackend {
     fn max_direct_channels(&self, transport: &HipTransport) -> Option<u32> {
         transport.direct_channels()
     }
+    fn connect_on_use(
+        &self,
+        transport: &HipTransport,
+        work: &oxccl_core::plan::WorkDesc,
+        bootstrap: &std::sync::Arc<oxccl_core::bootstrap::Bootstrap>,
+        abort: &oxccl_core::abort::AbortFlag,
+    ) -> Result<()> {
+        transport.connect_on_use(work, bootstrap, abort)
+    }
     fn topology(&self, transport: &HipTransport) -> Option<Topology> {
         transport.topology()
     }

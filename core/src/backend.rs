@@ -185,6 +185,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Connects, before `work` is launched, the peers it reaches that init left unconnected
+    /// (NET peers that no ring or tree joins, connected on first use as NCCL does). Never waits
+    /// for those peers: the connections complete in the background while the operation's
+    /// kernels wait on their FIFOs, and a failure aborts the communicator through `abort`.
+    fn connect_on_use(
+        &self,
+        _transport: &Self::Transport,
+        _work: &WorkDesc,
+        _bootstrap: &Arc<Bootstrap>,
+        _abort: &AbortFlag,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take with
     /// `proto` ([`Backend::launch_one_shot`]); 0: this backend has none.
     fn one_shot_bytes(&self, _transport: &Self::Transport, _proto: Protocol) -> u64 {

@@ -10,13 +10,14 @@
 
 use crate::api::{CaptureStatus, DeviceApi, Handle};
 use crate::net::{NetFifos, net_channels};
+use crate::runtime_connect::{LaterPeers, NetSide, RuntimeConnect, runtime_connect_wanted};
 use crate::shm::ShmFifos;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
+use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{choose_net, net_device};
-use oxccl_core::net::proxy::Proxy;
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
@@ -25,7 +26,8 @@ use oxccl_kernel_abi::{
     self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, SlotPeers, kernel_params,
     one_shot_grid, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
 };
-use std::sync::Mutex;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
 const MIN_SMALL_THREADS: u32 = 128;
@@ -146,9 +148,9 @@ pub struct DeviceTransport<A: DeviceApi> {
     /// without [`DeviceApi::SIZED_LAUNCHES`]), else sized per launch ([`launch_threads`]).
     fixed_threads: Option<u32>,
     state: Mutex<LaunchState>,
-    /// The proxy driving the NET connections and their FIFOs (`None`: every peer is P2P).
-    /// Dropped before anything else is freed: the proxy stops first.
-    net: Option<(Proxy, NetFifos<A>)>,
+    /// The proxy driving the NET connections, their FIFOs, and the peers connected on first
+    /// use (`None`: no NET peer). Dropped before anything else is freed: the proxy stops first.
+    net: Option<NetSide<A>>,
     /// The shared-memory FIFOs of the SHM peers (`None`: no rank of the communicator has any).
     /// Dropped with the other fields, after `drop` has waited for the last kernel.
     shm: Option<ShmFifos<A>>,
@@ -228,6 +230,17 @@ fn net_peer_channels(
         "rank {rank}: {} NET peers on {channels} channels (rings and trees), {fewer} on {per_peer} \
          (direct plans only; NCCL_NCHANNELS_PER_NET_PEER)", peers.len() - fewer);
     (peers, Some(per_peer))
+}
+
+/// The peers in `net_peers` on other hosts that no ring or tree of `rank` joins: only direct
+/// plans reach them, so they can wait for their first use.
+fn direct_only_peers(h: &HostLayout, rank: u32, net_peers: &[(u32, u32)]) -> BTreeSet<u32> {
+    let planned = plan_peers(h, rank);
+    net_peers
+        .iter()
+        .map(|&(p, _)| p)
+        .filter(|&p| h.host_of(p) != h.host_of(rank) && !planned.contains(&p))
+        .collect()
 }
 
 impl<A: DeviceApi> DeviceTransport<A> {
@@ -401,12 +414,19 @@ impl<A: DeviceApi> DeviceTransport<A> {
             Some(choose_net(bs)?)
         };
         let link = net.as_deref().map(device_link).transpose()?;
-        let mut mine = vec![u8::from(link.is_some()) | u8::from(!shm_peers.is_empty()) << 1];
+        let mut mine = vec![
+            u8::from(link.is_some())
+                | u8::from(!shm_peers.is_empty()) << 1
+                | u8::from(runtime_connect_wanted()) << 2,
+        ];
         mine.extend(link.map_or([0; 8], NetLink::to_bytes));
         let all = bs.all_gather(&mine)?;
         let any = all
             .iter()
-            .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0));
+            .fold(0u8, |acc, v| acc | v.first().copied().unwrap_or(0))
+            & 3;
+        // Connecting on first use only where every rank does, or a pair could wait for ever.
+        let runtime_connect = all.iter().all(|v| v.first().is_some_and(|f| f & 4 != 0));
         let channels = net_channels(&geometry, any & 2 != 0);
         if any != 0 {
             t.max_blocks = t.max_blocks.min(channels);
@@ -432,10 +452,31 @@ impl<A: DeviceApi> DeviceTransport<A> {
             let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
             let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, &net_peers, channels);
             t.direct_channels = direct;
-            let fifos = NetFifos::alloc(&api, &geometry, net_peers, gdr)?;
+            let later = match ctx.hosts {
+                Some(h) if runtime_connect => direct_only_peers(h, rank, &net_peers),
+                _ => BTreeSet::new(),
+            };
+            let (later_peers, now): (Vec<_>, Vec<_>) =
+                net_peers.into_iter().partition(|(p, _)| later.contains(p));
+            let fifos = NetFifos::alloc(&api, &geometry, now, gdr)?;
             fifos.patch_table(&mut table, &geometry, nranks);
             let proxy = fifos.connect(bs, ctx.abort, net, ctx.timeout)?;
-            t.net = Some((proxy, fifos));
+            let later = later_peers.first().map(|&(_, channels)| {
+                tracing::info!(target: "oxccl::init",
+                    "rank {rank}: {} NET peers reached by direct plans only connect on first use \
+                     (NCCL_RUNTIME_CONNECT=0: at init)", later.len());
+                let peers = LaterPeers {
+                    peers: later,
+                    channels,
+                    table: table.clone(),
+                    geometry,
+                    nranks,
+                    gdr,
+                    timeout: ctx.timeout,
+                };
+                RuntimeConnect::new(api.clone(), device, peers)
+            });
+            t.net = Some(NetSide::new(proxy, fifos, later));
         }
         t.conns = api.dev_alloc(table.len())?;
         // SAFETY: `conns` holds `table.len()` bytes.
@@ -481,8 +522,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
         if nch == 0 || work.step_count() == 0 {
             return Ok(());
         }
-        if let Some((proxy, _)) = &self.net {
-            proxy.wake();
+        if let Some(net) = &self.net {
+            net.wake();
         }
 
         let s = stream;
@@ -608,6 +649,35 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 api.event_record(ev, s)?;
             }
             Ok(())
+        })
+    }
+
+    /// Connects the NET peers `work` reaches that init left for their first use
+    /// (`Backend::connect_on_use`): their connection table entries are on the device when this
+    /// returns, the connections complete in the background.
+    pub fn connect_on_use(
+        &self,
+        work: &WorkDesc,
+        bootstrap: &Arc<Bootstrap>,
+        abort: &AbortFlag,
+    ) -> Result<()> {
+        let Some(net) = &self.net else {
+            return Ok(());
+        };
+        net.connect_on_use(work, bootstrap, abort, |table, ranges| {
+            for r in ranges {
+                // SAFETY: `conns` holds the whole table; no kernel reads these entries yet
+                // (their peer was never reached), and the copy completes before we return.
+                unsafe {
+                    self.api.copy_h2d_async(
+                        self.conns + r.start as u64,
+                        table[r.clone()].as_ptr(),
+                        r.len(),
+                        self.setup,
+                    )
+                }?;
+            }
+            self.api.stream_sync(self.setup)
         })
     }
 

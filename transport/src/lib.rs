@@ -14,6 +14,7 @@ mod api;
 mod device;
 mod ll_area;
 mod net;
+mod runtime_connect;
 mod shm;
 
 pub use api::{CaptureStatus, DeviceApi, Executor, Handle};

@@ -360,6 +360,20 @@ impl Bootstrap {
         Self::check_user_tag(tag)?;
         self.net.recv(peer, tag, &self.wait_spec())
     }
+
+    /// As [`Bootstrap::recv`] without a deadline: waits until the message comes, the
+    /// communicator aborts, `stop` is raised or the peer dies (NET peers connected on first use,
+    /// whose matching operation may come at any time).
+    pub fn recv_until_stopped(&self, peer: u32, tag: u64, stop: &AbortFlag) -> Result<Vec<u8>> {
+        self.check_peer(peer)?;
+        Self::check_user_tag(tag)?;
+        let spec = WaitSpec {
+            watch: Watch::new(Deadline::never(), Some(&self.abort)).and(stop),
+            timeout: Duration::MAX,
+            timeout_source: "no timeout",
+        };
+        self.net.recv(peer, tag, &spec)
+    }
 }
 
 impl Drop for Bootstrap {

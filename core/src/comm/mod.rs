@@ -98,7 +98,8 @@ enum State<B: Backend> {
 }
 
 struct Connected<B: Backend> {
-    bootstrap: Bootstrap,
+    /// Shared with the transport's connections made on first use.
+    bootstrap: Arc<Bootstrap>,
     transport: Arc<B::Transport>,
     /// Every rank lives in this process, so an address one rank publishes is valid for all
     /// (zero-copy plans).
@@ -261,7 +262,7 @@ impl<B: Backend> Communicator<B> {
             let watchdog =
                 watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
             Ok(Arc::new(Connected {
-                bootstrap,
+                bootstrap: Arc::new(bootstrap),
                 transport: Arc::new(transport),
                 one_process,
                 hosts,

@@ -422,6 +422,9 @@ impl<B: Backend> Communicator<B> {
         debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {}",
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy);
+        inner
+            .backend
+            .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
         let launch = Launch {
             work,
             buffers: vec![a.send, a.recv, 0],
@@ -487,6 +490,9 @@ impl<B: Backend> Communicator<B> {
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         let work = Arc::new(build(seq)?);
+        inner
+            .backend
+            .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
         let launch = Launch {
             work,
             buffers: vec![send, recv, 0],
@@ -574,6 +580,9 @@ impl<B: Backend> Communicator<B> {
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
+        inner
+            .backend
+            .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
         let launch = Launch {
             work,
             buffers,

@@ -52,13 +52,21 @@ fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
 /// Per peer, per channel: the sending and the receiving side of each connection.
 type Connected = (Vec<Vec<SendComm>>, Vec<Vec<RecvComm>>);
 
+/// What ends [`connect_all`] early: an abort of the communicator, `stop` (raised when a
+/// communicator goes while a connection made on first use is still under way), or the deadline.
+#[derive(Clone, Copy)]
+struct Until<'a> {
+    abort: &'a AbortFlag,
+    stop: Option<&'a AbortFlag>,
+    deadline: Deadline,
+}
+
 /// Drives every connect (with the peers' `handles`) and every accept (on `listens`) together
 /// until all are done, the communicator aborts, or `deadline` passes. Together, because a
 /// network may complete a connect only once the peer's accept has run (aws-ofi-nccl does): a
 /// rank finishing its connects before its accepts would wait for a peer doing the same.
 fn connect_all(
-    abort: &AbortFlag,
-    deadline: Deadline,
+    until: Until<'_>,
     net: &dyn Net,
     fifos: &[PeerFifos],
     dev: usize,
@@ -78,7 +86,8 @@ fn connect_all(
         .map(|l| l.into_iter().map(Some).collect())
         .collect();
     loop {
-        abort.check()?;
+        until.abort.check()?;
+        until.stop.map_or(Ok(()), AbortFlag::check)?;
         let (mut connecting, mut accepting) = (Vec::new(), Vec::new());
         for (p, pf) in fifos.iter().enumerate() {
             for c in 0..pf.links() {
@@ -102,7 +111,7 @@ fn connect_all(
         if connecting.is_empty() && accepting.is_empty() {
             break;
         }
-        if deadline.expired() {
+        if until.deadline.expired() {
             connecting.dedup();
             accepting.dedup();
             return Err(Error::Timeout(format!(
@@ -180,6 +189,64 @@ pub fn connect(
     gpu: GpuRegistration<'_>,
 ) -> Result<Proxy> {
     let rank = bootstrap.rank();
+    let (conns, ll) = connect_links(bootstrap, abort, &net, fifos, timeout, HandleWait::Bounded)?;
+    let peers = bootstrap.peers();
+    let here = peers[rank as usize].machine_hash;
+    let ranks_here = ranks_on_machine(peers.iter().map(|p| p.machine_hash), here);
+    let cpus = ProxyCpus::for_machine(ranks_here);
+    tracing::info!(target: "oxccl::net",
+        "rank {rank}: {} ({ranks_here} ranks on this machine)", cpus.describe());
+    Proxy::start_with(net, rank, conns, ll, cpus, abort.clone(), gpu)
+}
+
+/// Connects the peers in `fifos` after init, when an operation first reaches them (each peer
+/// runs this with us in its list when its matching operation does), and hands the connections
+/// to `proxy` (over its network). The peers' handles may come much later than ours go out: only an abort of the
+/// communicator or `stop`, or a peer's death, ends that wait; connecting then has `timeout`.
+pub fn connect_later(
+    bootstrap: &Bootstrap,
+    abort: &AbortFlag,
+    stop: &AbortFlag,
+    proxy: &Proxy,
+    fifos: Vec<PeerFifos>,
+    timeout: Duration,
+    gpu: GpuRegistration<'_>,
+) -> Result<()> {
+    let peers: Vec<u32> = fifos.iter().map(|f| f.peer).collect();
+    let (conns, ll) = connect_links(
+        bootstrap,
+        abort,
+        proxy.net(),
+        fifos,
+        timeout,
+        HandleWait::UntilStopped(stop),
+    )?;
+    proxy.add(conns, ll, gpu)?;
+    tracing::info!(target: "oxccl::net",
+        "rank {}: connected on first use to ranks {peers:?}", bootstrap.rank());
+    Ok(())
+}
+
+/// How long [`connect_links`] waits for a peer's handles.
+#[derive(Clone, Copy)]
+enum HandleWait<'a> {
+    /// The bootstrap's timeout: at init every peer is connecting at the same time.
+    Bounded,
+    /// Until the communicator aborts, this flag is raised or the peer dies.
+    UntilStopped(&'a AbortFlag),
+}
+
+/// The connections of every channel of every peer in `fifos`, Simple and LL, ready for a
+/// proxy; logs each channel as NCCL does.
+fn connect_links(
+    bootstrap: &Bootstrap,
+    abort: &AbortFlag,
+    net: &Arc<dyn Net>,
+    fifos: Vec<PeerFifos>,
+    timeout: Duration,
+    wait: HandleWait<'_>,
+) -> Result<(Vec<ProxyConn>, Vec<LlLink>)> {
+    let rank = bootstrap.rank();
     let dev = net_device(net.as_ref())?;
     let props = net.properties(dev)?;
     super::open_files::raise_to_hard_limit();
@@ -204,7 +271,12 @@ pub fn connect(
     }
     let mut handles: Vec<Vec<Handle>> = Vec::new();
     for pf in &fifos {
-        let msg = bootstrap.recv(pf.peer, TAG_NET_HANDLES)?;
+        let msg = match wait {
+            HandleWait::Bounded => bootstrap.recv(pf.peer, TAG_NET_HANDLES)?,
+            HandleWait::UntilStopped(stop) => {
+                bootstrap.recv_until_stopped(pf.peer, TAG_NET_HANDLES, stop)?
+            }
+        };
         if msg.len() != pf.links() * HANDLE_BYTES {
             return Err(Error::Internal(format!(
                 "rank {} sent {} bytes of network handles for {} connections",
@@ -219,15 +291,16 @@ pub fn connect(
                 .collect(),
         );
     }
-    let (mut sends, mut recvs) = connect_all(
+    let stop = match wait {
+        HandleWait::Bounded => None,
+        HandleWait::UntilStopped(stop) => Some(stop),
+    };
+    let until = Until {
         abort,
-        Deadline::after(timeout),
-        net.as_ref(),
-        &fifos,
-        dev,
-        handles,
-        listens,
-    )?;
+        stop,
+        deadline: Deadline::after(timeout),
+    };
+    let (mut sends, mut recvs) = connect_all(until, net.as_ref(), &fifos, dev, handles, listens)?;
     // Link c of a peer is c both ways (the handles went in the same order). Only Simple links
     // share a socket: LL sends may have a proxy thread of their own, and on a shared socket the
     // kernel's socket lock makes the receiving thread's read wait for the sending thread's
@@ -238,10 +311,6 @@ pub fn connect(
             net.pair(pf.peer, s, r)?;
         }
     }
-    let peers = bootstrap.peers();
-    let here = peers[rank as usize].machine_hash;
-    let ranks_here = ranks_on_machine(peers.iter().map(|p| p.machine_hash), here);
-    let cpus = ProxyCpus::for_machine(ranks_here);
     let mut conns = Vec::new();
     let mut ll = Vec::new();
     for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
@@ -289,9 +358,7 @@ pub fn connect(
             });
         }
     }
-    tracing::info!(target: "oxccl::net",
-        "rank {rank}: {} ({ranks_here} ranks on this machine)", cpus.describe());
-    Proxy::start_with(net, rank, conns, ll, cpus, abort.clone(), gpu)
+    Ok((conns, ll))
 }
 
 #[cfg(test)]
@@ -358,6 +425,123 @@ mod tests {
         for (r, res) in results.into_iter().enumerate() {
             assert_eq!(res, Ok(()), "rank {r}");
         }
+    }
+
+    /// Peers connected after init (on first use): rank 0 connects to rank 2 while rank 2 is
+    /// still busy, a slot rank 0's "kernel" published before the connection existed reaches
+    /// rank 2, and a wait for a peer that never comes ends when `stop` is raised.
+    #[test]
+    fn later_connections_join_a_running_proxy_and_stop_ends_their_wait() {
+        use crate::net::proxy::testkit::{Kernel, socket_net};
+        use crate::net::socket::SocketConfig;
+        use std::sync::atomic::Ordering;
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let results = run_ranks(3, move |b| {
+            let rank = b.rank();
+            let net = socket_net(rank, SocketConfig::default());
+            let abort = AbortFlag::new();
+            // Before the proxy, so that it stops before they are freed.
+            let (send, recv) = (
+                Mem::new(layout.bytes() as usize),
+                Mem::new(layout.bytes() as usize),
+            );
+            let proxy = Proxy::start(net, rank, Vec::new(), abort.clone()).expect("proxy");
+            let fifos = |peer| {
+                vec![PeerFifos {
+                    peer,
+                    channels: vec![(
+                        HostFifo::in_host(send.ptr, layout),
+                        HostFifo::in_host(recv.ptr, layout),
+                    )],
+                    ll: Vec::new(),
+                }]
+            };
+            let later = |peer| {
+                let stop = AbortFlag::new();
+                let gpu = GpuRegistration::default();
+                connect_later(
+                    &b,
+                    &abort,
+                    &stop,
+                    &proxy,
+                    fifos(peer),
+                    Duration::from_secs(10),
+                    gpu,
+                )
+                .map_err(|e| e.to_string())
+            };
+            match rank {
+                0 => {
+                    let k = Kernel(HostFifo::in_host(send.ptr, layout));
+                    // SAFETY: slot 0 of our send FIFO, free.
+                    unsafe {
+                        std::ptr::write_bytes(
+                            send.ptr.add(layout.slots_offset() as usize),
+                            0x5a,
+                            100,
+                        )
+                    };
+                    k.ctr(FifoLayout::SIZES).store(100, Ordering::Release);
+                    k.ctr(FifoLayout::TAIL).store(1, Ordering::Release);
+                    later(2)?;
+                    Ok(k.wait_geq(FifoLayout::HEAD, 1, &abort).to_string())
+                }
+                2 => {
+                    std::thread::sleep(Duration::from_millis(700));
+                    later(0)?;
+                    let k = Kernel(HostFifo::in_host(recv.ptr, layout));
+                    if !k.wait_geq(FifoLayout::TAIL, 1, &abort) {
+                        return Err("nothing arrived".into());
+                    }
+                    // SAFETY: slot 0 of our receive FIFO, filled (tail).
+                    let got = unsafe {
+                        std::slice::from_raw_parts(
+                            recv.ptr.add(layout.slots_offset() as usize),
+                            100,
+                        )
+                    };
+                    Ok(format!("{}", got.iter().all(|&x| x == 0x5a)))
+                }
+                _ => {
+                    // Rank 0 never connects to rank 1: only `stop` ends this wait.
+                    let stop = AbortFlag::new();
+                    let raise = stop.clone();
+                    let t0 = std::time::Instant::now();
+                    let t = std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(300));
+                        raise.abort();
+                    });
+                    let gpu = GpuRegistration::default();
+                    let r = connect_later(
+                        &b,
+                        &abort,
+                        &stop,
+                        &proxy,
+                        fifos(0),
+                        Duration::from_secs(10),
+                        gpu,
+                    );
+                    t.join().expect("stopper");
+                    match r {
+                        Err(Error::Aborted) if t0.elapsed() < Duration::from_secs(5) => {
+                            Ok("stopped".to_string())
+                        }
+                        other => Err(format!("{other:?} after {:?}", t0.elapsed())),
+                    }
+                }
+            }
+        });
+        assert_eq!(
+            results,
+            vec![
+                Ok("true".to_string()),
+                Ok("stopped".to_string()),
+                Ok("true".to_string())
+            ]
+        );
     }
 
     /// A connection whose FIFO has GPU slots is named as NCCL names GPUDirect RDMA ones.

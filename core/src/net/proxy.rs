@@ -26,8 +26,8 @@ use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,18 @@ pub enum Side {
     Send(SendComm),
     /// This rank receives the peer's messages into the FIFO's slots.
     Recv(RecvComm),
+}
+
+impl From<SendComm> for Side {
+    fn from(c: SendComm) -> Side {
+        Side::Send(c)
+    }
+}
+
+impl From<RecvComm> for Side {
+    fn from(c: RecvComm) -> Side {
+        Side::Recv(c)
+    }
 }
 
 /// One NET connection the proxy drives.
@@ -336,8 +348,47 @@ const PARK: Duration = Duration::from_micros(500);
 
 /// The proxy threads of one communicator; they stop and close their connections on drop.
 pub struct Proxy {
+    net: Arc<dyn Net>,
+    rank: u32,
+    cpus: ProxyCpus,
+    abort: AbortFlag,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    /// The inbox of the thread driving every connection but the LL sends that have their own.
+    main: Arc<Inbox>,
+    /// The inbox of the LL sends' own thread, where `cpus` allow one; started with the first
+    /// LL send.
+    ll_sends: Mutex<Option<Arc<Inbox>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Connections handed to a running proxy thread, which takes them at its next pass: the flag
+/// keeps that check to one load.
+#[derive(Default)]
+struct Inbox {
+    pending: AtomicBool,
+    conns: Mutex<(Vec<Active>, Vec<LlConn>)>,
+}
+
+impl Inbox {
+    fn push(&self, conns: Vec<Active>, ll: Vec<LlConn>) {
+        let mut q = lock(&self.conns);
+        q.0.extend(conns);
+        q.1.extend(ll);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Moves what was pushed into `conns` and `ll`.
+    fn take_into(&self, conns: &mut Vec<Active>, ll: &mut Vec<LlConn>) {
+        if self.pending.swap(false, Ordering::AcqRel) {
+            let mut q = lock(&self.conns);
+            conns.append(&mut q.0);
+            ll.append(&mut q.1);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Proxy {
@@ -372,88 +423,178 @@ impl Proxy {
         abort: AbortFlag,
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
-        let mut active = Vec::with_capacity(conns.len());
-        for conn in conns {
-            let mh = register(&*net, &conn, gpu);
-            let a = Active {
-                flush: gpu.flush
-                    && conn.fifo.mem == SlotMemory::Gpu
-                    && matches!(conn.side, Side::Recv(_)),
-                conn,
-                mh: None,
-                posted: 0,
-                done: 0,
-                reqs: VecDeque::new(),
-            };
-            match mh {
-                Ok(mh) => active.push(Active { mh: Some(mh), ..a }),
-                Err(e) => {
-                    a.close(&*net);
-                    for a in active {
-                        a.close(&*net);
-                    }
-                    for l in ll {
-                        LlConn::discard(&*net, l);
-                    }
-                    return Err(e);
-                }
-            }
+        let (active, lls) = prepare(&*net, conns, ll, gpu)?;
+        let proxy = Proxy {
+            net,
+            rank,
+            cpus,
+            abort,
+            stop: Arc::new(AtomicBool::new(false)),
+            main: Arc::new(Inbox::default()),
+            ll_sends: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+        };
+        // Handed over before the thread starts, so it begins with them.
+        let main = proxy.main.clone();
+        let (ll_sends, ll_rest) = proxy.split_ll(lls);
+        main.push(active, ll_rest);
+        if let Err(e) = proxy.spawn(main, format!("oxccl-proxy-r{rank}")) {
+            ll_sends.into_iter().for_each(|c| c.close(&*proxy.net));
+            return Err(e);
         }
-        let mut lls = Vec::with_capacity(ll.len());
-        let mut links = ll.into_iter();
-        while let Some(link) = links.next() {
-            match LlConn::new(&*net, link) {
-                Ok(c) => lls.push(c),
-                Err(e) => {
-                    active.into_iter().for_each(|a| a.close(&*net));
-                    lls.into_iter().for_each(|c| c.close(&*net));
-                    links.for_each(|l| LlConn::discard(&*net, l));
-                    return Err(e);
-                }
-            }
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ll_sends, ll_rest): (Vec<_>, Vec<_>) = if cpus.ll_send_thread {
+        proxy.to_ll_thread(ll_sends)?;
+        Ok(proxy)
+    }
+
+    /// Registers and starts driving more connections for peers connected after the proxy
+    /// started (on first use), on the threads their kinds belong to.
+    pub fn add(
+        &self,
+        conns: Vec<ProxyConn>,
+        ll: Vec<LlLink>,
+        gpu: GpuRegistration<'_>,
+    ) -> Result<()> {
+        let (active, lls) = prepare(&*self.net, conns, ll, gpu)?;
+        let (ll_sends, ll_rest) = self.split_ll(lls);
+        self.main.push(active, ll_rest);
+        self.to_ll_thread(ll_sends)?;
+        self.wake();
+        Ok(())
+    }
+
+    /// (LL sends for a thread of their own, the rest): all to the rest unless `cpus` allow it.
+    fn split_ll(&self, lls: Vec<LlConn>) -> (Vec<LlConn>, Vec<LlConn>) {
+        if self.cpus.ll_send_thread {
             lls.into_iter().partition(LlConn::sends)
         } else {
             (Vec::new(), lls)
-        };
-        let mut groups = vec![(format!("oxccl-proxy-r{rank}"), active, ll_rest)];
-        if !ll_sends.is_empty() {
-            groups.push((format!("oxccl-llsend-r{rank}"), Vec::new(), ll_sends));
         }
-        let mut threads = Vec::new();
-        for (name, active, lls) in groups {
-            let (net, abort, stop2) = (net.clone(), abort.clone(), stop.clone());
-            let idle_yields = cpus.yield_when_idle;
-            let spawned = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || run(&*net, rank, active, lls, idle_yields, &abort, &stop2));
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    drop(Proxy { stop, threads });
-                    return Err(Error::io("spawning the network proxy thread", e));
-                }
+    }
+
+    /// Hands LL sends to their own thread, starting it the first time.
+    fn to_ll_thread(&self, ll_sends: Vec<LlConn>) -> Result<()> {
+        if ll_sends.is_empty() {
+            return Ok(());
+        }
+        let mut own = lock(&self.ll_sends);
+        if let Some(inbox) = own.as_ref() {
+            inbox.push(Vec::new(), ll_sends);
+            return Ok(());
+        }
+        let inbox = Arc::new(Inbox::default());
+        inbox.push(Vec::new(), ll_sends);
+        self.spawn(inbox.clone(), format!("oxccl-llsend-r{}", self.rank))?;
+        *own = Some(inbox);
+        Ok(())
+    }
+
+    /// Starts a proxy thread driving what `inbox` receives. On an error the inbox's
+    /// connections are closed.
+    fn spawn(&self, inbox: Arc<Inbox>, name: String) -> Result<()> {
+        let (net, abort, stop, mine) = (
+            self.net.clone(),
+            self.abort.clone(),
+            self.stop.clone(),
+            inbox.clone(),
+        );
+        let (rank, idle_yields) = (self.rank, self.cpus.yield_when_idle);
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run(&*net, rank, &mine, idle_yields, &abort, &stop));
+        match spawned {
+            Ok(t) => {
+                lock(&self.threads).push(t);
+                Ok(())
+            }
+            Err(e) => {
+                close_inbox(&*self.net, &inbox);
+                Err(Error::io("spawning the network proxy thread", e))
             }
         }
-        Ok(Proxy { stop, threads })
+    }
+
+    /// The network the proxy drives.
+    pub fn net(&self) -> &Arc<dyn Net> {
+        &self.net
     }
 
     /// Wakes an idle proxy at once (a launch is coming).
     pub fn wake(&self) {
-        for t in &self.threads {
+        for t in lock(&self.threads).iter() {
             t.thread().unpark();
         }
     }
 }
 
+/// Registers the FIFOs of `conns` and sets up `ll`; on an error closes all of them.
+fn prepare(
+    net: &dyn Net,
+    conns: Vec<ProxyConn>,
+    ll: Vec<LlLink>,
+    gpu: GpuRegistration<'_>,
+) -> Result<(Vec<Active>, Vec<LlConn>)> {
+    let mut active = Vec::with_capacity(conns.len());
+    for conn in conns {
+        let mh = register(net, &conn, gpu);
+        let a = Active {
+            flush: gpu.flush
+                && conn.fifo.mem == SlotMemory::Gpu
+                && matches!(conn.side, Side::Recv(_)),
+            conn,
+            mh: None,
+            posted: 0,
+            done: 0,
+            reqs: VecDeque::new(),
+        };
+        match mh {
+            Ok(mh) => active.push(Active { mh: Some(mh), ..a }),
+            Err(e) => {
+                a.close(net);
+                for a in active {
+                    a.close(net);
+                }
+                for l in ll {
+                    LlConn::discard(net, l);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut lls = Vec::with_capacity(ll.len());
+    let mut links = ll.into_iter();
+    while let Some(link) = links.next() {
+        match LlConn::new(net, link) {
+            Ok(c) => lls.push(c),
+            Err(e) => {
+                active.into_iter().for_each(|a| a.close(net));
+                lls.into_iter().for_each(|c| c.close(net));
+                links.for_each(|l| LlConn::discard(net, l));
+                return Err(e);
+            }
+        }
+    }
+    Ok((active, lls))
+}
+
+/// Closes whatever `inbox` still holds.
+fn close_inbox(net: &dyn Net, inbox: &Inbox) {
+    let (mut conns, mut ll) = (Vec::new(), Vec::new());
+    inbox.take_into(&mut conns, &mut ll);
+    conns.into_iter().for_each(|c| c.close(net));
+    ll.into_iter().for_each(|c| c.close(net));
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for t in self.threads.drain(..) {
+        for t in lock(&self.threads).drain(..) {
             t.thread().unpark();
             let _ = t.join();
+        }
+        // Connections handed over after their thread had ended (an abort).
+        close_inbox(&*self.net, &self.main);
+        if let Some(inbox) = lock(&self.ll_sends).take() {
+            close_inbox(&*self.net, &inbox);
         }
     }
 }
@@ -500,15 +641,16 @@ fn drive<C: Driven>(conns: &mut [C], net: &dyn Net, rank: u32) -> Result<bool> {
 fn run(
     net: &dyn Net,
     rank: u32,
-    mut conns: Vec<Active>,
-    mut ll: Vec<LlConn>,
+    inbox: &Inbox,
     idle_yields: bool,
     abort: &AbortFlag,
     stop: &AtomicBool,
 ) {
+    let (mut conns, mut ll) = (Vec::new(), Vec::new());
     let mut last = Instant::now();
     let mut passes = super::ll_trace::PassCount::new();
     while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
+        inbox.take_into(&mut conns, &mut ll);
         passes.begin();
         let moved = match (drive(&mut conns, net, rank), drive(&mut ll, net, rank)) {
             (Ok(a), Ok(b)) => a | b,
@@ -532,6 +674,7 @@ fn run(
             std::thread::park_timeout(PARK);
         }
     }
+    inbox.take_into(&mut conns, &mut ll);
     for c in conns {
         c.close(net);
     }
@@ -692,38 +835,50 @@ pub(crate) mod testkit {
         messages: Vec<Vec<u8>>,
         sides: [Placement<'_>; 2],
     ) {
+        transfer_when(n0, n1, [s.into(), r.into()], layout, messages, sides, false);
+    }
+
+    /// [`transfer_with`]; with `late`, both proxies start without the connection and get it
+    /// ([`Proxy::add`]) only after the threads playing the kernels have begun.
+    pub(crate) fn transfer_when(
+        n0: Arc<dyn Net>,
+        n1: Arc<dyn Net>,
+        [s, r]: [Side; 2],
+        layout: FifoLayout,
+        messages: Vec<Vec<u8>>,
+        sides: [Placement<'_>; 2],
+        late: bool,
+    ) {
         let ((f0, m0), (f1, m1)) = (fifo_at(layout, sides[0]), fifo_at(layout, sides[1]));
         let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
-        let p0 = Proxy::start_with(
-            n0,
-            0,
-            vec![ProxyConn {
-                peer: 1,
-                channel: 0,
-                fifo: f0,
-                side: Side::Send(s),
-            }],
-            Vec::new(),
-            ProxyCpus::ONE_SPINNING_THREAD,
-            a0.clone(),
-            sides[0].gpu,
-        )
-        .unwrap();
-        let p1 = Proxy::start_with(
-            n1,
-            1,
-            vec![ProxyConn {
-                peer: 0,
-                channel: 0,
-                fifo: f1,
-                side: Side::Recv(r),
-            }],
-            Vec::new(),
-            ProxyCpus::ONE_SPINNING_THREAD,
-            a1.clone(),
-            sides[1].gpu,
-        )
-        .unwrap();
+        let conn = |peer, fifo, side| ProxyConn {
+            peer,
+            channel: 0,
+            fifo,
+            side,
+        };
+        let (c0, c1) = (conn(1, f0, s), conn(0, f1, r));
+        let start = |net, rank, conns, abort, gpu| {
+            Proxy::start_with(
+                net,
+                rank,
+                conns,
+                Vec::new(),
+                ProxyCpus::ONE_SPINNING_THREAD,
+                abort,
+                gpu,
+            )
+            .unwrap()
+        };
+        let (p0, p1, later) = if late {
+            let p0 = start(n0, 0, Vec::new(), a0.clone(), sides[0].gpu);
+            let p1 = start(n1, 1, Vec::new(), a1.clone(), sides[1].gpu);
+            (p0, p1, Some((c0, c1)))
+        } else {
+            let p0 = start(n0, 0, vec![c0], a0.clone(), sides[0].gpu);
+            let p1 = start(n1, 1, vec![c1], a1.clone(), sides[1].gpu);
+            (p0, p1, None)
+        };
         let n = layout.nslots as u64;
         let messages = Arc::new(messages);
         let (k0, k1) = (Kernel(f0), Kernel(f1));
@@ -756,6 +911,12 @@ pub(crate) mod testkit {
                 k1.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
             }
         });
+        if let Some((c0, c1)) = later {
+            // The sender has filled its slots by now and waits for the network.
+            std::thread::sleep(Duration::from_millis(50));
+            p1.add(vec![c1], Vec::new(), sides[1].gpu).unwrap();
+            p0.add(vec![c0], Vec::new(), sides[0].gpu).unwrap();
+        }
         let (rs, rr) = (sender.join(), receiver.join());
         assert!(a0.error().is_none(), "sender: {:?}", a0.error());
         assert!(a1.error().is_none(), "receiver: {:?}", a1.error());
@@ -802,6 +963,33 @@ mod tests {
             .map(|i| message(i, layout.slot_bytes as usize))
             .collect();
         transfer(n0, n1, s, r, layout, messages);
+    }
+
+    /// Connections handed to proxies that started without them (peers connected on first use)
+    /// move the slots the kernel published before they came, and every later one, in order.
+    #[test]
+    fn connections_added_to_running_proxies_move_slots() {
+        let layout = FifoLayout {
+            nslots: 4,
+            slot_bytes: 16 << 10,
+        };
+        let (n0, n1, s, r) = pair(SocketConfig::default());
+        let messages = (0..40)
+            .map(|i| message(i, layout.slot_bytes as usize))
+            .collect();
+        let host = super::testkit::Placement {
+            mem: SlotMemory::Host,
+            gpu: GpuRegistration::default(),
+        };
+        super::testkit::transfer_when(
+            n0,
+            n1,
+            [s.into(), r.into()],
+            layout,
+            messages,
+            [host, host],
+            true,
+        );
     }
 
     #[test]
