@@ -51,8 +51,11 @@ pub struct Choice {
 /// ([`NetLink::SOCKETS_ON_LOOPBACK`]) and move with the network ([`crossovers`]); the others
 /// follow the shape of NCCL's choices until measured.
 struct Heuristics {
-    /// Direct up to this size (latency-bound: one hop beats n-1 hops).
+    /// Direct up to this size (latency-bound: one hop beats n-1 hops)...
     direct_max: u64,
+    /// ...for at most this many ranks, per topology: a direct plan sends n-1 messages through
+    /// each rank's proxy and needs a connection to every rank, where a tree takes log n hops.
+    direct_max_ranks: [u32; 4],
     /// With two ranks, Direct up to this size: ring and direct then move the same bytes, and
     /// direct does it in one hop.
     direct_max_two_ranks: [u64; 4],
@@ -95,6 +98,13 @@ const GIB: u64 = 1 << 30;
 /// The default choice's table (see [`Heuristics`]: placeholders until measured).
 const HEURISTICS: Heuristics = Heuristics {
     direct_max: 64 * KIB,
+    // Several hosts, AllReduce 8 B-32 KiB, ranks as hosts on one H200 under MPS (2026-11-27,
+    // 802f7dc), direct / tree / ring us: 4 ranks 34-104 / 60-158 / 55-171; 8 ranks 118-469 /
+    // 135-297 / 209-462 (NCCL 90-358); 16 ranks (16 processes on 16 CPUs) 4798-7586 /
+    // 19848-129270 / 11624-46974. Broadcast at 8 ranks: direct 21-91, ring 12-47. Beyond 16
+    // ranks unmeasured: the bound follows the model (n-1 proxy sends of a few us each against
+    // 2 log n network hops of about 10) and keeps communicators of many hosts off full meshes.
+    direct_max_ranks: [u32::MAX, u32::MAX, u32::MAX, 16],
     // 2x H200: AllReduce 2 MiB took 18.7 us direct, 27.1 ring; from 16 MiB on they tie, and
     // at 32 MiB in a graph direct took 170 us, ring 144. Several nodes (one H100 under MPS, two
     // ranks as two hosts over NET/Socket, 4 channels, 2026-11-26, direct / ring us): 512 KiB
@@ -695,8 +705,12 @@ fn default_algo(
         | CollKind::Gather
         | CollKind::Scatter
         | CollKind::SendRecv => Algorithm::Direct,
-        _ if bytes <= h.direct_max => Algorithm::Direct,
+        _ if bytes <= h.direct_max && nranks <= h.direct_max_ranks[ti] => Algorithm::Direct,
         _ if nranks <= 2 && bytes <= direct_max_two_ranks => Algorithm::Direct,
+        // Too many ranks for direct: the tree's log n hops (the ring's 2(n-1) would cost more).
+        CollKind::AllReduce if bytes <= h.direct_max && nranks >= h.tree_min_ranks[ti] => {
+            Algorithm::Tree
+        }
         CollKind::AllReduce
             if bytes > h.tree_min[ti] && bytes <= h.tree_max && nranks >= h.tree_min_ranks[ti] =>
         {
@@ -816,6 +830,16 @@ mod tests {
         assert_eq!(multi(256 * KIB + 1, 8), Algorithm::Tree);
         assert_eq!(multi(MIB, 3), Algorithm::Ring);
         assert_eq!(multi(8, 4), Algorithm::Direct);
+        // Beyond 16 ranks across hosts small messages leave direct plans: tree for AllReduce,
+        // ring for the rest; AlltoAll stays direct.
+        assert_eq!(multi(8, 16), Algorithm::Direct);
+        assert_eq!(multi(64 * KIB, 17), Algorithm::Tree);
+        assert_eq!(multi(64 * KIB + 1, 17), Algorithm::Ring);
+        let kind_at = |kind, n| t.choose(kind, 8, DataType::Float32, n, SOCKETS).algo;
+        assert_eq!(kind_at(CollKind::AllGather, 64), Algorithm::Ring);
+        assert_eq!(kind_at(CollKind::Broadcast, 17), Algorithm::Ring);
+        assert_eq!(kind_at(CollKind::AllToAll, 64), Algorithm::Direct);
+        assert_eq!(kind_at(CollKind::Gather, 64), Algorithm::Direct);
         assert_eq!(multi(8 * MIB, 4), Algorithm::Ring);
         // Two ranks over the network: direct (one hop, the same bytes as a ring) to 8 MiB, on a
         // channel per 512 KiB.
