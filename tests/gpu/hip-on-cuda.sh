@@ -33,7 +33,7 @@
 #   hip1/2-*-graph                 every case captured into a HIP graph (hipStreamBeginCapture),
 #                                  replayed 10 times; one rank, two ranks sharing a GPU, processes
 #   hip2/3-*-shm*                  NCCL_P2P_DISABLE=1: SHM FIFOs in /dev/shm (hipHostRegister)
-#   hip2/4-procs-net*              OXCCL_TEST_HOSTS=K: NET connections over the built-in sockets
+#   hip2/4/8-procs-net*            OXCCL_TEST_HOSTS=K: NET connections over the built-in sockets
 #                                  (the shared transport's proxy and pinned host FIFOs)
 set -u
 BIN=${1:-target/release}
@@ -150,6 +150,8 @@ check hip2-procs-shm NCCL_P2P_DISABLE=1 -- --mode procs --ranks 2 $SMALL --big-c
 check hip3-procs-shm-graph NCCL_P2P_DISABLE=1 -- --mode procs --ranks 3 --counts 0,1,7 --types bf16,f32,f64 --big-count 0 $GRAPH
 check hip2-procs-net OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 2 $SMALL --big-count 0
 check hip4-procs-net-mixed OXCCL_TEST_HOSTS=2 -- --mode procs --ranks 4 --counts 0,1,7 --types bf16,f32,f64 --big-count 0
+# 8 hosts: the peers no ring or tree joins connect on first use (AlltoAll, gather, scatter).
+check hip8-procs-net OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types f32,i8 --big-count 0
 
 # The C ABI test of the RCCL flavour: one rank per GPU (at most 4), CUDA managed buffers and
 # CUDA streams, which are HIP's under the test runtime. Counted as one configuration.

@@ -25,7 +25,7 @@
 #                                  r % GPUs, one GPU is enough), one process or one per rank: the
 #                                  paths of more than two ranks, ranks sharing a GPU taking an
 #                                  equal share of its SMs; a peer process that dies mid-operation
-#   n2/n3/n4/n8-*                  several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
+#   n2/n3/n4/n8/n20-*              several "hosts" (OXCCL_TEST_HOSTS: one NCCL_HOSTID per group of
 #                                  ranks; `Kr`: rank r on host r % K): NET between hosts, P2P
 #                                  inside (n4-procs-mixed), rings and trees ordered by host
 #                                  (n*-rr-*), NET inside one process (P2P and SHM disabled);
@@ -131,6 +131,10 @@ net_configs() {
     NCCL_DEBUG_SUBSYS=INIT,NET -- --mode procs --ranks 8 --counts 0,1,7 --types all --big-count 0
   run_want n8-procs-graph 'connected on first use' OXCCL_TEST_HOSTS=8 NCCL_DEBUG=INFO \
     NCCL_DEBUG_SUBSYS=INIT,NET -- --mode procs --ranks 8 --counts 0,1,7 --types f32,bf16 --big-count 0 --graph 10
+  # 20 hosts: beyond 16 ranks small AllReduce takes the tree, not a direct plan, and 13-15 peers
+  # per rank wait for their first use (AlltoAll, gather, scatter).
+  run_want n20-procs-auto 'connected on first use' OXCCL_TEST_HOSTS=20 NCCL_DEBUG=INFO \
+    NCCL_DEBUG_SUBSYS=INIT,NET -- --mode procs --ranks 20 --counts 0,1,7,1000 --types f32,i8 --big-count 0
   run n8-procs-connect-at-init NCCL_RUNTIME_CONNECT=0 OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types f32,i8 --big-count 0
   # AlltoAll as grouped sends/receives: a channel per rank distance, beyond the pairs' NET
   # connections (2 for pairs no ring or tree joins), which then share them.
