@@ -379,7 +379,8 @@ impl Inbox {
 
     /// Moves what was pushed into `conns` and `ll`.
     fn take_into(&self, conns: &mut Vec<Active>, ll: &mut Vec<LlConn>) {
-        if self.pending.swap(false, Ordering::AcqRel) {
+        // A load first: the proxy asks on every pass, and a swap would write the line each time.
+        if self.pending.load(Ordering::Acquire) && self.pending.swap(false, Ordering::AcqRel) {
             let mut q = lock(&self.conns);
             conns.append(&mut q.0);
             ll.append(&mut q.1);
