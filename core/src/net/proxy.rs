@@ -401,15 +401,19 @@ impl Proxy {
         conns: Vec<ProxyConn>,
         abort: AbortFlag,
     ) -> Result<Proxy> {
-        Proxy::start_with(
-            net,
-            rank,
-            conns,
-            Vec::new(),
-            ProxyCpus::ONE_SPINNING_THREAD,
-            abort,
-            GpuRegistration::default(),
-        )
+        Proxy::start_one_thread(net, rank, conns, abort, GpuRegistration::default())
+    }
+
+    /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
+    pub(crate) fn start_one_thread(
+        net: Arc<dyn Net>,
+        rank: u32,
+        conns: Vec<ProxyConn>,
+        abort: AbortFlag,
+        gpu: GpuRegistration<'_>,
+    ) -> Result<Proxy> {
+        let cpus = ProxyCpus::ONE_SPINNING_THREAD;
+        Proxy::start_with(net, rank, conns, Vec::new(), cpus, abort, gpu)
     }
 
     /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
@@ -860,16 +864,7 @@ pub(crate) mod testkit {
         };
         let (c0, c1) = (conn(1, f0, s), conn(0, f1, r));
         let start = |net, rank, conns, abort, gpu| {
-            Proxy::start_with(
-                net,
-                rank,
-                conns,
-                Vec::new(),
-                ProxyCpus::ONE_SPINNING_THREAD,
-                abort,
-                gpu,
-            )
-            .unwrap()
+            Proxy::start_one_thread(net, rank, conns, abort, gpu).unwrap()
         };
         let (p0, p1, later) = if late {
             let p0 = start(n0, 0, Vec::new(), a0.clone(), sides[0].gpu);
