@@ -3,10 +3,10 @@
 //!
 //! Every NET pair has a network connection (sockets, helper threads, pinned FIFOs) per channel
 //! it may use. Ring and tree plans use every channel, but only between ring neighbours and tree
-//! links; direct plans (AlltoAll, send/receive, gather, scatter, small collectives) reach every
-//! rank. So a pair that no ring or tree joins gets [`per_net_peer_channels`] channels (NCCL's
-//! `NCCL_NCHANNELS_PER_NET_PEER`, 2 by default), and where such a pair exists direct plans
-//! stay within that many channels. With the 8 channels of the built-in sockets, 64 ranks on 8
+//! links; direct plans (AlltoAll, send/receive, gather, scatter, small collectives up to 16
+//! ranks) reach every rank. So a pair that no ring or tree joins gets [`per_net_peer_channels`]
+//! channels (NCCL's `NCCL_NCHANNELS_PER_NET_PEER`, 2 by default), and where such a pair exists
+//! direct plans stay within that many channels; the transport connects it on first use. With the 8 channels of the built-in sockets, 64 ranks on 8
 //! hosts would otherwise open about 60 x 8 connections per rank.
 
 #![forbid(unsafe_code)]
