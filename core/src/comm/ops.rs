@@ -422,18 +422,8 @@ impl<B: Backend> Communicator<B> {
         debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {}",
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy);
-        inner
-            .backend
-            .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
-        let launch = Launch {
-            work,
-            buffers: vec![a.send, a.recv, 0],
-            transport: c.transport.clone(),
-            abort: inner.abort.clone(),
-        };
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
-        let done = unsafe { inner.backend.launch(stream, launch)? };
-        Ok(self.waiter(done))
+        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream) }
     }
 
     /// Runs a caller-built plan as one collective (custom algorithms such as MSCCL's).
@@ -488,20 +478,9 @@ impl<B: Backend> Communicator<B> {
         [send, recv]: [DevicePtr; 2],
         stream: &B::Stream,
     ) -> Result<Option<Waiter>> {
-        let inner = &self.inner;
         let work = Arc::new(build(seq)?);
-        inner
-            .backend
-            .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
-        let launch = Launch {
-            work,
-            buffers: vec![send, recv, 0],
-            transport: c.transport.clone(),
-            abort: inner.abort.clone(),
-        };
         // SAFETY: `run_plan`'s caller guarantees the buffers stay valid until the op has run.
-        let done = unsafe { inner.backend.launch(stream, launch)? };
-        Ok(self.waiter(done))
+        unsafe { self.launch_work(c, work, vec![send, recv, 0], stream) }
     }
 
     fn launch_p2p(&self, ops: &[PendingP2p<B>]) -> Result<Option<Waiter>> {
@@ -580,6 +559,23 @@ impl<B: Backend> Communicator<B> {
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
+        // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
+        unsafe { self.launch_work(c, work, buffers, &ops[0].stream) }
+    }
+
+    /// Connects the peers `work` reaches that are still unconnected (`Backend::connect_on_use`)
+    /// and launches it on `stream` with `buffers`.
+    ///
+    /// # Safety
+    /// `buffers` stay valid for the plan's regions until the operation has run.
+    unsafe fn launch_work(
+        &self,
+        c: &Connected<B>,
+        work: Arc<WorkDesc>,
+        buffers: Vec<DevicePtr>,
+        stream: &B::Stream,
+    ) -> Result<Option<Waiter>> {
+        let inner = &self.inner;
         inner
             .backend
             .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
@@ -589,8 +585,7 @@ impl<B: Backend> Communicator<B> {
             transport: c.transport.clone(),
             abort: inner.abort.clone(),
         };
-        let stream = &ops[0].stream;
-        // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
+        // SAFETY: the caller's contract.
         let done = unsafe { inner.backend.launch(stream, launch)? };
         Ok(self.waiter(done))
     }
