@@ -24,13 +24,14 @@ use oxccl_core::backend::{
 };
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::tuner::Topology;
 use oxccl_device_transport::DeviceApi;
 use runtime::{Hip, MemoryType, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 pub use transport::{HipApi, HipTransport};
 
 /// Granularity reported when the runtime has no VMM (`hipMalloc` aligns to at least this).
@@ -132,10 +133,6 @@ fn with_source(e: Error, code: &CodeObject) -> Error {
         },
         other => other,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs `f` with `device` current, restoring the previous device afterwards.

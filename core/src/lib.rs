@@ -13,6 +13,7 @@ pub mod backend;
 pub mod bootstrap;
 pub mod datatype;
 pub mod error;
+pub mod lock;
 pub mod net;
 pub mod plan;
 pub mod reduce;

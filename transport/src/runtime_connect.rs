@@ -17,6 +17,7 @@ use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use oxccl_core::net::connect;
 use oxccl_core::net::gdr::{DmaBufExport, GpuRegistration, NetGdr};
 use oxccl_core::net::proxy::Proxy;
@@ -25,7 +26,7 @@ use oxccl_kernel_abi::FifoGeometry;
 use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -116,10 +117,6 @@ struct LaterState<A: DeviceApi> {
     /// FIFOs of the peers connected since init.
     fifos: Vec<NetFifos<A>>,
     connecting: Vec<JoinHandle<()>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What [`RuntimeConnect`] needs to know about its communicator.

@@ -10,8 +10,9 @@ use super::process;
 use super::wire::{Watch, secs};
 use crate::abort::POLL_INTERVAL;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often waits look at `/proc` for same-host peers that died without closing their sockets.
@@ -54,10 +55,6 @@ pub(crate) struct WaitSpec<'a> {
     pub timeout: Duration,
     /// Where the timeout comes from (e.g. "OXCCL_OP_TIMEOUT"), for the error text.
     pub timeout_source: &'static str,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Mailbox {

@@ -14,15 +14,12 @@ use super::wire::{
 };
 use crate::abort::Deadline;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One authenticated connection's sending half.
 pub(crate) struct Conn {

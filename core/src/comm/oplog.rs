@@ -10,10 +10,11 @@ use crate::backend::Backend;
 use crate::bootstrap::UniqueId;
 use crate::datatype::DataType;
 use crate::error::Result;
+use crate::lock::lock;
 use crate::plan::P2pOp;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 /// Default `OXCCL_WATCHDOG_SECONDS`.
@@ -82,10 +83,6 @@ pub(crate) struct OpLog<B: Backend> {
     /// Whether the backend answers event queries (asked once, on the first event).
     queries: OnceLock<bool>,
     report: Mutex<Option<String>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<B: Backend> OpLog<B> {

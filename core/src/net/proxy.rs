@@ -24,6 +24,7 @@ use super::proxy_cpus::ProxyCpus;
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -386,10 +387,6 @@ impl Inbox {
             ll.append(&mut q.1);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Proxy {

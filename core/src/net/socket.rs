@@ -28,12 +28,13 @@ use crate::abort::Deadline;
 use crate::bootstrap::listener::AuthListener;
 use crate::bootstrap::wire::{self, ConnKind, HELLO_BYTES, Hello, SessionKey, Watch};
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// First bytes of a socket handle (tells a socket handle from another network's).
@@ -42,10 +43,6 @@ const HANDLE_MAGIC: [u8; 8] = *b"OXSOCKH1";
 const PREAMBLE_BYTES: usize = 12;
 /// Largest data socket count (`NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD`, as NCCL caps it).
 pub const MAX_SOCKS: usize = 64;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// How the socket network cuts and carries messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1060,6 +1057,7 @@ impl Net for SocketNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::MutexGuard;
 
     fn net(rank: u32, config: SocketConfig) -> SocketNet {
         SocketNet::new(

@@ -15,21 +15,18 @@
 
 use super::epoll::Epoll;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Most helper threads of one network (`OXCCL_SOCKET_WORKERS` is capped here).
 pub const MAX_WORKERS: usize = 64;
 /// The epoll data of a thread's eventfd (lane ids count up from 0).
 const WAKE: u64 = u64::MAX;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A byte range in memory the caller keeps valid until its request completes.
 #[derive(Clone, Copy)]

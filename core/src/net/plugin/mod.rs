@@ -24,6 +24,7 @@ mod tests;
 
 use super::{CommRef, Handle, Listen, MemHandle, Net, Properties, RecvComm, Request, SendComm};
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use adapter::{RecvArgs, VTable};
 use loader::{OpenError, Opened};
 use std::collections::HashMap;
@@ -31,11 +32,7 @@ use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use std::sync::{Arc, Mutex};
 
 /// One opened plugin library, shared by every communicator of the process.
 pub struct PluginLib {
