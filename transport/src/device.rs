@@ -217,15 +217,15 @@ fn net_peer_channels(
     let Some(h) = layout else {
         return (net_peers.iter().map(|&p| (p, channels)).collect(), None);
     };
-    let planned = plan_peers(h, rank);
+    let direct_only = direct_only_peers(h, rank, net_peers);
     let peers: Vec<(u32, u32)> = net_peers
         .iter()
         .map(|&p| {
-            let full = h.host_of(p) == h.host_of(rank) || planned.contains(&p);
-            (p, if full { channels } else { per_peer })
+            let fewer = direct_only.contains(&p);
+            (p, if fewer { per_peer } else { channels })
         })
         .collect();
-    let fewer = peers.iter().filter(|&&(_, c)| c < channels).count();
+    let fewer = direct_only.len();
     tracing::info!(target: "oxccl::init",
         "rank {rank}: {} NET peers on {channels} channels (rings and trees), {fewer} on {per_peer} \
          (direct plans only; NCCL_NCHANNELS_PER_NET_PEER)", peers.len() - fewer);
@@ -234,11 +234,11 @@ fn net_peer_channels(
 
 /// The peers in `net_peers` on other hosts that no ring or tree of `rank` joins: only direct
 /// plans reach them, so they can wait for their first use.
-fn direct_only_peers(h: &HostLayout, rank: u32, net_peers: &[(u32, u32)]) -> BTreeSet<u32> {
+fn direct_only_peers(h: &HostLayout, rank: u32, net_peers: &[u32]) -> BTreeSet<u32> {
     let planned = plan_peers(h, rank);
     net_peers
         .iter()
-        .map(|&(p, _)| p)
+        .copied()
         .filter(|&p| h.host_of(p) != h.host_of(rank) && !planned.contains(&p))
         .collect()
 }
@@ -450,12 +450,12 @@ impl<A: DeviceApi> DeviceTransport<A> {
         }
         if let Some(net) = net {
             let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
-            let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, &net_peers, channels);
-            t.direct_channels = direct;
             let later = match ctx.hosts {
                 Some(h) if runtime_connect => direct_only_peers(h, rank, &net_peers),
                 _ => BTreeSet::new(),
             };
+            let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, &net_peers, channels);
+            t.direct_channels = direct;
             let (later_peers, now): (Vec<_>, Vec<_>) =
                 net_peers.into_iter().partition(|(p, _)| later.contains(p));
             let fifos = NetFifos::alloc(&api, &geometry, now, gdr)?;
