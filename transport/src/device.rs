@@ -10,7 +10,7 @@
 
 use crate::api::{CaptureStatus, DeviceApi, Handle};
 use crate::net::{NetFifos, net_channels};
-use crate::runtime_connect::{LaterPeers, NetSide, RuntimeConnect, runtime_connect_wanted};
+use crate::runtime_connect::{LaterLinks, NetSide, RuntimeConnect, runtime_connect_wanted};
 use crate::shm::ShmFifos;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
@@ -465,16 +465,14 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 tracing::info!(target: "oxccl::init",
                     "rank {rank}: {} NET peers reached by direct plans only connect on first use \
                      (NCCL_RUNTIME_CONNECT=0: at init)", later.len());
-                let peers = LaterPeers {
-                    peers: later,
+                let links = LaterLinks {
                     channels,
-                    table: table.clone(),
                     geometry,
                     nranks,
                     gdr,
                     timeout: ctx.timeout,
                 };
-                RuntimeConnect::new(api.clone(), device, peers)
+                RuntimeConnect::new(api.clone(), device, links, later, table.clone())
             });
             t.net = Some(NetSide::new(proxy, fifos, later));
         }

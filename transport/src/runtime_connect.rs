@@ -96,13 +96,7 @@ impl<A: DeviceApi> Drop for NetSide<A> {
 pub(crate) struct RuntimeConnect<A: DeviceApi> {
     api: A,
     device: i32,
-    gdr: NetGdr,
-    geometry: FifoGeometry,
-    nranks: u32,
-    /// Channels each of these peers gets (`NCCL_NCHANNELS_PER_NET_PEER`).
-    channels: u32,
-    /// Deadline of connecting once both sides' handles are known.
-    timeout: Duration,
+    links: LaterLinks,
     /// Raised when the communicator goes: ends the connecting threads' waits for peers.
     stop: AbortFlag,
     /// Some peer is still unconnected: every launch looks at this, and only then at its plan.
@@ -119,14 +113,10 @@ struct LaterState<A: DeviceApi> {
     connecting: Vec<JoinHandle<()>>,
 }
 
-/// What [`RuntimeConnect`] needs to know about its communicator.
-pub(crate) struct LaterPeers {
-    /// The peers left for their first use.
-    pub peers: BTreeSet<u32>,
-    /// Channels each gets.
+/// How the connections made on first use are cut.
+pub(crate) struct LaterLinks {
+    /// Channels each peer gets (`NCCL_NCHANNELS_PER_NET_PEER`).
     pub channels: u32,
-    /// The connection table as uploaded at init.
-    pub table: Vec<u8>,
     /// How the FIFOs are cut.
     pub geometry: FifoGeometry,
     /// Ranks of the communicator.
@@ -138,21 +128,24 @@ pub(crate) struct LaterPeers {
 }
 
 impl<A: DeviceApi> RuntimeConnect<A> {
-    /// Peers of `device`'s communicator to connect on first use.
-    pub(crate) fn new(api: A, device: i32, p: LaterPeers) -> RuntimeConnect<A> {
+    /// `peers` of `device`'s communicator to connect on first use as `links` says; `table` is
+    /// the connection table as uploaded at init.
+    pub(crate) fn new(
+        api: A,
+        device: i32,
+        links: LaterLinks,
+        peers: BTreeSet<u32>,
+        table: Vec<u8>,
+    ) -> RuntimeConnect<A> {
         RuntimeConnect {
             api,
             device,
-            gdr: p.gdr,
-            geometry: p.geometry,
-            nranks: p.nranks,
-            channels: p.channels,
-            timeout: p.timeout,
+            links,
             stop: AbortFlag::new(),
-            waiting_any: AtomicBool::new(!p.peers.is_empty()),
+            waiting_any: AtomicBool::new(!peers.is_empty()),
             state: Mutex::new(LaterState {
-                waiting: p.peers,
-                table: p.table,
+                waiting: peers,
+                table,
                 fifos: Vec::new(),
                 connecting: Vec::new(),
             }),
@@ -179,14 +172,14 @@ impl<A: DeviceApi> RuntimeConnect<A> {
         // global mode, and touches nothing the capture records.
         let _relaxed = self.api.relaxed_capture()?;
         let _g = self.api.bind(self.device)?;
-        let peers = new.iter().map(|&p| (p, self.channels)).collect();
-        let fifos = NetFifos::alloc(&self.api, &self.geometry, peers, self.gdr)?;
+        let peers = new.iter().map(|&p| (p, self.links.channels)).collect();
+        let fifos = NetFifos::alloc(&self.api, &self.links.geometry, peers, self.links.gdr)?;
         let mut table = st.table.clone();
-        fifos.patch_table(&mut table, &self.geometry, self.nranks);
+        fifos.patch_table(&mut table, &self.links.geometry, self.links.nranks);
         let ranges: Vec<Range<usize>> = new
             .iter()
             .flat_map(|&peer| {
-                (0..self.geometry.channels as u32).flat_map(move |channel| {
+                (0..self.links.geometry.channels as u32).flat_map(move |channel| {
                     [false, true].map(|recv| ConnSlot {
                         channel,
                         peer,
@@ -194,7 +187,7 @@ impl<A: DeviceApi> RuntimeConnect<A> {
                     })
                 })
             })
-            .map(|slot| slot.range(&self.geometry, self.nranks))
+            .map(|slot| slot.range(&self.links.geometry, self.links.nranks))
             .collect();
         upload(&table, &ranges)?;
         st.table = table;
@@ -211,7 +204,7 @@ impl<A: DeviceApi> RuntimeConnect<A> {
             .store(!st.waiting.is_empty(), Ordering::Release);
         tracing::info!(target: "oxccl::init",
             "rank {}: connecting to ranks {new:?} on first use ({} channels each)",
-            bootstrap.rank(), self.channels);
+            bootstrap.rank(), self.links.channels);
         Ok(())
     }
 
@@ -225,7 +218,12 @@ impl<A: DeviceApi> RuntimeConnect<A> {
         proxy: &Arc<Proxy>,
     ) -> Result<JoinHandle<()>> {
         let peer_fifos = fifos.peer_fifos();
-        let (api, device, gdr, timeout) = (self.api.clone(), self.device, self.gdr, self.timeout);
+        let (api, device, gdr, timeout) = (
+            self.api.clone(),
+            self.device,
+            self.links.gdr,
+            self.links.timeout,
+        );
         let (bootstrap, abort, stop, proxy) = (
             bootstrap.clone(),
             abort.clone(),
