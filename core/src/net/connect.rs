@@ -5,7 +5,7 @@
 use super::gdr::GpuRegistration;
 use super::ll::{LlFifo, LlLink, LlSide};
 use super::plugin::select;
-use super::proxy::{HostFifo, Proxy, ProxyConn, Side, SlotMemory};
+use super::proxy::{HostFifo, Proxy, ProxyConn, ProxyLinks, Side, SlotMemory};
 use super::proxy_cpus::{ProxyCpus, ranks_on_machine};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
@@ -196,7 +196,8 @@ pub fn connect(
     let cpus = ProxyCpus::for_machine(ranks_here);
     tracing::info!(target: "oxccl::net",
         "rank {rank}: {} ({ranks_here} ranks on this machine)", cpus.describe());
-    Proxy::start_with(net, rank, conns, ll, cpus, abort.clone(), gpu)
+    let links = ProxyLinks { conns, ll };
+    Proxy::start_with(net, rank, links, cpus, timeout, abort.clone(), gpu)
 }
 
 /// Connects the peers in `fifos` after init, when an operation first reaches them (each peer

@@ -19,6 +19,7 @@ pub mod open_files;
 pub mod plugin;
 pub mod proxy;
 pub mod proxy_cpus;
+mod proxy_drain;
 mod readiness;
 #[cfg(test)]
 mod reset_tests;

@@ -21,6 +21,7 @@
 use super::gdr::GpuRegistration;
 use super::ll::{LlConn, LlLink};
 use super::proxy_cpus::ProxyCpus;
+use super::proxy_drain::Drain;
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
 use crate::error::{Error, Result};
@@ -285,6 +286,17 @@ impl Active {
         Ok(moved)
     }
 
+    /// Send side: slots the kernel published that the network has not finished sending.
+    fn unsent(&self) -> bool {
+        matches!(self.conn.side, Side::Send(_))
+            && self
+                .conn
+                .fifo
+                .counter(FifoLayout::TAIL)
+                .load(Ordering::Acquire)
+                > self.done
+    }
+
     fn describe(&self, rank: u32) -> String {
         let (dir, peer) = match self.conn.side {
             Side::Send(_) => ("to", self.conn.peer),
@@ -346,12 +358,26 @@ const YIELD: Duration = Duration::from_millis(5);
 /// Longest sleep of an idle proxy: what an operation replayed from a graph after a long idle
 /// period may wait before the proxy looks again.
 const PARK: Duration = Duration::from_micros(500);
+/// Longest time a stopping proxy keeps sending what its kernels published ([`Drain`]) when the
+/// caller names no bound: init's default wait for a peer.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
-/// The proxy threads of one communicator; they stop and close their connections on drop.
+/// The connections a proxy starts with: Simple FIFOs and LL links.
+pub struct ProxyLinks {
+    /// Simple FIFOs.
+    pub conns: Vec<ProxyConn>,
+    /// LL links (`super::ll`).
+    pub ll: Vec<LlLink>,
+}
+
+/// The proxy threads of one communicator. On drop they send what the kernels published
+/// (unless the communicator aborted), then stop and close their connections.
 pub struct Proxy {
     net: Arc<dyn Net>,
     rank: u32,
     cpus: ProxyCpus,
+    /// How long a stopping thread keeps sending what its kernels published.
+    drain_limit: Duration,
     abort: AbortFlag,
     stop: Arc<AtomicBool>,
     /// The inbox of the thread driving every connection but the LL sends that have their own.
@@ -410,26 +436,32 @@ impl Proxy {
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
         let cpus = ProxyCpus::ONE_SPINNING_THREAD;
-        Proxy::start_with(net, rank, conns, Vec::new(), cpus, abort, gpu)
+        let links = ProxyLinks {
+            conns,
+            ll: Vec::new(),
+        };
+        Proxy::start_with(net, rank, links, cpus, DRAIN_LIMIT, abort, gpu)
     }
 
     /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
-    /// `ll` are the LL connections it drives too (`super::ll`); `cpus` says whether their sends
-    /// have a thread of their own and whether idle threads yield.
+    /// `links.ll` are the LL connections it drives too (`super::ll`); `cpus` says whether their
+    /// sends have a thread of their own and whether idle threads yield. Dropped without an
+    /// abort, it first sends what the kernels published, for at most `drain_limit`.
     pub fn start_with(
         net: Arc<dyn Net>,
         rank: u32,
-        conns: Vec<ProxyConn>,
-        ll: Vec<LlLink>,
+        links: ProxyLinks,
         cpus: ProxyCpus,
+        drain_limit: Duration,
         abort: AbortFlag,
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
-        let (active, lls) = prepare(&*net, conns, ll, gpu)?;
+        let (active, lls) = prepare(&*net, links.conns, links.ll, gpu)?;
         let proxy = Proxy {
             net,
             rank,
             cpus,
+            drain_limit,
             abort,
             stop: Arc::new(AtomicBool::new(false)),
             main: Arc::new(Inbox::default()),
@@ -499,10 +531,14 @@ impl Proxy {
             self.stop.clone(),
             inbox.clone(),
         );
-        let (rank, idle_yields) = (self.rank, self.cpus.yield_when_idle);
+        let how = RunAs {
+            rank: self.rank,
+            idle_yields: self.cpus.yield_when_idle,
+            drain_limit: self.drain_limit,
+        };
         let spawned = std::thread::Builder::new()
             .name(name)
-            .spawn(move || run(&*net, rank, &mine, idle_yields, &abort, &stop));
+            .spawn(move || run(&*net, how, &mine, &abort, &stop));
         match spawned {
             Ok(t) => {
                 lock(&self.threads).push(t);
@@ -639,20 +675,41 @@ fn drive<C: Driven>(conns: &mut [C], net: &dyn Net, rank: u32) -> Result<bool> {
     Ok(moved)
 }
 
-/// The proxy thread's loop.
-fn run(
-    net: &dyn Net,
+/// What a proxy thread is: its rank, and how it idles and stops.
+#[derive(Clone, Copy)]
+struct RunAs {
     rank: u32,
-    inbox: &Inbox,
     idle_yields: bool,
-    abort: &AbortFlag,
-    stop: &AtomicBool,
-) {
+    drain_limit: Duration,
+}
+
+/// The proxy thread's loop.
+fn run(net: &dyn Net, how: RunAs, inbox: &Inbox, abort: &AbortFlag, stop: &AtomicBool) {
+    let rank = how.rank;
     let (mut conns, mut ll) = (Vec::new(), Vec::new());
     let mut last = Instant::now();
     let mut passes = super::ll_trace::PassCount::new();
-    while !stop.load(Ordering::Acquire) && !abort.is_aborted() {
+    let mut drain: Option<Drain> = None;
+    while !abort.is_aborted() {
         inbox.take_into(&mut conns, &mut ll);
+        if stop.load(Ordering::Acquire) {
+            // The communicator is going and its kernels are done, but what they published may
+            // still be here: closing now would leave a peer waiting for it until it saw us die.
+            let d = drain.get_or_insert_with(|| Drain::new(rank, how.drain_limit));
+            let unsent = || {
+                let (a, b) = (
+                    conns.iter().filter(|c| c.unsent()),
+                    ll.iter().filter(|c| c.unsent()),
+                );
+                a.map(|c| c.describe(rank))
+                    .chain(b.map(|c| c.describe(rank)))
+                    .collect()
+            };
+            let any = conns.iter().any(Active::unsent) || ll.iter().any(LlConn::unsent);
+            if !d.goes_on(any, unsent) {
+                break;
+            }
+        }
         passes.begin();
         let moved = match (drive(&mut conns, net, rank), drive(&mut ll, net, rank)) {
             (Ok(a), Ok(b)) => a | b,
@@ -668,7 +725,9 @@ fn run(
             continue;
         }
         let idle = last.elapsed();
-        if idle < SPIN && !idle_yields {
+        if drain.is_some() {
+            std::thread::yield_now();
+        } else if idle < SPIN && !how.idle_yields {
             std::hint::spin_loop();
         } else if idle < YIELD {
             std::thread::yield_now();
@@ -924,7 +983,7 @@ pub(crate) mod testkit {
 mod tests {
     use super::super::Net;
     use super::super::socket::SocketConfig;
-    use super::testkit::{Mem, link, socket_net, transfer};
+    use super::testkit::{Kernel, Mem, link, socket_net, transfer};
     use super::*;
 
     /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
@@ -983,6 +1042,75 @@ mod tests {
             [host, host],
             true,
         );
+    }
+
+    /// A communicator destroyed right after its last kernel: the proxy still sends the slots
+    /// that kernel published, which a slower peer has not taken yet, before it closes.
+    #[test]
+    fn a_dropped_proxy_first_sends_what_its_kernel_published() {
+        let layout = FifoLayout {
+            nslots: 4,
+            slot_bytes: 1 << 20,
+        };
+        let (n0, n1, s, r) = pair(SocketConfig::default());
+        let (m0, m1) = (
+            Mem::new(layout.bytes() as usize),
+            Mem::new(layout.bytes() as usize),
+        );
+        let (f0, f1) = (
+            HostFifo::in_host(m0.ptr, layout),
+            HostFifo::in_host(m1.ptr, layout),
+        );
+        let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
+        let conn = |peer, fifo, side| ProxyConn {
+            peer,
+            channel: 0,
+            fifo,
+            side,
+        };
+        let p0 = Proxy::start(n0, 0, vec![conn(1, f0, Side::Send(s))], a0.clone()).unwrap();
+        let p1 = Proxy::start(n1, 1, vec![conn(0, f1, Side::Recv(r))], a1.clone()).unwrap();
+        let total = 16u64;
+        let byte = |i: u64, k: usize| (i as usize * 131 + k) as u8;
+        let (k0, k1) = (Kernel(f0), Kernel(f1));
+        let abort = a0.clone();
+        let sender = std::thread::spawn(move || {
+            for i in 0..total {
+                if i >= 4 {
+                    assert!(k0.wait_geq(FifoLayout::HEAD, i - 3, &abort), "slot for {i}");
+                }
+                // SAFETY: the slot is free (head) and inside the FIFO.
+                let slot = unsafe { std::slice::from_raw_parts_mut(k0.0.slot(i), 1 << 20) };
+                slot.iter_mut()
+                    .enumerate()
+                    .for_each(|(k, b)| *b = byte(i, k));
+                k0.ctr(FifoLayout::SIZES + (i % 4) * 8)
+                    .store(1 << 20, Ordering::Release);
+                k0.ctr(FifoLayout::TAIL).store(i + 1, Ordering::Release);
+            }
+        });
+        let abort = a1.clone();
+        let receiver = std::thread::spawn(move || {
+            // Late, so that the sender's last slots are still in its FIFO when it is done.
+            std::thread::sleep(Duration::from_millis(300));
+            for i in 0..total {
+                assert!(k1.wait_geq(FifoLayout::TAIL, i + 1, &abort), "message {i}");
+                // SAFETY: the proxy filled the slot (tail) and waits for head before reusing it.
+                let got = unsafe { std::slice::from_raw_parts(k1.0.slot(i), 1 << 20) };
+                assert!(
+                    got.iter().enumerate().all(|(k, &b)| b == byte(i, k)),
+                    "message {i}"
+                );
+                k1.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
+            }
+        });
+        sender.join().unwrap();
+        // The "kernel" is done; the communicator goes at once.
+        drop(p0);
+        receiver.join().unwrap();
+        assert!(a0.error().is_none() && a1.error().is_none());
+        drop(p1);
+        drop((m0, m1));
     }
 
     #[test]
