@@ -30,6 +30,8 @@
 #                                  inside (n4-procs-mixed), rings and trees ordered by host
 #                                  (n*-rr-*), NET inside one process (P2P and SHM disabled);
 #                                  *-p2p-alltoall: AlltoAll as grouped sends/receives to every rank
+#   n16-bench-uneven-exit-*        oxccl-bench (checked) at 16 ranks as 16 hosts that destroy
+#                                  their communicators one by one as each finishes
 #   n2-procs-gdr*                  NET with GPUDirect RDMA over our test plugin in its cuda mode
 #                                  (OXCCL_GDR_PLUGIN=path of libnccl-net-oxtest-gdr-cuda.so; skipped
 #                                  when unset): slots registered as CUDA memory, receives flushed
@@ -135,6 +137,13 @@ net_configs() {
   # per rank wait for their first use (AlltoAll, gather, scatter).
   run_want n20-procs-auto 'connected on first use' OXCCL_TEST_HOSTS=20 NCCL_DEBUG=INFO \
     NCCL_DEBUG_SUBSYS=INIT,NET -- --mode procs --ranks 20 --counts 0,1,7,1000 --types f32,i8 --big-count 0
+  # 16 ranks as hosts, each leaving as soon as it is done: a rank's last slots may still be in
+  # its proxy when its kernel ends, and must reach the ranks below it in the tree before its
+  # communicator closes the connections (wrong results in about half the runs before).
+  for k in 1 2; do
+    run_bench n16-bench-uneven-exit-$k OXCCL_TEST_HOSTS=16 NCCL_ALGO=tree -- --mem cuda \
+      --launch procs -n 16 --op allreduce -b 32K -e 64K -f 2 -w 5 -i 20
+  done
   run n8-procs-connect-at-init NCCL_RUNTIME_CONNECT=0 OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7 --types f32,i8 --big-count 0
   # AlltoAll as grouped sends/receives: a channel per rank distance, beyond the pairs' NET
   # connections (2 for pairs no ring or tree joins), which then share them.
@@ -142,6 +151,33 @@ net_configs() {
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
   gdr_configs
 }
+# oxccl-bench as a check (BIN/oxccl-bench on BIN/libnccl.so.2): every size it times is checked
+# element by element; the configuration passes one count per size when the bench exits 0 with
+# no wrong element, and fails once otherwise. Its ranks end unevenly: each destroys its
+# communicator and exits as soon as its own output checks out.
+run_bench() { # name, env..., -- bench args
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  if ! [ -x "$BIN/oxccl-bench" ] || ! [ -f "$BIN/libnccl.so.2" ]; then
+    echo "$name: skipped: $BIN has no oxccl-bench and libnccl.so.2"
+    return 0
+  fi
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local t0=$(date +%s)
+  env "${envs[@]}" timeout -k 5 "$LIMIT" "$BIN/oxccl-bench" --lib "$BIN/libnccl.so.2" "$@" \
+    >"$LOG/$name.log" 2>&1
+  local rc=$? t1=$(date +%s)
+  local wrong rows
+  wrong=$(sed -n 's/^# total #wrong: //p' "$LOG/$name.log" | tail -1)
+  rows=$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$LOG/$name.log")
+  if [ "$rc" -eq 0 ] && [ "${wrong:-1}" = 0 ]; then P=$rows F=0; else P=0 F=1; fi
+  TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
+  summary_line "$name" $rc $P $F $((t1-t0))
+  [ "$F" -eq 0 ] || grep -E '^ +[0-9]+ |total #wrong|rror' "$LOG/$name.log" | head -8 | cut -c1-200
+}
+
 # `run`, then a failure more unless the log has a line matching WANT.
 run_want() { # name, WANT, then run's env... -- args...
   local name=$1 want=$2; shift 2
