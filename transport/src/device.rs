@@ -18,6 +18,7 @@ use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{choose_net, net_device};
+use oxccl_core::net::proxy_cpus;
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
@@ -417,7 +418,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let mut mine = vec![
             u8::from(link.is_some())
                 | u8::from(!shm_peers.is_empty()) << 1
-                | u8::from(runtime_connect_wanted()) << 2,
+                | u8::from(runtime_connect_wanted()) << 2
+                | u8::from(proxy_cpus::crowded_here(bs)) << 3,
         ];
         mine.extend(link.map_or([0; 8], NetLink::to_bytes));
         let all = bs.all_gather(&mine)?;
@@ -427,7 +429,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
             & 3;
         // Connecting on first use only where every rank does, or a pair could wait for ever.
         let runtime_connect = all.iter().all(|v| v.first().is_some_and(|f| f & 4 != 0));
-        let channels = net_channels(&geometry, any & 2 != 0);
+        let crowded = all.iter().any(|v| v.first().is_some_and(|f| f & 8 != 0));
+        let channels = net_channels(&geometry, any & 2 != 0, crowded);
         if any != 0 {
             t.max_blocks = t.max_blocks.min(channels);
             t.one_shot_inbox.clear();

@@ -38,13 +38,23 @@ const NET_CHANNELS: u32 = 8;
 /// The default when some pair meets through SHM: every channel is a FIFO in `/dev/shm` per SHM
 /// pair, and 8 or 16 channels moved no more than 4 there (`docs/transports.md`, SHM).
 const SHM_CHANNELS: u32 = 4;
+/// The default when some rank's machine is crowded (`proxy_cpus::crowded`: fewer than 3 CPUs
+/// per rank), where its one proxy thread drives every connection without data sockets: 8
+/// ranks as hosts on 16 CPUs, one H200 under MPS, AllReduce without data sockets (2026-11-27,
+/// df55361), 8 / 2 / 1 channels, us: 8 MiB 10827 / 7675-9664 / 8737-9444, 32 MiB 41597 /
+/// 28175-30714 / 31608-31688.
+const CROWDED_NET_CHANNELS: u32 = 2;
 
 /// The channels NET and SHM connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO
 /// channels), else [`SHM_CHANNELS`] when some pair of the communicator uses SHM, else
-/// [`NET_CHANNELS`].
-pub fn net_channels(geometry: &FifoGeometry, any_shm: bool) -> u32 {
+/// [`CROWDED_NET_CHANNELS`] when some rank's machine is crowded, else [`NET_CHANNELS`].
+pub fn net_channels(geometry: &FifoGeometry, any_shm: bool, any_crowded: bool) -> u32 {
     let max = geometry.channels as u32;
-    let default = if any_shm { SHM_CHANNELS } else { NET_CHANNELS };
+    let default = match (any_shm, any_crowded) {
+        (true, _) => SHM_CHANNELS,
+        (false, true) => CROWDED_NET_CHANNELS,
+        (false, false) => NET_CHANNELS,
+    };
     std::env::var("OXCCL_NET_CHANNELS")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())

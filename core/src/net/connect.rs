@@ -6,7 +6,7 @@ use super::gdr::GpuRegistration;
 use super::ll::{LlFifo, LlLink, LlSide};
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, ProxyLinks, Side, SlotMemory};
-use super::proxy_cpus::{ProxyCpus, ranks_on_machine};
+use super::proxy_cpus::{self, ProxyCpus};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
@@ -32,20 +32,26 @@ pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
     )
 }
 
-/// The built-in socket network on the bootstrap's interface.
+/// The built-in socket network on the bootstrap's interface; on a crowded machine
+/// ([`proxy_cpus::crowded`]) without data sockets unless the variables ask for them.
 fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
     let ip = bootstrap.local_ip();
     let ifname = list_interfaces()
         .into_iter()
         .find(|i| i.addr == ip)
         .map_or_else(|| ip.to_string(), |i| i.name);
+    let crowded = proxy_cpus::crowded_here(bootstrap);
+    let config = SocketConfig::from_env_on(crowded);
+    tracing::info!(target: "oxccl::net",
+        "rank {}: socket network with {} data sockets per connection{}", bootstrap.rank(),
+        config.nsocks, if crowded { " (fewer than 3 CPUs per rank on this machine)" } else { "" });
     Arc::new(SocketNet::new(
         ip,
         &ifname,
         bootstrap.rank(),
         bootstrap.session_key(),
         bootstrap.handshake_timeout(),
-        SocketConfig::from_env(),
+        config,
     ))
 }
 
@@ -190,9 +196,7 @@ pub fn connect(
 ) -> Result<Proxy> {
     let rank = bootstrap.rank();
     let (conns, ll) = connect_links(bootstrap, abort, &net, fifos, timeout, HandleWait::Bounded)?;
-    let peers = bootstrap.peers();
-    let here = peers[rank as usize].machine_hash;
-    let ranks_here = ranks_on_machine(peers.iter().map(|p| p.machine_hash), here);
+    let ranks_here = proxy_cpus::ranks_here(bootstrap);
     let cpus = ProxyCpus::for_machine(ranks_here);
     tracing::info!(target: "oxccl::net",
         "rank {rank}: {} ({ranks_here} ranks on this machine)", cpus.describe());

@@ -3,6 +3,7 @@
 //! ranks that share this machine (not the communicator's size, and not `NCCL_HOSTID`'s hosts:
 //! ranks that name themselves different hosts on one machine still share its CPUs).
 
+use crate::bootstrap::Bootstrap;
 use crate::config::parse_switch;
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
@@ -63,7 +64,7 @@ impl ProxyCpus {
         ProxyCpus {
             ll_send_thread: ll
                 .and_then(|v| parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
-                .unwrap_or(cpus >= CPUS_PER_RANK * ranks),
+                .unwrap_or(!crowded(cpus, ranks_here)),
             yield_when_idle: yields
                 .and_then(|v| parse_switch("OXCCL_NET_PROXY_YIELD", v))
                 .unwrap_or(cpus < SPIN_CPUS_PER_RANK * ranks),
@@ -84,6 +85,27 @@ impl ProxyCpus {
         };
         format!("LL sends on {which} proxy thread; idle passes {idle}")
     }
+}
+
+/// Whether `ranks_here` ranks share `cpus` CPUs with fewer than [`CPUS_PER_RANK`] each: then
+/// a rank's NET side keeps to one proxy thread (no LL send thread), no helper threads for data
+/// sockets (`SocketConfig`) and fewer channels (the transport's), as every extra thread takes
+/// CPU time the others need.
+pub fn crowded(cpus: usize, ranks_here: u32) -> bool {
+    cpus < CPUS_PER_RANK * ranks_here.max(1) as usize
+}
+
+/// [`crowded`] for this machine's CPUs and the ranks of `bootstrap`'s communicator on it.
+pub fn crowded_here(bootstrap: &Bootstrap) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crowded(cpus, ranks_here(bootstrap))
+}
+
+/// The ranks of `bootstrap`'s communicator on this machine (`NCCL_HOSTID` aside).
+pub fn ranks_here(bootstrap: &Bootstrap) -> u32 {
+    let peers = bootstrap.peers();
+    let mine = peers[bootstrap.rank() as usize].machine_hash;
+    ranks_on_machine(peers.iter().map(|p| p.machine_hash), mine)
 }
 
 /// How many of `machines` (one entry per rank) equal `mine`: the ranks on this machine.
@@ -128,6 +150,16 @@ mod tests {
             (false, true),
             "anything else: decided by CPUs"
         );
+    }
+
+    #[test]
+    fn fewer_than_three_cpus_a_rank_is_crowded() {
+        assert!(!crowded(16, 4));
+        assert!(!crowded(18, 6));
+        assert!(crowded(16, 6));
+        assert!(crowded(16, 8));
+        assert!(!crowded(3, 0), "no rank counts as one");
+        assert!(crowded(2, 0));
     }
 
     #[test]

@@ -69,6 +69,18 @@ impl SocketConfig {
     /// (ACKs as the kernel decides), `OXCCL_SOCKET_DUPLEX=0` (a control socket per direction)
     /// and `OXCCL_SOCKET_WORKERS` (most helper threads).
     pub fn from_env() -> SocketConfig {
+        SocketConfig::from_env_on(false)
+    }
+
+    /// [`SocketConfig::from_env`] on a machine whose ranks have few CPUs each (`crowded`):
+    /// there no data sockets by default, as NCCL on a NIC it does not know: the proxy thread
+    /// moves everything on the control socket, and no helper thread takes CPU time from the
+    /// other ranks'. 8 ranks as hosts on 16 CPUs, one H200 under MPS, AllReduce (2026-11-27,
+    /// df55361, two runs each), 2 data sockets and 8 channels / none and 2 channels, us:
+    /// 512 KiB 2381-2557 / 1208-1673, 8 MiB 12120-12474 / 7675-9664, 32 MiB 36720-39459 /
+    /// 29283-30714 (NCCL 1170-1213, 6778-7468, 24928-26951). 4 ranks there (4 CPUs each) moved
+    /// less without them: 8 MiB 3544 against 6471 us.
+    pub fn from_env_on(crowded: bool) -> SocketConfig {
         let num = |name: &str| -> Option<usize> {
             let v = std::env::var(name).ok()?;
             match v.trim().parse::<usize>() {
@@ -79,7 +91,10 @@ impl SocketConfig {
                 }
             }
         };
-        let d = SocketConfig::default();
+        let d = SocketConfig {
+            nsocks: if crowded { 0 } else { DEFAULT_NSOCKS },
+            ..SocketConfig::default()
+        };
         let threads = num("NCCL_SOCKET_NTHREADS");
         let per = num("NCCL_NSOCKS_PERTHREAD");
         let nsocks = match (threads, per) {
@@ -110,6 +125,9 @@ impl SocketConfig {
 /// each: 128 MiB 16868 / 13986 / 13581 us against 12501-13737.
 pub const DEFAULT_WORKERS: usize = 32;
 
+/// Data sockets per connection by default (see [`SocketConfig::default`]).
+const DEFAULT_NSOCKS: usize = 2;
+
 impl Default for SocketConfig {
     /// Two data sockets: with 4 channels, 8 streams each way per peer, which measured best
     /// (`transport/src/net.rs`, NET_CHANNELS); more sockets only added threads. Parts of at
@@ -120,7 +138,7 @@ impl Default for SocketConfig {
     /// 19434 / 13750. With 2 sockets and 256 KiB slots the parts are 128 KiB either way.
     fn default() -> SocketConfig {
         SocketConfig {
-            nsocks: 2,
+            nsocks: DEFAULT_NSOCKS,
             inline_max: 64 << 10,
             min_task: 128 << 10,
             delay_acks: true,
