@@ -17,7 +17,8 @@
 #   flavour) in GPU mode against that library, as hip-abi-test (needs gcc).
 #   COMPARE=1 also runs every configuration through the CUDA backend (names cuda1-*, cuda2-*, ...), so the two
 #   totals can be compared. QUICK=1 drops the 1M-element cases, ONLY=REGEX selects
-#   configurations by name, LIMIT sets each one's time limit (default 120 s), as in run.sh.
+#   configurations by name and SKIP=REGEX leaves some out, LIMIT sets each one's time limit
+#   (default 120 s), as in run.sh.
 #
 # Configurations (one GPU is enough; rank r runs on GPU r % GPUs):
 #   hip1-initall                   one rank, every operation x type x operator
@@ -79,7 +80,7 @@ fi
 # run.sh counts (tests/gpu/lib.sh: a missing RESULT line or a time-out counts as a failure).
 check() {
   local name=$1; shift
-  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+  selected "$name" || return 0
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   one "$name" hip "${envs[@]}" -- "$@"

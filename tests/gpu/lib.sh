@@ -1,6 +1,14 @@
 # Shared by tests/gpu/run.sh and tests/gpu/hip-on-cuda.sh (sourced): counting one configuration's
 # outcome the same way in both.
 
+# selected NAME: whether configuration NAME runs under ONLY=REGEX (only those matching) and
+# SKIP=REGEX (not those matching).
+selected() {
+  if [ -n "${ONLY:-}" ] && ! [[ $1 =~ $ONLY ]]; then return 1; fi
+  if [ -n "${SKIP:-}" ] && [[ $1 =~ $SKIP ]]; then return 1; fi
+  return 0
+}
+
 # result_counts LOG RC: sets P and F from LOG's last RESULT line; no RESULT line counts as 0
 # passed and 1 failed, and a time-out (RC 124 or 137) adds a failure.
 result_counts() {

@@ -62,8 +62,7 @@ run() { run_exe "$BIN/gpu-check" "$@"; }
 
 run_exe() { # executable, name, env..., -- args...: one configuration, counted by its RESULT line
   local exe=$1 name=$2; shift 2
-  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  selected "$name" || return 0
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   local t0=$(date +%s)
@@ -152,37 +151,24 @@ net_configs() {
   gdr_configs
 }
 # oxccl-bench as a check (BIN/oxccl-bench on BIN/libnccl.so.2): every size it times is checked
-# element by element; the configuration passes one count per size when the bench exits 0 with
-# no wrong element, and fails once otherwise. Its ranks end unevenly: each destroys its
-# communicator and exits as soon as its own output checks out.
+# element by element, and its RESULT line counts a pass per size without a wrong element. Its
+# ranks end unevenly: each destroys its communicator and exits once its own output checks out.
 run_bench() { # name, env..., -- bench args
   local name=$1; shift
-  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  selected "$name" || return 0
   if ! [ -x "$BIN/oxccl-bench" ] || ! [ -f "$BIN/libnccl.so.2" ]; then
     echo "$name: skipped: $BIN has no oxccl-bench and libnccl.so.2"
     return 0
   fi
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  local t0=$(date +%s)
-  env "${envs[@]}" timeout -k 5 "$LIMIT" "$BIN/oxccl-bench" --lib "$BIN/libnccl.so.2" "$@" \
-    >"$LOG/$name.log" 2>&1
-  local rc=$? t1=$(date +%s)
-  local wrong rows
-  wrong=$(sed -n 's/^# total #wrong: //p' "$LOG/$name.log" | tail -1)
-  rows=$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$LOG/$name.log")
-  if [ "$rc" -eq 0 ] && [ "${wrong:-1}" = 0 ]; then P=$rows F=0; else P=0 F=1; fi
-  TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
-  summary_line "$name" $rc $P $F $((t1-t0))
-  [ "$F" -eq 0 ] || grep -E '^ +[0-9]+ |total #wrong|rror' "$LOG/$name.log" | head -8 | cut -c1-200
+  run_exe "$BIN/oxccl-bench" "$name" "${envs[@]}" -- --lib "$BIN/libnccl.so.2" "$@"
 }
 
 # `run`, then a failure more unless the log has a line matching WANT.
 run_want() { # name, WANT, then run's env... -- args...
   local name=$1 want=$2; shift 2
-  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  selected "$name" || return 0
   run "$name" "$@"
   if ! grep -q "$want" "$LOG/$name.log"; then
     echo "$name: no '$want' in $LOG/$name.log"
@@ -194,8 +180,7 @@ run_want() { # name, WANT, then run's env... -- args...
 # RDMA: a connection named ".../GDRDMA".
 run_gdr() { # name, WANT, then run's env... -- args...
   local name=$1
-  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  if [ -n "${SKIP:-}" ] && [[ $name =~ $SKIP ]]; then return 0; fi
+  selected "$name" || return 0
   run_want "$@"
   if ! grep -q '/GDRDMA' "$LOG/$name.log"; then
     echo "$name: GPUDirect RDMA not taken: no '/GDRDMA' in $LOG/$name.log"

@@ -122,6 +122,7 @@ pub fn main() {
     }
     let (text, wrong) = report::tables(&o, &runs);
     print!("{text}");
+    println!("{}", report::result_line(&runs));
     let _ = std::io::stdout().flush();
     if let Some(path) = &o.json
         && let Err(e) = std::fs::write(path, report::json(&o, &runs))

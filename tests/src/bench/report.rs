@@ -292,9 +292,57 @@ pub fn json(o: &Options, runs: &[LibRun]) -> String {
     format!("[\n{}\n]\n", rows.join(",\n"))
 }
 
+/// "RESULT pass=P fail=F", as the GPU checks print it (`tests/gpu/lib.sh` counts it): a pass
+/// per size checked without a wrong element, a failure per size with one and per library that
+/// failed.
+pub fn result_line(runs: &[LibRun]) -> String {
+    let (mut pass, mut fail) = (0, 0);
+    for r in runs {
+        match &r.outcome {
+            Outcome::Done(sweep) => {
+                for p in sweep.iter().flat_map(|(_, pts)| pts) {
+                    match p.wrong {
+                        Some(0) => pass += 1,
+                        Some(_) => fail += 1,
+                        None => {}
+                    }
+                }
+            }
+            Outcome::Failed(_) => fail += 1,
+            Outcome::Skipped(_) => {}
+        }
+    }
+    format!("RESULT pass={pass} fail={fail}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_result_line_counts_checked_sizes_and_failed_libraries() {
+        let point = |wrong| Point {
+            wrong,
+            ..Point::default()
+        };
+        let run = |outcome| LibRun {
+            label: "ours",
+            path: String::new(),
+            version: 0,
+            p2p_ops: Vec::new(),
+            outcome,
+        };
+        let sweep = vec![(
+            CollKind::AllReduce,
+            vec![point(Some(0)), point(Some(3)), point(None), point(Some(0))],
+        )];
+        let runs = [
+            run(Outcome::Done(sweep)),
+            run(Outcome::Failed("x".into())),
+            run(Outcome::Skipped("y".into())),
+        ];
+        assert_eq!(result_line(&runs), "RESULT pass=2 fail=2");
+    }
 
     #[test]
     fn json_escapes_and_sizes_print() {
