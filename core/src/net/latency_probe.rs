@@ -3,8 +3,8 @@
 //! measures, it does not check); run it on the machine in question with
 //! `cargo test --release -p oxccl-core --lib latency_probe -- --ignored --nocapture`.
 
-use super::proxy::testkit::{Kernel, Mem, link, socket_net};
-use super::proxy::{FifoLayout, HostFifo, Proxy, ProxyConn, Side};
+use super::proxy::testkit::{Kernel, Mem, conn, link, socket_net};
+use super::proxy::{FifoLayout, HostFifo, Proxy, Side};
 use super::socket::SocketConfig;
 use crate::abort::AbortFlag;
 use std::net::Ipv4Addr;
@@ -95,12 +95,6 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
     let fifo = |i: usize| HostFifo::in_host(mems[i].ptr, layout);
     let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
-    let conn = |peer, fifo, side| ProxyConn {
-        peer,
-        channel: 0,
-        fifo,
-        side,
-    };
     let p0 = Proxy::start(
         n0,
         0,

@@ -370,6 +370,24 @@ mod tests {
 
     const POISON: u32 = 0xDEAD_BEEF;
 
+    /// The LL send side on `n0` (to rank 1) and the receive side on `n1` (from rank 0) of
+    /// connection `s`/`r`, over FIFOs `f0` and `f1`.
+    fn ll_pair(
+        (n0, n1): (&Arc<dyn Net>, &Arc<dyn Net>),
+        (s, r): (SendComm, RecvComm),
+        (f0, f1): (LlFifo, LlFifo),
+    ) -> (LlConn, LlConn) {
+        let link = |peer, fifo, side| LlLink {
+            peer,
+            channel: 0,
+            fifo,
+            side,
+        };
+        let tx = LlConn::new(&**n0, link(1, f0, LlSide::Send(s))).unwrap();
+        let rx = LlConn::new(&**n1, link(0, f1, LlSide::Recv(r))).unwrap();
+        (tx, rx)
+    }
+
     #[test]
     fn flags_and_records_match_the_kernels_rules() {
         assert_eq!(flag(0), 1);
@@ -390,14 +408,7 @@ mod tests {
         let (s, r) = link(&n0, &n1);
         let (m0, m1) = (Mem::new(8192), Mem::new(8192));
         let (f0, f1) = (fifo(&m0, 4, 64), fifo(&m1, 4, 64));
-        let link = |peer, fifo, side| LlLink {
-            peer,
-            channel: 0,
-            fifo,
-            side,
-        };
-        let mut tx = LlConn::new(&*n0, link(1, f0, LlSide::Send(s))).unwrap();
-        let mut rx = LlConn::new(&*n1, link(0, f1, LlSide::Recv(r))).unwrap();
+        let (mut tx, mut rx) = ll_pair((&n0, &n1), (s, r), (f0, f1));
         assert!(!tx.unsent(), "nothing recorded yet");
         let p = f0.slots as usize;
         word32(p).store(7, Ordering::Relaxed);
@@ -454,14 +465,7 @@ mod tests {
                 }
             }
         }
-        let link = |peer, fifo, side| LlLink {
-            peer,
-            channel: 0,
-            fifo,
-            side,
-        };
-        let mut tx = LlConn::new(&*n0, link(1, f0, LlSide::Send(s))).unwrap();
-        let mut rx = LlConn::new(&*n1, link(0, f1, LlSide::Recv(r))).unwrap();
+        let (mut tx, mut rx) = ll_pair((&n0, &n1), (s, r), (f0, f1));
         let stop = Arc::new(AtomicBool::new(false));
         let proxy = {
             let stop = stop.clone();

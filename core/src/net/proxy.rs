@@ -796,6 +796,16 @@ pub(crate) mod testkit {
         complete(a, b, &mut l, &mut h)
     }
 
+    /// The proxy connection to or from `peer` on channel 0.
+    pub(crate) fn conn(peer: u32, fifo: HostFifo, side: Side) -> ProxyConn {
+        ProxyConn {
+            peer,
+            channel: 0,
+            fifo,
+            side,
+        }
+    }
+
     /// Zeroed, 4 KiB-aligned memory standing in for pinned host memory.
     pub(crate) struct Mem {
         pub(crate) ptr: *mut u8,
@@ -912,12 +922,6 @@ pub(crate) mod testkit {
     ) {
         let ((f0, m0), (f1, m1)) = (fifo_at(layout, sides[0]), fifo_at(layout, sides[1]));
         let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
-        let conn = |peer, fifo, side| ProxyConn {
-            peer,
-            channel: 0,
-            fifo,
-            side,
-        };
         let (c0, c1) = (conn(1, f0, s), conn(0, f1, r));
         let start = |net, rank, conns, abort, gpu| {
             Proxy::start_one_thread(net, rank, conns, abort, gpu).unwrap()
@@ -983,7 +987,7 @@ pub(crate) mod testkit {
 mod tests {
     use super::super::Net;
     use super::super::socket::SocketConfig;
-    use super::testkit::{Kernel, Mem, link, socket_net, transfer};
+    use super::testkit::{Kernel, Mem, conn, link, socket_net, transfer};
     use super::*;
 
     /// Two networks (ranks 0 and 1) and a connection from 0 to 1.
@@ -1062,12 +1066,6 @@ mod tests {
             HostFifo::in_host(m1.ptr, layout),
         );
         let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
-        let conn = |peer, fifo, side| ProxyConn {
-            peer,
-            channel: 0,
-            fifo,
-            side,
-        };
         let p0 = Proxy::start(n0, 0, vec![conn(1, f0, Side::Send(s))], a0.clone()).unwrap();
         let p1 = Proxy::start(n1, 1, vec![conn(0, f1, Side::Recv(r))], a1.clone()).unwrap();
         let total = 16u64;
