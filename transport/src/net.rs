@@ -484,6 +484,20 @@ mod tests {
         u64::from_le_bytes(table[pos + off..pos + off + 8].try_into().unwrap())
     }
 
+    /// SHM pairs take their channels first, then a crowded machine, else the NET default
+    /// (unless `OXCCL_NET_CHANNELS`, which the test environment leaves unset, says otherwise).
+    #[test]
+    fn channels_follow_shm_then_a_crowded_machine() {
+        if std::env::var_os("OXCCL_NET_CHANNELS").is_some() {
+            return;
+        }
+        let g = FifoGeometry::default();
+        assert_eq!(net_channels(&g, false, false), NET_CHANNELS);
+        assert_eq!(net_channels(&g, false, true), CROWDED_NET_CHANNELS);
+        assert_eq!(net_channels(&g, true, true), SHM_CHANNELS);
+        assert_eq!(net_channels(&g, true, false), SHM_CHANNELS);
+    }
+
     /// Without GPUDirect RDMA the FIFOs follow each other whole, as before; with it, the GPU
     /// sides keep only counters and sizes in host memory and get 64 KiB-aligned slot areas in
     /// device memory, each side independently.

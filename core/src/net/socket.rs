@@ -1255,6 +1255,19 @@ mod tests {
         }
     }
 
+    /// A crowded machine's default is no data sockets, NCCL's on a NIC it does not know;
+    /// elsewhere two (unless the variables, which the test environment leaves unset, say).
+    #[test]
+    fn a_crowded_machine_defaults_to_no_data_sockets() {
+        let set = |v| std::env::var_os(v).is_some();
+        if set("NCCL_SOCKET_NTHREADS") || set("NCCL_NSOCKS_PERTHREAD") {
+            return;
+        }
+        assert_eq!(SocketConfig::from_env_on(true).nsocks, 0);
+        assert_eq!(SocketConfig::from_env_on(false).nsocks, DEFAULT_NSOCKS);
+        assert_eq!(SocketConfig::from_env(), SocketConfig::from_env_on(false));
+    }
+
     #[test]
     fn net_socket_parts_cover_the_message() {
         for (size, lanes, min) in [(1, 4, 64), (1000, 4, 64), (1 << 20, 4, 1 << 16), (7, 0, 1)] {
