@@ -24,6 +24,7 @@ use super::proxy_cpus::ProxyCpus;
 use super::proxy_drain::Drain;
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use crate::abort::AbortFlag;
+use crate::config::CommConfig;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use std::collections::VecDeque;
@@ -358,9 +359,6 @@ const YIELD: Duration = Duration::from_millis(5);
 /// Longest sleep of an idle proxy: what an operation replayed from a graph after a long idle
 /// period may wait before the proxy looks again.
 const PARK: Duration = Duration::from_micros(500);
-/// Longest time a stopping proxy keeps sending what its kernels published ([`Drain`]) when the
-/// caller names no bound: init's default wait for a peer.
-const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 /// The connections a proxy starts with: Simple FIFOs and LL links.
 pub struct ProxyLinks {
@@ -440,7 +438,10 @@ impl Proxy {
             conns,
             ll: Vec::new(),
         };
-        Proxy::start_with(net, rank, links, cpus, DRAIN_LIMIT, abort, gpu)
+        // A stopping proxy sends what its kernels published ([`Drain`]) for as long as init
+        // waits for a peer by default.
+        let drain_limit = CommConfig::default().init_timeout;
+        Proxy::start_with(net, rank, links, cpus, drain_limit, abort, gpu)
     }
 
     /// As [`Proxy::start`], registering and flushing FIFOs with GPU slots as `gpu` says.
@@ -629,7 +630,7 @@ impl Drop for Proxy {
             t.thread().unpark();
             let _ = t.join();
         }
-        // Connections handed over after their thread had ended (an abort).
+        // Connections handed over after their thread's last pass.
         close_inbox(&*self.net, &self.main);
         if let Some(inbox) = lock(&self.ll_sends).take() {
             close_inbox(&*self.net, &inbox);
@@ -735,7 +736,7 @@ fn run(net: &dyn Net, how: RunAs, inbox: &Inbox, abort: &AbortFlag, stop: &Atomi
             std::thread::park_timeout(PARK);
         }
     }
-    inbox.take_into(&mut conns, &mut ll);
+    // What reached the inbox after the last pass is closed by `Proxy::drop` (`close_inbox`).
     for c in conns {
         c.close(net);
     }
