@@ -44,8 +44,9 @@ pub struct Executor {
 /// Implementations only forward to their runtime; they decide nothing about connections,
 /// buffers or ordering. All memory calls act on the device bound by [`DeviceApi::bind`].
 pub trait DeviceApi: Clone + Send + Sync + 'static {
-    /// What [`DeviceApi::bind`] returns: keeps a device current until dropped.
-    type Bound;
+    /// What [`DeviceApi::bind`] returns: keeps a device current until dropped (on the thread
+    /// that bound it; a proxy thread holds one for its whole life).
+    type Bound: 'static;
     /// What [`DeviceApi::relaxed_capture`] returns: restores the capture mode when dropped.
     type Relaxed;
     /// Largest (and, without [`DeviceApi::SIZED_LAUNCHES`], every) executor block size.

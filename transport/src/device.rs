@@ -463,7 +463,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 net_peers.into_iter().partition(|(p, _)| later.contains(p));
             let fifos = NetFifos::alloc(&api, &geometry, now, gdr)?;
             fifos.patch_table(&mut table, &geometry, nranks);
-            let proxy = fifos.connect(bs, ctx.abort, net, ctx.timeout)?;
+            let proxy = fifos.connect(bs, ctx.abort, net, device, ctx.timeout)?;
             let later = later_peers.first().map(|&(_, channels)| {
                 tracing::info!(target: "oxccl::init",
                     "rank {rank}: {} NET peers reached by direct plans only connect on first use \

@@ -19,10 +19,13 @@ use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{self, PeerFifos};
-use oxccl_core::net::gdr::{self, DmaBufExport, GdrEnv, GpuCaps, GpuRegistration, NetGdr};
+use oxccl_core::net::gdr::{
+    self, DmaBufExport, GdrEnv, GpuBinding, GpuCaps, GpuRegistration, NetGdr,
+};
 use oxccl_core::net::ll::LlFifo;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
+use std::any::Any;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -320,18 +323,23 @@ impl<A: DeviceApi> NetFifos<A> {
 
     /// Connects every peer over `net` and starts the proxy ([`connect::connect`]), registering
     /// GPU slots through a dma-buf or as `PTR_CUDA` and flushing receives as decided.
+    /// Its proxy threads make `device` current as they start.
     pub(crate) fn connect(
         &self,
         bootstrap: &Bootstrap,
         abort: &AbortFlag,
         net: Arc<dyn Net>,
+        device: i32,
         timeout: Duration,
     ) -> Result<Proxy> {
         let export =
             |p: *mut u8, n: usize| -> Option<OwnedFd> { self.api.dma_buf_fd(p as DevicePtr, n) };
+        let api = self.api.clone();
+        let bind: GpuBinding = Arc::new(move || Ok(Box::new(api.bind(device)?) as Box<dyn Any>));
         let gpu = GpuRegistration {
             flush: self.at.gdr.flush,
             dma_buf: self.at.gdr.dma_buf.then_some(&export as DmaBufExport<'_>),
+            bind: Some(&bind),
         };
         connect::connect(bootstrap, abort, net, self.peer_fifos(), timeout, gpu)
     }

@@ -243,6 +243,8 @@ impl<A: DeviceApi> RuntimeConnect<A> {
                 let gpu = GpuRegistration {
                     flush: gdr.flush,
                     dma_buf: gdr.dma_buf.then_some(&export as DmaBufExport<'_>),
+                    // The proxy's threads bound the GPU as they started.
+                    bind: None,
                 };
                 let r = connect::connect_later(
                     &bootstrap, &abort, &stop, &proxy, peer_fifos, timeout, gpu,

@@ -92,13 +92,23 @@ fn flush_needed(force_flush: bool, cc: Option<(u32, u32)>, env: GdrEnv) -> bool 
 /// cannot (the registration then falls back to `regMr`).
 pub type DmaBufExport<'a> = &'a dyn Fn(*mut u8, usize) -> Option<OwnedFd>;
 
-/// What the proxy needs for FIFOs whose slots are in GPU memory.
+/// Makes the communicator's GPU current on the calling thread until what it returns is dropped.
+pub type GpuBinding = std::sync::Arc<
+    dyn Fn() -> crate::error::Result<Box<dyn std::any::Any>> + Send + Sync,
+>;
+
+/// What the proxy needs of the GPU: for FIFOs whose slots are in GPU memory, and for its
+/// threads.
 #[derive(Clone, Copy, Default)]
 pub struct GpuRegistration<'a> {
     /// Flush every GDR receive with bytes before advancing `tail`.
     pub flush: bool,
     /// Registers GPU slots through a dma-buf from this export (`None`: `regMr` as `PTR_CUDA`).
     pub dma_buf: Option<DmaBufExport<'a>>,
+    /// Run by each proxy thread as it starts: the network's calls then find the GPU current,
+    /// as they do under NCCL, whose proxy threads set the communicator's device (plugins that
+    /// touch GPU memory may call the CUDA runtime from `isend`, `test` or `iflush`).
+    pub bind: Option<&'a GpuBinding>,
 }
 
 impl std::fmt::Debug for GpuRegistration<'_> {
@@ -106,6 +116,7 @@ impl std::fmt::Debug for GpuRegistration<'_> {
         f.debug_struct("GpuRegistration")
             .field("flush", &self.flush)
             .field("dma_buf", &self.dma_buf.is_some())
+            .field("bind", &self.bind.is_some())
             .finish()
     }
 }

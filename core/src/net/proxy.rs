@@ -18,7 +18,7 @@
 //! A network error records `ncclRemoteError` naming the peer and aborts the communicator, which
 //! ends every kernel wait; abort stops the proxy.
 
-use super::gdr::GpuRegistration;
+use super::gdr::{GpuBinding, GpuRegistration};
 use super::ll::{LlConn, LlLink};
 use super::proxy_cpus::ProxyCpus;
 use super::proxy_drain::Drain;
@@ -376,6 +376,8 @@ pub struct Proxy {
     cpus: ProxyCpus,
     /// How long a stopping thread keeps sending what its kernels published.
     drain_limit: Duration,
+    /// Makes the GPU current on each thread as it starts.
+    bind: Option<GpuBinding>,
     abort: AbortFlag,
     stop: Arc<AtomicBool>,
     /// The inbox of the thread driving every connection but the LL sends that have their own.
@@ -463,6 +465,7 @@ impl Proxy {
             rank,
             cpus,
             drain_limit,
+            bind: gpu.bind.cloned(),
             abort,
             stop: Arc::new(AtomicBool::new(false)),
             main: Arc::new(Inbox::default()),
@@ -537,9 +540,20 @@ impl Proxy {
             idle_yields: self.cpus.yield_when_idle,
             drain_limit: self.drain_limit,
         };
-        let spawned = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run(&*net, how, &mine, &abort, &stop));
+        let bind = self.bind.clone();
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            let _bound = bind.as_ref().and_then(|b| match b() {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    // The built-in sockets and host-memory plugins never need it; a plugin that
+                    // does fails its own calls, which the proxy reports.
+                    tracing::warn!(target: "oxccl::net",
+                        "rank {}: the proxy thread could not make the GPU current: {e}", how.rank);
+                    None
+                }
+            });
+            run(&*net, how, &mine, &abort, &stop)
+        });
         match spawned {
             Ok(t) => {
                 lock(&self.threads).push(t);
@@ -1047,6 +1061,59 @@ mod tests {
             [host, host],
             true,
         );
+    }
+
+    /// Every proxy thread runs the GPU binding as it starts and holds what it returns until it
+    /// ends (NCCL's proxy threads make the communicator's device current); a binding that fails
+    /// leaves the proxy running.
+    #[test]
+    fn proxy_threads_hold_the_gpu_binding_for_their_life() {
+        struct Bound(Arc<AtomicUsize>);
+        impl Drop for Bound {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        use std::sync::atomic::AtomicUsize;
+        let (threads, released) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicUsize::new(0)));
+        let (t, r) = (threads.clone(), released.clone());
+        let bind: GpuBinding = Arc::new(move || {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            lock(&t).push(name);
+            Ok(Box::new(Bound(r.clone())) as Box<dyn std::any::Any>)
+        });
+        let gpu = GpuRegistration {
+            bind: Some(&bind),
+            ..GpuRegistration::default()
+        };
+        let net = socket_net(0, SocketConfig::default());
+        let proxy = Proxy::start_one_thread(net, 0, Vec::new(), AbortFlag::new(), gpu).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock(&threads).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*lock(&threads), ["oxccl-proxy-r0"]);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(released.load(Ordering::SeqCst), 0, "released before the thread ended");
+        drop(proxy);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+
+        let failing: GpuBinding = Arc::new(|| Err(Error::Internal("no GPU here".into())));
+        let gpu = GpuRegistration {
+            bind: Some(&failing),
+            ..GpuRegistration::default()
+        };
+        let (n0, n1, s, r) = pair(SocketConfig::default());
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let side = super::testkit::Placement {
+            mem: SlotMemory::Host,
+            gpu,
+        };
+        let messages = (0..4).map(|i| message(i, 4096)).collect();
+        super::testkit::transfer_with(n0, n1, s, r, layout, messages, [side, side]);
     }
 
     /// A communicator destroyed right after its last kernel: the proxy still sends the slots

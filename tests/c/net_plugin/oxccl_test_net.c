@@ -544,9 +544,17 @@ static struct req *post(struct comm *c, int is_send, void *data, size_t size) {
 }
 
 /* cuda mode: moves a request on GPU memory to a host bounce buffer (a send copies its bytes
- * there now). */
+ * there now). NCCL calls isend and irecv from proxy threads on which it made the communicator's
+ * GPU current, and plugins rely on it (a cudaMemcpy on the current device): this one refuses a
+ * request on GPU memory from a thread without the registration's context current. */
 static res_t stage(struct req *r, struct mr *m) {
   if (m->type != PTR_CUDA || gdr_mode != GDR_CUDA) return NET_OK;
+  cu_context cur = NULL;
+  if (cu.ctx_get_current(&cur) || cur != m->ctx) {
+    LOG(L_WARN, "OxTest: %s on GPU memory from a thread whose current CUDA context is %p, not "
+        "the registration's %p", r->is_send ? "isend" : "irecv", (void *)cur, (void *)m->ctx);
+    return NET_SYSTEM;
+  }
   char *bounce = malloc(r->size ? r->size : 1);
   if (!bounce) return NET_SYSTEM;
   r->gpu = m;

@@ -640,6 +640,7 @@ const HOST_SIDE: Placement<'static> = Placement {
     gpu: GpuRegistration {
         flush: false,
         dma_buf: None,
+        bind: None,
     },
 };
 
@@ -666,7 +667,7 @@ fn plugin_gdr_registers_gpu_slots_as_cuda_and_flushes_when_asked() {
         let (s, r, _) = pair(&n0, &n1);
         let reg = GpuRegistration {
             flush,
-            dma_buf: None,
+            ..GpuRegistration::default()
         };
         let ((), log) = capture(|| {
             transfer_with(
@@ -728,6 +729,7 @@ fn plugin_gdr_registers_through_a_dma_buf_and_forced_flushes() {
     let reg = GpuRegistration {
         flush: d.flush,
         dma_buf: Some(&export),
+        bind: None,
     };
     let layout = FifoLayout {
         nslots: 4,
@@ -760,6 +762,7 @@ fn plugin_gdr_registers_through_a_dma_buf_and_forced_flushes() {
     let reg = GpuRegistration {
         flush: false,
         dma_buf: Some(&no_export),
+        bind: None,
     };
     transfer_with(
         n0,
