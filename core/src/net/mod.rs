@@ -15,6 +15,7 @@ pub mod gdr;
 mod latency_probe;
 pub mod ll;
 mod ll_trace;
+pub mod nic_affinity;
 pub mod open_files;
 pub mod plugin;
 pub mod proxy;
