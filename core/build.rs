@@ -26,7 +26,7 @@ fn test_plugins() {
         out.display()
     );
     let compiler = cc::Build::new().get_compiler();
-    let variants: [(&str, &[&str]); 13] = [
+    let variants: [(&str, &[&str]); 14] = [
         ("libnccl-net-oxtest.so", &[]),
         ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
         ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
@@ -38,6 +38,17 @@ fn test_plugins() {
         ("libnccl-net-oxtest12-11.so", &["-DOXTEST_V12_AND_V11"]),
         ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
         ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
+        // Four devices at made-up PCI places (far, none, two beside the GPU of
+        // `connect::tests`): choosing the devices nearest a GPU.
+        (
+            "libnccl-net-oxtest-devs.so",
+            &[concat!(
+                "-DOXTEST_PCI_PATHS_DEFAULT=\"",
+                "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0;-;",
+                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.1;",
+                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.2\""
+            )],
+        ),
         // GPU memory (GPUDirect RDMA) in host memory standing in for it: the CPU tests.
         ("libnccl-net-oxtest-gdr.so", &["-DOXTEST_GDR_DEFAULT=fake"]),
         (

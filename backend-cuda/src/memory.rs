@@ -155,6 +155,23 @@ impl Memory {
         Ok(n)
     }
 
+    /// The PCI bus id of `device` (`DDDD:BB:DD.F`).
+    pub fn pci_bus_id(&self, device: i32) -> Result<String> {
+        let d = self.check_device(device)?;
+        let mut buf = [0 as std::ffi::c_char; 32];
+        // SAFETY: a valid device; the driver writes a NUL-terminated id of at most `len` bytes.
+        unsafe {
+            call!(cuDeviceGetPCIBusId(
+                buf.as_mut_ptr(),
+                buf.len() as i32,
+                self.devices[d]
+            ))
+        }?;
+        // SAFETY: NUL-terminated within `buf` (the driver's contract, and the buffer is zeroed).
+        let id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Ok(id.to_string_lossy().into_owned())
+    }
+
     /// Makes `device`'s primary context current until the guard drops.
     pub fn bind(&self, device: i32) -> Result<CtxGuard> {
         let d = self.check_device(device)?;

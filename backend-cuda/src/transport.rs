@@ -98,6 +98,10 @@ impl DeviceApi for CudaApi {
         self.mem.multiprocessors(device)
     }
 
+    fn pci_bus_id(&self, device: i32) -> Option<String> {
+        self.mem.pci_bus_id(device).ok()
+    }
+
     fn gpu_direct_rdma(&self, device: i32) -> bool {
         let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED;
         self.mem.attribute(device, attr).is_ok_and(|v| v != 0)

@@ -350,6 +350,7 @@ impl Hip {
             hipDeviceCanAccessPeer,
             hipDeviceEnablePeerAccess,
             hipDeviceGetAttribute,
+            hipDeviceGetPCIBusId,
             hipMemCreate,
             hipMemRelease,
             hipMemAddressReserve,

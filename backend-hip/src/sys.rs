@@ -483,6 +483,14 @@ pub struct HipApi {
         unsafe extern "C" fn(runtimeVersion: *mut ::std::os::raw::c_int) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipDeviceGetPCIBusId: Result<
+        unsafe extern "C" fn(
+            pciBusId: *mut ::std::os::raw::c_char,
+            len: ::std::os::raw::c_int,
+            device: ::std::os::raw::c_int,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipSetDevice: Result<
         unsafe extern "C" fn(deviceId: ::std::os::raw::c_int) -> hipError_t,
         ::libloading::Error,
@@ -822,6 +830,7 @@ impl HipApi {
         let hipInit = __library.get(b"hipInit\0").map(|sym| *sym);
         let hipDriverGetVersion = __library.get(b"hipDriverGetVersion\0").map(|sym| *sym);
         let hipRuntimeGetVersion = __library.get(b"hipRuntimeGetVersion\0").map(|sym| *sym);
+        let hipDeviceGetPCIBusId = __library.get(b"hipDeviceGetPCIBusId\0").map(|sym| *sym);
         let hipSetDevice = __library.get(b"hipSetDevice\0").map(|sym| *sym);
         let hipGetDevice = __library.get(b"hipGetDevice\0").map(|sym| *sym);
         let hipGetDeviceCount = __library.get(b"hipGetDeviceCount\0").map(|sym| *sym);
@@ -892,6 +901,7 @@ impl HipApi {
             hipInit,
             hipDriverGetVersion,
             hipRuntimeGetVersion,
+            hipDeviceGetPCIBusId,
             hipSetDevice,
             hipGetDevice,
             hipGetDeviceCount,
@@ -972,6 +982,17 @@ impl HipApi {
             .hipRuntimeGetVersion
             .as_ref()
             .expect("Expected function, got error."))(runtimeVersion)
+    }
+    pub unsafe fn hipDeviceGetPCIBusId(
+        &self,
+        pciBusId: *mut ::std::os::raw::c_char,
+        len: ::std::os::raw::c_int,
+        device: ::std::os::raw::c_int,
+    ) -> hipError_t {
+        (self
+            .hipDeviceGetPCIBusId
+            .as_ref()
+            .expect("Expected function, got error."))(pciBusId, len, device)
     }
     pub unsafe fn hipSetDevice(&self, deviceId: ::std::os::raw::c_int) -> hipError_t {
         (self

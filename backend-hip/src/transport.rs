@@ -94,6 +94,25 @@ impl DeviceApi for HipApi {
         false
     }
 
+    fn pci_bus_id(&self, device: i32) -> Option<String> {
+        if !self.0.hip.has("hipDeviceGetPCIBusId") {
+            return None;
+        }
+        let mut buf = [0 as std::ffi::c_char; 32];
+        // SAFETY: `buf` is writable for `len` bytes; HIP validates the ordinal and writes a
+        // NUL-terminated id that fits.
+        unsafe {
+            hip_call!(
+                self.0.hip,
+                hipDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, device)
+            )
+        }
+        .ok()?;
+        // SAFETY: NUL-terminated within `buf` (HIP's contract, and the buffer is zeroed).
+        let id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Some(id.to_string_lossy().into_owned())
+    }
+
     fn multiprocessors(&self, device: i32) -> Result<u32> {
         if !self.0.hip.has("hipDeviceGetAttribute") {
             // Unknown: ranks sharing this device get no block cap (see the records' `sms`).

@@ -36,6 +36,8 @@
 #                                  (OXCCL_GDR_PLUGIN=path of libnccl-net-oxtest-gdr-cuda.so; skipped
 #                                  when unset): slots registered as CUDA memory, receives flushed
 #                                  (NCCL_NET_FORCE_FLUSH=1), slots registered through a dma-buf
+#   n2-procs-nic-nearest           the same plugin in host memory with three devices: every
+#                                  channel on the one nearest the GPU's PCI place
 #   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
 #                                  process and across processes, each protocol forced
 #                                  (sh*-procs-LL/Simple); SHM inside two "hosts" and NET
@@ -149,6 +151,31 @@ net_configs() {
   run n8-procs-p2p-alltoall OXCCL_TEST_HOSTS=8 -- --mode procs --ranks 8 --counts 0,1,7,4099 --types f32,i8 --big-count 0 --p2p-alltoall
   run n4-procs-dead-peer OXCCL_TEST_HOSTS=4 -- --mode procs --ranks 4 --dead-peer 1048579
   gdr_configs
+  nic_configs
+}
+
+# Channels on the network devices nearest the GPU: the test plugin (OXCCL_GDR_PLUGIN, in host
+# memory here) reports three loopback devices: one on another root bus, one at a PCI place
+# below the GPU's own (nearer than anything else, whatever this machine's PCI tree), one without
+# a PCI path. Every channel must go through the middle one: "via NET/OxTest/1", never 0 or 2.
+nic_configs() {
+  local name=n2-procs-nic-nearest
+  selected "$name" || return 0
+  if [ -z "${OXCCL_GDR_PLUGIN:-}" ]; then
+    echo "$name: skipped: OXCCL_GDR_PLUGIN is not set"
+    return 0
+  fi
+  local id gpu
+  id=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | head -1 | tr 'A-F' 'a-f')
+  gpu=$(readlink -f "/sys/bus/pci/devices/${id#0000}")
+  local paths="/sys/devices/pci0000:ff/0000:ff:01.0/0000:fe:00.0;$gpu/0000:fd:00.0;-"
+  run_want "$name" 'via NET/OxTest/1' NCCL_NET_PLUGIN="$OXCCL_GDR_PLUGIN" NCCL_NET=OxTest \
+    OXTEST_NET_GDR=0 OXTEST_NET_PCI_PATHS="$paths" OXCCL_TEST_HOSTS=2 NCCL_DEBUG=INFO \
+    NCCL_DEBUG_SUBSYS=INIT,NET -- --mode procs --ranks 2 $SMALL --big-count 0
+  if grep -q 'via NET/OxTest/[02]' "$LOG/$name.log"; then
+    echo "$name: a channel on a device farther from the GPU (NET/OxTest/0 or /2)"
+    TOTAL_FAIL=$((TOTAL_FAIL+1))
+  fi
 }
 # oxccl-bench as a check (BIN/oxccl-bench on BIN/libnccl.so.2): every size it times is checked
 # element by element, and its RESULT line counts a pass per size without a wrong element. Its

@@ -17,7 +17,7 @@ use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
-use oxccl_core::net::connect::{choose_net, net_device};
+use oxccl_core::net::connect::{NetDevices, choose_net};
 use oxccl_core::net::proxy_cpus;
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
@@ -189,9 +189,12 @@ fn p2p_disabled() -> bool {
             .is_ok_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
 }
 
-/// The link of the device every NET connection over `net` uses, as the tuner weighs it.
-fn device_link(net: &dyn Net) -> Result<NetLink> {
-    Ok(NetLink::from_properties(&net.properties(net_device(net)?)?))
+/// The link of the devices this rank's NET connections over `net` use, as the tuner weighs
+/// it: the first one's (they are equally near and equally fast, [`NetDevices::choose`]).
+fn device_link(net: &dyn Net, devices: &NetDevices) -> Result<NetLink> {
+    Ok(NetLink::from_properties(
+        &net.properties(devices.for_channel(0))?,
+    ))
 }
 
 /// The slowest link among the ranks' records of the all-gather in `connect` (a flag byte, bit 0:
@@ -412,9 +415,15 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let net = if net_peers.is_empty() {
             None
         } else {
-            Some(choose_net(bs)?)
+            let net = choose_net(bs)?;
+            let gpu_pci = crate::net::gpu_pci_path(&api, device);
+            let devices = NetDevices::choose(net.as_ref(), gpu_pci.as_deref(), bs)?;
+            Some((net, devices))
         };
-        let link = net.as_deref().map(device_link).transpose()?;
+        let link = net
+            .as_ref()
+            .map(|(n, d)| device_link(n.as_ref(), d))
+            .transpose()?;
         let mut mine = vec![
             u8::from(link.is_some())
                 | u8::from(!shm_peers.is_empty()) << 1
@@ -451,8 +460,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
             }
             t.shm = Some(shm);
         }
-        if let Some(net) = net {
-            let gdr = crate::net::net_gdr(&api, device, net.as_ref())?;
+        if let Some((net, devices)) = net {
+            let gdr = crate::net::net_gdr(&api, device, net.as_ref(), &devices)?;
             let later = match ctx.hosts {
                 Some(h) if runtime_connect => direct_only_peers(h, rank, &net_peers),
                 _ => BTreeSet::new(),
@@ -461,7 +470,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             t.direct_channels = direct;
             let (later_peers, now): (Vec<_>, Vec<_>) =
                 net_peers.into_iter().partition(|(p, _)| later.contains(p));
-            let fifos = NetFifos::alloc(&api, &geometry, now, gdr)?;
+            let fifos = NetFifos::alloc(&api, &geometry, now, gdr, devices.clone())?;
             fifos.patch_table(&mut table, &geometry, nranks);
             let proxy = fifos.connect(bs, ctx.abort, net, device, ctx.timeout)?;
             let later = later_peers.first().map(|&(_, channels)| {
@@ -473,6 +482,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
                     geometry,
                     nranks,
                     gdr,
+                    devices,
                     timeout: ctx.timeout,
                 };
                 RuntimeConnect::new(api.clone(), device, links, later, table.clone())
@@ -1049,6 +1059,9 @@ mod tests {
         }
         fn multiprocessors(&self, _: i32) -> Result<u32> {
             Ok(0)
+        }
+        fn pci_bus_id(&self, _: i32) -> Option<String> {
+            None
         }
         fn can_access_peer(&self, _: i32, _: i32) -> bool {
             true

@@ -18,11 +18,12 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
 use oxccl_core::net::Net;
-use oxccl_core::net::connect::{self, PeerFifos};
+use oxccl_core::net::connect::{self, NetDevices, PeerFifos};
 use oxccl_core::net::gdr::{
     self, DmaBufExport, GdrEnv, GpuBinding, GpuCaps, GpuRegistration, NetGdr,
 };
 use oxccl_core::net::ll::LlFifo;
+use oxccl_core::net::nic_affinity;
 use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
 use std::any::Any;
@@ -73,18 +74,38 @@ pub(crate) fn fifo_layout(geometry: &FifoGeometry) -> FifoLayout {
     }
 }
 
-/// Decides GPUDirect RDMA for the NET FIFOs of a communicator on `device` over `net` (the
-/// device every connection uses), from the network's properties, the GPU and NCCL's variables
-/// ([`gdr::decide`]); logs the outcome.
-pub(crate) fn net_gdr<A: DeviceApi>(api: &A, device: i32, net: &dyn Net) -> Result<NetGdr> {
-    let dev = connect::net_device(net)?;
-    let props = net.properties(dev)?;
+/// The `/sys/devices/...` path of GPU `device`, when the runtime gives its PCI bus id and
+/// `/sys` has it.
+pub(crate) fn gpu_pci_path<A: DeviceApi>(api: &A, device: i32) -> Option<String> {
+    let id = api.pci_bus_id(device)?;
+    let path = nic_affinity::sysfs_path_of_bus_id(&id)?;
+    Some(path.to_string_lossy().into_owned())
+}
+
+/// Decides GPUDirect RDMA for the NET FIFOs of a communicator on `device` over `net`, whose
+/// connections use `devices`, from the network's properties, the GPU and NCCL's variables
+/// ([`gdr::decide`]), the same for every device (the first one's, as they are alike); logs the
+/// outcome.
+pub(crate) fn net_gdr<A: DeviceApi>(
+    api: &A,
+    device: i32,
+    net: &dyn Net,
+    devices: &NetDevices,
+) -> Result<NetGdr> {
+    // Sides use GPU slots only where every device of theirs takes GPU memory.
+    let mut props = net.properties(devices.for_channel(0))?;
+    let mut force_flush = false;
+    for &d in devices.all() {
+        props.ptr_support &= net.properties(d)?.ptr_support;
+        force_flush |= net.force_flush(d)?;
+    }
+    let dev = devices.for_channel(0);
     let gpu = GpuCaps {
         rdma: api.gpu_direct_rdma(device),
         dma_buf: api.dma_buf_supported(device),
         compute_capability: api.compute_capability(device),
     };
-    let gdr = gdr::decide(&props, net.force_flush(dev)?, gpu, GdrEnv::from_env());
+    let gdr = gdr::decide(&props, force_flush, gpu, GdrEnv::from_env());
     if gdr.recv || gdr.send {
         tracing::info!(target: "oxccl::init",
             "NET/{}: GPU Direct RDMA on for GPU {device} with device {dev} ({}): sends {}, \
@@ -166,16 +187,20 @@ pub(crate) struct NetFifos<A: DeviceApi> {
     peers: Vec<(u32, u32)>,
     /// Pair index of each peer's first channel.
     first: Vec<u64>,
+    /// The network devices the connections use.
+    devices: NetDevices,
 }
 
 impl<A: DeviceApi> NetFifos<A> {
     /// Allocates and zeroes a send and a receive FIFO per channel for each of `peers` (peer,
     /// channels), with the slots of each side in device memory where `gdr` says.
+    /// Their connections will use `devices`.
     pub(crate) fn alloc(
         api: &A,
         geometry: &FifoGeometry,
         peers: Vec<(u32, u32)>,
         gdr: NetGdr,
+        devices: NetDevices,
     ) -> Result<NetFifos<A>> {
         let at = Placement {
             layout: fifo_layout(geometry),
@@ -219,6 +244,7 @@ impl<A: DeviceApi> NetFifos<A> {
             ll,
             peers,
             first,
+            devices,
         };
         if dev_bytes > 0 {
             // Kernels write every slot before a receiver reads it: no zeroing needed.
@@ -277,6 +303,7 @@ impl<A: DeviceApi> NetFifos<A> {
             .enumerate()
             .map(|(i, &(peer, channels))| PeerFifos {
                 peer,
+                devices: self.devices.clone(),
                 channels: (0..channels)
                     .map(|c| (self.fifo(i, c, false), self.fifo(i, c, true)))
                     .collect(),

@@ -18,7 +18,7 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::lock::lock;
-use oxccl_core::net::connect;
+use oxccl_core::net::connect::{self, NetDevices};
 use oxccl_core::net::gdr::{DmaBufExport, GpuRegistration, NetGdr};
 use oxccl_core::net::proxy::Proxy;
 use oxccl_core::plan::WorkDesc;
@@ -123,6 +123,8 @@ pub(crate) struct LaterLinks {
     pub nranks: u32,
     /// Where the slots of their FIFOs go.
     pub gdr: NetGdr,
+    /// The network devices their channels use.
+    pub devices: NetDevices,
     /// Deadline of connecting once both sides' handles are known.
     pub timeout: Duration,
 }
@@ -173,7 +175,13 @@ impl<A: DeviceApi> RuntimeConnect<A> {
         let _relaxed = self.api.relaxed_capture()?;
         let _g = self.api.bind(self.device)?;
         let peers = new.iter().map(|&p| (p, self.links.channels)).collect();
-        let fifos = NetFifos::alloc(&self.api, &self.links.geometry, peers, self.links.gdr)?;
+        let fifos = NetFifos::alloc(
+            &self.api,
+            &self.links.geometry,
+            peers,
+            self.links.gdr,
+            self.links.devices.clone(),
+        )?;
         let mut table = st.table.clone();
         fifos.patch_table(&mut table, &self.links.geometry, self.links.nranks);
         let ranges: Vec<Range<usize>> = new

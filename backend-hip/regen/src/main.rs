@@ -14,6 +14,7 @@ const FUNCTIONS: &[&str] = &[
     "hipDeviceCanAccessPeer",
     "hipDeviceEnablePeerAccess",
     "hipDeviceGetAttribute",
+    "hipDeviceGetPCIBusId",
     "hipMemCreate",
     "hipMemRelease",
     "hipMemAddressReserve",

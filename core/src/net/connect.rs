@@ -4,6 +4,7 @@
 
 use super::gdr::GpuRegistration;
 use super::ll::{LlFifo, LlLink, LlSide};
+use super::nic_affinity;
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, ProxyLinks, Side, SlotMemory};
 use super::proxy_cpus::{self, ProxyCpus};
@@ -75,7 +76,6 @@ fn connect_all(
     until: Until<'_>,
     net: &dyn Net,
     fifos: &[PeerFifos],
-    dev: usize,
     mut handles: Vec<Vec<Handle>>,
     listens: Vec<Vec<Listen>>,
 ) -> Result<Connected> {
@@ -98,7 +98,7 @@ fn connect_all(
         for (p, pf) in fifos.iter().enumerate() {
             for c in 0..pf.links() {
                 if sends[p][c].is_none() {
-                    sends[p][c] = net.connect(dev, &mut handles[p][c])?;
+                    sends[p][c] = net.connect(pf.device_of_link(c), &mut handles[p][c])?;
                     if sends[p][c].is_none() {
                         connecting.push(pf.peer);
                     }
@@ -138,10 +138,81 @@ fn all_done<T>(v: Vec<Vec<Option<T>>>) -> Vec<Vec<T>> {
         .collect()
 }
 
+/// The network devices a rank's connections use: channel `c` (Simple and LL alike) takes
+/// `devices[c % len]`, on both the listening and the connecting side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetDevices(Vec<usize>);
+
+impl NetDevices {
+    /// Device `OXCCL_NET_DEVICE` alone when set; else the devices nearest the GPU at `gpu_pci`
+    /// (its `/sys/devices/...` path), taken in turn from the rank's place among the ranks of
+    /// its machine ([`nic_affinity::local_devices`]).
+    pub fn choose(
+        net: &dyn Net,
+        gpu_pci: Option<&str>,
+        bootstrap: &Bootstrap,
+    ) -> Result<NetDevices> {
+        if std::env::var_os("OXCCL_NET_DEVICE").is_some() {
+            return Ok(NetDevices(vec![net_device(net)?]));
+        }
+        let props = (0..net.devices()?)
+            .map(|d| net.properties(d))
+            .collect::<Result<Vec<_>>>()?;
+        let chosen = nic_affinity::local_devices(
+            gpu_pci,
+            &props,
+            index_on_machine(bootstrap),
+            &nic_affinity::sysfs_numa_node,
+        );
+        if chosen.is_empty() {
+            return Err(Error::Internal(format!(
+                "the network {} has no device",
+                net.name()
+            )));
+        }
+        if props.len() > 1 {
+            let names: Vec<&str> = chosen.iter().map(|&d| props[d].name.as_str()).collect();
+            tracing::info!(target: "oxccl::net",
+                "rank {}: NET/{} devices {chosen:?} ({}) of {}, nearest the GPU at {}",
+                bootstrap.rank(), net.name(), names.join(", "), props.len(),
+                gpu_pci.unwrap_or("an unknown PCI path"));
+        }
+        Ok(NetDevices(chosen))
+    }
+
+    /// The given devices, in the order channels take them (not empty).
+    pub fn of(devices: Vec<usize>) -> NetDevices {
+        assert!(!devices.is_empty(), "at least one network device");
+        NetDevices(devices)
+    }
+
+    /// The device channel `c` uses.
+    pub fn for_channel(&self, c: usize) -> usize {
+        self.0[c % self.0.len()]
+    }
+
+    /// Every device, in the order channels take them.
+    pub fn all(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+/// This rank's place among the ranks of its machine (same machine hash, lower ranks first).
+fn index_on_machine(bootstrap: &Bootstrap) -> usize {
+    let peers = bootstrap.peers();
+    let mine = peers[bootstrap.rank() as usize].machine_hash;
+    peers[..bootstrap.rank() as usize]
+        .iter()
+        .filter(|p| p.machine_hash == mine)
+        .count()
+}
+
 /// The FIFOs of one NET peer: the send and the receive FIFO of each channel, Simple and LL.
 pub struct PeerFifos {
     /// The peer rank.
     pub peer: u32,
+    /// The network devices its channels use.
+    pub devices: NetDevices,
     /// Per channel: (FIFO this rank's kernels fill for the peer, FIFO the peer's messages land in).
     pub channels: Vec<(HostFifo, HostFifo)>,
     /// Per channel, the same for LL (empty: no LL connections). Each is a connection of its own:
@@ -153,6 +224,16 @@ impl PeerFifos {
     /// Connections each way: one per channel, and one per LL channel.
     fn links(&self) -> usize {
         self.channels.len() + self.ll.len()
+    }
+
+    /// The device of link `l` (Simple links first, then LL links, each by channel).
+    fn device_of_link(&self, l: usize) -> usize {
+        let c = if l < self.channels.len() {
+            l
+        } else {
+            l - self.channels.len()
+        };
+        self.devices.for_channel(c)
     }
 }
 
@@ -252,8 +333,6 @@ fn connect_links(
     wait: HandleWait<'_>,
 ) -> Result<(Vec<ProxyConn>, Vec<LlLink>)> {
     let rank = bootstrap.rank();
-    let dev = net_device(net.as_ref())?;
-    let props = net.properties(dev)?;
     super::open_files::raise_to_hard_limit();
     // Listen for every receive first and tell each peer where, so that nobody waits for a
     // handle while holding one back.
@@ -264,6 +343,7 @@ fn connect_links(
         for l in 0..pf.links() {
             let mut h: Handle = [0; HANDLE_BYTES];
             // Simple links first, then LL links, whose messages are small.
+            let dev = pf.device_of_link(l);
             mine.push(if l < pf.channels.len() {
                 net.listen(dev, &mut h)?
             } else {
@@ -305,7 +385,7 @@ fn connect_links(
         stop,
         deadline: Deadline::after(timeout),
     };
-    let (mut sends, mut recvs) = connect_all(until, net.as_ref(), &fifos, dev, handles, listens)?;
+    let (mut sends, mut recvs) = connect_all(until, net.as_ref(), &fifos, handles, listens)?;
     // Link c of a peer is c both ways (the handles went in the same order). Only Simple links
     // share a socket: LL sends may have a proxy thread of their own, and on a shared socket the
     // kernel's socket lock makes the receiving thread's read wait for the sending thread's
@@ -343,6 +423,8 @@ fn connect_links(
             .zip(&pf.channels)
             .enumerate()
         {
+            let dev = pf.devices.for_channel(c);
+            let props = net.properties(dev)?;
             tracing::info!(target: "oxccl::init",
                 "Channel {c:02} : {rank} -> {peer} via {via} ({iface})",
                 peer = pf.peer, via = via(net.name(), dev, &send_fifo), iface = props.name);
@@ -407,6 +489,7 @@ mod tests {
             // Two channels and an LL channel: six connections each way.
             let fifos = vec![PeerFifos {
                 peer: 1 - b.rank(),
+                devices: NetDevices::of(vec![0]),
                 channels: vec![
                     (fifo(&mems[0]), fifo(&mems[1])),
                     (fifo(&mems[2]), fifo(&mems[3])),
@@ -429,6 +512,83 @@ mod tests {
         });
         for (r, res) in results.into_iter().enumerate() {
             assert_eq!(res, Ok(()), "rank {r}");
+        }
+    }
+
+    /// Over a network of four devices (far, without a PCI path, and two beside the GPU), each
+    /// rank's channels take the two beside its GPU in turn, the second rank of the machine
+    /// starting on the other one; listens and connects happen on those devices only.
+    #[test]
+    fn channels_take_the_devices_nearest_the_gpu() {
+        let path = format!(
+            "{}/libnccl-net-oxtest-devs.so",
+            env!("OXCCL_TEST_NET_PLUGIN_DIR")
+        );
+        let lib = PluginLib::load(&path).expect("test plugin");
+        let gpu = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0";
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let results = run_ranks(2, move |b| {
+            let net: Arc<dyn Net> =
+                Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
+            let devices =
+                NetDevices::choose(net.as_ref(), Some(gpu), &b).map_err(|e| e.to_string())?;
+            let mems: Vec<Mem> = (0..8).map(|_| Mem::new(layout.bytes() as usize)).collect();
+            let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
+            let ll = |m: &Mem, send: bool| LlFifo {
+                head: m.ptr,
+                records: if send {
+                    m.ptr.wrapping_add(64)
+                } else {
+                    std::ptr::null_mut()
+                },
+                slots: m.ptr.wrapping_add(4096),
+                nslots: 2,
+                slot_bytes: 1024,
+            };
+            // Two channels and two LL channels: eight connections each way.
+            let fifos = vec![PeerFifos {
+                peer: 1 - b.rank(),
+                devices: devices.clone(),
+                channels: vec![
+                    (fifo(&mems[0]), fifo(&mems[1])),
+                    (fifo(&mems[2]), fifo(&mems[3])),
+                ],
+                ll: vec![
+                    (ll(&mems[4], true), ll(&mems[5], false)),
+                    (ll(&mems[6], true), ll(&mems[7], false)),
+                ],
+            }];
+            let abort = AbortFlag::new();
+            let proxy = connect(
+                &b,
+                &abort,
+                net,
+                fifos,
+                Duration::from_secs(10),
+                GpuRegistration::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            drop(proxy);
+            drop(mems);
+            Ok::<_, String>(devices.all().to_vec())
+        });
+        let picked: Vec<_> = results.into_iter().map(|r| r.expect("rank")).collect();
+        assert_eq!(picked, [vec![2, 3], vec![3, 2]]);
+        // SAFETY: the test plugin, loaded above (no initialisers run again).
+        let lib = unsafe { libloading::Library::new(&path) }.unwrap();
+        let count = |name: &str, dev: i32| {
+            // SAFETY: the test plugin exports these as `int f(int)`.
+            let f = unsafe { lib.get::<unsafe extern "C" fn(i32) -> i32>(name.as_bytes()) };
+            // SAFETY: as above.
+            unsafe { f.unwrap()(dev) }
+        };
+        for name in ["oxtest_listen_count", "oxtest_connect_count"] {
+            let per_dev: Vec<i32> = (0..4).map(|d| count(name, d)).collect();
+            // Each rank: a Simple and an LL link per channel, one channel per device.
+            assert_eq!(per_dev, [0, 0, 4, 4], "{name}");
         }
     }
 
@@ -457,6 +617,7 @@ mod tests {
             let fifos = |peer| {
                 vec![PeerFifos {
                     peer,
+                    devices: NetDevices::of(vec![0]),
                     channels: vec![(
                         HostFifo::in_host(send.ptr, layout),
                         HostFifo::in_host(recv.ptr, layout),

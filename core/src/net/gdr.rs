@@ -93,9 +93,8 @@ fn flush_needed(force_flush: bool, cc: Option<(u32, u32)>, env: GdrEnv) -> bool 
 pub type DmaBufExport<'a> = &'a dyn Fn(*mut u8, usize) -> Option<OwnedFd>;
 
 /// Makes the communicator's GPU current on the calling thread until what it returns is dropped.
-pub type GpuBinding = std::sync::Arc<
-    dyn Fn() -> crate::error::Result<Box<dyn std::any::Any>> + Send + Sync,
->;
+pub type GpuBinding =
+    std::sync::Arc<dyn Fn() -> crate::error::Result<Box<dyn std::any::Any>> + Send + Sync>;
 
 /// What the proxy needs of the GPU: for FIFOs whose slots are in GPU memory, and for its
 /// threads.

@@ -45,7 +45,10 @@ pub struct Distance {
 fn components(path: &str) -> Option<Vec<&str>> {
     let rest = path.trim_end_matches('/');
     let at = rest.find("/pci")?;
-    let parts: Vec<&str> = rest[at + 1..].split('/').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = rest[at + 1..]
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
     (parts.len() >= 2).then_some(parts)
 }
 
@@ -175,7 +178,10 @@ mod tests {
         let gpu = format!("{SW}/0000:02:08.0/0000:03:00.0");
         let d = |nic: &str| distance(&gpu, nic, &no_numa);
         // A NIC beside it under the same downstream port.
-        assert_eq!(d(&format!("{SW}/0000:02:08.0/0000:03:00.1")).kind, PathKind::Pix);
+        assert_eq!(
+            d(&format!("{SW}/0000:02:08.0/0000:03:00.1")).kind,
+            PathKind::Pix
+        );
         // Under another downstream port of the same switch.
         let pxb = d(&format!("{SW}/0000:02:10.0/0000:04:00.0"));
         assert_eq!(pxb.kind, PathKind::Pxb);

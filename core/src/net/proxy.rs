@@ -1075,7 +1075,10 @@ mod tests {
             }
         }
         use std::sync::atomic::AtomicUsize;
-        let (threads, released) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicUsize::new(0)));
+        let (threads, released) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(AtomicUsize::new(0)),
+        );
         let (t, r) = (threads.clone(), released.clone());
         let bind: GpuBinding = Arc::new(move || {
             let name = std::thread::current().name().unwrap_or("").to_string();
@@ -1094,7 +1097,11 @@ mod tests {
         }
         assert_eq!(*lock(&threads), ["oxccl-proxy-r0"]);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(released.load(Ordering::SeqCst), 0, "released before the thread ended");
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            0,
+            "released before the thread ended"
+        );
         drop(proxy);
         assert_eq!(released.load(Ordering::SeqCst), 1);
 

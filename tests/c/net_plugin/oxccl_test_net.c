@@ -10,6 +10,7 @@
  *   -DOXTEST_V12_AND_V11 exports ncclNetPlugin_v12 ("OxTest12") and ncclNetPlugin_v11 ("OxTest")
  *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
  *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
+ *   -DOXTEST_PCI_PATHS_DEFAULT="p0;p1;..."   the devices below without OXTEST_NET_PCI_PATHS
  *   -DOXTEST_GDR_DEFAULT=fake|cuda, -DOXTEST_DMABUF_DEFAULT=1, -DOXTEST_FORCE_FLUSH_DEFAULT=1
  *                        the defaults of the GPU-memory modes below, for variants that need no
  *                        environment
@@ -25,7 +26,10 @@
  * (v11 only), and OXTEST_NET_FORCE_FLUSH=1 sets forceFlush (v9+). Registrations by type and
  * flushes are counted (oxtest_regmr_*_count, oxtest_iflush_count) and logged at INFO.
  *
- * One device ("lo"), one buffer per receive (maxRecvs 1). Connections go over
+ * One device ("lo") by default; OXTEST_NET_PCI_PATHS="p0;p1;..." (at most 8, "-" for none) gives
+ * as many devices "lo0", "lo1", ..., each reporting that pciPath, all of them loopback (listens
+ * and connects per device are counted: oxtest_listen_count, oxtest_connect_count).
+ * One buffer per receive (maxRecvs 1). Connections go over
  * 127.0.0.1. connect and accept never block: they return success with a NULL comm until the
  * connection is complete (an 8-byte hello, then a one-byte answer that only the peer's accept
  * sends), keeping connect's progress in the handle buffer.
@@ -164,6 +168,44 @@ static void cu_load(void) {
   cu_loaded = cu.init(0) == 0;
 }
 
+/* The devices (OXTEST_NET_PCI_PATHS, else OXTEST_PCI_PATHS_DEFAULT; read at init). */
+#ifndef OXTEST_PCI_PATHS_DEFAULT
+#define OXTEST_PCI_PATHS_DEFAULT ""
+#endif
+#define MAX_DEVS 8
+static int n_devs = 1;
+static char *dev_paths[MAX_DEVS];
+static char dev_names[MAX_DEVS][8];
+static int n_listen[MAX_DEVS], n_connect[MAX_DEVS];
+int oxtest_listen_count(int dev) {
+  return dev >= 0 && dev < MAX_DEVS ? __atomic_load_n(&n_listen[dev], __ATOMIC_SEQ_CST) : -1;
+}
+int oxtest_connect_count(int dev) {
+  return dev >= 0 && dev < MAX_DEVS ? __atomic_load_n(&n_connect[dev], __ATOMIC_SEQ_CST) : -1;
+}
+
+static void read_devices(void) {
+  for (int d = 0; d < MAX_DEVS; d++) {
+    free(dev_paths[d]);
+    dev_paths[d] = NULL;
+    snprintf(dev_names[d], sizeof dev_names[d], "lo%d", d);
+  }
+  n_devs = 1;
+  const char *v = getenv("OXTEST_NET_PCI_PATHS");
+  if (!v) v = OXTEST_PCI_PATHS_DEFAULT;
+  if (!*v) return;
+  n_devs = 0;
+  while (n_devs < MAX_DEVS) {
+    size_t len = strcspn(v, ";");
+    if (!(len == 1 && v[0] == '-')) dev_paths[n_devs] = strndup(v, len);
+    n_devs++;
+    if (!v[len]) break;
+    v += len + 1;
+  }
+}
+
+static int bad_dev(int dev) { return dev < 0 || dev >= n_devs; }
+
 static int env_flag(const char *name, int dflt) {
   const char *v = getenv(name);
   return v ? strcmp(v, "1") == 0 : dflt;
@@ -183,6 +225,7 @@ static res_t read_modes(void) {
     LOG(L_WARN, "OxTest: OXTEST_NET_GDR=%s is none of 0, fake, cuda", g);
     return NET_USAGE;
   }
+  read_devices();
   dmabuf_on = gdr_mode != GDR_OFF && env_flag("OXTEST_NET_DMABUF", OXTEST_DMABUF_DEFAULT);
   force_flush_on = env_flag("OXTEST_NET_FORCE_FLUSH", OXTEST_FORCE_FLUSH_DEFAULT);
   if (gdr_mode == GDR_CUDA) {
@@ -268,20 +311,21 @@ static int set_nonblock(int fd) {
 }
 
 static res_t devices(int *ndev) {
-  *ndev = 1;
+  *ndev = n_devs;
   return NET_OK;
 }
 
-static void fill_common(char **name, char **pci, uint64_t *guid, int *ptr) {
-  *name = (char *)"lo";
-  *pci = NULL;
+static void fill_common(int dev, char **name, char **pci, uint64_t *guid, int *ptr) {
+  *name = n_devs == 1 ? (char *)"lo" : dev_names[dev];
+  *pci = dev_paths[dev];
   *guid = 0x4f58;
   *ptr = PTR_HOST;
   if (gdr_mode != GDR_OFF) *ptr |= PTR_CUDA | (dmabuf_on ? PTR_DMABUF : 0);
 }
 
 static res_t listen_(int dev, void *opaque, void **listen_comm) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
+  __atomic_add_fetch(&n_listen[dev], 1, __ATOMIC_SEQ_CST);
   struct handle *h = opaque;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return NET_SYSTEM;
@@ -323,8 +367,9 @@ static struct comm *new_comm(int fd, int is_send) {
 static res_t connect_(int dev, void *opaque, void **send_comm) {
   struct handle *h = opaque;
   *send_comm = NULL;
-  if (dev != 0 || h->magic != HANDLE_MAGIC) return NET_INTERNAL;
+  if (bad_dev(dev) || h->magic != HANDLE_MAGIC) return NET_INTERNAL;
   if (h->stage == 0) {
+    __atomic_add_fetch(&n_connect[dev], 1, __ATOMIC_SEQ_CST);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return NET_SYSTEM;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = h->addr, .sin_port = h->port};
@@ -792,9 +837,9 @@ static res_t init_old(logger_t logger) {
 }
 
 static res_t props_old(int dev, props_old_t *p) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
   memset(p, 0, sizeof *p);
-  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  fill_common(dev, &p->name, &p->pci_path, &p->guid, &p->ptr_support);
   p->speed = 10000;
   p->max_comms = 65536;
   p->max_recvs = 1;
@@ -888,9 +933,9 @@ typedef struct {
 _Static_assert(sizeof(net_v9_t) == 160, "v9/v10 struct size");
 
 static res_t props_v9(int dev, props_v9_t *p) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
   memset(p, 0, sizeof *p);
-  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  fill_common(dev, &p->name, &p->pci_path, &p->guid, &p->ptr_support);
   p->speed = 10000;
   p->max_comms = 65536;
   p->max_recvs = 1;
@@ -1006,9 +1051,9 @@ static res_t init_v8(logger_t logger) {
 }
 
 static res_t props_v8(int dev, props_v8_t *p) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
   memset(p, 0, sizeof *p);
-  fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);
+  fill_common(dev, &p->name, &p->pci_path, &p->guid, &p->ptr_support);
   p->speed = 10000;
   p->max_comms = 65536;
   p->max_recvs = 1;
@@ -1159,7 +1204,7 @@ static res_t finalize_v11(void *ctx) {
 #define FILL_V11(p, max_p2p)                                                                   \
   do {                                                                                         \
     memset(p, 0, sizeof *p);                                                                   \
-    fill_common(&p->name, &p->pci_path, &p->guid, &p->ptr_support);                            \
+    fill_common(dev, &p->name, &p->pci_path, &p->guid, &p->ptr_support);                            \
     p->speed = 10000;                                                                          \
     p->max_comms = 65536;                                                                      \
     p->max_recvs = 1;                                                                          \
@@ -1171,14 +1216,14 @@ static res_t finalize_v11(void *ctx) {
   } while (0)
 
 static __attribute__((unused)) res_t props_v11(int dev, props_v11_t *p) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
   FILL_V11(p, (size_t)1 << 40);
   return NET_OK;
 }
 
 /* Values no other flavour reports, so a host reading v11's layout would see other numbers. */
 static __attribute__((unused)) res_t props_v12(int dev, props_v12_t *p) {
-  if (dev != 0) return NET_ARGUMENT;
+  if (bad_dev(dev)) return NET_ARGUMENT;
   FILL_V11(p, (size_t)1 << 37);
   p->rail_id = 3;
   p->plane_id = 1;

@@ -5,6 +5,7 @@ use crate::context;
 use crate::status::{Failure, cu};
 use crate::types::{HIP_VERSION, HipError};
 use cudarc::driver::sys;
+use std::ffi::c_char;
 
 /// `hipInit`: loads and initialises the CUDA driver ("no device" without libcuda).
 #[unsafe(no_mangle)]
@@ -93,6 +94,22 @@ pub unsafe extern "C" fn hipDeviceEnablePeerAccess(peer: i32, _flags: u32) -> Hi
         // SAFETY: `ctx` is a retained primary context; CUDA's flags must be 0.
         cu("cuCtxEnablePeerAccess", unsafe {
             sys::cuCtxEnablePeerAccess(ctx, 0)
+        })
+    })
+}
+
+/// `hipDeviceGetPCIBusId` -> `cuDeviceGetPCIBusId` (`DDDD:BB:DD.F`, NUL-terminated in `len`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipDeviceGetPCIBusId(
+    bus_id: *mut c_char,
+    len: i32,
+    device: i32,
+) -> HipError {
+    with_driver("hipDeviceGetPCIBusId", || {
+        let d = context::device(device)?;
+        // SAFETY: `d` is a valid device; HIP's contract: `bus_id` is writable for `len` bytes.
+        cu("cuDeviceGetPCIBusId", unsafe {
+            sys::cuDeviceGetPCIBusId(bus_id, len, d)
         })
     })
 }
