@@ -195,6 +195,30 @@ fn select_by_name(spec: &str, family: Option<Family>, ifaces: &[IfaceAddr]) -> R
     }
 }
 
+/// Every interface matching `spec` (and `family`, if given), one address each (the first
+/// listed), loopback ones only when nothing else matches: the devices of NCCL's socket network
+/// under `NCCL_SOCKET_IFNAME`. Empty when nothing matches.
+pub(crate) fn interfaces_matching(
+    spec: &str,
+    family: Option<Family>,
+    ifaces: &[IfaceAddr],
+) -> Vec<IfaceAddr> {
+    let mut out: Vec<IfaceAddr> = Vec::new();
+    for i in ifaces
+        .iter()
+        .filter(|i| spec.is_empty() || matches_filter(spec, &i.name))
+        .filter(|i| family.is_none_or(|f| f.admits(&i.addr)))
+    {
+        if !out.iter().any(|o| o.name == i.name) {
+            out.push(i.clone());
+        }
+    }
+    if out.iter().any(|i| !i.addr.is_loopback()) {
+        out.retain(|i| !i.addr.is_loopback());
+    }
+    out
+}
+
 /// The source address the kernel would use toward `target` (no packet is sent).
 fn route_source(target: SocketAddr) -> Option<IpAddr> {
     let any: SocketAddr = match target {
@@ -248,6 +272,44 @@ mod tests {
         eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
         eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
         ib0\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n";
+
+    #[test]
+    fn every_matching_interface_once_and_loopback_only_alone() {
+        let at = |name: &str, ip: &str| IfaceAddr {
+            name: name.to_string(),
+            addr: ip.parse().unwrap(),
+        };
+        let all = [
+            at("eth0", "192.0.2.2"),
+            at("eth0", "192.0.2.3"),
+            at("eth1", "198.51.100.7"),
+            at("ib0", "10.1.2.3"),
+            at("lo", "127.0.0.1"),
+            at("eth1", "2001:db8::7"),
+        ];
+        let names = |v: Vec<IfaceAddr>| -> Vec<String> {
+            v.into_iter()
+                .map(|i| format!("{} {}", i.name, i.addr))
+                .collect()
+        };
+        assert_eq!(
+            names(interfaces_matching("eth", None, &all)),
+            ["eth0 192.0.2.2", "eth1 198.51.100.7"]
+        );
+        assert_eq!(
+            names(interfaces_matching("eth", Some(Family::V6), &all)),
+            ["eth1 2001:db8::7"]
+        );
+        assert_eq!(
+            names(interfaces_matching("^eth,ib", None, &all)),
+            ["lo 127.0.0.1"]
+        );
+        assert_eq!(
+            names(interfaces_matching("=ib0,lo", None, &all)),
+            ["ib0 10.1.2.3"]
+        );
+        assert!(interfaces_matching("wlan", None, &all).is_empty());
+    }
 
     #[test]
     fn bootstrap_iface_proc_parsing() {

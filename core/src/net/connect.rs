@@ -12,8 +12,9 @@ use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
 use crate::bootstrap::Bootstrap;
-use crate::bootstrap::iface::list_interfaces;
+use crate::bootstrap::iface::{Family, interfaces_matching, list_interfaces};
 use crate::error::{Error, Result};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,22 +34,36 @@ pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
     )
 }
 
-/// The built-in socket network on the bootstrap's interface; on a crowded machine
-/// ([`proxy_cpus::crowded`]) without data sockets unless the variables ask for them.
+/// The built-in socket network: a device per interface `NCCL_SOCKET_IFNAME` matches, as NCCL's
+/// (a GPU's channels then take the ones nearest it, [`NetDevices`]), else the bootstrap's
+/// interface alone; on a crowded machine ([`proxy_cpus::crowded`]) without data sockets unless
+/// the variables ask for them.
 fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
+    let ifaces = list_interfaces();
     let ip = bootstrap.local_ip();
-    let ifname = list_interfaces()
-        .into_iter()
-        .find(|i| i.addr == ip)
-        .map_or_else(|| ip.to_string(), |i| i.name);
+    let mut devices: Vec<(IpAddr, String)> = match std::env::var("NCCL_SOCKET_IFNAME") {
+        Ok(spec) => interfaces_matching(&spec, Family::from_env(), &ifaces)
+            .into_iter()
+            .map(|i| (i.addr, i.name))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if devices.is_empty() {
+        let ifname = ifaces
+            .into_iter()
+            .find(|i| i.addr == ip)
+            .map_or_else(|| ip.to_string(), |i| i.name);
+        devices.push((ip, ifname));
+    }
     let crowded = proxy_cpus::crowded_here(bootstrap);
     let config = SocketConfig::from_env_on(crowded);
+    let names: Vec<String> = devices.iter().map(|(a, n)| format!("{n} {a}")).collect();
     tracing::info!(target: "oxccl::net",
-        "rank {}: socket network with {} data sockets per connection{}", bootstrap.rank(),
-        config.nsocks, if crowded { " (fewer than 3 CPUs per rank on this machine)" } else { "" });
-    Arc::new(SocketNet::new(
-        ip,
-        &ifname,
+        "rank {}: socket network on {}, {} data sockets per connection{}", bootstrap.rank(),
+        names.join(", "), config.nsocks,
+        if crowded { " (fewer than 3 CPUs per rank on this machine)" } else { "" });
+    Arc::new(SocketNet::on_devices(
+        devices,
         bootstrap.rank(),
         bootstrap.session_key(),
         bootstrap.handshake_timeout(),

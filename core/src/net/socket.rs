@@ -149,14 +149,18 @@ impl Default for SocketConfig {
 }
 
 /// The built-in socket network of one communicator (a v11 plugin's per-communicator context).
+/// Its devices are interfaces: one per address it listens on.
 pub struct SocketNet {
-    ip: IpAddr,
-    ifname: String,
+    /// (address, interface name) of each device.
+    devices: Vec<(IpAddr, String)>,
     rank: u32,
     key: SessionKey,
     handshake_timeout: Duration,
     config: SocketConfig,
-    acceptor: Mutex<Option<Acceptor>>,
+    /// Each device's listener, started on its first `listen`.
+    listeners: Mutex<Vec<Option<AuthListener>>>,
+    /// Connections that arrived at any of them, by listen token.
+    arrived: Arrivals,
     /// The epoll set of the receive sides' control sockets, made on first accept.
     readiness: Mutex<Option<Arc<Readiness>>>,
     /// The data sockets' helper threads, started with the first data socket.
@@ -166,17 +170,11 @@ pub struct SocketNet {
 /// Connections that arrived at a listener, by listen token: (socket index, socket).
 type Arrivals = Arc<Mutex<HashMap<u64, Vec<(u32, TcpStream)>>>>;
 
-/// The listener every `listen` of a [`SocketNet`] shares; connections are sorted by token.
-struct Acceptor {
-    listener: AuthListener,
-    arrived: Arrivals,
-}
-
 impl SocketNet {
     /// A listen whose connections have `nsocks` data sockets.
     fn listen_with(&self, dev: usize, handle: &mut Handle, nsocks: usize) -> Result<Listen> {
         self.properties(dev)?;
-        let (addr, arrived) = self.acceptor()?;
+        let (addr, arrived) = self.acceptor(dev)?;
         let token = rand::random::<u64>();
         encode_handle(
             handle,
@@ -206,14 +204,28 @@ impl SocketNet {
         handshake_timeout: Duration,
         config: SocketConfig,
     ) -> SocketNet {
+        let devices = vec![(ip, ifname.to_string())];
+        SocketNet::on_devices(devices, rank, key, handshake_timeout, config)
+    }
+
+    /// [`SocketNet::new`] with a device per (address, interface name) of `devices` (not
+    /// empty).
+    pub fn on_devices(
+        devices: Vec<(IpAddr, String)>,
+        rank: u32,
+        key: SessionKey,
+        handshake_timeout: Duration,
+        config: SocketConfig,
+    ) -> SocketNet {
+        assert!(!devices.is_empty(), "a socket network needs an interface");
         SocketNet {
-            ip,
-            ifname: ifname.to_string(),
+            listeners: Mutex::new(devices.iter().map(|_| None).collect()),
+            arrived: Arrivals::default(),
+            devices,
             rank,
             key,
             handshake_timeout,
             config,
-            acceptor: Mutex::new(None),
             readiness: Mutex::new(None),
             workers: Mutex::new(None),
         }
@@ -246,27 +258,25 @@ impl SocketNet {
         Ok(r)
     }
 
-    /// The shared listener's address and arrival table, started on first use.
-    fn acceptor(&self) -> Result<(SocketAddr, Arrivals)> {
-        let mut slot = lock(&self.acceptor);
-        if let Some(a) = &*slot {
-            return Ok((a.listener.local_addr(), a.arrived.clone()));
+    /// Device `dev`'s listener address (every listen on it shares the listener) and the
+    /// arrival table; the listener starts on first use.
+    fn acceptor(&self, dev: usize) -> Result<(SocketAddr, Arrivals)> {
+        let mut slots = lock(&self.listeners);
+        if let Some(l) = &slots[dev] {
+            return Ok((l.local_addr(), self.arrived.clone()));
         }
-        let listener = TcpListener::bind((self.ip, 0))
-            .map_err(|e| Error::io(format!("binding a network listener on {}", self.ip), e))?;
-        let arrived: Arrivals = Arc::default();
-        let (key, timeout, table) = (self.key, self.handshake_timeout, arrived.clone());
+        let ip = self.devices[dev].0;
+        let listener = TcpListener::bind((ip, 0))
+            .map_err(|e| Error::io(format!("binding a network listener on {ip}"), e))?;
+        let (key, timeout, table) = (self.key, self.handshake_timeout, self.arrived.clone());
         let listener = AuthListener::spawn(listener, "net", move |stream, peer| {
             if let Err(why) = admit(&stream, key, timeout, &table) {
                 tracing::warn!(target: "oxccl::net", "dropped network connection from {peer}: {why}");
             }
         })?;
         let addr = listener.local_addr();
-        *slot = Some(Acceptor {
-            listener,
-            arrived: arrived.clone(),
-        });
-        Ok((addr, arrived))
+        slots[dev] = Some(listener);
+        Ok((addr, self.arrived.clone()))
     }
 }
 
@@ -752,26 +762,28 @@ impl Net for SocketNet {
     }
 
     fn devices(&self) -> Result<usize> {
-        Ok(1)
+        Ok(self.devices.len())
     }
 
     fn properties(&self, dev: usize) -> Result<Properties> {
-        if dev != 0 {
+        let Some((_, ifname)) = self.devices.get(dev) else {
             return Err(Error::arg(format!(
-                "socket network device {dev} does not exist"
+                "socket network device {dev} does not exist ({} devices)",
+                self.devices.len()
             )));
-        }
-        let speed = std::fs::read_to_string(format!("/sys/class/net/{}/speed", self.ifname))
+        };
+        let speed = std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed"))
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok())
             .filter(|&s| s > 0)
             .unwrap_or(10_000);
         Ok(Properties {
-            name: self.ifname.clone(),
-            pci_path: std::fs::canonicalize(format!("/sys/class/net/{}/device", self.ifname))
+            name: ifname.clone(),
+            pci_path: std::fs::canonicalize(format!("/sys/class/net/{ifname}/device"))
                 .ok()
                 .map(|p| p.to_string_lossy().into_owned()),
-            guid: 0,
+            // The device's index, as NCCL's socket network reports it.
+            guid: dev as u64,
             ptr_support: PTR_HOST,
             speed_mbps: speed,
             port: 0,
@@ -1399,6 +1411,61 @@ mod tests {
         }
         a.close_send(s).unwrap();
         b.close_recv(r).unwrap();
+    }
+
+    /// A network of two interfaces (two loopback addresses here) has two devices: each listens
+    /// on its own address, and its connections arrive there.
+    #[test]
+    fn net_socket_devices_are_interfaces_each_listening_on_its_address() {
+        let two = |rank| {
+            SocketNet::on_devices(
+                vec![
+                    (IpAddr::V4(Ipv4Addr::LOCALHOST), "lo".to_string()),
+                    (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), "lo:2".to_string()),
+                ],
+                rank,
+                SessionKey {
+                    secret: 0x1234_5679,
+                    nonce: 7,
+                },
+                Duration::from_secs(5),
+                SocketConfig::default(),
+            )
+        };
+        let (a, b) = (two(0), two(1));
+        assert_eq!(b.devices().unwrap(), 2);
+        let p = b.properties(1).unwrap();
+        assert_eq!((p.name.as_str(), p.guid), ("lo:2", 1));
+        assert!(b.properties(2).is_err());
+        let mh = MemHandle(Box::new(()));
+        for dev in [1, 0] {
+            let mut h = [0u8; HANDLE_BYTES];
+            let mut l = b.listen(dev, &mut h).unwrap();
+            assert_eq!(decode_handle(&h).unwrap().addr.ip(), b.devices[dev].0);
+            let mut s = a.connect(dev, &mut h).unwrap().unwrap();
+            let mut r = accept_now(&b, &mut l);
+            b.close_listen(l).unwrap();
+            let local = recv_side(&r).ctrl.local_addr().unwrap().ip();
+            assert_eq!(local, b.devices[dev].0);
+            let m = [dev as u8 + 1; 100];
+            let mut got = [0u8; 100];
+            // SAFETY: both buffers outlive their requests, waited for below.
+            let (mut rq, mut sq) = unsafe {
+                (
+                    b.irecv(&mut r, got.as_mut_ptr(), got.len(), 0, &mh)
+                        .unwrap()
+                        .unwrap(),
+                    a.isend(&mut s, m.as_ptr(), m.len(), 0, &mh)
+                        .unwrap()
+                        .unwrap(),
+                )
+            };
+            assert_eq!(wait(&b, &mut rq).unwrap(), 100);
+            assert_eq!(wait(&a, &mut sq).unwrap(), 100);
+            assert_eq!(got, m);
+            a.close_send(s).unwrap();
+            b.close_recv(r).unwrap();
+        }
     }
 
     #[test]
