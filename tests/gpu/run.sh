@@ -35,7 +35,8 @@
 #   n2-procs-gdr*                  NET with GPUDirect RDMA over our test plugin in its cuda mode
 #                                  (OXCCL_GDR_PLUGIN=path of libnccl-net-oxtest-gdr-cuda.so; skipped
 #                                  when unset): slots registered as CUDA memory, receives flushed
-#                                  (NCCL_NET_FORCE_FLUSH=1), slots registered through a dma-buf
+#                                  (NCCL_NET_FORCE_FLUSH=1), slots registered through a dma-buf;
+#                                  -far: the device beyond NCCL_NET_GDR_LEVEL, no GDR
 #   n2-procs-nic-nearest           the same plugin in host memory with three devices: every
 #                                  channel on the one nearest the GPU's PCI place
 #   sh2/sh3/sh4/sh8-*              SHM: one host, P2P disabled (NCCL_P2P_DISABLE=1), in one
@@ -165,9 +166,8 @@ nic_configs() {
     echo "$name: skipped: OXCCL_GDR_PLUGIN is not set"
     return 0
   fi
-  local id gpu
-  id=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | head -1 | tr 'A-F' 'a-f')
-  gpu=$(readlink -f "/sys/bus/pci/devices/${id#0000}")
+  local gpu
+  gpu=$(gpu_sysfs_path)
   local paths="/sys/devices/pci0000:ff/0000:ff:01.0/0000:fe:00.0;$gpu/0000:fd:00.0;-"
   run_want "$name" 'via NET/OxTest/1' NCCL_NET_PLUGIN="$OXCCL_GDR_PLUGIN" NCCL_NET=OxTest \
     OXTEST_NET_GDR=0 OXTEST_NET_PCI_PATHS="$paths" OXCCL_TEST_HOSTS=2 NCCL_DEBUG=INFO \
@@ -228,13 +228,33 @@ gdr_configs() {
     echo "n2-procs-gdr*: skipped: OXCCL_GDR_PLUGIN is not set${found:+ (built: $found)}"
     return 0
   fi
+  # The plugin's device at a PCI place below the GPU's (PIX): GDR passes NCCL_NET_GDR_LEVEL's
+  # default (PXB) as it would beside a NIC on the GPU's switch.
+  local gpu
+  gpu=$(gpu_sysfs_path)
   local G=(NCCL_NET_PLUGIN="$OXCCL_GDR_PLUGIN" NCCL_NET=OxTest OXCCL_TEST_HOSTS=2
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
+    OXTEST_NET_PCI_PATHS="$gpu/0000:fd:00.0" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
   run_gdr n2-procs-gdr 'OxTest: regMr CUDA' "${G[@]}" -- --mode procs --ranks 2 $SMALL $BIG1
   run_gdr n2-procs-gdr-flush 'OxTest: iflush' "${G[@]}" NCCL_NET_FORCE_FLUSH=1 -- \
     --mode procs --ranks 2 $SMALL $BIG1
   run_gdr n2-procs-gdr-dmabuf 'OxTest: regMrDmaBuf' "${G[@]}" OXTEST_NET_DMABUF=1 -- \
     --mode procs --ranks 2 $SMALL $BIG1
+  # The device on another root bus (PHB, beyond PXB): no GDR, host slots, as NCCL decides.
+  local name=n2-procs-gdr-far
+  run_want "$name" 'GPU Direct RDMA off' "${G[@]}" \
+    OXTEST_NET_PCI_PATHS="/sys/devices/pci0000:ff/0000:ff:01.0/0000:fe:00.0" -- \
+    --mode procs --ranks 2 $SMALL --big-count 0
+  if selected "$name" && grep -q '/GDRDMA' "$LOG/$name.log"; then
+    echo "$name: GPUDirect RDMA taken with the device beyond NCCL_NET_GDR_LEVEL"
+    TOTAL_FAIL=$((TOTAL_FAIL+1))
+  fi
+}
+
+# The GPU's /sys/devices path (its PCI place), from nvidia-smi's bus id.
+gpu_sysfs_path() {
+  local id
+  id=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | head -1 | tr 'A-F' 'a-f')
+  readlink -f "/sys/bus/pci/devices/${id#0000}"
 }
 
 # One host without P2P (NCCL_P2P_DISABLE=1): SHM FIFOs in /dev/shm between every pair.

@@ -17,14 +17,14 @@ use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
-use oxccl_core::net::Net;
 use oxccl_core::net::connect::{self, NetDevices, PeerFifos};
 use oxccl_core::net::gdr::{
     self, DmaBufExport, GdrEnv, GpuBinding, GpuCaps, GpuRegistration, NetGdr,
 };
 use oxccl_core::net::ll::LlFifo;
-use oxccl_core::net::nic_affinity;
+use oxccl_core::net::nic_affinity::{self, PathKind};
 use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
+use oxccl_core::net::{Net, PTR_CUDA, PTR_DMABUF};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
 use std::any::Any;
 use std::os::fd::OwnedFd;
@@ -91,21 +91,38 @@ pub(crate) fn net_gdr<A: DeviceApi>(
     device: i32,
     net: &dyn Net,
     devices: &NetDevices,
+    gpu_pci: Option<&str>,
 ) -> Result<NetGdr> {
-    // Sides use GPU slots only where every device of theirs takes GPU memory.
+    // Sides use GPU slots only where every device of theirs takes GPU memory, and the
+    // farthest of them decides against NCCL_NET_GDR_LEVEL.
     let mut props = net.properties(devices.for_channel(0))?;
     let mut force_flush = false;
+    let mut path = PathKind::Pix;
     for &d in devices.all() {
-        props.ptr_support &= net.properties(d)?.ptr_support;
+        let p = net.properties(d)?;
+        props.ptr_support &= p.ptr_support;
         force_flush |= net.force_flush(d)?;
+        if let Some(g) = gpu_pci {
+            let to = p.pci_path.as_deref().map_or(PathKind::Unknown, |n| {
+                nic_affinity::distance(g, n, &nic_affinity::sysfs_numa_node).kind
+            });
+            path = path.max(to);
+        }
     }
     let dev = devices.for_channel(0);
     let gpu = GpuCaps {
         rdma: api.gpu_direct_rdma(device),
         dma_buf: api.dma_buf_supported(device),
         compute_capability: api.compute_capability(device),
+        path: gpu_pci.map(|_| path),
     };
-    let gdr = gdr::decide(&props, force_flush, gpu, GdrEnv::from_env());
+    let env = GdrEnv::from_env();
+    let gdr = gdr::decide(&props, force_flush, gpu, env);
+    if gpu.rdma && props.ptr_support & (PTR_CUDA | PTR_DMABUF) != 0 && !gdr.recv && !env.disabled {
+        tracing::info!(target: "oxccl::init",
+            "NET/{}: GPU Direct RDMA off for GPU {device}: its devices are {path:?} from it, \
+             beyond NCCL_NET_GDR_LEVEL ({:?})", net.name(), env.max_path);
+    }
     if gdr.recv || gdr.send {
         tracing::info!(target: "oxccl::init",
             "NET/{}: GPU Direct RDMA on for GPU {device} with device {dev} ({}): sends {}, \

@@ -8,15 +8,20 @@
 //! The environment is read in one place ([`GdrEnv::from_env`]); everything below it takes the
 //! choice as values, so tests need no environment.
 
+use super::nic_affinity::PathKind;
 use super::{PTR_CUDA, PTR_DMABUF, Properties};
 use std::os::fd::OwnedFd;
 
 /// What the user asked of GDR through NCCL's variables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GdrEnv {
-    /// `NCCL_NET_GDR_LEVEL=LOC` (or `0`): no GDR at all. Other levels name PCI distances, which
-    /// oxccl does not measure: they allow GDR.
+    /// `NCCL_NET_GDR_LEVEL=LOC` (or `0`), or a level nearer than any PCI path (`NVL`, `NVB`,
+    /// `C2C`): no GDR at all.
     pub disabled: bool,
+    /// The farthest PCI path between the GPU and a network device that GDR may cross
+    /// (`NCCL_NET_GDR_LEVEL`: `PIX` or 1, `PXB` or 2 (the default, as NCCL's), `P2C` and `PXN`
+    /// as `PXB`, `PHB` or 3, `SYS` or 4 and above).
+    pub max_path: PathKind,
     /// `NCCL_NET_GDR_READ=0`: no GDR for send FIFOs (the network would read GPU memory).
     pub no_read: bool,
     /// `NCCL_DMABUF_ENABLE=0`: register GPU memory with `regMr`, never through a dma-buf.
@@ -34,12 +39,34 @@ impl GdrEnv {
     /// The variables as `get` returns them (`None`: unset).
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> GdrEnv {
         let is = |k: &str, v: &str| get(k).is_some_and(|x| x.trim().eq_ignore_ascii_case(v));
+        let level = get("NCCL_NET_GDR_LEVEL").map(|v| v.trim().to_ascii_uppercase());
+        let (disabled, max_path) = match level.as_deref() {
+            None | Some("") => (false, PathKind::Pxb),
+            Some("LOC" | "0" | "NVL" | "NVB" | "C2C") => (true, PathKind::Pxb),
+            Some("PIX" | "1") => (false, PathKind::Pix),
+            Some("PXB" | "2" | "P2C" | "PXN") => (false, PathKind::Pxb),
+            Some("PHB" | "3") => (false, PathKind::Phb),
+            Some("SYS") => (false, PathKind::Sys),
+            Some(n) if n.parse::<u32>().is_ok_and(|n| n >= 4) => (false, PathKind::Sys),
+            Some(other) => {
+                tracing::warn!(target: "oxccl::net",
+                    "NCCL_NET_GDR_LEVEL={other} is no level NCCL knows; PXB is used");
+                (false, PathKind::Pxb)
+            }
+        };
         GdrEnv {
-            disabled: is("NCCL_NET_GDR_LEVEL", "LOC") || is("NCCL_NET_GDR_LEVEL", "0"),
+            disabled,
+            max_path,
             no_read: is("NCCL_NET_GDR_READ", "0"),
             no_dma_buf: is("NCCL_DMABUF_ENABLE", "0"),
             force_flush: is("NCCL_NET_FORCE_FLUSH", "1"),
         }
+    }
+}
+
+impl Default for GdrEnv {
+    fn default() -> GdrEnv {
+        GdrEnv::parse(|_| None)
     }
 }
 
@@ -52,6 +79,11 @@ pub struct GpuCaps {
     pub dma_buf: bool,
     /// Compute capability (major, minor), when the runtime reports one.
     pub compute_capability: Option<(u32, u32)>,
+    /// The farthest PCI path from the GPU to the network devices its connections use
+    /// ([`super::nic_affinity::distance`]); `None` when the GPU's own place is unknown, which leaves
+    /// `NCCL_NET_GDR_LEVEL`'s distance unchecked. A device without a PCI path counts as
+    /// attached to the CPU: past `PHB`, within `SYS`.
+    pub path: Option<PathKind>,
 }
 
 /// How one communicator's NET FIFOs use GPU memory: the outcome of [`decide`].
@@ -72,13 +104,24 @@ pub struct NetGdr {
 pub fn decide(props: &Properties, force_flush: bool, gpu: GpuCaps, env: GdrEnv) -> NetGdr {
     let dma_buf = props.ptr_support & PTR_DMABUF != 0 && gpu.dma_buf && !env.no_dma_buf;
     let net_reads_gpu = props.ptr_support & PTR_CUDA != 0 || dma_buf;
-    let on = net_reads_gpu && gpu.rdma && !env.disabled;
+    let near = gpu.path.is_none_or(|p| within(p, env.max_path));
+    let on = net_reads_gpu && gpu.rdma && !env.disabled && near;
     NetGdr {
         send: on && !env.no_read,
         recv: on,
         dma_buf: on && dma_buf,
         flush: on && flush_needed(force_flush, gpu.compute_capability, env),
     }
+}
+
+/// Whether a path of kind `path` is no farther than `max` (an unknown path counts as `Sys`).
+pub fn within(path: PathKind, max: PathKind) -> bool {
+    let path = if path == PathKind::Unknown {
+        PathKind::Sys
+    } else {
+        path
+    };
+    path <= max
 }
 
 /// Whether data the network wrote into GPU memory must be flushed before the GPU reads it:
@@ -144,6 +187,7 @@ mod tests {
         rdma: true,
         dma_buf: true,
         compute_capability: Some((9, 0)),
+        path: Some(PathKind::Pix),
     };
 
     fn env(vars: &[(&str, &str)]) -> GdrEnv {
@@ -159,9 +203,23 @@ mod tests {
         assert_eq!(env(&[]), GdrEnv::default());
         assert!(env(&[("NCCL_NET_GDR_LEVEL", "loc")]).disabled);
         assert!(env(&[("NCCL_NET_GDR_LEVEL", " 0 ")]).disabled);
-        for level in ["PXB", "SYS", "5", ""] {
-            assert!(!env(&[("NCCL_NET_GDR_LEVEL", level)]).disabled, "{level}");
+        assert!(env(&[("NCCL_NET_GDR_LEVEL", "NVL")]).disabled);
+        for (level, max) in [
+            ("", PathKind::Pxb),
+            ("pix", PathKind::Pix),
+            ("1", PathKind::Pix),
+            ("PXB", PathKind::Pxb),
+            ("PXN", PathKind::Pxb),
+            ("3", PathKind::Phb),
+            ("PHB", PathKind::Phb),
+            ("SYS", PathKind::Sys),
+            ("5", PathKind::Sys),
+            ("bogus", PathKind::Pxb),
+        ] {
+            let e = env(&[("NCCL_NET_GDR_LEVEL", level)]);
+            assert!(!e.disabled && e.max_path == max, "{level}: {e:?}");
         }
+        assert_eq!(GdrEnv::default().max_path, PathKind::Pxb);
         assert!(env(&[("NCCL_NET_GDR_READ", "0")]).no_read);
         assert!(!env(&[("NCCL_NET_GDR_READ", "1")]).no_read);
         assert!(env(&[("NCCL_DMABUF_ENABLE", "0")]).no_dma_buf);
@@ -197,6 +255,34 @@ mod tests {
         );
         let off = env(&[("NCCL_NET_GDR_LEVEL", "LOC")]);
         assert_eq!(decide(&props(all), false, HOPPER, off), NetGdr::default());
+        // The device's distance from the GPU against NCCL_NET_GDR_LEVEL (default PXB).
+        let at = |path| GpuCaps {
+            path: Some(path),
+            ..HOPPER
+        };
+        let dflt = GdrEnv::default();
+        assert!(decide(&props(all), false, at(PathKind::Pxb), dflt).recv);
+        assert_eq!(
+            decide(&props(all), false, at(PathKind::Phb), dflt),
+            NetGdr::default()
+        );
+        assert_eq!(
+            decide(&props(all), false, at(PathKind::Unknown), dflt),
+            NetGdr::default()
+        );
+        let phb = env(&[("NCCL_NET_GDR_LEVEL", "PHB")]);
+        assert!(decide(&props(all), false, at(PathKind::Phb), phb).recv);
+        assert!(!decide(&props(all), false, at(PathKind::Sys), phb).recv);
+        let sys = env(&[("NCCL_NET_GDR_LEVEL", "SYS")]);
+        assert!(decide(&props(all), false, at(PathKind::Unknown), sys).recv);
+        let pix = env(&[("NCCL_NET_GDR_LEVEL", "PIX")]);
+        assert!(!decide(&props(all), false, at(PathKind::Pxb), pix).recv);
+        // Where the GPU's own place is unknown, the distance is not checked.
+        let nowhere = GpuCaps {
+            path: None,
+            ..HOPPER
+        };
+        assert!(decide(&props(all), false, nowhere, dflt).recv);
         let no_read = env(&[("NCCL_NET_GDR_READ", "0")]);
         let d = decide(&props(all), false, HOPPER, no_read);
         assert!(!d.send && d.recv, "{d:?}");

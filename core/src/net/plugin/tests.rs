@@ -717,6 +717,7 @@ fn plugin_gdr_registers_through_a_dma_buf_and_forced_flushes() {
         rdma: true,
         dma_buf: true,
         compute_capability: Some((9, 0)),
+        path: None,
     };
     let d = gdr::decide(&p, true, hopper, GdrEnv::default());
     assert!(d.send && d.recv && d.dma_buf && d.flush, "{d:?}");
@@ -798,6 +799,7 @@ fn plugin_without_gdr_reports_host_memory_only() {
             rdma: true,
             dma_buf: true,
             compute_capability: None,
+            path: None,
         },
         GdrEnv::default(),
     );
