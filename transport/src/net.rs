@@ -120,8 +120,8 @@ pub(crate) fn net_gdr<A: DeviceApi>(
     let gdr = gdr::decide(&props, force_flush, gpu, env);
     if gpu.rdma && props.ptr_support & (PTR_CUDA | PTR_DMABUF) != 0 && !gdr.recv && !env.disabled {
         tracing::info!(target: "oxccl::init",
-            "NET/{}: GPU Direct RDMA off for GPU {device}: its devices are {path:?} from it, \
-             beyond NCCL_NET_GDR_LEVEL ({:?})", net.name(), env.max_path);
+            "NET/{}: GPU Direct RDMA off for GPU {device}: its devices are {} from it, \
+             beyond NCCL_NET_GDR_LEVEL ({})", net.name(), path.name(), env.max_path.name());
     }
     if gdr.recv || gdr.send {
         tracing::info!(target: "oxccl::init",

@@ -32,6 +32,20 @@ pub enum PathKind {
     Unknown,
 }
 
+impl PathKind {
+    /// NCCL's name of the kind (`PIX`, `PXB`, `PHB`, `SYS`), as its logs and
+    /// `NCCL_NET_GDR_LEVEL` spell them.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathKind::Pix => "PIX",
+            PathKind::Pxb => "PXB",
+            PathKind::Phb => "PHB",
+            PathKind::Sys => "SYS",
+            PathKind::Unknown => "unknown (no PCI path)",
+        }
+    }
+}
+
 /// The distance of a device from a GPU: the kind of path, then the bridges on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Distance {
