@@ -471,6 +471,63 @@ mod tests {
     use crate::net::proxy::FifoLayout;
     use crate::net::proxy::testkit::Mem;
 
+    /// Connects this rank of two with the other over `net`: `channels` Simple and `ll` LL
+    /// channels each way, on `devices`, in fresh host memory standing in for the FIFOs.
+    fn connect_two(
+        b: &Bootstrap,
+        net: Arc<dyn Net>,
+        devices: NetDevices,
+        channels: usize,
+        ll: usize,
+    ) -> std::result::Result<(), String> {
+        let layout = FifoLayout {
+            nslots: 2,
+            slot_bytes: 4096,
+        };
+        let mems: Vec<Mem> = (0..2 * (channels + ll))
+            .map(|_| Mem::new(layout.bytes() as usize))
+            .collect();
+        let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
+        let ll_fifo = |m: &Mem, send: bool| LlFifo {
+            head: m.ptr,
+            records: if send {
+                m.ptr.wrapping_add(64)
+            } else {
+                std::ptr::null_mut()
+            },
+            slots: m.ptr.wrapping_add(4096),
+            nslots: 2,
+            slot_bytes: 1024,
+        };
+        let (simple, lls) = mems.split_at(2 * channels);
+        let fifos = vec![PeerFifos {
+            peer: 1 - b.rank(),
+            devices,
+            channels: simple
+                .chunks(2)
+                .map(|m| (fifo(&m[0]), fifo(&m[1])))
+                .collect(),
+            ll: lls
+                .chunks(2)
+                .map(|m| (ll_fifo(&m[0], true), ll_fifo(&m[1], false)))
+                .collect(),
+        }];
+        let abort = AbortFlag::new();
+        let proxy = connect(
+            b,
+            &abort,
+            net,
+            fifos,
+            Duration::from_secs(10),
+            GpuRegistration::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        // The proxy goes before the memory it drives.
+        drop(proxy);
+        drop(mems);
+        Ok(())
+    }
+
     /// Two ranks connect two channels and an LL channel each way over the test plugin, whose
     /// connects complete only after the peer's accept answered: connects and accepts must
     /// progress together.
@@ -481,49 +538,11 @@ mod tests {
             env!("OXCCL_TEST_NET_PLUGIN_DIR")
         );
         let lib = PluginLib::load(&path).expect("test plugin");
-        let layout = FifoLayout {
-            nslots: 2,
-            slot_bytes: 4096,
-        };
         let results = run_ranks(2, move |b| {
             let net: Arc<dyn Net> =
                 Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
-            let mems: Vec<Mem> = (0..6).map(|_| Mem::new(layout.bytes() as usize)).collect();
-            let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
-            let ll = |m: &Mem, send: bool| LlFifo {
-                head: m.ptr,
-                records: if send {
-                    m.ptr.wrapping_add(64)
-                } else {
-                    std::ptr::null_mut()
-                },
-                slots: m.ptr.wrapping_add(4096),
-                nslots: 2,
-                slot_bytes: 1024,
-            };
             // Two channels and an LL channel: six connections each way.
-            let fifos = vec![PeerFifos {
-                peer: 1 - b.rank(),
-                devices: NetDevices::of(vec![0]),
-                channels: vec![
-                    (fifo(&mems[0]), fifo(&mems[1])),
-                    (fifo(&mems[2]), fifo(&mems[3])),
-                ],
-                ll: vec![(ll(&mems[4], true), ll(&mems[5], false))],
-            }];
-            let abort = AbortFlag::new();
-            let proxy = connect(
-                &b,
-                &abort,
-                net,
-                fifos,
-                Duration::from_secs(10),
-                GpuRegistration::default(),
-            );
-            let ok = proxy.as_ref().map(|_| ()).map_err(|e| e.to_string());
-            drop(proxy);
-            drop(mems);
-            ok
+            connect_two(&b, net, NetDevices::of(vec![0]), 2, 1)
         });
         for (r, res) in results.into_iter().enumerate() {
             assert_eq!(res, Ok(()), "rank {r}");
@@ -541,53 +560,13 @@ mod tests {
         );
         let lib = PluginLib::load(&path).expect("test plugin");
         let gpu = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0";
-        let layout = FifoLayout {
-            nslots: 2,
-            slot_bytes: 4096,
-        };
         let results = run_ranks(2, move |b| {
             let net: Arc<dyn Net> =
                 Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
             let devices =
                 NetDevices::choose(net.as_ref(), Some(gpu), &b).map_err(|e| e.to_string())?;
-            let mems: Vec<Mem> = (0..8).map(|_| Mem::new(layout.bytes() as usize)).collect();
-            let fifo = |m: &Mem| HostFifo::in_host(m.ptr, layout);
-            let ll = |m: &Mem, send: bool| LlFifo {
-                head: m.ptr,
-                records: if send {
-                    m.ptr.wrapping_add(64)
-                } else {
-                    std::ptr::null_mut()
-                },
-                slots: m.ptr.wrapping_add(4096),
-                nslots: 2,
-                slot_bytes: 1024,
-            };
             // Two channels and two LL channels: eight connections each way.
-            let fifos = vec![PeerFifos {
-                peer: 1 - b.rank(),
-                devices: devices.clone(),
-                channels: vec![
-                    (fifo(&mems[0]), fifo(&mems[1])),
-                    (fifo(&mems[2]), fifo(&mems[3])),
-                ],
-                ll: vec![
-                    (ll(&mems[4], true), ll(&mems[5], false)),
-                    (ll(&mems[6], true), ll(&mems[7], false)),
-                ],
-            }];
-            let abort = AbortFlag::new();
-            let proxy = connect(
-                &b,
-                &abort,
-                net,
-                fifos,
-                Duration::from_secs(10),
-                GpuRegistration::default(),
-            )
-            .map_err(|e| e.to_string())?;
-            drop(proxy);
-            drop(mems);
+            connect_two(&b, net, devices.clone(), 2, 2)?;
             Ok::<_, String>(devices.all().to_vec())
         });
         let picked: Vec<_> = results.into_iter().map(|r| r.expect("rank")).collect();
