@@ -173,12 +173,20 @@ impl NetDevices {
         let props = (0..net.devices()?)
             .map(|d| net.properties(d))
             .collect::<Result<Vec<_>>>()?;
-        let chosen = nic_affinity::local_devices(
+        // What a plugin's device 0 must offer (checked when it loads), the others too.
+        let usable: Vec<usize> = (0..props.len())
+            .filter(|&d| props[d].ptr_support & super::PTR_HOST != 0 && props[d].max_recvs >= 1)
+            .collect();
+        let candidates: Vec<_> = usable.iter().map(|&d| props[d].clone()).collect();
+        let chosen: Vec<usize> = nic_affinity::local_devices(
             gpu_pci,
-            &props,
+            &candidates,
             index_on_machine(bootstrap),
             &nic_affinity::sysfs_numa_node,
-        );
+        )
+        .into_iter()
+        .map(|i| usable[i])
+        .collect();
         if chosen.is_empty() {
             return Err(Error::Internal(format!(
                 "the network {} has no device",
@@ -252,8 +260,8 @@ impl PeerFifos {
     }
 }
 
-/// The network device every connection uses: `OXCCL_NET_DEVICE` (an index below the network's
-/// device count), else 0.
+/// The one network device `OXCCL_NET_DEVICE` makes every connection use (an index below the
+/// network's device count), else 0.
 pub fn net_device(net: &dyn Net) -> Result<usize> {
     let Ok(v) = std::env::var("OXCCL_NET_DEVICE") else {
         return Ok(0);
