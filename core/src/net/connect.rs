@@ -173,24 +173,18 @@ impl NetDevices {
         let props = (0..net.devices()?)
             .map(|d| net.properties(d))
             .collect::<Result<Vec<_>>>()?;
-        // What a plugin's device 0 must offer (checked when it loads), the others too.
-        let usable: Vec<usize> = (0..props.len())
-            .filter(|&d| props[d].ptr_support & super::PTR_HOST != 0 && props[d].max_recvs >= 1)
-            .collect();
-        let candidates: Vec<_> = usable.iter().map(|&d| props[d].clone()).collect();
-        let chosen: Vec<usize> = nic_affinity::local_devices(
+        let chosen = nic_affinity::local_devices(
             gpu_pci,
-            &candidates,
+            &props,
             index_on_machine(bootstrap),
             &nic_affinity::sysfs_numa_node,
-        )
-        .into_iter()
-        .map(|i| usable[i])
-        .collect();
+        );
         if chosen.is_empty() {
-            return Err(Error::Internal(format!(
-                "the network {} has no device",
-                net.name()
+            return Err(Error::InvalidUsage(format!(
+                "the network {} has no device the proxy can drive (host memory and a receive \
+                 buffer) among its {}",
+                net.name(),
+                props.len()
             )));
         }
         if props.len() > 1 {
