@@ -14,7 +14,7 @@
 //! own device per channel, so a channel may leave one host on NIC 0 and arrive at the next on
 //! NIC 1, which a fat-tree fabric carries and a rail-only one may not.
 
-use super::Properties;
+use super::{PTR_HOST, Properties};
 use std::path::{Path, PathBuf};
 
 /// How far a device is from a GPU on the PCI tree, nearest first (NCCL's path types).
@@ -106,31 +106,33 @@ pub fn distance(gpu: &str, nic: &str, numa: &dyn Fn(&str) -> Option<i32>) -> Dis
     }
 }
 
-/// The devices a GPU's channels take turns over, in the order channels take them: the nearest
-/// ones ([`distance`]) of the highest speed, rotated by `local_index` (the GPU's rank among the
-/// ranks of its machine). With no GPU path every device is as near as any other.
+/// The devices a GPU's channels take turns over, in the order channels take them: of those
+/// the proxy can drive (host memory, at least one receive buffer: what a plugin's device 0
+/// must offer), the nearest ones ([`distance`]) of the highest speed, rotated by `local_index`
+/// (the GPU's rank among the ranks of its machine). With no GPU path every device is as near as
+/// any other. Empty when no device qualifies.
 pub fn local_devices(
     gpu: Option<&str>,
     devices: &[Properties],
     local_index: usize,
     numa: &dyn Fn(&str) -> Option<i32>,
 ) -> Vec<usize> {
-    if devices.is_empty() {
+    let usable: Vec<usize> = (0..devices.len())
+        .filter(|&i| devices[i].ptr_support & PTR_HOST != 0 && devices[i].max_recvs >= 1)
+        .collect();
+    if usable.is_empty() {
         return Vec::new();
     }
     let far = Distance {
         kind: PathKind::Unknown,
         bridges: 0,
     };
-    let dist: Vec<Distance> = devices
-        .iter()
-        .map(|d| match (gpu, d.pci_path.as_deref()) {
-            (Some(g), Some(p)) => distance(g, p, numa),
-            _ => far,
-        })
-        .collect();
-    let best = *dist.iter().min().expect("a device");
-    let near: Vec<usize> = (0..devices.len()).filter(|&i| dist[i] == best).collect();
+    let dist = |i: usize| match (gpu, devices[i].pci_path.as_deref()) {
+        (Some(g), Some(p)) => distance(g, p, numa),
+        _ => far,
+    };
+    let best = usable.iter().map(|&i| dist(i)).min().expect("a device");
+    let near: Vec<usize> = usable.into_iter().filter(|&i| dist(i) == best).collect();
     let top = near
         .iter()
         .map(|&i| devices[i].speed_mbps)
@@ -235,6 +237,14 @@ mod tests {
         let virt = [dev(None, 1), dev(None, 1)];
         assert_eq!(local_devices(Some(&gpu), &virt, 1, &no_numa), [1, 0]);
         assert!(local_devices(Some(&gpu), &[], 0, &no_numa).is_empty());
+        // A device the proxy cannot drive is never taken, however near.
+        let mut gpu_only = dev(Some(&near), 400_000);
+        gpu_only.ptr_support = 2;
+        let mut no_recv = dev(Some(&near), 400_000);
+        no_recv.max_recvs = 0;
+        let mixed = [gpu_only, no_recv, dev(Some(far), 400_000)];
+        assert_eq!(local_devices(Some(&gpu), &mixed, 0, &no_numa), [2]);
+        assert!(local_devices(Some(&gpu), &mixed[..2], 0, &no_numa).is_empty());
     }
 
     #[test]
