@@ -418,11 +418,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
             let net = choose_net(bs)?;
             let gpu_pci = crate::net::gpu_pci_path(&api, device);
             let devices = NetDevices::choose(net.as_ref(), gpu_pci.as_deref(), bs)?;
-            Some((net, devices, gpu_pci))
+            Some((net, devices))
         };
         let link = net
             .as_ref()
-            .map(|(n, d, _)| device_link(n.as_ref(), d))
+            .map(|(n, d)| device_link(n.as_ref(), d))
             .transpose()?;
         let mut mine = vec![
             u8::from(link.is_some())
@@ -460,9 +460,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
             }
             t.shm = Some(shm);
         }
-        if let Some((net, devices, gpu_pci)) = net {
-            let gdr =
-                crate::net::net_gdr(&api, device, net.as_ref(), &devices, gpu_pci.as_deref())?;
+        if let Some((net, devices)) = net {
+            let gdr = crate::net::net_gdr(&api, device, net.as_ref(), &devices)?;
             let later = match ctx.hosts {
                 Some(h) if runtime_connect => direct_only_peers(h, rank, &net_peers),
                 _ => BTreeSet::new(),

@@ -84,44 +84,35 @@ pub(crate) fn gpu_pci_path<A: DeviceApi>(api: &A, device: i32) -> Option<String>
 
 /// Decides GPUDirect RDMA for the NET FIFOs of a communicator on `device` over `net`, whose
 /// connections use `devices`, from the network's properties, the GPU and NCCL's variables
-/// ([`gdr::decide`]), the same for every device (the first one's, as they are alike); logs the
-/// outcome.
+/// ([`gdr::decide`]), the same for every device; logs the outcome.
 pub(crate) fn net_gdr<A: DeviceApi>(
     api: &A,
     device: i32,
     net: &dyn Net,
     devices: &NetDevices,
-    gpu_pci: Option<&str>,
 ) -> Result<NetGdr> {
-    // Sides use GPU slots only where every device of theirs takes GPU memory, and the
-    // farthest of them decides against NCCL_NET_GDR_LEVEL.
-    let mut props = net.properties(devices.for_channel(0))?;
-    let mut force_flush = false;
-    let mut path = PathKind::Pix;
-    for &d in devices.all() {
-        let p = net.properties(d)?;
-        props.ptr_support &= p.ptr_support;
-        force_flush |= net.force_flush(d)?;
-        if let Some(g) = gpu_pci {
-            let to = p.pci_path.as_deref().map_or(PathKind::Unknown, |n| {
-                nic_affinity::distance(g, n, &nic_affinity::sysfs_numa_node).kind
-            });
-            path = path.max(to);
-        }
-    }
+    // Sides use GPU slots only where every device of theirs takes GPU memory; the devices'
+    // distance from the GPU (the one they were chosen by) decides against NCCL_NET_GDR_LEVEL.
     let dev = devices.for_channel(0);
+    let mut props = net.properties(dev)?;
+    let mut force_flush = net.force_flush(dev)?;
+    for &d in &devices.all()[1..] {
+        props.ptr_support &= net.properties(d)?.ptr_support;
+        force_flush |= net.force_flush(d)?;
+    }
     let gpu = GpuCaps {
         rdma: api.gpu_direct_rdma(device),
         dma_buf: api.dma_buf_supported(device),
         compute_capability: api.compute_capability(device),
-        path: gpu_pci.map(|_| path),
+        path: devices.path(),
     };
     let env = GdrEnv::from_env();
     let gdr = gdr::decide(&props, force_flush, gpu, env);
     if gpu.rdma && props.ptr_support & (PTR_CUDA | PTR_DMABUF) != 0 && !gdr.recv && !env.disabled {
         tracing::info!(target: "oxccl::init",
             "NET/{}: GPU Direct RDMA off for GPU {device}: its devices are {} from it, \
-             beyond NCCL_NET_GDR_LEVEL ({})", net.name(), path.name(), env.max_path.name());
+             beyond NCCL_NET_GDR_LEVEL ({})", net.name(),
+            devices.path().map_or("unknown", PathKind::name), env.max_path.name());
     }
     if gdr.recv || gdr.send {
         tracing::info!(target: "oxccl::init",

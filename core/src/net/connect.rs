@@ -4,12 +4,12 @@
 
 use super::gdr::GpuRegistration;
 use super::ll::{LlFifo, LlLink, LlSide};
-use super::nic_affinity;
+use super::nic_affinity::{self, PathKind};
 use super::plugin::select;
 use super::proxy::{HostFifo, Proxy, ProxyConn, ProxyLinks, Side, SlotMemory};
 use super::proxy_cpus::{self, ProxyCpus};
 use super::socket::{SocketConfig, SocketNet};
-use super::{HANDLE_BYTES, Handle, Listen, Net, RecvComm, SendComm};
+use super::{HANDLE_BYTES, Handle, Listen, Net, Properties, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::iface::{Family, interfaces_matching, list_interfaces};
@@ -156,7 +156,12 @@ fn all_done<T>(v: Vec<Vec<Option<T>>>) -> Vec<Vec<T>> {
 /// The network devices a rank's connections use: channel `c` (Simple and LL alike) takes
 /// `devices[c % len]`, on both the listening and the connecting side.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetDevices(Vec<usize>);
+pub struct NetDevices {
+    devices: Vec<usize>,
+    /// How far they are from the GPU (all alike: the nearest); `None` when the GPU's place is
+    /// unknown.
+    path: Option<PathKind>,
+}
 
 impl NetDevices {
     /// Device `OXCCL_NET_DEVICE` alone when set; else the devices nearest the GPU at `gpu_pci`
@@ -167,18 +172,21 @@ impl NetDevices {
         gpu_pci: Option<&str>,
         bootstrap: &Bootstrap,
     ) -> Result<NetDevices> {
+        let numa = &nic_affinity::sysfs_numa_node;
+        let path_to = |dev: &Properties| gpu_pci.map(|g| nic_affinity::path_kind(g, dev, numa));
         if std::env::var_os("OXCCL_NET_DEVICE").is_some() {
-            return Ok(NetDevices(vec![net_device(net)?]));
+            let dev = net_device(net)?;
+            let path = path_to(&net.properties(dev)?);
+            return Ok(NetDevices {
+                devices: vec![dev],
+                path,
+            });
         }
         let props = (0..net.devices()?)
             .map(|d| net.properties(d))
             .collect::<Result<Vec<_>>>()?;
-        let chosen = nic_affinity::local_devices(
-            gpu_pci,
-            &props,
-            index_on_machine(bootstrap),
-            &nic_affinity::sysfs_numa_node,
-        );
+        let chosen =
+            nic_affinity::local_devices(gpu_pci, &props, index_on_machine(bootstrap), numa);
         if chosen.is_empty() {
             return Err(Error::InvalidUsage(format!(
                 "the network {} has no device the proxy can drive (host memory and a receive \
@@ -194,23 +202,36 @@ impl NetDevices {
                 bootstrap.rank(), net.name(), names.join(", "), props.len(),
                 gpu_pci.unwrap_or("an unknown PCI path"));
         }
-        Ok(NetDevices(chosen))
+        // The chosen ones are equally near: the first one's path is every one's.
+        let path = path_to(&props[chosen[0]]);
+        Ok(NetDevices {
+            devices: chosen,
+            path,
+        })
     }
 
-    /// The given devices, in the order channels take them (not empty).
+    /// The given devices, in the order channels take them (not empty), at an unknown distance.
     pub fn of(devices: Vec<usize>) -> NetDevices {
         assert!(!devices.is_empty(), "at least one network device");
-        NetDevices(devices)
+        NetDevices {
+            devices,
+            path: None,
+        }
     }
 
     /// The device channel `c` uses.
     pub fn for_channel(&self, c: usize) -> usize {
-        self.0[c % self.0.len()]
+        self.devices[c % self.devices.len()]
     }
 
     /// Every device, in the order channels take them.
     pub fn all(&self) -> &[usize] {
-        &self.0
+        &self.devices
+    }
+
+    /// How far the devices are from the GPU on the PCI tree; `None` when its place is unknown.
+    pub fn path(&self) -> Option<PathKind> {
+        self.path
     }
 }
 
@@ -413,6 +434,10 @@ fn connect_links(
             net.pair(pf.peer, s, r)?;
         }
     }
+    // Interface names for the log, read once (the socket network reads `/sys` for them).
+    let names = (0..net.devices()?)
+        .map(|d| net.properties(d).map(|p| p.name))
+        .collect::<Result<Vec<_>>>()?;
     let mut conns = Vec::new();
     let mut ll = Vec::new();
     for ((pf, mut per_send), mut per_recv) in fifos.into_iter().zip(sends).zip(recvs) {
@@ -441,13 +466,12 @@ fn connect_links(
             .enumerate()
         {
             let dev = pf.devices.for_channel(c);
-            let props = net.properties(dev)?;
             tracing::info!(target: "oxccl::init",
                 "Channel {c:02} : {rank} -> {peer} via {via} ({iface})",
-                peer = pf.peer, via = via(net.name(), dev, &send_fifo), iface = props.name);
+                peer = pf.peer, via = via(net.name(), dev, &send_fifo), iface = names[dev]);
             tracing::info!(target: "oxccl::init",
                 "Channel {c:02} : {peer} -> {rank} via {via} ({iface})",
-                peer = pf.peer, via = via(net.name(), dev, &recv_fifo), iface = props.name);
+                peer = pf.peer, via = via(net.name(), dev, &recv_fifo), iface = names[dev]);
             conns.push(ProxyConn {
                 peer: pf.peer,
                 channel: c as u32,
@@ -567,6 +591,10 @@ mod tests {
                 Arc::new(PluginNet::new(lib.clone(), u64::from(b.rank())).expect("plugin net"));
             let devices =
                 NetDevices::choose(net.as_ref(), Some(gpu), &b).map_err(|e| e.to_string())?;
+            // Beside the GPU under its switch's port: the distance GDR is then judged by.
+            if devices.path() != Some(PathKind::Pix) {
+                return Err(format!("chosen at {:?}", devices.path()));
+            }
             // Two channels and two LL channels: eight connections each way.
             connect_two(&b, net, devices.clone(), 2, 2)?;
             Ok::<_, String>(devices.all().to_vec())

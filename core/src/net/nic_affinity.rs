@@ -106,6 +106,14 @@ pub fn distance(gpu: &str, nic: &str, numa: &dyn Fn(&str) -> Option<i32>) -> Dis
     }
 }
 
+/// The kind of path from the GPU at `gpu` to device `dev` ([`PathKind::Unknown`] when the
+/// device has no PCI path).
+pub fn path_kind(gpu: &str, dev: &Properties, numa: &dyn Fn(&str) -> Option<i32>) -> PathKind {
+    dev.pci_path
+        .as_deref()
+        .map_or(PathKind::Unknown, |p| distance(gpu, p, numa).kind)
+}
+
 /// The devices a GPU's channels take turns over, in the order channels take them: of those
 /// the proxy can drive (host memory, at least one receive buffer: what a plugin's device 0
 /// must offer), the nearest ones ([`distance`]) of the highest speed, rotated by `local_index`
