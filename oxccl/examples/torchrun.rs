@@ -24,7 +24,7 @@ fn main() -> oxccl::Result<()> {
     // rank learns the maximum.
     let mine = device.buffer_from(&[rank as i64 * 10])?;
     let mut gathered = device.alloc::<i64>(n)?;
-    comm.gather(&mine, (rank == 0).then_some(&mut gathered), 0)?;
+    comm.gather(&mine, (rank == 0).then(|| gathered.as_mut_slice()), 0)?;
     let mut max = device.buffer_from(&[rank as i64])?;
     comm.all_reduce_in_place(&mut max, ReduceOp::Max)?;
     if rank == 0 {

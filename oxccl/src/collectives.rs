@@ -2,7 +2,7 @@
 //! lengths, ranks and places checked before anything is queued.
 
 use crate::Element;
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceInput, DeviceOutput, DeviceSlice, DeviceSliceMut};
 use crate::comm::Communicator;
 use crate::dispatch::CommOps;
 use crate::error::{Error, Result};
@@ -13,7 +13,7 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::{AllToAllvLayout, CollKind, P2pDir};
 
-pub use crate::private::Target;
+use crate::private::{Sealed, Target, Targeted};
 
 /// Block layout of [`Collectives::all_to_allv`]: per peer, element counts and offsets.
 #[derive(Debug, Clone, Copy)]
@@ -35,18 +35,16 @@ pub struct AllToAllv<'a> {
 /// Lengths are element counts; a length that does not fit the communicator, a root or peer out
 /// of range, or a buffer of another device or runtime is an [`Error::InvalidArgument`], and
 /// nothing is queued.
-pub trait Collectives<'b> {
-    /// Where the operations go.
-    #[doc(hidden)]
-    fn target(&self) -> Target<'_>;
-
+pub trait Collectives<'b>: Targeted {
     /// `ncclAllReduce`: `recv[i]` = `op` over every rank's `send[i]`; equal lengths.
     fn all_reduce<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: impl DeviceInput<'b, T>,
+        recv: impl DeviceOutput<'b, T>,
         op: ReduceOp<T>,
     ) -> Result<()> {
+        let send = send.input();
+        let recv = recv.output();
         same_len("all_reduce", send.len(), recv.len())?;
         let a = coll_args(
             CollKind::AllReduce,
@@ -57,15 +55,16 @@ pub trait Collectives<'b> {
             op.lower(),
             0,
         );
-        self.target().launch(&[send, recv], a)
+        self.target().launch(&[send.access(), recv.access()], a)
     }
 
     /// `ncclAllReduce` in place.
     fn all_reduce_in_place<T: Element>(
         &self,
-        buf: &'b mut DeviceBuffer<T>,
+        buf: impl DeviceOutput<'b, T>,
         op: ReduceOp<T>,
     ) -> Result<()> {
+        let buf = buf.output();
         let a = coll_args(
             CollKind::AllReduce,
             buf.addr(0),
@@ -75,17 +74,18 @@ pub trait Collectives<'b> {
             op.lower(),
             0,
         );
-        self.target().launch(&[buf], a)
+        self.target().launch(&[buf.access()], a)
     }
 
     /// `ncclBroadcast`: every rank's `recv` gets the root's `send` (`Some` on the root, of
     /// `recv`'s length; ignored elsewhere).
     fn broadcast<T: Element>(
         &self,
-        send: Option<&'b DeviceBuffer<T>>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: Option<DeviceSlice<'b, T>>,
+        recv: impl DeviceOutput<'b, T>,
         root: usize,
     ) -> Result<()> {
+        let recv = recv.output();
         let want = recv.len();
         self.target()
             .spread_from_root(CollKind::Broadcast, "broadcast", send, recv, want, root)
@@ -94,9 +94,10 @@ pub trait Collectives<'b> {
     /// `ncclBroadcast` in place (`ncclBcast`): the root's `buf` is copied to every rank's.
     fn broadcast_in_place<T: Element>(
         &self,
-        buf: &'b mut DeviceBuffer<T>,
+        buf: impl DeviceOutput<'b, T>,
         root: usize,
     ) -> Result<()> {
+        let buf = buf.output();
         self.target().check_rank("root", root)?;
         let a = coll_args(
             CollKind::Broadcast,
@@ -107,18 +108,19 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             root,
         );
-        self.target().launch(&[buf], a)
+        self.target().launch(&[buf.access()], a)
     }
 
     /// `ncclReduce`: the root's `recv` (`Some` on the root, of `send`'s length; ignored
     /// elsewhere) gets `op` over every rank's `send`.
     fn reduce<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: Option<&'b mut DeviceBuffer<T>>,
+        send: impl DeviceInput<'b, T>,
+        recv: Option<DeviceSliceMut<'b, T>>,
         op: ReduceOp<T>,
         root: usize,
     ) -> Result<()> {
+        let send = send.input();
         let want = send.len();
         self.target().collect_at_root(
             CollKind::Reduce,
@@ -134,10 +136,11 @@ pub trait Collectives<'b> {
     /// `ncclReduce` in place: the root's `buf` gets `op` over every rank's `buf`.
     fn reduce_in_place<T: Element>(
         &self,
-        buf: &'b mut DeviceBuffer<T>,
+        buf: impl DeviceOutput<'b, T>,
         op: ReduceOp<T>,
         root: usize,
     ) -> Result<()> {
+        let buf = buf.output();
         self.target().check_rank("root", root)?;
         let a = coll_args(
             CollKind::Reduce,
@@ -148,16 +151,18 @@ pub trait Collectives<'b> {
             op.lower(),
             root,
         );
-        self.target().launch(&[buf], a)
+        self.target().launch(&[buf.access()], a)
     }
 
     /// `ncclAllGather`: `recv` (nranks times `send`'s length) gets every rank's `send`, in rank
     /// order.
     fn all_gather<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: impl DeviceInput<'b, T>,
+        recv: impl DeviceOutput<'b, T>,
     ) -> Result<()> {
+        let send = send.input();
+        let recv = recv.output();
         let t = self.target();
         t.check_multiple("all_gather", "receive", recv.len(), send.len())?;
         let a = coll_args(
@@ -169,12 +174,13 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             0,
         );
-        t.launch(&[send, recv], a)
+        t.launch(&[send.access(), recv.access()], a)
     }
 
     /// `ncclAllGather` in place: each rank's block `rank` of `buf` (length a multiple of
     /// nranks) is copied to that block of every rank's `buf`.
-    fn all_gather_in_place<T: Element>(&self, buf: &'b mut DeviceBuffer<T>) -> Result<()> {
+    fn all_gather_in_place<T: Element>(&self, buf: impl DeviceOutput<'b, T>) -> Result<()> {
+        let buf = buf.output();
         let t = self.target();
         let count = t.block("all_gather_in_place", buf.len())?;
         let me = t.comm.rank();
@@ -187,17 +193,19 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             0,
         );
-        t.launch(&[buf], a)
+        t.launch(&[buf.access()], a)
     }
 
     /// `ncclReduceScatter`: `recv` gets block `rank` of `op` over every rank's `send` (nranks
     /// times `recv`'s length).
     fn reduce_scatter<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: impl DeviceInput<'b, T>,
+        recv: impl DeviceOutput<'b, T>,
         op: ReduceOp<T>,
     ) -> Result<()> {
+        let send = send.input();
+        let recv = recv.output();
         let t = self.target();
         t.check_multiple("reduce_scatter", "send", send.len(), recv.len())?;
         let a = coll_args(
@@ -209,16 +217,17 @@ pub trait Collectives<'b> {
             op.lower(),
             0,
         );
-        t.launch(&[send, recv], a)
+        t.launch(&[send.access(), recv.access()], a)
     }
 
     /// `ncclReduceScatter` in place: block `rank` of `buf` (length a multiple of nranks) gets
     /// that block of `op` over every rank's `buf`.
     fn reduce_scatter_in_place<T: Element>(
         &self,
-        buf: &'b mut DeviceBuffer<T>,
+        buf: impl DeviceOutput<'b, T>,
         op: ReduceOp<T>,
     ) -> Result<()> {
+        let buf = buf.output();
         let t = self.target();
         let count = t.block("reduce_scatter_in_place", buf.len())?;
         let me = t.comm.rank();
@@ -231,16 +240,18 @@ pub trait Collectives<'b> {
             op.lower(),
             0,
         );
-        t.launch(&[buf], a)
+        t.launch(&[buf.access()], a)
     }
 
     /// `ncclAlltoAll`: block `p` of `send` goes to rank `p`, whose block `rank` of `recv` gets
     /// it; equal lengths, a multiple of nranks.
     fn all_to_all<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: impl DeviceInput<'b, T>,
+        recv: impl DeviceOutput<'b, T>,
     ) -> Result<()> {
+        let send = send.input();
+        let recv = recv.output();
         let t = self.target();
         same_len("all_to_all", send.len(), recv.len())?;
         let count = t.block("all_to_all", send.len())?;
@@ -253,7 +264,7 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             0,
         );
-        t.launch(&[send, recv], a)
+        t.launch(&[send.access(), recv.access()], a)
     }
 
     /// `ncclAlltoAllv`: `send_counts[p]` elements at `send_offsets[p]` go to rank `p`, which
@@ -261,17 +272,20 @@ pub trait Collectives<'b> {
     /// was sent). Every block must lie inside its buffer.
     fn all_to_allv<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: impl DeviceInput<'b, T>,
+        recv: impl DeviceOutput<'b, T>,
         layout: AllToAllv<'_>,
     ) -> Result<()> {
+        let send = send.input();
+        let recv = recv.output();
         let t = self.target();
         let n = t.comm.size();
         let table = |name: &str, v: &[usize]| -> Result<Vec<u64>> {
             if v.len() != n {
                 return Err(Error::arg(format!(
-                    "all_to_allv: {name} has {} entries, the communicator {n} ranks",
-                    v.len()
+                    "all_to_allv: {name} has {} entries, the communicator {}",
+                    v.len(),
+                    ranks(n)
                 )));
             }
             Ok(v.iter().map(|&x| x as u64).collect())
@@ -305,17 +319,18 @@ pub trait Collectives<'b> {
             0,
         );
         a.layout = Some(l);
-        t.launch(&[send, recv], a)
+        t.launch(&[send.access(), recv.access()], a)
     }
 
     /// `ncclGather`: the root's `recv` (`Some` on the root, nranks times `send`'s length;
     /// ignored elsewhere) gets every rank's `send`, in rank order.
     fn gather<T: Element>(
         &self,
-        send: &'b DeviceBuffer<T>,
-        recv: Option<&'b mut DeviceBuffer<T>>,
+        send: impl DeviceInput<'b, T>,
+        recv: Option<DeviceSliceMut<'b, T>>,
         root: usize,
     ) -> Result<()> {
+        let send = send.input();
         let t = self.target();
         let want = send.len().saturating_mul(t.comm.size());
         t.collect_at_root(
@@ -331,7 +346,12 @@ pub trait Collectives<'b> {
 
     /// `ncclGather` in place: block `rank` of every rank's `buf` (length a multiple of nranks)
     /// is copied to that block of the root's `buf`.
-    fn gather_in_place<T: Element>(&self, buf: &'b mut DeviceBuffer<T>, root: usize) -> Result<()> {
+    fn gather_in_place<T: Element>(
+        &self,
+        buf: impl DeviceOutput<'b, T>,
+        root: usize,
+    ) -> Result<()> {
+        let buf = buf.output();
         let t = self.target();
         t.check_rank("root", root)?;
         let count = t.block("gather_in_place", buf.len())?;
@@ -345,17 +365,18 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             root,
         );
-        t.launch(&[buf], a)
+        t.launch(&[buf.access()], a)
     }
 
     /// `ncclScatter`: block `p` of the root's `send` (`Some` on the root, nranks times
     /// `recv`'s length; ignored elsewhere) goes to rank `p`'s `recv`.
     fn scatter<T: Element>(
         &self,
-        send: Option<&'b DeviceBuffer<T>>,
-        recv: &'b mut DeviceBuffer<T>,
+        send: Option<DeviceSlice<'b, T>>,
+        recv: impl DeviceOutput<'b, T>,
         root: usize,
     ) -> Result<()> {
+        let recv = recv.output();
         let t = self.target();
         let want = recv.len().saturating_mul(t.comm.size());
         t.spread_from_root(CollKind::Scatter, "scatter", send, recv, want, root)
@@ -365,9 +386,10 @@ pub trait Collectives<'b> {
     /// goes to block `p` of rank `p`'s `buf`.
     fn scatter_in_place<T: Element>(
         &self,
-        buf: &'b mut DeviceBuffer<T>,
+        buf: impl DeviceOutput<'b, T>,
         root: usize,
     ) -> Result<()> {
+        let buf = buf.output();
         let t = self.target();
         t.check_rank("root", root)?;
         let count = t.block("scatter_in_place", buf.len())?;
@@ -381,19 +403,21 @@ pub trait Collectives<'b> {
             RedOp::Sum,
             root,
         );
-        t.launch(&[buf], a)
+        t.launch(&[buf.access()], a)
     }
 
     /// `ncclSend`: all of `buf` to rank `peer`, which receives it with [`Collectives::recv`]
     /// of the same length. A rank exchanging with itself, or two ranks sending to each other,
     /// put both halves in one [`crate::Group`].
-    fn send<T: Element>(&self, buf: &'b DeviceBuffer<T>, peer: usize) -> Result<()> {
-        self.target().p2p(P2pDir::Send, buf, peer)
+    fn send<T: Element>(&self, buf: impl DeviceInput<'b, T>, peer: usize) -> Result<()> {
+        let buf = buf.input();
+        self.target().p2p(P2pDir::Send, buf.access(), peer)
     }
 
     /// `ncclRecv`: fills all of `buf` with what rank `peer` sends.
-    fn recv<T: Element>(&self, buf: &'b mut DeviceBuffer<T>, peer: usize) -> Result<()> {
-        self.target().p2p(P2pDir::Recv, buf, peer)
+    fn recv<T: Element>(&self, buf: impl DeviceOutput<'b, T>, peer: usize) -> Result<()> {
+        let buf = buf.output();
+        self.target().p2p(P2pDir::Recv, buf.access(), peer)
     }
 }
 
@@ -416,6 +440,15 @@ pub(crate) fn coll_args(
         op,
         root: root as u32,
         layout: None,
+    }
+}
+
+/// "1 rank", "3 ranks".
+fn ranks(n: usize) -> String {
+    if n == 1 {
+        "1 rank".into()
+    } else {
+        format!("{n} ranks")
     }
 }
 
@@ -443,7 +476,8 @@ impl Target<'_> {
         let n = self.comm.size();
         if r >= n {
             return Err(Error::arg(format!(
-                "{what} {r} is out of range for a communicator of {n} ranks"
+                "{what} {r} is out of range for a communicator of {}",
+                ranks(n)
             )));
         }
         Ok(())
@@ -454,7 +488,8 @@ impl Target<'_> {
         let n = self.comm.size();
         if !len.is_multiple_of(n) {
             return Err(Error::arg(format!(
-                "{what}: buffer length {len} is not a multiple of the {n} ranks"
+                "{what}: buffer length {len} is not a multiple of the {}",
+                ranks(n)
             )));
         }
         Ok(len / n)
@@ -465,7 +500,8 @@ impl Target<'_> {
         let n = self.comm.size();
         if small.checked_mul(n) != Some(big) {
             return Err(Error::arg(format!(
-                "{what}: {which} buffer has {big} elements, it must have {n} ranks x {small}"
+                "{what}: {which} buffer has {big} elements, it must have {} x {small}",
+                ranks(n)
             )));
         }
         Ok(())
@@ -477,8 +513,8 @@ impl Target<'_> {
         &self,
         kind: CollKind,
         what: &str,
-        send: Option<&DeviceBuffer<T>>,
-        recv: &mut DeviceBuffer<T>,
+        send: Option<DeviceSlice<'_, T>>,
+        recv: DeviceSliceMut<'_, T>,
         want: usize,
         root: usize,
     ) -> Result<()> {
@@ -502,8 +538,8 @@ impl Target<'_> {
             root,
         );
         match send {
-            Some(b) => self.launch(&[b, recv], a),
-            None => self.launch(&[recv], a),
+            Some(b) => self.launch(&[b.access(), recv.access()], a),
+            None => self.launch(&[recv.access()], a),
         }
     }
 
@@ -514,8 +550,8 @@ impl Target<'_> {
         &self,
         kind: CollKind,
         what: &str,
-        send: &DeviceBuffer<T>,
-        recv: Option<&mut DeviceBuffer<T>>,
+        send: DeviceSlice<'_, T>,
+        recv: Option<DeviceSliceMut<'_, T>>,
         want: usize,
         op: RedOp,
         root: usize,
@@ -532,13 +568,13 @@ impl Target<'_> {
         let r = recv.as_ref().map_or(send.addr(0), |b| b.addr(0));
         let a = coll_args(kind, send.addr(0), r, send.len(), T::DTYPE, op, root);
         match recv {
-            Some(b) => self.launch(&[send, b], a),
-            None => self.launch(&[send], a),
+            Some(b) => self.launch(&[send.access(), b.access()], a),
+            None => self.launch(&[send.access()], a),
         }
     }
 
     /// Checks places and group state, orders the buffers' streams, queues the collective.
-    fn launch<T: Element>(&self, bufs: &[&DeviceBuffer<T>], a: CollArgs) -> Result<()> {
+    fn launch<T: Element>(&self, bufs: &[(DeviceSlice<'_, T>, bool)], a: CollArgs) -> Result<()> {
         self.prepare(bufs)?;
         // SAFETY: every address lies in a live `DeviceBuffer` of this communicator's device,
         // sized for the operation by the checks above. The buffers are borrowed until the call
@@ -547,15 +583,21 @@ impl Target<'_> {
         Ok(unsafe { self.comm.comm.collective_on(a, self.stream.handle()) }?)
     }
 
-    fn p2p<T: Element>(&self, dir: P2pDir, buf: &DeviceBuffer<T>, peer: usize) -> Result<()> {
+    fn p2p<T: Element>(
+        &self,
+        dir: P2pDir,
+        buf: (DeviceSlice<'_, T>, bool),
+        peer: usize,
+    ) -> Result<()> {
         self.check_rank("peer", peer)?;
         self.prepare(&[buf])?;
-        // SAFETY: as in `launch`, for `buf`'s `len` elements.
+        let (view, _) = buf;
+        // SAFETY: as in `launch`, for the view's `len` elements.
         Ok(unsafe {
             self.comm.comm.p2p_on(
                 dir,
-                buf.addr(0),
-                buf.len() as u64,
+                view.addr(0),
+                view.len() as u64,
                 T::DTYPE,
                 peer as u32,
                 self.stream.handle(),
@@ -563,7 +605,7 @@ impl Target<'_> {
         }?)
     }
 
-    fn prepare<T: Element>(&self, bufs: &[&DeviceBuffer<T>]) -> Result<()> {
+    fn prepare<T: Element>(&self, bufs: &[(DeviceSlice<'_, T>, bool)]) -> Result<()> {
         if !self.grouped {
             Communicator::check_no_group()?;
         }
@@ -579,17 +621,21 @@ impl Target<'_> {
         } else {
             &["the"]
         };
-        for (b, name) in bufs.iter().zip(names) {
-            b.check_place(rt, dev, name)?;
+        for ((b, _), name) in bufs.iter().zip(names) {
+            b.buffer().check_place(rt, dev, name)?;
         }
-        for b in bufs {
-            b.track(self.stream)?;
+        for (b, whole) in bufs {
+            b.buffer().track(self.stream, *whole)?;
         }
         Ok(())
     }
 }
 
-impl<'b> Collectives<'b> for Communicator {
+impl Sealed for Communicator {}
+
+impl<'b> Collectives<'b> for Communicator {}
+
+impl Targeted for Communicator {
     fn target(&self) -> Target<'_> {
         Target {
             comm: self,
@@ -613,7 +659,11 @@ impl Communicator {
     }
 }
 
-impl<'b> Collectives<'b> for OnStream<'_> {
+impl Sealed for OnStream<'_> {}
+
+impl<'b> Collectives<'b> for OnStream<'_> {}
+
+impl Targeted for OnStream<'_> {
     fn target(&self) -> Target<'_> {
         Target {
             comm: self.comm,

@@ -64,7 +64,11 @@ impl Error {
 
 impl From<oxccl_core::Error> for Error {
     fn from(e: oxccl_core::Error) -> Error {
-        let text = e.to_string();
+        // The variant's own prefix ("internal error: ") is added by this type's `Display`.
+        let text = match &e {
+            oxccl_core::Error::Internal(m) => m.clone(),
+            e => e.to_string(),
+        };
         match e.kind() {
             ErrorKind::Backend => Error::Device(text),
             ErrorKind::System => Error::System(text),

@@ -48,19 +48,27 @@
 //! - An operation borrows its buffers for the call: `&` for what it reads, `&mut` for what it
 //!   writes, so one buffer cannot be both the input and the output of an out-of-place
 //!   operation, and no host code holds a reference into device memory.
-//! - Each [`DeviceBuffer`] remembers the stream of the last operation that used it. Host access
+//! - Each [`DeviceBuffer`] remembers the streams of the operations that used it. Host access
 //!   ([`DeviceBuffer::copy_to_host`], [`DeviceBuffer::copy_from_host`], [`DeviceBuffer::to_vec`])
-//!   and the release on drop first wait for that stream; an operation queued on another stream
-//!   first makes its stream wait (on the device) for it. The buffer keeps that stream alive.
-//! - Operations of a [`Group`] only run when the group ends, so they borrow their buffers until
-//!   then (the group's lifetime `'b`), and operations outside a group are refused while one is
-//!   open on the thread.
+//!   and the release on drop first wait for those streams; an operation queued on another
+//!   stream first makes its stream wait (on the device) for them. The buffer keeps them alive.
+//! - Operations of a [`Group`] only run when the outermost group ends, so they borrow their
+//!   buffers and communicators until then (the group's lifetime `'b`, which inner groups
+//!   share); operations outside a group are refused while one is open on the thread, and so is
+//!   a second [`Group::start`]. A forgotten group never runs, and the thread says so.
+//! - Parts of a buffer are [`DeviceSlice`]s (read) and [`DeviceSliceMut`]s (written), borrowed
+//!   from it as `&` and `&mut` slices are: disjoint exclusive views (bucketed gradients over
+//!   one flat buffer) may be used by different operations at once. Every operation takes them
+//!   where it takes a buffer ([`DeviceInput`], [`DeviceOutput`]).
+//! - The traits that decide which borrows an operation keeps ([`Collectives`],
+//!   [`DeviceInput`], [`DeviceOutput`], [`Element`]) are sealed.
 //! - Only the sealed [`Element`] types can be elements: every bit pattern a reduction writes is
 //!   a valid value of them.
 //!
 //! Consequences: a program may queue many operations and never wait; waiting happens where
 //! the host touches data ([`Communicator::synchronize`] or [`Stream::synchronize`] to wait
-//! explicitly). Forgetting a value (`std::mem::forget`) cannot break the rule. The `unsafe`
+//! explicitly). Forgetting a value (`std::mem::forget`) cannot break the rule: a forgotten
+//! group is refused, not launched, and a forgotten buffer is only leaked. The `unsafe`
 //! escape hatch ([`Communicator::collective_raw`], [`Stream::from_raw`]) leaves it to the
 //! caller; CUDA graph capture goes through it too. With the `cudarc` feature, operations on
 //! `CudaSlice`s follow cudarc's own event tracking instead.
@@ -77,7 +85,8 @@
 //! # Ok::<(), oxccl::Error>(())
 //! ```
 //!
-//! Freeing a buffer while a group that uses it is open: see [`Group`].
+//! Freeing a buffer while a group that uses it is open, and the other misuses that do not
+//! compile: see [`soundness`].
 //!
 //! # NCCL functions and their methods
 //!
@@ -105,7 +114,7 @@
 //! | `ncclAllToAllv` (RCCL) | [`Collectives::all_to_allv`] |
 //! | `ncclGather`, `ncclScatter` | [`Collectives::gather`], [`Collectives::scatter`] and their `_in_place` forms |
 //! | `ncclSend`, `ncclRecv` | [`Collectives::send`], [`Collectives::recv`] |
-//! | `ncclGroupStart`, `ncclGroupEnd` | [`Group::start`], [`Group::end`] (or dropping the [`Group`]) |
+//! | `ncclGroupStart`, `ncclGroupEnd` | [`Group::start`] ([`Group::nested`] inside one), [`Group::end`] (or dropping the [`Group`]) |
 //! | `ncclRedOpCreatePreMulSum`, `ncclRedOpDestroy` | [`ReduceOp::PreMulSum`] (nothing to destroy) |
 //! | any operation on raw pointers and a `cudaStream_t` | [`Communicator::collective_raw`], [`Communicator::send_raw`], [`Communicator::recv_raw`] (`unsafe`) |
 //! | `cudaStreamSynchronize`, `cudaStreamQuery` on the operation's stream | [`Stream::synchronize`], [`Stream::is_complete`] |
@@ -114,7 +123,11 @@
 //!
 //! # Features
 //!
-//! - `cuda` (default): the CUDA backend. `hip` (default): the HIP backend.
+//! - `cuda` (default): the CUDA backend. `hip` (default): the HIP backend. Their build scripts
+//!   compile the device kernels when nvcc or hipcc is installed, which takes minutes.
+//! - A program that only needs the host backend (CI, a laptop, docs) turns both off and
+//!   compiles no GPU code at all:
+//!   `oxccl = { version = "0.1", default-features = false }`.
 //! - `cudarc`: operations on cudarc's `CudaSlice<T>` on a cudarc `CudaStream`
 //!   (`Communicator::on_cudarc`).
 //! - `dispatch`: the raw, `unsafe` backend dispatch layer the C ABI (`oxccl-ffi`) is built on.
@@ -144,13 +157,13 @@ mod group;
 mod id;
 mod launch_env;
 mod op;
-#[doc(hidden)]
-pub mod private;
+mod private;
 mod raw;
 mod runtime;
+pub mod soundness;
 mod stream;
 
-pub use buffer::DeviceBuffer;
+pub use buffer::{DeviceBuffer, DeviceInput, DeviceOutput, DeviceSlice, DeviceSliceMut};
 pub use collectives::{AllToAllv, Collectives, OnStream};
 pub use comm::{AbortHandle, Communicator, PendingInit};
 #[cfg(feature = "cudarc")]
@@ -158,7 +171,7 @@ pub use cudarc_interop::CudarcOps;
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fp8::{F8E4M3, F8E5M2};
-pub use group::{Group, GroupOps};
+pub use group::{Group, GroupOps, NestedGroup};
 pub use half::{bf16, f16};
 pub use id::UniqueId;
 pub use op::ReduceOp;

@@ -30,26 +30,27 @@ impl Runtime {
         })
     }
 
-    /// The host backend: CPU memory and threads, no device needed. Each call makes a new one.
+    /// The host backend: CPU memory and threads, no device needed. One per process: every call
+    /// returns the same runtime.
     pub fn host() -> Runtime {
         Runtime {
-            backend: Arc::new(dispatch::choose::host()),
+            backend: dispatch::choose::host(),
         }
     }
 
-    /// The CUDA backend; an error when no driver or no device is present.
+    /// The CUDA backend (one per process); an error when no driver or no device is present.
     #[cfg(feature = "cuda")]
     pub fn cuda() -> Result<Runtime> {
         Ok(Runtime {
-            backend: Arc::new(dispatch::choose::cuda()?),
+            backend: dispatch::choose::cuda()?,
         })
     }
 
-    /// The HIP backend; an error when no runtime or no device is present.
+    /// The HIP backend (one per process); an error when no runtime or no device is present.
     #[cfg(feature = "hip")]
     pub fn hip() -> Result<Runtime> {
         Ok(Runtime {
-            backend: Arc::new(dispatch::choose::hip()?),
+            backend: dispatch::choose::hip()?,
         })
     }
 

@@ -9,6 +9,8 @@ pub mod bench;
 pub mod check_device;
 pub mod cudart;
 pub mod harness;
+pub mod misuse;
+pub mod misuse_memcheck;
 pub mod nccl_lib;
 pub mod safe;
 pub mod suite;

@@ -168,16 +168,23 @@ fn typed<T: LeBytes>(comm: &Communicator, case: &Case) -> oxccl::Result<usize> {
         match case.kind {
             CollKind::AllReduce => comm.all_reduce(&send, &mut recv, op)?,
             CollKind::Broadcast => {
-                comm.broadcast(Some(&send).filter(|_| is_root), &mut recv, root)?
+                comm.broadcast(Some(send.as_slice()).filter(|_| is_root), &mut recv, root)?
             }
-            CollKind::Reduce => {
-                comm.reduce(&send, Some(&mut recv).filter(|_| is_root), op, root)?
-            }
+            CollKind::Reduce => comm.reduce(
+                &send,
+                Some(recv.as_mut_slice()).filter(|_| is_root),
+                op,
+                root,
+            )?,
             CollKind::AllGather => comm.all_gather(&send, &mut recv)?,
             CollKind::ReduceScatter => comm.reduce_scatter(&send, &mut recv, op)?,
             CollKind::AllToAll => comm.all_to_all(&send, &mut recv)?,
-            CollKind::Gather => comm.gather(&send, Some(&mut recv).filter(|_| is_root), root)?,
-            CollKind::Scatter => comm.scatter(Some(&send).filter(|_| is_root), &mut recv, root)?,
+            CollKind::Gather => {
+                comm.gather(&send, Some(recv.as_mut_slice()).filter(|_| is_root), root)?
+            }
+            CollKind::Scatter => {
+                comm.scatter(Some(send.as_slice()).filter(|_| is_root), &mut recv, root)?
+            }
             CollKind::AllToAllv => {
                 let l = alltoallv_layout(c, n, me);
                 let v = |x: &[u64]| x.iter().map(|&e| e as usize).collect::<Vec<_>>();
@@ -224,4 +231,22 @@ pub fn ring_exchange(comm: &Communicator, count: usize) -> oxccl::Result<usize> 
         .enumerate()
         .filter(|&(i, &v)| v != (from * 1000 + i) as i32)
         .count())
+}
+
+/// Runs `f` on every rank of a fresh `n`-rank host communicator, one thread per rank.
+pub fn on_ranks<R: Send>(n: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    let rt = oxccl::Runtime::host();
+    let id = oxccl::UniqueId::new().unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let (rt, f) = (rt.clone(), &f);
+                s.spawn(move || {
+                    let comm = Communicator::init(&id, rank, n, &rt.device(rank).unwrap()).unwrap();
+                    f(&comm)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }

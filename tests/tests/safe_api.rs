@@ -5,26 +5,8 @@
 
 use oxccl::{Collectives, Communicator, Error, ReduceOp, Runtime, UniqueId};
 use oxccl_core::datatype::DataType;
-use oxccl_tests::safe::{ring_exchange, run_safe_cases};
+use oxccl_tests::safe::{on_ranks, ring_exchange, run_safe_cases};
 use oxccl_tests::suite::full_matrix;
-
-/// Runs `f` on every rank of a fresh `n`-rank host communicator, one thread per rank.
-fn on_ranks<R: Send>(n: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    let rt = Runtime::host();
-    let id = UniqueId::new().unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                let (rt, f) = (rt.clone(), &f);
-                s.spawn(move || {
-                    let comm = Communicator::init(&id, rank, n, &rt.device(rank).unwrap()).unwrap();
-                    f(&comm)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
 
 fn matrix(n: usize) {
     let mut cases = full_matrix(n, &[0, 1, 7, 4099], &DataType::ALL);
@@ -97,7 +79,7 @@ fn bad_input_is_an_error_and_queues_nothing() {
         if comm.rank() == 0 {
             is_arg(comm.broadcast(None, &mut b, 0), "root needs a send buffer");
             is_arg(
-                comm.reduce(&a, Some(&mut b), ReduceOp::Sum, 0),
+                comm.reduce(&a, Some(b.as_mut_slice()), ReduceOp::Sum, 0),
                 "must have 4",
             );
         }
@@ -108,12 +90,14 @@ fn bad_input_is_an_error_and_queues_nothing() {
             comm.all_reduce_in_place(&mut elsewhere, ReduceOp::Sum),
             "device",
         );
-        // A buffer of another runtime.
-        let mut foreign = Runtime::host().device(0).unwrap().alloc::<f32>(4).unwrap();
-        is_arg(
-            comm.all_reduce_in_place(&mut foreign, ReduceOp::Sum),
-            "another runtime",
-        );
+        // Every `Runtime::host()` is the same runtime: its buffers work with the communicator.
+        assert!(Runtime::host().same(comm.runtime()));
+        let mut same = Runtime::host()
+            .device(comm.device().ordinal())
+            .unwrap()
+            .alloc::<f32>(4)
+            .unwrap();
+        comm.all_reduce_in_place(&mut same, ReduceOp::Sum).unwrap();
         // Host slices of the wrong length.
         is_arg(b.copy_from_host(&[1.0; 4]), "host slice has 4");
         // Operations outside the open group are refused.

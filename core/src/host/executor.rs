@@ -89,6 +89,21 @@ struct StepContext<'a> {
 }
 
 impl StepContext<'_> {
+    /// The error for a message of another length than this rank's plan expects: the ranks
+    /// passed different counts (or called different operations).
+    fn count_mismatch(&self, peer: u32, got: usize, want: usize) -> Error {
+        let esize = self.work.dtype.size().max(1);
+        let kind = self.work.kind;
+        Error::InvalidUsage(format!(
+            "{kind:?}: rank {peer} sent {} {:?} elements for a step where rank {} expected {}; \
+             every rank must call {kind:?} with the same count and type",
+            got / esize,
+            self.work.dtype,
+            self.mesh.rank(),
+            want / esize
+        ))
+    }
+
     fn run_channel(&self, ch: &ChannelWork) -> Result<()> {
         let mut lane = Lane::new(self.mesh.nranks() as usize);
         for step in &ch.steps {
@@ -179,7 +194,9 @@ impl StepContext<'_> {
             }
             have = true;
         } else if let Some(peer) = s.recv {
-            self.mesh.recv(peer, s.tag, &mut value, self.abort)?;
+            if let Some(got) = self.mesh.recv_sized(peer, s.tag, &mut value, self.abort)? {
+                return Err(self.count_mismatch(peer, got, bytes));
+            }
             if s.learn {
                 lane.learn(peer, &value)?;
             }

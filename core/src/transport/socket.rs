@@ -299,6 +299,26 @@ impl SocketMesh {
 
     /// Receives the next message from `peer` under `tag` into `out` (exact length).
     pub fn recv(&self, peer: u32, tag: u64, out: &mut [u8], abort: &AbortFlag) -> Result<()> {
+        match self.recv_sized(peer, tag, out, abort)? {
+            None => Ok(()),
+            Some(got) => Err(Error::InvalidUsage(format!(
+                "the message from rank {peer} with tag {tag:#x} has {got} bytes, but rank {} \
+                 expected {} (mismatched operations across ranks?)",
+                self.rank,
+                out.len()
+            ))),
+        }
+    }
+
+    /// Receives the next message from `peer` under `tag` into `out`; when its length differs,
+    /// drops it and returns that length (the caller knows which operation it belonged to).
+    pub fn recv_sized(
+        &self,
+        peer: u32,
+        tag: u64,
+        out: &mut [u8],
+        abort: &AbortFlag,
+    ) -> Result<Option<usize>> {
         self.check_args(peer, tag)?;
         let timeout = self.op_timeout();
         let spec = WaitSpec {
@@ -308,16 +328,10 @@ impl SocketMesh {
         };
         let msg = self.shared.mailbox.take(peer, tag, &spec)?;
         if msg.len() != out.len() {
-            return Err(Error::Internal(format!(
-                "socket transport: the message from rank {peer} with tag {tag:#x} has {} bytes, \
-                 but rank {} expected {} (mismatched operations across ranks?)",
-                msg.len(),
-                self.rank,
-                out.len()
-            )));
+            return Ok(Some(msg.len()));
         }
         out.copy_from_slice(&msg);
-        Ok(())
+        Ok(None)
     }
 
     /// Says goodbye to every peer and shuts the sockets down; reader threads then exit. Peers do

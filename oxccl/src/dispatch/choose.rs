@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 ///
 /// Unset or `auto`: the first of CUDA and HIP whose runtime loads and has a device, else the
 /// host. A named device backend that cannot be used is an error, never a silent fallback.
-pub fn choose() -> Result<AnyBackend> {
+pub fn choose() -> Result<Arc<AnyBackend>> {
     let wanted = std::env::var("OXCCL_BACKEND")
         .unwrap_or_default()
         .trim()
@@ -44,36 +44,43 @@ pub fn choose() -> Result<AnyBackend> {
     }
 }
 
-/// The host backend.
-pub(crate) fn host() -> AnyBackend {
-    AnyBackend::from(Backed(Arc::new(HostBackend::new())))
+/// The host backend, one per process: every `Runtime::host()` is the same runtime.
+pub(crate) fn host() -> Arc<AnyBackend> {
+    static HOST: OnceLock<Arc<AnyBackend>> = OnceLock::new();
+    HOST.get_or_init(|| Arc::new(AnyBackend::from(Backed(Arc::new(HostBackend::new())))))
+        .clone()
 }
 
-/// The CUDA backend when its driver loads and has a device.
+/// The CUDA backend when its driver loads and has a device; loaded once per process.
 #[cfg(feature = "cuda")]
-pub(crate) fn cuda() -> Result<AnyBackend> {
-    let b = oxccl_cuda::CudaBackend::load()?;
-    let n = oxccl_core::backend::Backend::device_count(&b)?;
-    if n == 0 {
-        return Err(Error::usage("no CUDA device"));
-    }
-    tracing::info!(target: "oxccl::init", "using the CUDA backend ({n} devices)");
-    Ok(AnyBackend::from(Backed(Arc::new(b))))
+pub(crate) fn cuda() -> Result<Arc<AnyBackend>> {
+    static CUDA: OnceLock<Result<Arc<AnyBackend>>> = OnceLock::new();
+    CUDA.get_or_init(|| {
+        let b = oxccl_cuda::CudaBackend::load()?;
+        let n = oxccl_core::backend::Backend::device_count(&b)?;
+        if n == 0 {
+            return Err(Error::usage("no CUDA device"));
+        }
+        tracing::info!(target: "oxccl::init", "using the CUDA backend ({n} devices)");
+        Ok(Arc::new(AnyBackend::from(Backed(Arc::new(b)))))
+    })
+    .clone()
 }
 
-/// The HIP backend when its runtime loads and has a device.
+/// The HIP backend when its runtime loads and has a device; loaded once per process.
 #[cfg(feature = "hip")]
-pub(crate) fn hip() -> Result<AnyBackend> {
-    let b = oxccl_hip::HipBackend::load()?;
-    tracing::info!(target: "oxccl::init", "using the HIP backend ({:?})", b.runtime());
-    Ok(AnyBackend::from(Backed(Arc::new(b))))
+pub(crate) fn hip() -> Result<Arc<AnyBackend>> {
+    static HIP: OnceLock<Result<Arc<AnyBackend>>> = OnceLock::new();
+    HIP.get_or_init(|| {
+        let b = oxccl_hip::HipBackend::load()?;
+        tracing::info!(target: "oxccl::init", "using the HIP backend ({:?})", b.runtime());
+        Ok(Arc::new(AnyBackend::from(Backed(Arc::new(b)))))
+    })
+    .clone()
 }
 
 /// The process-wide backend, chosen on first use (what the C ABI and `Runtime::auto` share).
 pub fn backend() -> Result<&'static Arc<AnyBackend>> {
     static BACKEND: OnceLock<Result<Arc<AnyBackend>>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| choose().map(Arc::new))
-        .as_ref()
-        .map_err(Clone::clone)
+    BACKEND.get_or_init(choose).as_ref().map_err(Clone::clone)
 }
