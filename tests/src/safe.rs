@@ -235,14 +235,25 @@ pub fn ring_exchange(comm: &Communicator, count: usize) -> oxccl::Result<usize> 
 
 /// Runs `f` on every rank of a fresh `n`-rank host communicator, one thread per rank.
 pub fn on_ranks<R: Send>(n: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
-    let rt = oxccl::Runtime::host();
+    on_ranks_of(&oxccl::Runtime::host(), n, f)
+}
+
+/// Runs `f` on every rank of a fresh `n`-rank communicator of `rt`, one thread per rank, rank
+/// `r` on device `r % devices`.
+pub fn on_ranks_of<R: Send>(
+    rt: &oxccl::Runtime,
+    n: usize,
+    f: impl Fn(&Communicator) -> R + Sync,
+) -> Vec<R> {
     let id = oxccl::UniqueId::new().unwrap();
+    let devices = rt.device_count().unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
                 let (rt, f) = (rt.clone(), &f);
                 s.spawn(move || {
-                    let comm = Communicator::init(&id, rank, n, &rt.device(rank).unwrap()).unwrap();
+                    let dev = rt.device(rank % devices).unwrap();
+                    let comm = Communicator::init(&id, rank, n, &dev).unwrap();
                     f(&comm)
                 })
             })

@@ -107,6 +107,11 @@ pub(crate) unsafe fn collective(comm: ncclComm_t, call: Call, stream: Stream) ->
         if recv && call.recv.is_null() {
             return Err(Error::arg("receive buffer is NULL"));
         }
+        if call.layout.is_none() && call.count == 0 {
+            // As NCCL: checked, then nothing to queue (every rank passes the same count, so
+            // every rank skips it alike).
+            return Ok(());
+        }
         let args = CollArgs {
             kind: call.kind,
             send: call.send as u64,

@@ -8,8 +8,10 @@
 //! One thread per rank, rank `r` on device `r % devices` (default: one rank per device, at least
 //! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
 //! `--counts`, through the typed methods, then 200 rounds of AllReduces of 100 KB on buffers
-//! uploaded just before them (in place and out of place); prints one `FAIL` line per wrong case
-//! or round and `RESULT pass=P fail=F`, exits 1 on a failure and 2 when the backend is missing.
+//! uploaded just before them (in place and out of place), then the misuse scenarios of
+//! `oxccl_tests::misuse` (nested and forgotten groups, buffer views); prints one `FAIL` line per
+//! wrong case, round or scenario and `RESULT pass=P fail=F` lines, exits 1 on a failure and 2
+//! when the backend is missing.
 //!
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
 //! followed by one synchronize, in place and out of place, through the safe API and through
@@ -670,7 +672,35 @@ fn main() {
         }
         return;
     }
-    if matrix(&rt, n, &o.counts) > 0 {
+    let failed = matrix(&rt, n, &o.counts) + misuse(&rt);
+    if failed > 0 {
         std::process::exit(1);
     }
+}
+
+/// The safe API's misuse scenarios (`oxccl_tests::misuse`: groups nested, forgotten, dropped
+/// early; bucket views of one flat buffer; views in every kind of operation) on `rt`; the
+/// number that failed.
+fn misuse(rt: &Runtime) -> usize {
+    oxccl_tests::misuse::use_runtime(rt.clone());
+    let host_only = ["ranks_that_disagree_on_counts_get_a_sentence_naming_both"];
+    let mut fail = 0;
+    let mut pass = 0;
+    for (name, run) in oxccl_tests::misuse::SCENARIOS {
+        if rt.name() != "host" && host_only.contains(name) {
+            continue;
+        }
+        match std::panic::catch_unwind(run) {
+            Ok(()) => pass += 1,
+            Err(_) => {
+                println!("FAIL misuse scenario {name}");
+                fail += 1;
+            }
+        }
+    }
+    println!(
+        "misuse scenarios on {}: RESULT pass={pass} fail={fail}",
+        rt.name()
+    );
+    fail
 }
