@@ -163,19 +163,19 @@ const HEURISTICS: Heuristics = Heuristics {
         u64::MAX,  // Scatter
         u64::MAX,  // SendRecv
     ],
-    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count). 2x H200 in
-    // a graph (docs/perf/data/h200x2/one-shot/crossover-*.json), LL one-shot / Simple one-shot
-    // / plans: AllReduce 256 KiB 5.69 / 7.42 / 7.83 us, 512 KiB - / 8.99 / 11.52, 2 MiB - /
-    // 13.65 / 18.60, 4 MiB - / - / 26.97; AllGather at 256 KiB per peer 4.79 / 7.50 / 7.73,
-    // 512 KiB 11.26 (beyond LL's range: more rounds would not help) / 9.19 / 12.71, 2 MiB
-    // - / 13.77 / 18.16; ReduceScatter alike.
+    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count): the LL
+    // variant's range only. The Simple variant (to 2 MiB per peer) wins where it runs at full
+    // speed, but under nccl-tests it ran at about 16 GB/s for whole sizes at a time (always with
+    // one thread driving both GPUs in CUDA graphs, now and then eagerly), 3-5x NCCL's time,
+    // where the plans never fell off (docs/perf/nccl-tests.md). `OXCCL_ONE_SHOT=1` still
+    // forces it.
     one_shot_max_nvlink: [
-        2 * MIB, // AllReduce
-        0,       // Broadcast
-        0,       // Reduce
-        2 * MIB, // AllGather
-        2 * MIB, // ReduceScatter
-        2 * MIB, // AllToAll: the traffic of an AllGather, untested for a crossover of its own
+        256 * KIB, // AllReduce
+        0,         // Broadcast
+        0,         // Reduce
+        256 * KIB, // AllGather
+        256 * KIB, // ReduceScatter
+        256 * KIB, // AllToAll: the traffic of an AllGather
         0,
         0,
         0,
@@ -769,10 +769,9 @@ mod tests {
         assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, nvl), ll);
         assert_eq!(
             t.one_shot(CollKind::ReduceScatter, 256 * KIB + 1, nvl),
-            simple
+            None
         );
-        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, nvl), simple);
-        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB + 1, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, nvl), None);
         assert_eq!(t.one_shot(CollKind::Broadcast, 8, nvl), None);
         assert_eq!(t.one_shot(CollKind::AllReduce, 8, Topology::Host), None);
         assert_eq!(

@@ -556,7 +556,7 @@ mod tests {
             m.send(p, 5, &[1, 2, 3]).unwrap();
             let mut out = [0u8; 4];
             let e = m.recv(p, 5, &mut out, &AbortFlag::new()).unwrap_err();
-            assert!(matches!(e, Error::Internal(_)), "{e:?}");
+            assert!(matches!(e, Error::InvalidUsage(_)), "{e:?}");
             assert!(e.to_string().contains("tag 0x5") && e.to_string().contains("3 bytes"));
             assert!(matches!(m.send(9, 1, &[]), Err(Error::InvalidArgument(_))));
             assert!(matches!(
