@@ -158,7 +158,8 @@ command -v stdbuf >/dev/null 2>&1 && linebuf=(stdbuf -oL)
 [ "$dry" = 1 ] || {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "host: $(uname -n)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)')"
+  # The working tree's commit, unless the library was built from another one (OXCCL_COMMIT).
+  echo "commit: ${OXCCL_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (dirty)')}"
   echo "command: $0 --ours $ours --out $out --ops $ops --modes $modes --min $min --max $max --ngpus $ngpus --iters ${iters:-default} --warmup ${warmup:-default} --repeat $repeat --timeout $tmo${extra[*]:+ -- ${extra[*]}}"
   echo "nv lib: $nv_dir/libnccl.so.2"
   echo "ours lib: $ours_dir/libnccl.so.2"
