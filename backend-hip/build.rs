@@ -2,11 +2,11 @@
 //! sees), on top of `kernels/build/common.rs` (what both kernel builds share); docs/kernels.md
 //! lists the environment variables.
 
-#[path = "../kernels/build/common.rs"]
+#[path = "kernels/build/common.rs"]
 #[allow(dead_code)]
 mod common;
 
-#[path = "../kernels/hip/build.rs"]
+#[path = "kernels/hip/build.rs"]
 mod hipcc;
 
 fn main() {

@@ -37,7 +37,7 @@ const MIN_SMALL_THREADS: u32 = 128;
 const SMALL_STEP_BYTES: u64 = 4096;
 
 /// The block size for `work`, at most `max`: one thread per 8 bytes of its largest step (an LL
-/// packet's payload), at least [`MIN_SMALL_THREADS`].
+/// packet's payload), at least `MIN_SMALL_THREADS`.
 ///
 /// A small step costs its instructions, issued by every warp of the block: on an H200 a graph
 /// launch of four 8-byte steps took 3.04 us with 128 threads and 3.81 with 512, and a two-rank

@@ -50,8 +50,8 @@ const SHM_CHANNELS: u32 = 4;
 const CROWDED_NET_CHANNELS: u32 = 2;
 
 /// The channels NET and SHM connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO
-/// channels), else [`SHM_CHANNELS`] when some pair of the communicator uses SHM, else
-/// [`CROWDED_NET_CHANNELS`] when some rank's machine is crowded, else [`NET_CHANNELS`].
+/// channels), else `SHM_CHANNELS` when some pair of the communicator uses SHM, else
+/// `CROWDED_NET_CHANNELS` when some rank's machine is crowded, else `NET_CHANNELS`.
 pub fn net_channels(geometry: &FifoGeometry, any_shm: bool, any_crowded: bool) -> u32 {
     let max = geometry.channels as u32;
     let default = match (any_shm, any_crowded) {

@@ -165,7 +165,7 @@ pub struct OpRecord {
     pub count: u64,
     /// `ncclDataType_t` value.
     pub dtype: u8,
-    /// Reduction code (see [`red_code`]).
+    /// Reduction code (see `red_code`).
     pub red: u8,
     /// Root of rooted collectives, peer of sends and receives, else `u32::MAX`.
     pub root_or_peer: u32,

@@ -53,7 +53,7 @@ pub struct SocketConfig {
     pub inline_max: usize,
     /// Smallest part a data socket carries.
     pub min_task: usize,
-    /// Control sockets ask for delayed ACKs after each read with data ([`set_quickack`]);
+    /// Control sockets ask for delayed ACKs after each read with data (`set_quickack`);
     /// local to each side, unlike the fields above, which the connecting side adopts.
     pub delay_acks: bool,
     /// Both directions of a link may share one control socket ([`Net::pair`]); they do where
@@ -523,7 +523,7 @@ struct RecvSide {
     /// The unconsumed bytes of `stage`: `stage_at..stage_len`.
     stage_at: usize,
     stage_len: usize,
-    /// A read took data since delayed ACKs were last asked for ([`set_quickack`]).
+    /// A read took data since delayed ACKs were last asked for (`set_quickack`).
     ack_mode_due: bool,
     /// `ctrl` also carries the other direction ([`Net::pair`]): closing shuts down reads only.
     shared: bool,

@@ -1,10 +1,10 @@
 //! The tuner: which algorithm, protocol, channel count and chunk size an operation runs with.
 //!
-//! Defaults come from one table of crossover points ([`HEURISTICS`]); users restrict the choice
+//! Defaults come from one table of crossover points (`HEURISTICS`); users restrict the choice
 //! with NCCL's variables `NCCL_ALGO` and `NCCL_PROTO` and force sizes with `OXCCL_NCHANNELS` and
 //! `OXCCL_CHUNK_BYTES`. A restriction never makes an operation unplannable: when none of the
 //! allowed algorithms implements the operation, the default is used, as NCCL does. Across hosts
-//! the crossovers follow the network's speed and latency ([`NetLink`], [`scale_to_link`]).
+//! the crossovers follow the network's speed and latency ([`NetLink`], `scale_to_link`).
 
 #![forbid(unsafe_code)]
 

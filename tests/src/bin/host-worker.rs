@@ -1,7 +1,7 @@
 //! One rank of a multi-process host-backend test: joins a communicator through a unique id
 //! given in hex, runs a scenario, prints the outcome, exits 0 on success.
 //!
-//! Usage: host-worker <scenario> <unique-id-hex> <nranks> <rank>
+//! Usage: `host-worker <scenario> <unique-id-hex> <nranks> <rank>`
 
 use oxccl_core::comm::CollArgs;
 use oxccl_core::config::CommConfig;

@@ -2,7 +2,7 @@
 //! communicator through a unique id given in hex, runs AllReduces whose results it checks, and
 //! prints the watchdog's hang report as soon as one is made, each line on stdout.
 //!
-//! Usage: rel-worker steady <unique-id-hex> <nranks> <rank>. Rank 0 keeps the loop going until
+//! Usage: `rel-worker steady <unique-id-hex> <nranks> <rank>`. Rank 0 keeps the loop going until
 //! the file named by `OXCCL_TEST_STOP_FILE` exists, or for `OXCCL_TEST_SECONDS` (default 60).
 
 use oxccl_core::backend::Backend;

@@ -3,7 +3,7 @@
 //!
 //! - [`loader`] finds and opens a library as NCCL 2.28 does and takes its newest
 //!   `ncclNetPlugin_v12` .. `v6` symbol (NCCL 2.30's search order).
-//! - [`abi`] has the C layouts of every version; [`adapter`] calls whichever version the library
+//! - [`abi`] has the C layouts of every version; `adapter` calls whichever version the library
 //!   exports, with NCCL's adapter rules for the older ones.
 //! - `logger` is the logger plugins receive (a C shim: the ABI's logger is C-variadic).
 //! - [`PluginLib`] is one opened library (once per process); [`PluginNet`] one communicator's
@@ -55,7 +55,7 @@ impl std::fmt::Debug for PluginLib {
 impl PluginLib {
     /// Opens one `NCCL_NET_PLUGIN` entry (a name or a path; see [`loader`]). A library opened
     /// before (by any entry naming the same file) is the same `PluginLib`, so a v6-v10 plugin
-    /// is initialized once per process. Logs "NET/Plugin: Loaded net plugin <name> (vN)".
+    /// is initialized once per process. Logs "NET/Plugin: Loaded net plugin `name` (vN)".
     pub fn load(entry: &str) -> std::result::Result<Arc<PluginLib>, OpenError> {
         static LIBS: Mutex<Option<HashMap<usize, Arc<PluginLib>>>> = Mutex::new(None);
         let opened = loader::open(entry)?;
