@@ -1,4 +1,4 @@
-//! users.md T2 and T4 through the exported C functions (`ncclX` of this crate, called as a C
+//! reliability suite T2 and T4 through the exported C functions (`ncclX` of this crate, called as a C
 //! program calls them), on the host backend.
 //!
 //! T2: a table of every out-of-range argument (data type, reduction operator, root, peer, nranks,

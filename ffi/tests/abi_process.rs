@@ -1,4 +1,4 @@
-//! users.md T7 through the exported C functions, on the host backend: a process that exits
+//! reliability suite T7 through the exported C functions, on the host backend: a process that exits
 //! without destroying its communicators (idle, or with a thread blocked in a collective) ends at
 //! once, and a process that forks after init has a child that does not hang.
 //!

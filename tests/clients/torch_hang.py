@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The watchdog's hang report and check mode driven by torch.distributed on oxccl's libnccl.so.2
-(users.md T12/T13 on GPUs; the host-backend versions run in CI).
+(reliability suite T12/T13 on GPUs; the host-backend versions run in CI).
 
 Usage (2 GPUs, or 2 ranks sharing one GPU with --share-gpu):
   LD_PRELOAD=dist/lib/libnccl.so.2 python3 tests/clients/torch_hang.py stall [--share-gpu]

@@ -1,4 +1,4 @@
-//! users.md T6 and T18 on the host backend, with the measuring helpers of T5
+//! reliability suite T6 and T18 on the host backend, with the measuring helpers of T5
 //! (`host_lifecycle.rs`).
 //!
 //! T6: cycles of init (4 thread-ranks) -> split in two -> AllReduce on the children and the parent

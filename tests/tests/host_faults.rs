@@ -1,4 +1,4 @@
-//! users.md T9, T10, T11 and part of T17 on the host backend, ranks as threads: abort releases
+//! reliability suite T9, T10, T11 and part of T17 on the host backend, ranks as threads: abort releases
 //! a call hung on an extra collective, abort racing from several threads while another polls
 //! the async error, a non-blocking init whose peer never starts, and a missing interface.
 //!

@@ -1,4 +1,4 @@
-//! users.md T16/T17 on the host backend: malformed traffic to every listener of ours (the
+//! reliability suite T16/T17 on the host backend: malformed traffic to every listener of ours (the
 //! bootstrap root, each rank's bootstrap listener, the socket transport's data listeners) during
 //! init and in steady state. The real init and collectives still succeed with correct results,
 //! nothing crashes, and the process is idle afterwards.

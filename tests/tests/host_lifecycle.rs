@@ -1,4 +1,4 @@
-//! Lifecycle and bootstrap-security tests on the host backend (users.md T5 and T15): repeated
+//! Lifecycle and bootstrap-security tests on the host backend (reliability suite T5 and T15): repeated
 //! init/allreduce/destroy leaves file descriptors, threads and memory flat, and wrong unique ids
 //! fail within the bootstrap deadline on every rank.
 //!

@@ -1,5 +1,5 @@
 //! The watchdog's hang reports and check mode on the host backend, ranks as threads of one
-//! process (users.md T12 and T13; the SIGSTOP case is in `host_reliability_procs.rs`).
+//! process (reliability suite T12 and T13; the SIGSTOP case is in `host_reliability_procs.rs`).
 
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::comm::oplog::{Settings, hang_report_of};

@@ -1,4 +1,4 @@
-//! users.md T12 with ranks as processes on the host backend: a rank stopped with SIGSTOP is
+//! reliability suite T12 with ranks as processes on the host backend: a rank stopped with SIGSTOP is
 //! named by the others' watchdog reports, nothing is aborted, and after SIGCONT every result is
 //! correct.
 

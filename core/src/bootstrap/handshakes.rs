@@ -1,7 +1,7 @@
 //! The handshakes a listener has in flight, bounded: when full, the oldest is cut off to make
 //! room for the newest. A flood of silent connections then cannot lock out a real rank, whose
 //! hello arrives within milliseconds of connecting (refusing the newest instead let 1000 idle
-//! connections fail a real init: users.md T16).
+//! connections fail a real init: reliability suite T16).
 
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};

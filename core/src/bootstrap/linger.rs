@@ -1,7 +1,7 @@
 //! A bound on lingering roots. After its rendezvous a root keeps answering late ranks with an
 //! explicit error for `root_linger` (10 minutes by default), which costs a listener and two
 //! threads; a program creating communicators in a loop piled them up until thread creation
-//! failed (10^4 init/abort cycles: users.md T10). Only the newest [`MAX_LINGERING`] roots of a
+//! failed (10^4 init/abort cycles: reliability suite T10). Only the newest [`MAX_LINGERING`] roots of a
 //! process linger; an older one stops when a newer one starts, and a late rank of its id then
 //! hears that the root is gone (also an explicit error).
 

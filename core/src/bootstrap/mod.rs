@@ -5,7 +5,7 @@
 //! root, and receives the table of all ranks ([`PeerInfo`]). From then on ranks talk directly
 //! over lazily opened, authenticated connections (`peers.rs`).
 //!
-//! Failure policy (NCCL's bootstrap hangs in each of these cases; see users.md P4, P6):
+//! Failure policy (NCCL's bootstrap hangs in each of these cases):
 //! - every wait has a deadline and watches the [`AbortFlag`];
 //! - an init timeout names the ranks that never arrived;
 //! - a reused or stale unique id, a wrong rank count or a duplicate rank is an explicit error;

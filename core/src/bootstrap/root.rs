@@ -351,7 +351,7 @@ fn coordinate(rx: mpsc::Receiver<Arrival>, svc: AuthListener, cfg: RootConfig) {
     };
     let late_payload = error_payload(&late);
     // The ranks' registration sockets are done with: holding them through the linger kept 4
-    // descriptors per used unique id open for 10 minutes (users.md T5).
+    // descriptors per used unique id open for 10 minutes (reliability suite T5).
     drop(book);
     let end = Instant::now() + cfg.linger;
     let ticket = (!cfg.linger.is_zero()).then(linger::Ticket::take);

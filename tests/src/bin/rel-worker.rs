@@ -1,4 +1,4 @@
-//! One rank of a multi-process reliability test on the host backend (users.md T12): joins a
+//! One rank of a multi-process reliability test on the host backend (reliability suite T12): joins a
 //! communicator through a unique id given in hex, runs AllReduces whose results it checks, and
 //! prints the watchdog's hang report as soon as one is made, each line on stdout.
 //!
