@@ -64,9 +64,8 @@ unsafe impl<T> Sync for Shared<T> {}
 /// A plain `cuMemcpyHtoD` from pageable memory may return before its DMA ends (CUDA's "API
 /// synchronization behavior"), and launches on non-blocking streams, which ours are, are not
 /// ordered after it: a collective launched right after could read the old contents, or have
-/// the copy's tail land on its result. `safe-check` at 3 ranks on one H100 (2026-11-27, 40 runs
-/// each, interleaved on one machine): 13 runs with wrong elements without this, 0 with it; the
-/// race shows on some machines only. The copy goes on the calling thread's default stream
+/// the copy's tail land on its result (`safe-check` saw it on some machines only: CHANGELOG.md,
+/// buffers uploaded just before). The copy goes on the calling thread's default stream
 /// (`CU_STREAM_PER_THREAD`, which waits for the legacy stream only, never for a collective's
 /// stream) and is waited for there.
 ///

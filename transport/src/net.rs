@@ -33,20 +33,15 @@ use std::time::Duration;
 
 /// Channels a communicator with NET peers (and no SHM pair) uses by default
 /// (`OXCCL_NET_CHANNELS` changes it): each is a connection with its own sockets and helper
-/// threads per peer and direction. On one H100 under MPS, two ranks as two hosts, AllReduce with
-/// 2 data sockets per connection: 2026-11-25, busbw at 64 MiB 1 channel 5.6 GB/s, 2 channels
-/// 6.7, 4 channels 9.0 (4 sockets per connection: 8.6); 2026-11-26, 4 / 8 channels at 8 MiB
-/// 9.0 / 10.7 GB/s, 32 MiB 10.7 / 12.2, 128 MiB 10.9 / 13.3 (the tuner keeps small messages on
-/// fewer channels).
+/// threads per peer and direction; busbw grew up to 8 (docs/perf/defaults.md, "NET channels";
+/// the tuner keeps small messages on fewer channels).
 const NET_CHANNELS: u32 = 8;
 /// The default when some pair meets through SHM: every channel is a FIFO in `/dev/shm` per SHM
 /// pair, and 8 or 16 channels moved no more than 4 there (`docs/transports.md`, SHM).
 const SHM_CHANNELS: u32 = 4;
 /// The default when some rank's machine is crowded (`proxy_cpus::crowded`: fewer than 3 CPUs
-/// per rank), where its one proxy thread drives every connection without data sockets: 8
-/// ranks as hosts on 16 CPUs, one H200 under MPS, AllReduce without data sockets (2026-11-27,
-/// df55361), 8 / 2 / 1 channels, us: 8 MiB 10827 / 7675-9664 / 8737-9444, 32 MiB 41597 /
-/// 28175-30714 / 31608-31688.
+/// per rank), where its one proxy thread drives every connection without data sockets
+/// (docs/perf/defaults.md, "Crowded machines").
 const CROWDED_NET_CHANNELS: u32 = 2;
 
 /// The channels NET and SHM connections are made for: `OXCCL_NET_CHANNELS` (1 to the FIFO

@@ -8,19 +8,14 @@ use crate::config::parse_switch;
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
 /// thread and the application's thread all poll. Where the ranks on a machine have fewer, the
-/// extra polling threads crowd each other out: 16 CPUs, ranks as hosts under MPS, AllReduce
-/// 8 B-4 KiB (2026-11-27, one H200): 6 ranks 68-90 us on one thread, 338-575 with the second
-/// (NCCL 64-186); 8 ranks 128-452 and 910-2008 (NCCL 85-1315).
+/// extra polling threads crowd each other out (docs/perf/defaults.md, "Proxy threads and
+/// CPUs").
 pub const CPUS_PER_RANK: usize = 3;
 
 /// CPUs a rank needs for its idle proxy threads to spin: besides the polling threads, a large
 /// transfer keeps the socket network's helper threads copying. Where the ranks on a machine have
-/// fewer, idle passes yield and leave those threads the CPU: 16 CPUs, 4 ranks as hosts under
-/// MPS, AllReduce (2026-11-27, 572bc8c, three alternations), spinning / yielding, us: 1 MiB
-/// 924-1299 / 771-913, 2 MiB 1555-1779 / 1128-1267, 4 MiB 2477-2713 / 1904-2419 (NCCL 1032-1175,
-/// 1584-1739, 2569-2700), 128-256 KiB alike; 3 ranks (5.3 CPUs each, 2ff615f, two
-/// alternations), 2 MiB 1096-1392 / 667-746. With 2 ranks (8 CPUs each) yielding cost about
-/// 0.5 us at 8 B-32 KiB.
+/// fewer, idle passes yield and leave those threads the CPU (docs/perf/defaults.md, "Proxy
+/// threads and CPUs").
 pub const SPIN_CPUS_PER_RANK: usize = 6;
 
 /// What the proxy threads of one rank do with the CPUs.
@@ -30,10 +25,8 @@ pub struct ProxyCpus {
     ///
     /// With one thread, a rank's socket write for its own message and its read of the peer's
     /// take turns, so each message waits for the other's system calls. Apart, the peer's
-    /// message is read while this rank's write is still in the kernel. One H100 under MPS,
-    /// ranks as hosts, AllReduce float, 2026-11-27 (6aa90d0), one thread / apart, us: 2 ranks
-    /// 8-128 B 15.1-18.6 / 14.6-18.0 (three runs), in CUDA graphs 17.2-29.3 / 12.3-13.7;
-    /// 4 ranks 8-64 B 45.0-47.7 / 35.6-39.1 (NCCL 47.9-56.2).
+    /// message is read while this rank's write is still in the kernel (docs/perf/defaults.md,
+    /// "Proxy threads and CPUs").
     pub ll_send_thread: bool,
     /// A pass that moved nothing ends in `sched_yield` instead of a spin-loop hint, so that
     /// other ranks' polling threads get the CPU (NCCL's progress thread yields likewise).

@@ -75,11 +75,7 @@ impl SocketConfig {
     /// [`SocketConfig::from_env`] on a machine whose ranks have few CPUs each (`crowded`):
     /// there no data sockets by default, as NCCL on a NIC it does not know: the proxy thread
     /// moves everything on the control socket, and no helper thread takes CPU time from the
-    /// other ranks'. 8 ranks as hosts on 16 CPUs, one H200 under MPS, AllReduce (2026-11-27,
-    /// df55361, two runs each), 2 data sockets and 8 channels / none and 2 channels, us:
-    /// 512 KiB 2381-2557 / 1208-1673, 8 MiB 12120-12474 / 7675-9664, 32 MiB 36720-39459 /
-    /// 29283-30714 (NCCL 1170-1213, 6778-7468, 24928-26951). 4 ranks there (4 CPUs each) moved
-    /// less without them: 8 MiB 3544 against 6471 us.
+    /// other ranks' (docs/perf/defaults.md, "Crowded machines").
     pub fn from_env_on(crowded: bool) -> SocketConfig {
         let num = |name: &str| -> Option<usize> {
             let v = std::env::var(name).ok()?;
@@ -119,10 +115,8 @@ impl SocketConfig {
 /// channels x 2 sockets, to the next rank and from the previous one), so that up to that many
 /// every data socket has a thread of its own, blocking in its reads and writes as a thread per
 /// socket did. Beyond it sockets share threads, with non-blocking calls, which moved less
-/// through loopback TCP, whose copies are the CPU work: one H200 (16 CPUs) under MPS, 2 ranks
-/// as 2 hosts, AllReduce, 2026-11-27 (b0b8ecd with a thread started per socket up to the
-/// limit, every call non-blocking), 32 sockets on 8 / 16 / 32 threads against a blocking thread
-/// each: 128 MiB 16868 / 13986 / 13581 us against 12501-13737.
+/// through loopback TCP, whose copies are the CPU work (docs/perf/defaults.md, "Socket helper
+/// threads").
 pub const DEFAULT_WORKERS: usize = 32;
 
 /// Data sockets per connection by default (see [`SocketConfig::default`]).
@@ -133,9 +127,8 @@ impl Default for SocketConfig {
     /// (`transport/src/net.rs`, NET_CHANNELS); more sockets only added threads. Parts of at
     /// least 128 KiB (NCCL: 64 KiB): each part wakes a helper thread on both sides, and with
     /// NCCL's tuned 4 threads x 4 sockets, 64 KiB parts made ours slower than NCCL between 512 KiB
-    /// and 2 MiB. One H200 under MPS, 2 ranks as 2 hosts, AllReduce, 2026-11-26 (afb5223), 64 /
-    /// 128 KiB parts, us: 512 KiB 244 / 162 (NCCL 223), 2 MiB 559 / 363 (NCCL 455), 128 MiB
-    /// 19434 / 13750. With 2 sockets and 256 KiB slots the parts are 128 KiB either way.
+    /// and 2 MiB (docs/perf/defaults.md, "Socket parts"). With 2 sockets and 256 KiB slots the
+    /// parts are 128 KiB either way.
     fn default() -> SocketConfig {
         SocketConfig {
             nsocks: DEFAULT_NSOCKS,
@@ -399,8 +392,7 @@ struct SocketListen {
 ///
 /// Every message starts on lane 0, so the lanes a message needs stay busy and their TCP windows
 /// open. Spreading consecutive messages over idle lanes measured worse with NCCL's tuned 16
-/// sockets (one H200, 2 ranks, 2026-11-26: AllReduce 128 KiB 126 against 80 us, 128 MiB 10.3
-/// against 12.2 GB/s busbw).
+/// sockets (docs/perf/defaults.md, "Socket parts").
 fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usize)> {
     let n = nlanes.max(1);
     let per = size.div_ceil(n).max(min_task);
@@ -418,11 +410,9 @@ fn parts(size: usize, nlanes: usize, min_task: usize) -> Vec<(usize, usize, usiz
 /// inside the `read` that takes them. Delayed, the ACK rides along every few messages (Linux
 /// acknowledges once more than a segment's worth is unacknowledged) or on the delayed-ACK
 /// timer. The kernel leaves delayed-ACK mode on its own (that timer, an idle period), hence the
-/// call after every read. Measured (2026-11-26): a 24-byte read took 2.4-2.6 us against
-/// 3.1-3.4 us (H200 machine, OXCCL_NET_TRACE); 2-rank AllReduce against the build before this
-/// change, three alternations in one call on one H100, took 0.83-0.90 of its time at
-/// 512 B-2 KiB, and 0.92-1.04 with `OXCCL_SOCKET_QUICKACK=1`. Errors are ignored: the ACKs are
-/// then merely early.
+/// call after every read; small reads and 2-rank AllReduce at 512 B-2 KiB got faster with it
+/// (docs/perf/defaults.md, "Delayed ACKs"). Errors are ignored: the ACKs are then merely
+/// early.
 pub(super) fn set_quickack(s: &TcpStream, on: bool) {
     let v = libc::c_int::from(on);
     // SAFETY: a valid socket, and an option value of the size given, for the call's duration.

@@ -20,8 +20,8 @@ const MIN_LATENCY_NS: u32 = 100;
 const MAX_LATENCY_NS: u32 = 1_000_000;
 
 /// Latency assumed where a device reports none (0: the built-in sockets), in ns: one way over
-/// plain loopback TCP between two polling threads, 4.7-5.7 us by `net::latency_probe` on the
-/// H100 machine (2026-11-25, docs/transports.md).
+/// plain loopback TCP between two polling threads, by `net::latency_probe`
+/// (docs/perf/defaults.md, "Network hop").
 pub const SOCKET_LATENCY_NS: u32 = 5_000;
 
 /// The network device a communicator's NET connections use, as the tuner weighs it.

@@ -98,39 +98,23 @@ const GIB: u64 = 1 << 30;
 /// The default choice's table (see [`Heuristics`]: placeholders until measured).
 const HEURISTICS: Heuristics = Heuristics {
     direct_max: 64 * KIB,
-    // Several hosts, AllReduce 8 B-32 KiB, ranks as hosts on one H200 under MPS (2026-11-27,
-    // 802f7dc), direct / tree / ring us: 4 ranks 34-104 / 60-158 / 55-171; 8 ranks 118-469 /
-    // 135-297 / 209-462 (NCCL 90-358); 16 ranks (16 processes on 16 CPUs) 4798-7586 /
-    // 19848-129270 / 11624-46974. Broadcast at 8 ranks: direct 21-91, ring 12-47. Beyond 16
-    // ranks unmeasured: the bound follows the model (n-1 proxy sends of a few us each against
-    // 2 log n network hops of about 10) and keeps communicators of many hosts off full meshes.
+    // Several hosts: direct won up to 16 ranks; beyond, the bound follows the model (n-1 proxy
+    // sends of a few us each against 2 log n network hops of about 10) and keeps communicators
+    // of many hosts off full meshes (docs/perf/defaults.md, "Direct across hosts").
     direct_max_ranks: [u32::MAX, u32::MAX, u32::MAX, 16],
-    // 2x H200: AllReduce 2 MiB took 18.7 us direct, 27.1 ring; from 16 MiB on they tie, and
-    // at 32 MiB in a graph direct took 170 us, ring 144. Several nodes (one H100 under MPS, two
-    // ranks as two hosts over NET/Socket, 4 channels, 2026-11-26, direct / ring us): 512 KiB
-    // 134 / 170, 1 MiB 262 / 344, 2 MiB 339 / 507, 4 MiB 674 / 731, 8 MiB 979 / 1080; 16 MiB
-    // on they tie (the network is the limit either way).
+    // Two ranks move the same bytes either way, and direct in one hop: it wins until the link
+    // is the limit (docs/perf/defaults.md, "Direct at two ranks").
     direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 8 * MIB],
-    // Several hosts, 4 ranks as 4 hosts under MPS over NET/Socket (2026-11-27, 86593ec), ring /
-    // tree us: one H200, 128 KiB 229, 186 / 348, 403; 256 KiB 327, 277 / 477, 522; 512 KiB 514,
-    // 456 / 579, 669; 1 MiB 724, 751 / 918, 839. One H100 (three runs, `-i 100`, spread wide):
-    // 128 KiB 292-431 / 396-951; 256 KiB 380-549 / 434-1147; 512 KiB 1363-1545 / 557-1476.
-    // (On 2026-11-25, before the proxy's latency work, the tree won at 128 KiB: 475 / 559.)
-    // 8 ranks as 8 hosts, one H200, two runs: 128 KiB 884, 1694 / 1270, 1102; 256 KiB 1147, 1143
-    // / 1421, 1878; 512 KiB 1305, 1221 / 2481, 2400. With ring to 256 KiB, 4 ranks took
-    // 0.58-0.71 of NCCL's time at 128-256 KiB (0.96-1.06 at 128 KiB-2 MiB with the tree).
+    // Several hosts: the ring up to 256 KiB, the tree from there (docs/perf/defaults.md,
+    // "Ring and tree across hosts").
     tree_min: [0, 0, 0, 256 * KIB],
     tree_max: 4 * MIB,
     // Several hosts: every ring hop that crosses the network costs a network latency, and the
-    // tree ordered by host (chains inside hosts) crosses fewer. One H100 under MPS, ranks as
-    // their own "hosts" over NET/Socket, AllReduce (2026-11-25, a07bd17), ring / tree us:
-    // 4 ranks as 2 hosts x 2: 512 KiB 411 / 347, 2 MiB 1939 / 746, 8 MiB 2937 / 2210;
-    // 4 ranks as 4 hosts: 128 KiB 559 / 475, 2 MiB 2242 / 1839, 8 MiB 5770 / 6414.
+    // tree ordered by host (chains inside hosts) crosses fewer (docs/perf/defaults.md, "Ring
+    // and tree across hosts").
     tree_min_ranks: [8, 8, 8, 4],
-    // NVLink: LL over 32 channels beat Simple up to 512 KiB (AllReduce 12.4 vs 15.9 us).
-    // Through host memory, 2 ranks under MPS, 2026-11-26, LL / Simple us: SHM (one H100) 8 B
-    // 8.6 / 13.0, 8 KiB 11.5 / 14.7, 32 KiB 27.9 / 16.8; NET (one H200, afb5223) 8 B-1 KiB
-    // 17.8-19.6 / 22.1-23.9, 8 KiB 25.0 / 26.9, 16 KiB 38.9 / 32.1.
+    // NVLink: LL over 32 channels beat Simple up to 512 KiB; through host memory (SHM, NET)
+    // only up to a few KiB (docs/perf/defaults.md, "LL against Simple").
     ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB],
     ll128_max: 8 * MIB,
     chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
@@ -185,8 +169,8 @@ const HEURISTICS: Heuristics = Heuristics {
 };
 
 /// What one network hop costs in oxccl's proxies on top of the link's own latency, in ns:
-/// `net::latency_probe` measured 10.0 us one way through two proxies and the sockets on
-/// loopback, against 4.7-5.7 us over plain loopback TCP (2026-11-25, docs/transports.md).
+/// `net::latency_probe` measured about 10 us one way through two proxies and the sockets on
+/// loopback, against about 5 over plain loopback TCP (docs/perf/defaults.md, "Network hop").
 const PROXY_HOP_NS: u64 = 5_000;
 
 /// How far a link may move a measured crossover from its table value, either way: the model
