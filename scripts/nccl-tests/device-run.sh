@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (from the repository root, .carry carried): unpacks our build
+# (pack.sh) and runs the steps named on the command line, within BUDGET seconds (default 540);
+# everything it wrote comes back as $OUT/logs.tgz.
+#
+#   safe                     safe-check on every GPU (matrix and misuse scenarios)
+#   suite                    tests/gpu/run.sh, QUICK
+#   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
+#
+# OXCCL_COMMIT names the commit the build came from in the logs.
+set -u
+work=/tmp/device-run
+mkdir -p "$work" /tmp/oxccl-build
+tar -C /tmp/oxccl-build -xJf .carry/oxccl-gpu.tar.xz
+export NCCL_NVLS_ENABLE=0
+end=$(( $(date +%s) + ${BUDGET:-540} ))
+left() { echo $(( end - $(date +%s) )); }
+pack() { tar -C "$work" -czf "$OUT/logs.tgz" . ; }
+trap pack EXIT
+{ nvidia-smi -L; nvidia-smi topo -m; } > "$work/gpus.txt" 2>&1
+for step in "$@"; do
+  [ "$(left)" -gt 20 ] || { echo "out of time before $step"; break; }
+  echo "== $step ($(left) s left)"
+  case "$step" in
+    safe)
+      timeout $(( $(left) - 10 )) /tmp/oxccl-build/bin/safe-check --backend cuda > "$work/safe-check.log" 2>&1
+      echo "safe-check rc=$?"; grep RESULT "$work/safe-check.log" ;;
+    suite)
+      mkdir -p "$work/suite"
+      QUICK=1 timeout $(( $(left) - 10 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/suite" > "$work/suite.out" 2>&1
+      echo "suite rc=$?"; grep -E "rc=" "$work/suite.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
+    nt*:*)
+      n=${step#nt}; n=${n%%:*}; rest=${step#*:}; ops=${rest%%/*}; modes=${rest#*/}
+      timeout $(( $(left) - 10 )) scripts/nccl-tests/run.sh --ours /tmp/oxccl-build/lib --out "$work/nt$n" \
+        --ngpus "$n" --ops "$ops" --modes "$modes" --timeout 60 > "$work/nt$n-run.log" 2>&1
+      echo "nccl-tests on $n GPUs rc=$?"; tail -3 "$work/nt$n-run.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds our libnccl.so.2 and the GPU test programs for Hopper (sm_90) on this machine (no GPU
+# needed: nvcc from .ci/install-gpu-compilers.sh) and packs them, stripped, into
+# .carry/oxccl-gpu.tar.xz (lib/ and bin/, libnccl.so.2 in both) for the GPU machine, beside
+# .carry/nccl-tests.tar.xz from build.sh. scripts/nccl-tests/device-run.sh unpacks it there.
+#
+# Usage: scripts/nccl-tests/pack.sh      (OXCCL_CUDA_ARCHS overrides 90)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ -f .ci/gpu-compilers.env ] || bash .ci/install-gpu-compilers.sh --no-hip
+# shellcheck disable=SC1091
+source .ci/gpu-compilers.env
+export OXCCL_CUDA_ARCHS=${OXCCL_CUDA_ARCHS:-90} OXCCL_REQUIRE_KERNELS=1
+# A target directory of its own: the host-only builds of the workspace then keep theirs.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-gpu}
+cargo xtask install --prefix dist
+cargo build --release -p oxccl-tests --bins
+pack=$(mktemp -d)
+trap 'rm -rf "$pack"' EXIT
+mkdir -p "$pack/lib" "$pack/bin" .carry
+cp -a dist/lib/libnccl.so* "$pack/lib/"
+cp "$CARGO_TARGET_DIR"/release/{safe-check,gpu-check,oxccl-bench} "$pack/bin/"
+strip --strip-debug "$pack"/lib/libnccl.so.2.* "$pack"/bin/*
+cp -a "$pack"/lib/libnccl.so* "$pack/bin/"
+tar -C "$pack" -cJf .carry/oxccl-gpu.tar.xz lib bin
+ls -l .carry/oxccl-gpu.tar.xz
