@@ -1,4 +1,14 @@
-//! Communicator configuration (`ncclConfig_t` fields as Rust values) and environment overrides.
+//! Configuration: the registry of environment variables ([`vars`], read with [`get`]) and a
+//! communicator's options (`ncclConfig_t` fields as Rust values) with their overrides.
+//!
+//! Every variable oxccl reads is declared once in [`vars`]; only this module reads the
+//! environment. A bad value is warned about once per variable (naming it and the value) and the
+//! default is used, as NCCL does.
+
+mod env;
+pub mod vars;
+
+pub use env::{Entry, Env, Scope, Value, Var, bad_value, get, get_set, is_set};
 
 use std::time::Duration;
 
@@ -49,27 +59,24 @@ impl CommConfig {
     /// Applies `NCCL_COMM_BLOCKING`, `NCCL_MIN_CTAS`, `NCCL_MAX_CTAS`, `NCCL_CTA_POLICY`,
     /// `OXCCL_INIT_TIMEOUT` (seconds) on top of the current values.
     pub fn apply_env(&mut self) {
-        if let Some(b) = env_int("NCCL_COMM_BLOCKING") {
+        if let Some(b) = get_set(&vars::NCCL_COMM_BLOCKING) {
             self.blocking = b != 0;
         }
-        if let Some(v) = env_int("NCCL_MIN_CTAS").or_else(|| env_int("NCCL_MIN_NCHANNELS")) {
+        let min = get_set(&vars::NCCL_MIN_CTAS).or_else(|| get_set(&vars::NCCL_MIN_NCHANNELS));
+        if let Some(v) = min {
             self.min_ctas = v.clamp(1, 64) as u32;
         }
-        if let Some(v) = env_int("NCCL_MAX_CTAS").or_else(|| env_int("NCCL_MAX_NCHANNELS")) {
+        let max = get_set(&vars::NCCL_MAX_CTAS).or_else(|| get_set(&vars::NCCL_MAX_NCHANNELS));
+        if let Some(v) = max {
             self.max_ctas = v.clamp(1, 64) as u32;
         }
-        if let Some(v) = env_int("NCCL_CTA_POLICY") {
+        if let Some(v) = get_set(&vars::NCCL_CTA_POLICY) {
             self.cta_policy = v as i32;
         }
-        if let Some(v) = env_int("OXCCL_INIT_TIMEOUT") {
-            self.init_timeout = Duration::from_secs(v.max(0) as u64);
+        if let Some(v) = get_set(&vars::OXCCL_INIT_TIMEOUT) {
+            self.init_timeout = v;
         }
     }
-}
-
-/// An integer environment variable; unset or unparsable is `None`.
-pub fn env_int(name: &str) -> Option<i64> {
-    std::env::var(name).ok()?.trim().parse().ok()
 }
 
 /// A 0/1 variable: `Some(false)`, `Some(true)`, or `None` when empty or unreadable (warned).
@@ -82,5 +89,88 @@ pub(crate) fn parse_switch(name: &str, v: &str) -> Option<bool> {
             tracing::warn!("{name}={other:?} is neither 0 nor 1; ignored");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The names in backquotes at the start of the doc table's cells (`NAME`, `NAME=value`).
+    fn documented() -> BTreeSet<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/environment.md");
+        let text = std::fs::read_to_string(path).expect("docs/environment.md");
+        let mut names = BTreeSet::new();
+        for line in text.lines().filter(|l| l.starts_with('|')) {
+            let first = line.split('|').nth(1).unwrap_or("");
+            for code in first.split('`').skip(1).step_by(2) {
+                let name: String = code
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if name.len() > 1 && name == code.split('=').next().unwrap_or("") {
+                    names.insert(name);
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn registry_and_docs_agree() {
+        let registered: BTreeSet<String> = vars::ALL.iter().map(|v| v.name().to_string()).collect();
+        assert_eq!(
+            registered.len(),
+            vars::ALL.len(),
+            "a variable is declared twice"
+        );
+        let documented = documented();
+        let undocumented: Vec<_> = registered.difference(&documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "not in docs/environment.md's table: {undocumented:?}"
+        );
+        let unknown: Vec<_> = documented
+            .iter()
+            .filter(|n| n.starts_with("NCCL_") || n.starts_with("OXCCL_"))
+            .filter(|n| !registered.contains(*n))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "documented but not registered: {unknown:?}"
+        );
+        for v in vars::ALL {
+            assert!(
+                !v.doc().is_empty() && !v.doc().contains('\n'),
+                "{}",
+                v.name()
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_fall_back_to_the_default() {
+        let map = |k: &'static str, v: &'static str| move |n: &str| (n == k).then(|| v.to_string());
+        let f = map("NCCL_P2P_DISABLE", "maybe");
+        assert!(!Env::from_fn(&f).get(&vars::NCCL_P2P_DISABLE));
+        let f = map("NCCL_P2P_DISABLE", " 1 ");
+        assert!(Env::from_fn(&f).get(&vars::NCCL_P2P_DISABLE));
+        let f = map("OXCCL_BLOCK_THREADS", "100");
+        assert_eq!(Env::from_fn(&f).get(&vars::OXCCL_BLOCK_THREADS), None);
+        let f = map("OXCCL_BLOCK_THREADS", "256");
+        assert_eq!(Env::from_fn(&f).get(&vars::OXCCL_BLOCK_THREADS), Some(256));
+        let f = map("OXCCL_INIT_TIMEOUT", "");
+        let e = Env::from_fn(&f);
+        assert!(e.is_set(&vars::OXCCL_INIT_TIMEOUT));
+        assert_eq!(e.get_set(&vars::OXCCL_INIT_TIMEOUT), None);
+        let f = map("OXCCL_WATCHDOG_SECONDS", "2.5");
+        assert_eq!(
+            Env::from_fn(&f).get(&vars::OXCCL_WATCHDOG_SECONDS),
+            Duration::from_millis(2500)
+        );
+        // Text is kept as written, an empty value included.
+        let f = map("NCCL_NET", "");
+        assert_eq!(Env::from_fn(&f).get(&vars::NCCL_NET).as_deref(), Some(""));
     }
 }

@@ -75,16 +75,16 @@ pub fn expand_file_name(pattern: &str) -> String {
 pub fn init_from_env() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let Some(level) = std::env::var("NCCL_DEBUG").ok().and_then(|d| level_for(&d)) else {
+        use crate::config::{get, vars};
+        let Some(level) = get(&vars::NCCL_DEBUG).and_then(|d| level_for(&d)) else {
             return;
         };
-        let filter = directives(level, std::env::var("NCCL_DEBUG_SUBSYS").ok().as_deref());
+        let filter = directives(level, get(&vars::NCCL_DEBUG_SUBSYS).as_deref());
         let builder = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_thread_ids(true)
             .with_ansi(false);
-        let file = std::env::var("NCCL_DEBUG_FILE")
-            .ok()
+        let file = get(&vars::NCCL_DEBUG_FILE)
             .and_then(|p| std::fs::File::create(expand_file_name(&p)).ok());
         // A second subscriber (the embedding application's) wins; ours then stays silent.
         let _ = match file {

@@ -5,6 +5,7 @@
 //! Without a filter, the kernel's route table decides: the source address of a route toward the
 //! root (or toward a public address, for the root itself) is reachable by whoever uses that route.
 
+use crate::config::{self, vars};
 use crate::error::{Error, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
@@ -141,13 +142,18 @@ impl Family {
     /// `NCCL_SOCKET_FAMILY`: exactly `AF_INET` or `AF_INET6`, as NCCL reads it; anything else
     /// (or nothing) filters nothing.
     pub fn from_env() -> Option<Family> {
-        let v = std::env::var("NCCL_SOCKET_FAMILY").ok()?;
+        let v = config::get(&vars::NCCL_SOCKET_FAMILY)?;
         match v.trim() {
             "AF_INET" => Some(Family::V4),
             "AF_INET6" => Some(Family::V6),
             "" => None,
             other => {
-                tracing::warn!(target: "oxccl::bootstrap", "NCCL_SOCKET_FAMILY={other} is neither AF_INET nor AF_INET6; ignored");
+                config::bad_value(
+                    vars::NCCL_SOCKET_FAMILY.name,
+                    other,
+                    "AF_INET or AF_INET6",
+                    "interfaces of both families",
+                );
                 None
             }
         }

@@ -32,6 +32,7 @@ pub use unique_id::UniqueId;
 pub use wire::{MAX_BOOTSTRAP_MSG, SessionKey};
 
 use crate::abort::{AbortFlag, Deadline};
+use crate::config::{Env, vars};
 use crate::error::{Error, Result};
 use listener::AuthListener;
 use mailbox::WaitSpec;
@@ -81,31 +82,27 @@ impl Default for BootstrapOptions {
 impl BootstrapOptions {
     /// Defaults, overridden by the environment.
     pub fn from_env() -> BootstrapOptions {
-        BootstrapOptions::from_lookup(|k| std::env::var(k).ok())
+        BootstrapOptions::from(Env::PROCESS)
     }
 
     /// Defaults overridden by `lookup` (the environment, or a map in tests):
     /// `OXCCL_INIT_TIMEOUT` (seconds), `NCCL_COMM_ID`, `NCCL_SOCKET_IFNAME`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> BootstrapOptions {
-        let mut o = BootstrapOptions::default();
-        if let Some(v) = lookup("OXCCL_INIT_TIMEOUT") {
-            match parse_secs(&v) {
-                Some(d) => o.init_timeout = d,
-                None => {
-                    tracing::warn!(target: "oxccl::bootstrap", "ignoring OXCCL_INIT_TIMEOUT={v:?}: not a number of seconds")
-                }
-            }
-        }
-        o.comm_id = lookup("NCCL_COMM_ID").filter(|s| !s.trim().is_empty());
-        o.socket_ifname = lookup("NCCL_SOCKET_IFNAME").filter(|s| !s.trim().is_empty());
-        o
+        BootstrapOptions::from(Env::from_fn(&lookup))
     }
-}
 
-/// Seconds (fractions allowed) as a duration; `None` for anything else.
-pub(crate) fn parse_secs(v: &str) -> Option<Duration> {
-    let s: f64 = v.trim().parse().ok()?;
-    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s))
+    fn from(env: Env<'_>) -> BootstrapOptions {
+        BootstrapOptions {
+            init_timeout: env.get(&vars::OXCCL_INIT_TIMEOUT),
+            comm_id: env
+                .get(&vars::NCCL_COMM_ID)
+                .filter(|s| !s.trim().is_empty()),
+            socket_ifname: env
+                .get(&vars::NCCL_SOCKET_IFNAME)
+                .filter(|s| !s.trim().is_empty()),
+            ..BootstrapOptions::default()
+        }
+    }
 }
 
 /// One rank's connection to the bootstrap network of a communicator.

@@ -3,6 +3,7 @@
 //! A dead peer normally shows up as EOF on its sockets, but not when a forked child still holds
 //! them open; `/proc/<pid>/stat` catches that case for peers that share our pid namespace.
 
+use crate::config::{get, vars};
 use std::sync::OnceLock;
 
 /// Identity of the calling process, computed once.
@@ -38,7 +39,7 @@ pub(crate) fn current() -> &'static ProcessIdentity {
         ProcessIdentity {
             pid,
             start_time,
-            host_hash: host_hash(&hostname, &boot_id, std::env::var("NCCL_HOSTID").ok()),
+            host_hash: host_hash(&hostname, &boot_id, get(&vars::NCCL_HOSTID)),
             machine_hash: host_hash(&hostname, &boot_id, None),
             pidns_hash: fnv1a(&[pidns.as_bytes()]),
             hostname,
@@ -78,7 +79,7 @@ fn read_trimmed(path: &str) -> Option<String> {
 pub(crate) fn hostname() -> String {
     read_trimmed("/proc/sys/kernel/hostname")
         .or_else(|| read_trimmed("/etc/hostname"))
-        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .or_else(|| get(&vars::HOSTNAME).filter(|h| !h.is_empty()))
         .unwrap_or_else(|| "unknown-host".to_string())
         .chars()
         .take(255)

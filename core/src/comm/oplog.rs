@@ -8,6 +8,7 @@ use super::group::Waiter;
 use super::ops::CollArgs;
 use crate::backend::Backend;
 use crate::bootstrap::UniqueId;
+use crate::config::{Env, vars};
 use crate::datatype::DataType;
 use crate::error::Result;
 use crate::lock::lock;
@@ -16,9 +17,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
-
-/// Default `OXCCL_WATCHDOG_SECONDS`.
-const DEFAULT_WATCHDOG: Duration = Duration::from_secs(120);
 
 /// Most completion events in flight per communicator; operations beyond are counted as done
 /// when handed to the device (the watchdog then follows the older ones).
@@ -39,29 +37,20 @@ pub struct Settings {
 impl Settings {
     /// Settings from the environment.
     pub fn from_env() -> Settings {
-        Settings::from_lookup(|k| std::env::var(k).ok())
+        Settings::from(Env::PROCESS)
     }
 
-    /// Settings from `lookup` (the environment, or a map in tests).
+    /// Settings from `lookup` (a map in tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Settings {
-        let flag =
-            |k: &str| lookup(k).is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-        let watchdog = match lookup("OXCCL_WATCHDOG_SECONDS") {
-            None => Some(DEFAULT_WATCHDOG),
-            Some(v) => match crate::bootstrap::parse_secs(&v) {
-                Some(d) if d.is_zero() => None,
-                Some(d) => Some(d),
-                None => {
-                    tracing::warn!(target: "oxccl::init",
-                        "ignoring OXCCL_WATCHDOG_SECONDS={v:?}: not a number of seconds");
-                    Some(DEFAULT_WATCHDOG)
-                }
-            },
-        };
+        Settings::from(Env::from_fn(&lookup))
+    }
+
+    fn from(env: Env<'_>) -> Settings {
+        let watchdog = env.get(&vars::OXCCL_WATCHDOG_SECONDS);
         Settings {
-            watchdog,
-            abort_on_hang: flag("OXCCL_WATCHDOG_ABORT"),
-            check: flag("OXCCL_CHECK"),
+            watchdog: (!watchdog.is_zero()).then_some(watchdog),
+            abort_on_hang: env.get(&vars::OXCCL_WATCHDOG_ABORT),
+            check: env.get(&vars::OXCCL_CHECK),
         }
     }
 }

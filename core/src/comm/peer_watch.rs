@@ -13,9 +13,6 @@ use std::time::{Duration, Instant};
 /// How often the watch looks at the peers.
 const PERIOD: Duration = Duration::from_millis(100);
 
-/// Time between recording a peer's death and aborting (`OXCCL_PEER_DEATH_GRACE`, seconds).
-const DEFAULT_GRACE: Duration = Duration::from_secs(1);
-
 /// A thread that turns a peer's death into the communicator's error and abort; stopped and
 /// joined on drop.
 pub(crate) struct PeerWatch {
@@ -29,10 +26,7 @@ impl PeerWatch {
         probe: impl Fn() -> Option<Error> + Send + 'static,
         abort: AbortFlag,
     ) -> Result<PeerWatch, Error> {
-        let grace = std::env::var("OXCCL_PEER_DEATH_GRACE")
-            .ok()
-            .and_then(|v| crate::bootstrap::parse_secs(&v))
-            .unwrap_or(DEFAULT_GRACE);
+        let grace = crate::config::get(&crate::config::vars::OXCCL_PEER_DEATH_GRACE);
         Self::start_with(name, probe, abort, grace, PERIOD)
     }
 

@@ -13,6 +13,7 @@ use super::{HANDLE_BYTES, Handle, Listen, Net, Properties, RecvComm, SendComm};
 use crate::abort::{AbortFlag, Deadline};
 use crate::bootstrap::Bootstrap;
 use crate::bootstrap::iface::{Family, interfaces_matching, list_interfaces};
+use crate::config::{self, vars};
 use crate::error::{Error, Result};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ const TAG_NET_HANDLES: u64 = 0x4E45_5400_0000;
 /// default `libnccl-net.so`) when one loads and initializes, else the built-in sockets;
 /// `NCCL_NET` selects by name (see [`plugin::select`](super::plugin::select)).
 pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
-    let want = std::env::var("NCCL_NET").ok();
+    let want = config::get(&vars::NCCL_NET);
     select::select(
         select::env_plugins(),
         want.as_deref(),
@@ -41,12 +42,12 @@ pub fn choose_net(bootstrap: &Bootstrap) -> Result<Arc<dyn Net>> {
 fn builtin_net(bootstrap: &Bootstrap) -> Arc<dyn Net> {
     let ifaces = list_interfaces();
     let ip = bootstrap.local_ip();
-    let mut devices: Vec<(IpAddr, String)> = match std::env::var("NCCL_SOCKET_IFNAME") {
-        Ok(spec) => interfaces_matching(&spec, Family::from_env(), &ifaces)
+    let mut devices: Vec<(IpAddr, String)> = match config::get(&vars::NCCL_SOCKET_IFNAME) {
+        Some(spec) => interfaces_matching(&spec, Family::from_env(), &ifaces)
             .into_iter()
             .map(|i| (i.addr, i.name))
             .collect(),
-        Err(_) => Vec::new(),
+        None => Vec::new(),
     };
     if devices.is_empty() {
         let ifname = ifaces
@@ -174,7 +175,7 @@ impl NetDevices {
     ) -> Result<NetDevices> {
         let numa = &nic_affinity::sysfs_numa_node;
         let path_to = |dev: &Properties| gpu_pci.map(|g| nic_affinity::path_kind(g, dev, numa));
-        if std::env::var_os("OXCCL_NET_DEVICE").is_some() {
+        if config::get(&vars::OXCCL_NET_DEVICE).is_some() {
             let dev = net_device(net)?;
             let path = path_to(&net.properties(dev)?);
             return Ok(NetDevices {
@@ -278,12 +279,12 @@ impl PeerFifos {
 /// The one network device `OXCCL_NET_DEVICE` makes every connection use (an index below the
 /// network's device count), else 0.
 pub fn net_device(net: &dyn Net) -> Result<usize> {
-    let Ok(v) = std::env::var("OXCCL_NET_DEVICE") else {
+    let Some(v) = config::get(&vars::OXCCL_NET_DEVICE) else {
         return Ok(0);
     };
     let n = net.devices()?;
-    match v.trim().parse::<usize>() {
-        Ok(d) if d < n => Ok(d),
+    match v {
+        d if d < n => Ok(d),
         _ => Err(Error::arg(format!(
             "OXCCL_NET_DEVICE={v:?}: the network has devices 0 to {}",
             n.saturating_sub(1)

@@ -10,6 +10,7 @@
 
 use super::nic_affinity::PathKind;
 use super::{PTR_CUDA, PTR_DMABUF, Properties};
+use crate::config::{self, Env, vars};
 use std::os::fd::OwnedFd;
 
 /// What the user asked of GDR through NCCL's variables.
@@ -33,13 +34,18 @@ pub struct GdrEnv {
 impl GdrEnv {
     /// The variables of this process.
     pub fn from_env() -> GdrEnv {
-        GdrEnv::parse(|k| std::env::var(k).ok())
+        GdrEnv::from(Env::PROCESS)
     }
 
     /// The variables as `get` returns them (`None`: unset).
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> GdrEnv {
-        let is = |k: &str, v: &str| get(k).is_some_and(|x| x.trim().eq_ignore_ascii_case(v));
-        let level = get("NCCL_NET_GDR_LEVEL").map(|v| v.trim().to_ascii_uppercase());
+        GdrEnv::from(Env::from_fn(&get))
+    }
+
+    fn from(env: Env<'_>) -> GdrEnv {
+        let level = env
+            .get(&vars::NCCL_NET_GDR_LEVEL)
+            .map(|v| v.trim().to_ascii_uppercase());
         let (disabled, max_path) = match level.as_deref() {
             None | Some("") => (false, PathKind::Pxb),
             Some("LOC" | "0" | "NVL" | "NVB" | "C2C") => (true, PathKind::Pxb),
@@ -49,17 +55,21 @@ impl GdrEnv {
             Some("SYS") => (false, PathKind::Sys),
             Some(n) if n.parse::<u32>().is_ok_and(|n| n >= 4) => (false, PathKind::Sys),
             Some(other) => {
-                tracing::warn!(target: "oxccl::net",
-                    "NCCL_NET_GDR_LEVEL={other} is no level NCCL knows; PXB is used");
+                config::bad_value(
+                    vars::NCCL_NET_GDR_LEVEL.name,
+                    other,
+                    "a level NCCL knows (LOC, PIX, PXB, PHB, SYS, or a number)",
+                    "PXB",
+                );
                 (false, PathKind::Pxb)
             }
         };
         GdrEnv {
             disabled,
             max_path,
-            no_read: is("NCCL_NET_GDR_READ", "0"),
-            no_dma_buf: is("NCCL_DMABUF_ENABLE", "0"),
-            force_flush: is("NCCL_NET_FORCE_FLUSH", "1"),
+            no_read: !env.get(&vars::NCCL_NET_GDR_READ),
+            no_dma_buf: !env.get(&vars::NCCL_DMABUF_ENABLE),
+            force_flush: env.get(&vars::NCCL_NET_FORCE_FLUSH),
         }
     }
 }

@@ -24,9 +24,7 @@ const KEEP: usize = 1 << 16;
 fn dir() -> Option<&'static str> {
     static DIR: OnceLock<Option<String>> = OnceLock::new();
     DIR.get_or_init(|| {
-        std::env::var("OXCCL_NET_TRACE")
-            .ok()
-            .filter(|d| !d.is_empty())
+        crate::config::get(&crate::config::vars::OXCCL_NET_TRACE).filter(|d| !d.is_empty())
     })
     .as_deref()
 }

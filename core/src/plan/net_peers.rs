@@ -13,6 +13,7 @@
 
 use super::HostLayout;
 use super::tree::tree_peers;
+use crate::config::{Env, vars};
 
 /// The ranks `rank`'s ring and tree plans exchange data with: its ring neighbours and its links
 /// in the trees of every channel. Symmetric: `q` is among `p`'s exactly when `p` is among `q`'s.
@@ -37,22 +38,13 @@ pub fn some_pair_unplanned(h: &HostLayout) -> bool {
 /// Channels of a NET pair that no ring or tree joins: `NCCL_NCHANNELS_PER_NET_PEER` (1 to
 /// `channels`), 2 by default as in NCCL.
 pub fn per_net_peer_channels(channels: u32) -> u32 {
-    per_net_peer_channels_from(
-        std::env::var("NCCL_NCHANNELS_PER_NET_PEER").ok().as_deref(),
-        channels,
-    )
+    per_net_peer_channels_from(Env::PROCESS, channels)
 }
 
-/// [`per_net_peer_channels`] given the variable's value.
-fn per_net_peer_channels_from(var: Option<&str>, channels: u32) -> u32 {
-    let wanted = match var.map(str::trim) {
-        None | Some("") => 2,
-        Some(v) => v.parse::<u32>().unwrap_or_else(|_| {
-            tracing::warn!("NCCL_NCHANNELS_PER_NET_PEER={v} is not a number; using 2");
-            2
-        }),
-    };
-    wanted.clamp(1, channels.max(1))
+/// [`per_net_peer_channels`] with the variable from `env`.
+fn per_net_peer_channels_from(env: Env<'_>, channels: u32) -> u32 {
+    env.get(&vars::NCCL_NCHANNELS_PER_NET_PEER)
+        .clamp(1, channels.max(1))
 }
 
 #[cfg(test)]
@@ -158,6 +150,10 @@ mod tests {
 
     #[test]
     fn per_peer_channels_default_to_two_within_the_channels() {
+        let per_net_peer_channels_from = |v: Option<&str>, channels| {
+            let f = |k: &str| (k == "NCCL_NCHANNELS_PER_NET_PEER").then(|| v.map(String::from))?;
+            super::per_net_peer_channels_from(Env::from_fn(&f), channels)
+        };
         assert_eq!(per_net_peer_channels_from(None, 8), 2);
         assert_eq!(per_net_peer_channels_from(Some(" 4"), 8), 4);
         assert_eq!(per_net_peer_channels_from(Some("64"), 8), 8);

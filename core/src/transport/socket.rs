@@ -13,7 +13,7 @@ use crate::bootstrap::wire::{
     self, ConnKind, Dec, Enc, FRAME_HEADER_BYTES, GOODBYE_TAG, HELLO_BYTES, Hello, IoFail,
     SessionKey, Watch, rank_list, secs,
 };
-use crate::bootstrap::{Bootstrap, PeerInfo, parse_secs};
+use crate::bootstrap::{Bootstrap, PeerInfo};
 use crate::error::{Error, Result};
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -181,10 +181,7 @@ impl SocketMesh {
                 write: Mutex::new(()),
             });
         }
-        let op_timeout = std::env::var("OXCCL_OP_TIMEOUT")
-            .ok()
-            .and_then(|v| parse_secs(&v))
-            .unwrap_or(Duration::ZERO);
+        let op_timeout = crate::config::get(&crate::config::vars::OXCCL_OP_TIMEOUT);
         tracing::info!(target: "oxccl::net", "rank {me}/{n}: socket mesh connected in {} ms", start.elapsed().as_millis());
         Ok(SocketMesh {
             rank: me,

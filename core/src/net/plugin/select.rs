@@ -8,6 +8,7 @@
 //! invalid-usage error that names what was asked for and what exists.
 
 use super::{PluginLib, PluginNet, loader};
+use crate::config::{self, vars};
 use crate::error::{Error, Result};
 use crate::net::Net;
 use std::sync::{Arc, OnceLock};
@@ -43,7 +44,7 @@ pub fn load_all(spec: Option<&str>) -> Vec<Arc<PluginLib>> {
 /// The plugins of this process's `NCCL_NET_PLUGIN`, opened on first use.
 pub fn env_plugins() -> &'static [Arc<PluginLib>] {
     static PLUGINS: OnceLock<Vec<Arc<PluginLib>>> = OnceLock::new();
-    PLUGINS.get_or_init(|| load_all(std::env::var("NCCL_NET_PLUGIN").ok().as_deref()))
+    PLUGINS.get_or_init(|| load_all(config::get(&vars::NCCL_NET_PLUGIN).as_deref()))
 }
 
 /// The network of one communicator: the first of `plugins` whose name matches `want`
