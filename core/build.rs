@@ -1,5 +1,6 @@
 //! Builds the C logger shim that network plugins receive (`csrc/net_plugin_log.c`), and the
-//! test network plugins that the net-plugin tests load by path (`tests/c/net_plugin/`).
+//! test network and tuner plugins that the plugin tests load by path (`tests/c/net_plugin/`,
+//! `tests/c/tuner_plugin/`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,6 +74,18 @@ fn test_plugins() {
     ];
     for (name, defs) in variants {
         build_so(&compiler, &src, &out.join(name), defs);
+    }
+    // The test tuner plugin (`tests/c/tuner_plugin/`), one library per ABI version.
+    let tuner = manifest.join("../tests/c/tuner_plugin/oxccl_test_tuner.c");
+    println!("cargo:rerun-if-changed={}", tuner.display());
+    let tuners: [(&str, &[&str]); 4] = [
+        ("libnccl-tuner-oxtest.so", &[]),
+        ("libnccl-tuner-oxtest4.so", &["-DOXTEST_TUNER_V4"]),
+        ("libnccl-tuner-oxtest3.so", &["-DOXTEST_TUNER_V3"]),
+        ("libnccl-tuner-oxtest2.so", &["-DOXTEST_TUNER_V2"]),
+    ];
+    for (name, defs) in tuners {
+        build_so(&compiler, &tuner, &out.join(name), defs);
     }
 }
 

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod reduce;
 pub mod shm;
 pub mod transport;
+pub mod tuner_plugin;
 
 pub use error::{Error, ErrorKind, Result};
 pub mod comm;

@@ -18,6 +18,7 @@ pub mod abi;
 pub(crate) mod adapter;
 pub mod loader;
 mod logger;
+pub(crate) use logger::logger;
 pub mod select;
 #[cfg(test)]
 mod tests;

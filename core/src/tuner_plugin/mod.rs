@@ -1,0 +1,470 @@
+//! NCCL tuner plugins (`NCCL_TUNER_PLUGIN`): a library that adjusts, per collective, the cost
+//! table NCCL's choice of algorithm and protocol is read from, and the channel count.
+//!
+//! Found as NCCL 2.28 finds it: `NCCL_TUNER_PLUGIN` unset means `libnccl-tuner.so`, `none` no
+//! plugin; a value is `dlopen`ed as given and, when that fails and it is a bare name, as
+//! `libnccl-tuner-<value>.so`; the newest of `ncclTunerPlugin_v5` … `v2` it exports is used.
+//! Without a tuner library, the network plugin's library (`NCCL_NET_PLUGIN`) is searched for
+//! the same symbols, as NCCL does. The library stays loaded for the life of the process; each
+//! communicator gets its own plugin context ([`TunerContext`]).
+//!
+//! oxccl's own tuner ([`crate::plan::tuner`]) decides first. The table handed to the plugin
+//! holds a latency-bandwidth estimate for every ring and tree protocol the operation has, with
+//! oxccl's choice the cheapest (where it is a ring or tree one); what the plugin makes cheapest
+//! instead, and a channel count it sets, then replace oxccl's choice.
+
+pub mod abi;
+
+use crate::error::{Error, Result};
+use crate::plan::{Algorithm, CollKind, Protocol};
+use abi::{NUM_ALGORITHMS, NUM_PROTOCOLS};
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use std::ffi::{CStr, c_float, c_int, c_void};
+use std::sync::{Mutex, OnceLock};
+
+/// The library NCCL looks for when `NCCL_TUNER_PLUGIN` is unset.
+pub const DEFAULT_LIBRARY: &str = "libnccl-tuner.so";
+
+/// One of the exported structs, by version.
+#[derive(Clone, Copy)]
+enum VTable {
+    V5(&'static abi::TunerV5),
+    V4(&'static abi::TunerV4),
+    V3(&'static abi::TunerV3),
+    V2(&'static abi::TunerV2),
+}
+
+/// A loaded tuner plugin.
+pub struct TunerPlugin {
+    name: String,
+    path: String,
+    version: u32,
+    vtable: VTable,
+    _lib: Library,
+}
+
+// SAFETY: the vtable points into the library, which stays mapped while `_lib` lives; plugin
+// calls go through a `TunerContext`, which serialises them per communicator.
+unsafe impl Send for TunerPlugin {}
+// SAFETY: as for Send; nothing in it changes after loading.
+unsafe impl Sync for TunerPlugin {}
+
+impl std::fmt::Debug for TunerPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (v{}, {})", self.name, self.version, self.path)
+    }
+}
+
+/// The files `dlopen` tries for one value of `NCCL_<KIND>_PLUGIN` (`kind`: "tuner", "net").
+pub fn file_names(kind: &str, value: &str) -> Vec<String> {
+    let mut names = vec![value.to_string()];
+    let lib_so = value.starts_with("lib") && value.ends_with(".so");
+    if !value.contains('/') && !lib_so {
+        names.push(format!("libnccl-{kind}-{value}.so"));
+    }
+    names
+}
+
+/// Opens the first of `names` that loads.
+fn open_library(names: &[String]) -> Option<(Library, String)> {
+    for name in names {
+        // SAFETY: loading a plugin runs its initialisers; that is what the variable asks for,
+        // exactly as NCCL does.
+        match unsafe { Library::open(Some(name.as_str()), RTLD_NOW | RTLD_LOCAL) } {
+            Ok(lib) => return Some((lib, name.clone())),
+            Err(e) => tracing::debug!(target: "oxccl::tuning", "tuner plugin {name}: {e}"),
+        }
+    }
+    None
+}
+
+/// The newest tuner struct `lib` exports.
+fn find_vtable(lib: &Library) -> Option<(VTable, u32)> {
+    for (sym, version) in abi::SYMBOLS {
+        // SAFETY: only the symbol's address is taken.
+        let Ok(p) = (unsafe { lib.get::<*mut c_void>(sym) }).map(|s| s.into_raw()) else {
+            continue;
+        };
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: the library exports this symbol as the struct of this version (the ABI's
+        // contract); it stays mapped as long as the library (for the process: never closed).
+        let vt = unsafe {
+            match version {
+                5 => VTable::V5(&*(p as *const abi::TunerV5)),
+                4 => VTable::V4(&*(p as *const abi::TunerV4)),
+                3 => VTable::V3(&*(p as *const abi::TunerV3)),
+                _ => VTable::V2(&*(p as *const abi::TunerV2)),
+            }
+        };
+        return Some((vt, version));
+    }
+    None
+}
+
+impl TunerPlugin {
+    /// Loads the plugin `tuner` names (`NCCL_TUNER_PLUGIN`'s value, `None` when unset), else
+    /// the tuner symbols of the network plugin `net` names; `None` when there is none.
+    pub fn load(tuner: Option<&str>, net: Option<&str>) -> Option<TunerPlugin> {
+        let tuner = tuner.map(str::trim);
+        if tuner.is_some_and(|t| t.eq_ignore_ascii_case("none")) {
+            return None;
+        }
+        let tuner_names = match tuner {
+            Some(v) if !v.is_empty() => file_names("tuner", v),
+            _ => vec![DEFAULT_LIBRARY.to_string()],
+        };
+        let mut candidates = vec![tuner_names];
+        // NCCL also looks in the network plugin's library (its first entry).
+        let net = net
+            .and_then(|n| n.split(',').next())
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !n.eq_ignore_ascii_case("none"));
+        candidates.push(match net {
+            Some(n) => file_names("net", n),
+            None => vec!["libnccl-net.so".to_string()],
+        });
+        for names in candidates {
+            let Some((lib, path)) = open_library(&names) else {
+                continue;
+            };
+            let Some((vtable, version)) = find_vtable(&lib) else {
+                tracing::debug!(target: "oxccl::tuning", "{path} exports no ncclTunerPlugin_v5..v2");
+                continue;
+            };
+            let name_ptr = match vtable {
+                VTable::V5(t) => t.name,
+                VTable::V4(t) => t.name,
+                VTable::V3(t) => t.name,
+                VTable::V2(t) => t.name,
+            };
+            let name = if name_ptr.is_null() {
+                path.clone()
+            } else {
+                // SAFETY: the plugin's name is a NUL-terminated string in its library.
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            tracing::info!(target: "oxccl::tuning", "TUNER/Plugin: Using {name} (v{version}) from {path}");
+            return Some(TunerPlugin {
+                name,
+                path,
+                version,
+                vtable,
+                _lib: lib,
+            });
+        }
+        if tuner.is_some() {
+            tracing::warn!(
+                target: "oxccl::tuning",
+                "NCCL_TUNER_PLUGIN={}: no tuner plugin could be loaded; using oxccl's own tuning",
+                tuner.unwrap_or_default()
+            );
+        }
+        None
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ABI version in use (2 to 5).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// A context for one communicator of `nranks` ranks on `nnodes` hosts (`init`).
+    pub fn context(
+        &'static self,
+        comm_id: u64,
+        nranks: usize,
+        nnodes: usize,
+        ranks_per_node: (usize, usize),
+    ) -> Result<TunerContext> {
+        let log = crate::net::plugin::logger();
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        let mut nvl = abi::NvlDomainInfo {
+            n_nvl_domains: nnodes as c_int,
+            min_ranks_per_nvl_domain: ranks_per_node.0 as c_int,
+            max_ranks_per_nvl_domain: ranks_per_node.1 as c_int,
+        };
+        let mut constants = abi::TunerConstants::default();
+        // SAFETY: every pointer is valid for the call; the plugin stores its context in `ctx`.
+        let rc = unsafe {
+            match self.vtable {
+                VTable::V5(t) => t.init.map(|f| {
+                    f(
+                        &mut ctx,
+                        comm_id,
+                        nranks,
+                        nnodes,
+                        log,
+                        &mut nvl,
+                        &mut constants,
+                    )
+                }),
+                VTable::V4(t) => t.init.map(|f| f(nranks, nnodes, log, &mut ctx)),
+                VTable::V3(t) => t.init.map(|f| f(nranks, nnodes, log, &mut ctx)),
+                VTable::V2(t) => t.init.map(|f| f(nranks, nnodes, log, &mut ctx)),
+            }
+        };
+        match rc {
+            Some(0) => Ok(TunerContext {
+                plugin: self,
+                ctx: Mutex::new(ctx as usize),
+            }),
+            Some(rc) => Err(Error::InvalidUsage(format!(
+                "tuner plugin {}: init returned {rc}",
+                self.name
+            ))),
+            None => Err(Error::InvalidUsage(format!(
+                "tuner plugin {}: no init function",
+                self.name
+            ))),
+        }
+    }
+}
+
+/// The process's tuner plugin, loaded on first use from `tuner` and `net` (the values of
+/// `NCCL_TUNER_PLUGIN` and `NCCL_NET_PLUGIN`).
+pub fn process_plugin(tuner: Option<&str>, net: Option<&str>) -> Option<&'static TunerPlugin> {
+    static PLUGIN: OnceLock<Option<TunerPlugin>> = OnceLock::new();
+    PLUGIN
+        .get_or_init(|| TunerPlugin::load(tuner, net))
+        .as_ref()
+}
+
+/// What a plugin changed for one collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Steer {
+    /// The algorithm and protocol it made cheapest (or named), when it changed oxccl's choice.
+    pub algo_proto: Option<(Algorithm, Protocol)>,
+    /// The channel count it set, when it changed it.
+    pub nchannels: Option<u32>,
+}
+
+impl Steer {
+    /// Whether the plugin changed anything.
+    pub fn any(&self) -> bool {
+        self.algo_proto.is_some() || self.nchannels.is_some()
+    }
+}
+
+/// One communicator's plugin context; dropping it calls the plugin's `finalize`.
+pub struct TunerContext {
+    plugin: &'static TunerPlugin,
+    /// The plugin's context pointer, behind a lock: calls of one communicator are serialised.
+    ctx: Mutex<usize>,
+}
+
+impl std::fmt::Debug for TunerContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TunerContext({:?})", self.plugin)
+    }
+}
+
+/// NCCL's id of a collective a 2.28 tuner is asked about (the others are not).
+fn func_id(kind: CollKind) -> Option<c_int> {
+    Some(match kind {
+        CollKind::Broadcast => abi::func::BROADCAST,
+        CollKind::Reduce => abi::func::REDUCE,
+        CollKind::AllGather => abi::func::ALL_GATHER,
+        CollKind::ReduceScatter => abi::func::REDUCE_SCATTER,
+        CollKind::AllReduce => abi::func::ALL_REDUCE,
+        _ => return None,
+    })
+}
+
+/// NCCL's row of an algorithm oxccl runs.
+fn algo_row(a: Algorithm) -> Option<usize> {
+    match a {
+        Algorithm::Tree => Some(abi::ALGO_TREE as usize),
+        Algorithm::Ring => Some(abi::ALGO_RING as usize),
+        Algorithm::Direct => None,
+    }
+}
+
+/// NCCL's column of a protocol.
+fn proto_col(p: Protocol) -> usize {
+    (match p {
+        Protocol::Ll => abi::PROTO_LL,
+        Protocol::Ll128 => abi::PROTO_LL128,
+        Protocol::Simple => abi::PROTO_SIMPLE,
+    }) as usize
+}
+
+/// The algorithm and protocol at NCCL's `(row, col)`, where oxccl runs it.
+fn from_cell(row: c_int, col: c_int) -> Option<(Algorithm, Protocol)> {
+    let a = match row {
+        abi::ALGO_TREE => Algorithm::Tree,
+        abi::ALGO_RING => Algorithm::Ring,
+        _ => return None,
+    };
+    let p = match col {
+        abi::PROTO_LL => Protocol::Ll,
+        abi::PROTO_LL128 => Protocol::Ll128,
+        abi::PROTO_SIMPLE => Protocol::Simple,
+        _ => return None,
+    };
+    Some((a, p))
+}
+
+/// A rough time in us of `algo`/`proto` moving `bytes` over `nranks` ranks: magnitudes like
+/// NCCL's table's, so that plugins that compare or rescale entries see sensible values.
+fn estimate_us(algo: Algorithm, proto: Protocol, bytes: u64, nranks: u32) -> f32 {
+    let (latency, gbps) = match proto {
+        Protocol::Ll => (5.0, 40.0),
+        Protocol::Ll128 => (8.0, 150.0),
+        Protocol::Simple => (12.0, 250.0),
+    };
+    let hops = match algo {
+        Algorithm::Tree => 2.0 * f64::from(nranks.max(2)).log2(),
+        _ => f64::from(nranks.max(2) - 1),
+    };
+    (latency * hops + bytes as f64 / (gbps * 1e3)) as f32
+}
+
+/// The cheapest entry of `table` that may be chosen.
+fn cheapest(table: &[[c_float; NUM_PROTOCOLS]; NUM_ALGORITHMS]) -> Option<(c_int, c_int)> {
+    let mut best: Option<(c_int, c_int, c_float)> = None;
+    for (r, row) in table.iter().enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            if v >= 0.0 && best.is_none_or(|b| v < b.2) {
+                best = Some((r as c_int, c as c_int, v));
+            }
+        }
+    }
+    best.map(|(r, c, _)| (r, c))
+}
+
+impl TunerContext {
+    /// Asks the plugin about `kind` moving `bytes` (per rank, as nccl-tests counts them) over
+    /// `nranks` ranks, where oxccl chose `chosen` on `nchannels` channels and `candidates` are
+    /// the algorithm/protocol pairs that may run it. A failing plugin call changes nothing (as
+    /// under NCCL).
+    pub fn steer(
+        &self,
+        kind: CollKind,
+        bytes: u64,
+        nranks: u32,
+        chosen: (Algorithm, Protocol),
+        nchannels: u32,
+        candidates: &[(Algorithm, Protocol)],
+    ) -> Steer {
+        let Some(func) = func_id(kind) else {
+            return Steer::default();
+        };
+        let ctx = self.ctx.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx_ptr = *ctx as *mut c_void;
+        let mut nch = nchannels as c_int;
+        let mut table = [[abi::IGNORE; NUM_PROTOCOLS]; NUM_ALGORITHMS];
+        for &(a, p) in candidates {
+            if let Some(r) = algo_row(a) {
+                table[r][proto_col(p)] = estimate_us(a, p, bytes, nranks);
+            }
+        }
+        if let Some(r) = algo_row(chosen.0) {
+            let floor = cheapest(&table).map_or(0.0, |(r2, c2)| table[r2 as usize][c2 as usize]);
+            table[r][proto_col(chosen.1)] = (floor * 0.99).max(0.0);
+        }
+        let before = cheapest(&table);
+        let mut rows: Vec<*mut c_float> = table.iter_mut().map(|r| r.as_mut_ptr()).collect();
+        let mut algo: c_int = -1;
+        let mut proto: c_int = -1;
+        // SAFETY: the context came from this plugin's init; the table's rows hold
+        // NUM_PROTOCOLS floats each and live across the call, as do the outputs.
+        let rc = unsafe {
+            match self.plugin.vtable {
+                VTable::V5(t) => t.get_coll_info.map(|f| {
+                    f(
+                        ctx_ptr,
+                        func,
+                        bytes as usize,
+                        1,
+                        rows.as_mut_ptr(),
+                        NUM_ALGORITHMS as c_int,
+                        NUM_PROTOCOLS as c_int,
+                        0,
+                        &mut nch,
+                    )
+                }),
+                VTable::V4(t) => t.get_coll_info.map(|f| {
+                    f(
+                        ctx_ptr,
+                        func,
+                        bytes as usize,
+                        1,
+                        rows.as_mut_ptr(),
+                        NUM_ALGORITHMS as c_int,
+                        NUM_PROTOCOLS as c_int,
+                        0,
+                        &mut nch,
+                    )
+                }),
+                VTable::V3(t) => t.get_coll_info.map(|f| {
+                    f(
+                        ctx_ptr,
+                        func,
+                        bytes as usize,
+                        1,
+                        rows.as_mut_ptr(),
+                        NUM_ALGORITHMS as c_int,
+                        NUM_PROTOCOLS as c_int,
+                        &mut nch,
+                    )
+                }),
+                VTable::V2(t) => t.get_coll_info.map(|f| {
+                    f(
+                        ctx_ptr,
+                        func,
+                        bytes as usize,
+                        0,
+                        0,
+                        1,
+                        &mut algo,
+                        &mut proto,
+                        &mut nch,
+                    )
+                }),
+            }
+        };
+        drop(ctx);
+        if rc != Some(0) {
+            tracing::debug!(target: "oxccl::tuning", "tuner plugin {}: getCollInfo returned {rc:?}; oxccl's choice stands", self.plugin.name);
+            return Steer::default();
+        }
+        let after = match self.plugin.vtable {
+            VTable::V2(_) => (algo >= 0 && proto >= 0).then_some((algo, proto)),
+            _ => cheapest(&table).filter(|&cell| Some(cell) != before),
+        };
+        let algo_proto = after
+            .and_then(|(r, c)| from_cell(r, c))
+            .filter(|ap| candidates.contains(ap) && *ap != chosen);
+        let nchannels = (nch > 0 && nch as u32 != nchannels).then_some(nch as u32);
+        Steer {
+            algo_proto,
+            nchannels,
+        }
+    }
+}
+
+impl Drop for TunerContext {
+    fn drop(&mut self) {
+        let ctx = *self.ctx.get_mut().unwrap_or_else(|p| p.into_inner()) as *mut c_void;
+        // SAFETY: the context came from this plugin's init and is finalized once, here.
+        let rc = unsafe {
+            match self.plugin.vtable {
+                VTable::V5(t) => t.finalize.map(|f| f(ctx)),
+                VTable::V4(t) => t.destroy.map(|f| f(ctx)),
+                VTable::V3(t) => t.destroy.map(|f| f(ctx)),
+                VTable::V2(t) => t.destroy.map(|f| f(ctx)),
+            }
+        };
+        if rc.is_some_and(|rc| rc != 0) {
+            tracing::warn!(target: "oxccl::tuning", "tuner plugin {}: finalize returned {rc:?}", self.plugin.name);
+        }
+    }
+}
