@@ -20,6 +20,7 @@ use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::{
     Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
 };
+use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::Protocol;
 use oxccl_core::plan::one_shot::OneShot;
@@ -83,7 +84,7 @@ impl CudaBackend {
             }
         }
         // NCCL's switch for its cuMem* path; 0 selects cuMemAlloc + legacy IPC here too.
-        let cumem_off = std::env::var("NCCL_CUMEM_ENABLE").is_ok_and(|v| v.trim() == "0");
+        let cumem_off = !config::get(&vars::NCCL_CUMEM_ENABLE);
         let mut vmm = Vec::with_capacity(devices.len());
         for &d in &devices {
             let mut supported = 0i32;

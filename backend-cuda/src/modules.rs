@@ -6,6 +6,7 @@ use crate::kernels::{
     self, KERNEL_NAMES, LARGE_KERNEL_NAMES, ONE_SHOT_KERNEL_NAMES, SMALL_KERNEL_NAMES,
 };
 use cudarc::driver::sys;
+use oxccl_core::config::{self, vars};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -60,7 +61,7 @@ const DEPENDENT_LAUNCH_SM: i32 = 90;
 /// Whether launches may overlap the previous kernel's end (`OXCCL_PDL=0` turns it off).
 fn dependent_launch_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("OXCCL_PDL").as_deref() != Ok("0"))
+    *ON.get_or_init(|| config::get(&vars::OXCCL_PDL))
 }
 
 impl Modules {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The variable naming a code object file to load instead of the embedded ones.
-pub const CODE_OBJECT_ENV: &str = "OXCCL_HIP_CODE_OBJECT";
+pub const CODE_OBJECT_ENV: &str = oxccl_core::config::vars::OXCCL_HIP_CODE_OBJECT.name;
 
 /// 16 bytes kept 16-byte aligned: loaders parse code object headers in place.
 #[repr(C, align(16))]
@@ -47,8 +47,8 @@ impl CodeObject {
     /// The file `OXCCL_HIP_CODE_OBJECT` names (an error naming it when it cannot be read or is
     /// empty), else the embedded code objects.
     pub fn from_env() -> Result<CodeObject> {
-        match std::env::var_os(CODE_OBJECT_ENV).filter(|p| !p.is_empty()) {
-            Some(path) => CodeObject::from_file(Path::new(&path)),
+        match oxccl_core::config::get(&oxccl_core::config::vars::OXCCL_HIP_CODE_OBJECT) {
+            Some(path) => CodeObject::from_file(&path),
             None => Ok(CodeObject::embedded()),
         }
     }

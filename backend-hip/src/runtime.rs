@@ -24,6 +24,7 @@
 //!   reads it, so it needs no handling.
 
 use crate::sys;
+use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use std::ffi::CStr;
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ use std::path::PathBuf;
 pub const NO_RUNTIME: &str = "no HIP runtime (libamdhip64.so not found; set ROCM_PATH)";
 /// The variable naming the one runtime library to load instead of the default candidates (a HIP
 /// runtime outside ROCm's paths, or the test runtime for NVIDIA GPUs in `tests/hip-on-cuda`).
-pub const RUNTIME_ENV: &str = "OXCCL_HIP_RUNTIME";
+pub const RUNTIME_ENV: &str = vars::OXCCL_HIP_RUNTIME.name;
 /// The sentence reported when the runtime loads but sees no device.
 pub const NO_DEVICE: &str = "no HIP device";
 
@@ -210,8 +211,8 @@ pub fn unavailable(message: impl Into<String>) -> Error {
 /// sonames (newest ROCm first) and the unversioned name through the dynamic loader's path.
 pub fn default_candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(root) = std::env::var_os("ROCM_PATH").filter(|r| !r.is_empty()) {
-        out.push(PathBuf::from(root).join("lib/libamdhip64.so"));
+    if let Some(root) = config::get(&vars::ROCM_PATH) {
+        out.push(root.join("lib/libamdhip64.so"));
     }
     for name in [
         "libamdhip64.so.7",
@@ -226,9 +227,7 @@ pub fn default_candidates() -> Vec<PathBuf> {
 
 /// The library `OXCCL_HIP_RUNTIME` names, when it is set and not empty.
 pub fn runtime_override() -> Option<PathBuf> {
-    std::env::var_os(RUNTIME_ENV)
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
+    config::get(&vars::OXCCL_HIP_RUNTIME)
 }
 
 /// Opens exactly `path` (what `OXCCL_HIP_RUNTIME` names): no other candidate is tried, so a

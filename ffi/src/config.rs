@@ -224,7 +224,7 @@ pub unsafe fn to_core(c: &ncclConfig_t) -> Result<CommConfig> {
         ..CommConfig::default()
     };
     out.apply_env();
-    if let Ok(net) = std::env::var("NCCL_NET") {
+    if let Some(net) = oxccl_core::config::get(&oxccl_core::config::vars::NCCL_NET) {
         out.net_name = Some(net);
     }
     Ok(out)

@@ -4,6 +4,7 @@ use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::id::UniqueId;
 use crate::runtime::Runtime;
+use oxccl_core::config::{Env, Var, vars};
 
 /// What the launcher said about this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,38 +28,45 @@ impl LaunchEnv {
     /// Reads `RANK`, `WORLD_SIZE`, `LOCAL_RANK` (default: `RANK`) and the rendezvous: the id in
     /// `OXCCL_UNIQUE_ID`, else `NCCL_COMM_ID`'s `host:port`, else `MASTER_ADDR` with
     /// `OXCCL_PORT`, or `MASTER_PORT + 1` (torchrun's store already listens on `MASTER_PORT`).
-    pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Result<LaunchEnv> {
-        let number = |name: &str| -> Result<Option<usize>> {
-            get(name)
+    ///
+    /// The launcher's variables are required: a missing or bad one is an error naming it.
+    pub(crate) fn read(env: Env<'_>) -> Result<LaunchEnv> {
+        // The launcher's numbers: errors, not defaults, since nothing could stand in for them.
+        let number = |var: &Var<Option<String>>| -> Result<Option<usize>> {
+            env.get(var)
                 .map(|v| {
                     v.trim().parse::<usize>().map_err(|_| {
-                        Error::arg(format!("{name}={v:?} is not a non-negative integer"))
+                        Error::arg(format!("{}={v:?} is not a non-negative integer", var.name))
                     })
                 })
                 .transpose()
         };
-        let need = |name: &str| -> Result<usize> {
-            number(name)?.ok_or_else(|| {
+        let need = |var: &Var<Option<String>>| -> Result<usize> {
+            number(var)?.ok_or_else(|| {
                 Error::arg(format!(
-                    "{name} is not set: start the processes with torchrun or set RANK, WORLD_SIZE, \
-                     LOCAL_RANK, MASTER_ADDR and MASTER_PORT"
+                    "{} is not set: start the processes with torchrun or set RANK, WORLD_SIZE, \
+                     LOCAL_RANK, MASTER_ADDR and MASTER_PORT",
+                    var.name
                 ))
             })
         };
-        let rank = need("RANK")?;
-        let world_size = need("WORLD_SIZE")?;
-        let local_rank = number("LOCAL_RANK")?.unwrap_or(rank);
-        let id = if let Some(hex) = get("OXCCL_UNIQUE_ID") {
+        let rank = need(&vars::RANK)?;
+        let world_size = need(&vars::WORLD_SIZE)?;
+        let local_rank = number(&vars::LOCAL_RANK)?.unwrap_or(rank);
+        let id = if let Some(hex) = env.get(&vars::OXCCL_UNIQUE_ID) {
             IdSource::Given(hex)
-        } else if let Some(addr) = get("NCCL_COMM_ID").filter(|s| !s.trim().is_empty()) {
+        } else if let Some(addr) = env
+            .get(&vars::NCCL_COMM_ID)
+            .filter(|s| !s.trim().is_empty())
+        {
             IdSource::Address(addr.trim().to_string())
         } else {
-            let host = get("MASTER_ADDR").ok_or_else(|| {
+            let host = env.get(&vars::MASTER_ADDR).ok_or_else(|| {
                 Error::arg("MASTER_ADDR is not set (nor OXCCL_UNIQUE_ID or NCCL_COMM_ID)")
             })?;
-            let port = match number("OXCCL_PORT")? {
-                Some(p) => p,
-                None => need("MASTER_PORT")? + 1,
+            let port = match env.get(&vars::OXCCL_PORT) {
+                Some(p) => usize::from(p),
+                None => need(&vars::MASTER_PORT)? + 1,
             };
             let port = u16::try_from(port)
                 .map_err(|_| Error::arg(format!("rendezvous port {port} is not a TCP port")))?;
@@ -100,7 +108,7 @@ impl Communicator {
 
     /// [`Communicator::from_env`] on `runtime`.
     pub fn from_env_on(runtime: &Runtime) -> Result<Communicator> {
-        let env = LaunchEnv::read(|k| std::env::var(k).ok())?;
+        let env = LaunchEnv::read(Env::PROCESS)?;
         let device = runtime.device(env.local_rank % runtime.device_count()?.max(1))?;
         Communicator::init(&env.unique_id()?, env.rank, env.world_size, &device)
     }
@@ -116,7 +124,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        LaunchEnv::read(|k| m.get(k).cloned())
+        LaunchEnv::read(Env::from_fn(&|k| m.get(k).cloned()))
     }
 
     #[test]

@@ -94,7 +94,8 @@ fn exact_range(t: DataType) -> u64 {
 /// ([`host_id_for`]), so that processes of one machine reach each other only over the network,
 /// as NVIDIA's NCCL does under the same variable. `None` without the variable.
 pub fn test_host_id(rank: usize, nranks: usize) -> Option<String> {
-    host_id_for(&std::env::var("OXCCL_TEST_HOSTS").ok()?, rank, nranks)
+    let spec = oxccl_core::config::get(&oxccl_core::config::vars::OXCCL_TEST_HOSTS)?;
+    host_id_for(&spec, rank, nranks)
 }
 
 /// The host id of worker `rank` of `nranks` under the host spec `K` (the ranks cut into K

@@ -15,6 +15,7 @@ use crate::shm::ShmFifos;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::bootstrap::Bootstrap;
+use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::Net;
 use oxccl_core::net::connect::{NetDevices, choose_net};
@@ -59,24 +60,11 @@ pub fn launch_threads(work: &WorkDesc, max: u32) -> u32 {
     threads.clamp(MIN_SMALL_THREADS.min(max), max)
 }
 
-/// The block size a valid `OXCCL_BLOCK_THREADS` fixes for every launch; `None` without it
-/// ([`launch_threads`] then sizes each launch).
-fn fixed_block_threads() -> Result<Option<u32>> {
-    match std::env::var("OXCCL_BLOCK_THREADS") {
-        Err(_) => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|t| (32..=abi::MAX_THREADS_PER_BLOCK).contains(t) && t % 32 == 0)
-            .map(Some)
-            .ok_or_else(|| {
-                Error::usage(format!(
-                    "OXCCL_BLOCK_THREADS={v} is not a multiple of 32 from 32 to {}",
-                    abi::MAX_THREADS_PER_BLOCK
-                ))
-            }),
-    }
+/// The block size a valid `OXCCL_BLOCK_THREADS` (a multiple of 32 up to
+/// [`abi::MAX_THREADS_PER_BLOCK`]) fixes for every launch; `None` without it ([`launch_threads`]
+/// then sizes each launch).
+fn fixed_block_threads() -> Option<u32> {
+    config::get(&vars::OXCCL_BLOCK_THREADS)
 }
 
 /// Launch-argument arenas per transport, reused round-robin once their launch has completed.
@@ -184,9 +172,9 @@ unsafe impl<A: DeviceApi> Sync for DeviceTransport<A> {}
 /// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
 /// P2P wherever peer access works.
 fn p2p_disabled() -> bool {
-    std::env::var("NCCL_P2P_DISABLE").as_deref() == Ok("1")
-        || std::env::var("NCCL_P2P_LEVEL")
-            .is_ok_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
+    config::get(&vars::NCCL_P2P_DISABLE)
+        || config::get(&vars::NCCL_P2P_LEVEL)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
 }
 
 /// The link of the devices this rank's NET connections over `net` use, as the tuner weighs
@@ -258,7 +246,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let (rank, nranks, device) = (bs.rank(), bs.nranks(), ctx.device);
         let _g = api.bind(device)?;
         let fixed_threads = if A::SIZED_LAUNCHES {
-            fixed_block_threads()?
+            fixed_block_threads()
         } else {
             Some(A::BLOCK_THREADS)
         };
@@ -283,7 +271,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             abort_dev: 0,
             watcher: None,
             setup: 0,
-            inline_args: std::env::var("OXCCL_INLINE_ARGS").as_deref() != Ok("0"),
+            inline_args: config::get(&vars::OXCCL_INLINE_ARGS),
             fixed_threads,
             state: Mutex::new(LaunchState::default()),
             net: None,
@@ -332,7 +320,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             .collect::<Result<Vec<_>>>()?;
         let me = &bs.peers()[rank as usize];
         let p2p_disabled = p2p_disabled();
-        let shm_disabled = std::env::var("NCCL_SHM_DISABLE").as_deref() == Ok("1");
+        let shm_disabled = config::get(&vars::NCCL_SHM_DISABLE);
         let mut peer_fifo = vec![0u64; nranks as usize];
         let mut net_peers = Vec::new();
         let mut shm_peers = Vec::new();
@@ -395,7 +383,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         t.send_state = api.dev_alloc(n)?;
         // SAFETY: `send_state` holds `n` bytes.
         unsafe { api.copy_h2d(t.send_state, &vec![0u8; n]) }?;
-        let local_counters = std::env::var("OXCCL_LOCAL_COUNTERS").as_deref() != Ok("0");
+        let local_counters = config::get(&vars::OXCCL_LOCAL_COUNTERS);
         let mut table = geometry.conn_table(
             rank,
             &slot_peers,
@@ -961,6 +949,21 @@ impl<A: DeviceApi> Drop for DeviceTransport<A> {
 mod tests {
     use super::*;
     use crate::api::Executor;
+
+    /// The registry's range for `OXCCL_BLOCK_THREADS` is the kernels' (a bad value is warned
+    /// about and the launches are sized as without it).
+    #[test]
+    fn block_threads_range_is_the_kernels() {
+        let read = |t: u32| {
+            let v = t.to_string();
+            vars::OXCCL_BLOCK_THREADS.read(Some(std::ffi::OsStr::new(&v)))
+        };
+        assert_eq!(read(32), Some(Some(32)));
+        let max = abi::MAX_THREADS_PER_BLOCK;
+        assert_eq!(read(max), Some(Some(max)));
+        assert_eq!(read(max + 32), None);
+        assert_eq!(read(48), None);
+    }
     use oxccl_core::datatype::{DataType, Reduction};
     use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Protocol, Step};
 

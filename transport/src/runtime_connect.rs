@@ -33,7 +33,7 @@ use std::time::Duration;
 /// Whether NET peers that no ring or tree joins are connected on first use: NCCL's
 /// `NCCL_RUNTIME_CONNECT` (`0`: all at init), on by default as in NCCL 2.22 and later.
 pub(crate) fn runtime_connect_wanted() -> bool {
-    std::env::var("NCCL_RUNTIME_CONNECT").map_or(true, |v| v.trim() != "0")
+    oxccl_core::config::get(&oxccl_core::config::vars::NCCL_RUNTIME_CONNECT)
 }
 
 /// A communicator's NET side: the proxy, the FIFOs connected at init, and the peers left for

@@ -14,6 +14,7 @@
 use super::{DevConn, EncodedWork, ONE_SHOT_EPOCH_BYTES, one_shot_inbox_bytes};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::PeerInfo;
+use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{HostLayout, Protocol};
 
@@ -64,48 +65,15 @@ impl FifoGeometry {
     /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-32), `OXCCL_FIFO_SLOTS` (2-64),
     /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB), `OXCCL_FIFO_LL_SLOTS` (2-64) and
     /// `OXCCL_FIFO_LL_SLOT_BYTES` (1 KiB-1 MiB); slot sizes are multiples of 16. Knobs for
-    /// tuning runs.
+    /// tuning runs; a bad value is warned about and the default used.
     pub fn from_env() -> Result<FifoGeometry> {
-        let get = |name: &str, lo: u64, hi: u64, default: u64| -> Result<u64> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|x| (lo..=hi).contains(x))
-                    .ok_or_else(|| {
-                        Error::usage(format!("{name}={v} is not a number from {lo} to {hi}"))
-                    }),
-            }
-        };
-        let d = FifoGeometry::default();
-        let g = FifoGeometry {
-            channels: get(
-                "OXCCL_FIFO_CHANNELS",
-                1,
-                MAX_CHANNELS as u64,
-                d.channels as u64,
-            )? as usize,
-            nslots: get("OXCCL_FIFO_SLOTS", 2, 64, u64::from(d.nslots))? as u32,
-            slot_bytes: get("OXCCL_FIFO_SLOT_BYTES", 4 << 10, 16 << 20, d.slot_bytes)?,
-            ll_nslots: get("OXCCL_FIFO_LL_SLOTS", 2, 64, u64::from(d.ll_nslots))? as u32,
-            ll_slot_bytes: get(
-                "OXCCL_FIFO_LL_SLOT_BYTES",
-                1 << 10,
-                1 << 20,
-                d.ll_slot_bytes,
-            )?,
-        };
-        for (name, v) in [
-            ("OXCCL_FIFO_SLOT_BYTES", g.slot_bytes),
-            ("OXCCL_FIFO_LL_SLOT_BYTES", g.ll_slot_bytes),
-        ] {
-            if !v.is_multiple_of(16) {
-                return Err(Error::usage(format!("{name}={v} is not a multiple of 16")));
-            }
-        }
-        Ok(g)
+        Ok(FifoGeometry {
+            channels: config::get(&vars::OXCCL_FIFO_CHANNELS),
+            nslots: config::get(&vars::OXCCL_FIFO_SLOTS),
+            slot_bytes: config::get(&vars::OXCCL_FIFO_SLOT_BYTES),
+            ll_nslots: config::get(&vars::OXCCL_FIFO_LL_SLOTS),
+            ll_slot_bytes: config::get(&vars::OXCCL_FIFO_LL_SLOT_BYTES),
+        })
     }
 
     /// Largest message a step of `proto` may send before its peer receives: the sender can fill
@@ -441,6 +409,23 @@ pub fn shared_device_max_blocks(ranks: &[Placement]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The registry's defaults and ranges for `OXCCL_FIFO_*` are the geometry's.
+    #[test]
+    fn registry_defaults_are_the_geometry() {
+        let d = FifoGeometry::default();
+        assert_eq!(vars::OXCCL_FIFO_CHANNELS.default, d.channels);
+        assert_eq!(vars::OXCCL_FIFO_SLOTS.default, d.nslots);
+        assert_eq!(vars::OXCCL_FIFO_SLOT_BYTES.default, d.slot_bytes);
+        assert_eq!(vars::OXCCL_FIFO_LL_SLOTS.default, d.ll_nslots);
+        assert_eq!(vars::OXCCL_FIFO_LL_SLOT_BYTES.default, d.ll_slot_bytes);
+        let read = |v: &str| vars::OXCCL_FIFO_CHANNELS.read(Some(std::ffi::OsStr::new(v)));
+        assert_eq!(read(&MAX_CHANNELS.to_string()), Some(MAX_CHANNELS));
+        assert_eq!(read(&(MAX_CHANNELS + 1).to_string()), None);
+        let read = |v: &str| vars::OXCCL_FIFO_SLOT_BYTES.read(Some(std::ffi::OsStr::new(v)));
+        assert_eq!(read("65536"), Some(65536));
+        assert_eq!(read("65537"), None);
+    }
 
     #[test]
     fn fifo_layout_is_disjoint_and_in_bounds() {

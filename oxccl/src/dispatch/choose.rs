@@ -1,15 +1,17 @@
 //! Which backend a process uses: `OXCCL_BACKEND`, else CUDA, then HIP, then the host.
 
 use super::{AnyBackend, Backed};
+use oxccl_core::config::{self, vars};
 use oxccl_core::{Error, HostBackend, Result};
 use std::sync::{Arc, OnceLock};
 
 /// Picks a backend from `OXCCL_BACKEND` (`host`, `cuda`, `hip`, `auto` or unset).
 ///
 /// Unset or `auto`: the first of CUDA and HIP whose runtime loads and has a device, else the
-/// host. A named device backend that cannot be used is an error, never a silent fallback.
+/// host. A named device backend that cannot be used is an error, never a silent fallback; a
+/// value that names no backend is warned about and means `auto`.
 pub fn choose() -> Result<Arc<AnyBackend>> {
-    let wanted = std::env::var("OXCCL_BACKEND")
+    let wanted = config::get(&vars::OXCCL_BACKEND)
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase();
@@ -19,29 +21,38 @@ pub fn choose() -> Result<Arc<AnyBackend>> {
         "cuda" => cuda(),
         #[cfg(feature = "hip")]
         "hip" => hip(),
-        "" | "auto" => {
-            #[cfg(feature = "cuda")]
-            match cuda() {
-                Ok(b) => return Ok(b),
-                Err(e) => tracing::info!(target: "oxccl::init", "not using CUDA: {e}"),
-            }
-            #[cfg(feature = "hip")]
-            match hip() {
-                Ok(b) => return Ok(b),
-                Err(e) => tracing::info!(target: "oxccl::init", "not using HIP: {e}"),
-            }
-            tracing::info!(target: "oxccl::init", "using the host backend");
-            Ok(host())
-        }
+        "" | "auto" => Ok(auto()),
         // Each build matches its own device backends above; only missing ones reach here.
         #[allow(unreachable_patterns)]
         "cuda" | "hip" => Err(Error::usage(format!(
             "OXCCL_BACKEND={wanted}: this build of oxccl has no {wanted} backend; use OXCCL_BACKEND=host"
         ))),
-        other => Err(Error::arg(format!(
-            "OXCCL_BACKEND={other} is not one of host, cuda, hip, auto"
-        ))),
+        other => {
+            config::bad_value(
+                vars::OXCCL_BACKEND.name,
+                other,
+                "one of host, cuda, hip, auto",
+                "auto",
+            );
+            Ok(auto())
+        }
     }
+}
+
+/// The first of CUDA and HIP whose runtime loads and has a device, else the host.
+fn auto() -> Arc<AnyBackend> {
+    #[cfg(feature = "cuda")]
+    match cuda() {
+        Ok(b) => return b,
+        Err(e) => tracing::info!(target: "oxccl::init", "not using CUDA: {e}"),
+    }
+    #[cfg(feature = "hip")]
+    match hip() {
+        Ok(b) => return b,
+        Err(e) => tracing::info!(target: "oxccl::init", "not using HIP: {e}"),
+    }
+    tracing::info!(target: "oxccl::init", "using the host backend");
+    host()
 }
 
 /// The host backend, one per process: every `Runtime::host()` is the same runtime.
