@@ -106,6 +106,8 @@ struct Connected<B: Backend> {
     one_process: bool,
     /// The ranks' hosts when they span several (plans order rings and trees by host).
     hosts: Option<Arc<HostLayout>>,
+    /// This communicator's context of the tuner plugin, when one is loaded.
+    tuner_plugin: Option<crate::tuner_plugin::TunerContext>,
     /// Turns a peer's death into an error and an abort, where the backend's kernels wait on
     /// peers out of the bootstrap's sight. Declared last, so it outlives the transport's
     /// teardown, which waits for the last kernel.
@@ -261,11 +263,14 @@ impl<B: Backend> Communicator<B> {
             };
             let watchdog =
                 watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
+            let tuner_plugin =
+                crate::tuner_plugin::for_communicator(&inner.id.0, &host_keys, inner.rank);
             Ok(Arc::new(Connected {
                 bootstrap: Arc::new(bootstrap),
                 transport: Arc::new(transport),
                 one_process,
                 hosts,
+                tuner_plugin,
                 _peer_watch: peer_watch,
                 _watchdog: watchdog,
             }))

@@ -6,7 +6,7 @@ use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
 use crate::plan::one_shot::{self, OneShot};
-use crate::plan::tuner::{Choice, Topology};
+use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
     self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
 };
@@ -237,8 +237,20 @@ impl<B: Backend> Communicator<B> {
         dtype: DataType,
         transport: &B::Transport,
     ) -> Choice {
+        self.choose_with(&self.inner.tuner, kind, bytes, dtype, transport)
+    }
+
+    /// [`Self::choose`] by `tuner`.
+    fn choose_with(
+        &self,
+        tuner: &Tuner,
+        kind: CollKind,
+        bytes: u64,
+        dtype: DataType,
+        transport: &B::Transport,
+    ) -> Choice {
         let backend = &self.inner.backend;
-        let mut c = self.inner.tuner.choose(
+        let mut c = tuner.choose(
             kind,
             bytes,
             dtype,
@@ -257,6 +269,61 @@ impl<B: Backend> Communicator<B> {
             c.chunk_elems = c.chunk_elems.min((max / dtype.size() as u64).max(1));
         }
         c
+    }
+
+    /// The algorithm, protocol, channels and chunk a plan for `kind` moving `bytes` (per rank,
+    /// as nccl-tests counts them) of `dtype` runs with: oxccl's tuner, then what a tuner plugin
+    /// changes (one-shot kernels and zero-copy plans, which the choice may replace, aside).
+    pub fn tuning(&self, kind: CollKind, bytes: u64, dtype: DataType) -> Result<Choice> {
+        let c = self.connected()?;
+        Ok(self
+            .steered(&c, kind, bytes, dtype)
+            .unwrap_or_else(|| self.choose(kind, bytes, dtype, &c.transport)))
+    }
+
+    /// The choice a tuner plugin (`NCCL_TUNER_PLUGIN`) makes for `kind` moving `bytes`, where
+    /// one is loaded and it changes oxccl's; `None` otherwise. It replaces one-shot kernels and
+    /// zero-copy plans too, as a forced algorithm does.
+    fn steered(
+        &self,
+        c: &Connected<B>,
+        kind: CollKind,
+        bytes: u64,
+        dtype: DataType,
+    ) -> Option<Choice> {
+        let plugin = c.tuner_plugin.as_ref()?;
+        let ours = self.choose(kind, bytes, dtype, &c.transport);
+        let candidates: Vec<(Algorithm, Protocol)> = plan::algorithms_for(kind)
+            .iter()
+            .filter(|&&a| a != Algorithm::Direct)
+            .flat_map(|&a| [Protocol::Ll, Protocol::Ll128, Protocol::Simple].map(|p| (a, p)))
+            .collect();
+        let steer = plugin.steer(
+            kind,
+            bytes,
+            self.inner.nranks,
+            (ours.algo, ours.proto),
+            ours.nchannels,
+            &candidates,
+        );
+        if !steer.any() {
+            return None;
+        }
+        let (algo, proto) = steer.algo_proto.unwrap_or((ours.algo, ours.proto));
+        let forced = Tuner::with(Some(algo), Some(proto));
+        let mut choice = self.choose_with(&forced, kind, bytes, dtype, &c.transport);
+        if let Some(n) = steer.nchannels {
+            let max = self
+                .inner
+                .backend
+                .max_channels(&c.transport)
+                .unwrap_or(plan::tags::MAX_CHANNELS);
+            choice.nchannels = n.clamp(1, max);
+        }
+        debug!(target: "oxccl::tuning", "rank {} {:?} {} bytes: tuner plugin chose {:?}/{:?} x{} (oxccl: {:?}/{:?} x{})",
+            self.inner.rank, kind, bytes, choice.algo, choice.proto, choice.nchannels,
+            ours.algo, ours.proto, ours.nchannels);
+        Some(choice)
     }
 
     /// Whether this is a one-rank communicator whose data-only operations are plain copies on
@@ -366,7 +433,10 @@ impl<B: Backend> Communicator<B> {
             CollKind::AllToAllv => P2P_TUNING_BYTES,
             _ => a.count * esize,
         };
-        if let Some(proto) = self.one_shot_proto(a, &c.transport) {
+        let steered = self.steered(c, a.kind, bytes, a.dtype);
+        if steered.is_none()
+            && let Some(proto) = self.one_shot_proto(a, &c.transport)
+        {
             let op = OneShot {
                 proto,
                 kind: a.kind,
@@ -387,7 +457,7 @@ impl<B: Backend> Communicator<B> {
             }?;
             return Ok(None);
         }
-        let choice = self.choose(a.kind, bytes, a.dtype, &c.transport);
+        let choice = steered.unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
         let req = CollRequest {
             kind: a.kind,
             rank: inner.rank,
@@ -405,7 +475,8 @@ impl<B: Backend> Communicator<B> {
             hosts: c.hosts.clone(),
         };
         let mut work = plan::build_coll(&req)?;
-        let zero_copy = c.one_process
+        let zero_copy = steered.is_none()
+            && c.one_process
             && inner.backend.zero_copy()
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)

@@ -237,6 +237,32 @@ pub fn process_plugin(tuner: Option<&str>, net: Option<&str>) -> Option<&'static
         .as_ref()
 }
 
+/// The tuner-plugin context of a communicator whose ranks live on the hosts `host_keys` names
+/// (one key per rank), where `NCCL_TUNER_PLUGIN` (or the network plugin's library) gives a
+/// plugin; its `init` failing is a warning, and the communicator tunes itself.
+pub fn for_communicator(id: &[u8], host_keys: &[u64], rank: u32) -> Option<TunerContext> {
+    let tuner = std::env::var("NCCL_TUNER_PLUGIN").ok();
+    let net = std::env::var("NCCL_NET_PLUGIN").ok();
+    let plugin = process_plugin(tuner.as_deref(), net.as_deref())?;
+    let mut per_host: std::collections::HashMap<u64, usize> = Default::default();
+    for &k in host_keys {
+        *per_host.entry(k).or_default() += 1;
+    }
+    let min = per_host.values().copied().min().unwrap_or(1);
+    let max = per_host.values().copied().max().unwrap_or(1);
+    // NCCL's commId is a hash of the unique id: the same on every rank of the communicator.
+    let comm_id = id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    match plugin.context(comm_id, host_keys.len(), per_host.len(), (min, max)) {
+        Ok(ctx) => Some(ctx),
+        Err(e) => {
+            tracing::warn!(target: "oxccl::tuning", "rank {rank}: {e}; oxccl's own tuning is used");
+            None
+        }
+    }
+}
+
 /// What a plugin changed for one collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Steer {
