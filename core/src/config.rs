@@ -8,7 +8,7 @@
 mod env;
 pub mod vars;
 
-pub use env::{Entry, Env, Scope, Value, Var, bad_value, get, get_set, is_set};
+pub use env::{Entry, Env, Flag, Scope, Value, Var, bad_value, get, get_set, is_set};
 
 use std::time::Duration;
 
@@ -75,19 +75,6 @@ impl CommConfig {
         }
         if let Some(v) = get_set(&vars::OXCCL_INIT_TIMEOUT) {
             self.init_timeout = v;
-        }
-    }
-}
-
-/// A 0/1 variable: `Some(false)`, `Some(true)`, or `None` when empty or unreadable (warned).
-pub(crate) fn parse_switch(name: &str, v: &str) -> Option<bool> {
-    match v.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        "" => None,
-        other => {
-            tracing::warn!("{name}={other:?} is neither 0 nor 1; ignored");
-            None
         }
     }
 }

@@ -54,9 +54,7 @@ pub fn net_channels(geometry: &FifoGeometry, any_shm: bool, any_crowded: bool) -
         (false, true) => CROWDED_NET_CHANNELS,
         (false, false) => NET_CHANNELS,
     };
-    std::env::var("OXCCL_NET_CHANNELS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
+    oxccl_core::config::get(&oxccl_core::config::vars::OXCCL_NET_CHANNELS)
         .unwrap_or(default)
         .clamp(1, max)
 }
@@ -526,7 +524,7 @@ mod tests {
     /// (unless `OXCCL_NET_CHANNELS`, which the test environment leaves unset, says otherwise).
     #[test]
     fn channels_follow_shm_then_a_crowded_machine() {
-        if std::env::var_os("OXCCL_NET_CHANNELS").is_some() {
+        if oxccl_core::config::is_set(&oxccl_core::config::vars::OXCCL_NET_CHANNELS) {
             return;
         }
         let g = FifoGeometry::default();

@@ -49,8 +49,8 @@ impl Settings {
         let watchdog = env.get(&vars::OXCCL_WATCHDOG_SECONDS);
         Settings {
             watchdog: (!watchdog.is_zero()).then_some(watchdog),
-            abort_on_hang: env.get(&vars::OXCCL_WATCHDOG_ABORT),
-            check: env.get(&vars::OXCCL_CHECK),
+            abort_on_hang: env.get(&vars::OXCCL_WATCHDOG_ABORT).0,
+            check: env.get(&vars::OXCCL_CHECK).0,
         }
     }
 }

@@ -42,17 +42,37 @@ pub trait Value: Clone + Send + Sync + 'static {
     fn show(&self) -> String;
 }
 
+/// A switch, as NCCL's: `0` or `1`.
 impl Value for bool {
     const EXPECTED: &'static str = "0 or 1";
     fn parse(raw: &str) -> Option<bool> {
-        match raw.trim().to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => Some(true),
-            "0" | "false" | "no" | "off" => Some(false),
+        match raw.trim() {
+            "1" => Some(true),
+            "0" => Some(false),
             _ => None,
         }
     }
     fn show(&self) -> String {
         u8::from(*self).to_string()
+    }
+}
+
+/// A switch that also takes words: `1`, `true`, `yes`, `on`, or `0`, `false`, `no`, `off`
+/// (the spellings the watchdog's switches have always taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl Value for Flag {
+    const EXPECTED: &'static str = "1, true, yes, on, or 0, false, no, off";
+    fn parse(raw: &str) -> Option<Flag> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Some(Flag(true)),
+            "0" | "false" | "no" | "off" => Some(Flag(false)),
+            _ => None,
+        }
+    }
+    fn show(&self) -> String {
+        self.0.show()
     }
 }
 

@@ -2,7 +2,7 @@
 //! line of documentation. Read them with [`config::get`](super::get) (`get(&NCCL_P2P_DISABLE)`)
 //! or through an [`Env`](super::Env); `docs/environment.md` lists the same names (a test checks).
 
-use super::env::{Entry, Scope::*, Var};
+use super::env::{Entry, Flag, Scope::*, Var};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ macro_rules! vars {
 /// A block size the kernels take: a multiple of 32 from 32 to 512 (`MAX_THREADS_PER_BLOCK`).
 fn block_threads(t: &Option<u32>) -> bool {
     t.is_some_and(|t| (32..=512).contains(&t) && t % 32 == 0)
+}
+
+fn positive(n: &Option<u64>) -> bool {
+    n.is_some_and(|n| n > 0)
 }
 
 fn fifo_slots(n: &u32) -> bool {
@@ -75,8 +79,10 @@ vars! {
     // Tuning.
     NCCL_ALGO: Option<String> = None, Comm, "algorithms allowed (ring, tree, direct; ^ excludes; per operation with op:list;...)";
     NCCL_PROTO: Option<String> = None, Comm, "protocols allowed (LL, LL128, Simple; ^ excludes)";
-    OXCCL_NCHANNELS: Option<u64> = None, Comm, "channel count for every plan (positive)";
-    OXCCL_CHUNK_BYTES: Option<u64> = None, Comm, "chunk size for every plan (positive)";
+    OXCCL_NCHANNELS: Option<u64> = None, Comm, "channel count for every plan (positive; at most 32 are used)",
+        valid(positive, "a positive integer");
+    OXCCL_CHUNK_BYTES: Option<u64> = None, Comm, "chunk size for every plan (positive)",
+        valid(positive, "a positive integer");
     OXCCL_ONE_SHOT: Option<bool> = None, Comm, "one-shot kernels: 0 off, 1 wherever they take the message (unset: by size)";
     OXCCL_ZERO_COPY: Option<bool> = None, Comm, "zero-copy plans: 0 off, 1 at every size (unset: by size)";
     OXCCL_ZERO_COPY_HIDE_RANKS: Option<String> = None, Comm,
@@ -107,6 +113,7 @@ vars! {
     // The NET transport.
     NCCL_NET: Option<String> = None, Comm, "the network by name (a plugin's, or Socket)";
     NCCL_NET_PLUGIN: Option<String> = None, Process, "network plugin libraries to try (default libnccl-net.so)";
+    NCCL_TUNER_PLUGIN: Option<String> = None, Process, "tuner plugin library to load (default: the network plugin's library)";
     OXCCL_NET_DEVICE: Option<usize> = None, Comm, "the one network device every NET connection uses";
     OXCCL_NET_CHANNELS: Option<u32> = None, Comm, "NET channels per peer (unset: by transport and machine)";
     NCCL_NCHANNELS_PER_NET_PEER: u32 = 2, Comm, "channels of a NET pair no ring or tree joins";
@@ -128,8 +135,8 @@ vars! {
     // Host backend, reliability.
     OXCCL_OP_TIMEOUT: Duration = Duration::ZERO, Comm, "seconds a host-backend receive waits before failing (0: no limit)";
     OXCCL_WATCHDOG_SECONDS: Duration = Duration::from_secs(120), Comm, "an operation incomplete this long starts a hang report (0: off)";
-    OXCCL_WATCHDOG_ABORT: bool = false, Comm, "1: abort the communicator after a hang report";
-    OXCCL_CHECK: bool = false, Comm, "1: ranks compare every collective's signature before running it";
+    OXCCL_WATCHDOG_ABORT: Flag = Flag(false), Comm, "1: abort the communicator after a hang report";
+    OXCCL_CHECK: Flag = Flag(false), Comm, "1: ranks compare every collective's signature before running it";
 
     // Test launchers.
     OXCCL_TEST_HOSTS: Option<String> = None, Process,

@@ -4,7 +4,7 @@
 //! ranks that name themselves different hosts on one machine still share its CPUs).
 
 use crate::bootstrap::Bootstrap;
-use crate::config::parse_switch;
+use crate::config::{Env, vars};
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
 /// thread and the application's thread all poll. Where the ranks on a machine have fewer, the
@@ -46,20 +46,18 @@ impl ProxyCpus {
     /// `OXCCL_NET_LL_SEND_THREAD` and `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let ll = std::env::var("OXCCL_NET_LL_SEND_THREAD").ok();
-        let yields = std::env::var("OXCCL_NET_PROXY_YIELD").ok();
-        ProxyCpus::decide(ll.as_deref(), yields.as_deref(), cpus, ranks_here)
+        ProxyCpus::decide(Env::PROCESS, cpus, ranks_here)
     }
 
-    /// [`ProxyCpus::for_machine`] given the variables' values and the machine's CPUs.
-    fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks_here: u32) -> ProxyCpus {
+    /// [`ProxyCpus::for_machine`] given the variables (`env`) and the machine's CPUs.
+    fn decide(env: Env<'_>, cpus: usize, ranks_here: u32) -> ProxyCpus {
         let ranks = ranks_here.max(1) as usize;
         ProxyCpus {
-            ll_send_thread: ll
-                .and_then(|v| parse_switch("OXCCL_NET_LL_SEND_THREAD", v))
+            ll_send_thread: env
+                .get(&vars::OXCCL_NET_LL_SEND_THREAD)
                 .unwrap_or(!crowded(cpus, ranks_here)),
-            yield_when_idle: yields
-                .and_then(|v| parse_switch("OXCCL_NET_PROXY_YIELD", v))
+            yield_when_idle: env
+                .get(&vars::OXCCL_NET_PROXY_YIELD)
                 .unwrap_or(cpus < SPIN_CPUS_PER_RANK * ranks),
         }
     }
@@ -110,8 +108,21 @@ pub fn ranks_on_machine(machines: impl IntoIterator<Item = u64>, mine: u64) -> u
 mod tests {
     use super::*;
 
+    /// [`ProxyCpus::decide`] with these values of `OXCCL_NET_LL_SEND_THREAD` and
+    /// `OXCCL_NET_PROXY_YIELD`.
+    fn env_of<'a>(
+        ll: Option<&'a str>,
+        yields: Option<&'a str>,
+    ) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| match k {
+            "OXCCL_NET_LL_SEND_THREAD" => ll.map(String::from),
+            "OXCCL_NET_PROXY_YIELD" => yields.map(String::from),
+            _ => None,
+        }
+    }
+
     fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks: u32) -> (bool, bool) {
-        let c = ProxyCpus::decide(ll, yields, cpus, ranks);
+        let c = ProxyCpus::decide(Env::from_fn(&env_of(ll, yields)), cpus, ranks);
         (c.ll_send_thread, c.yield_when_idle)
     }
 
@@ -163,7 +174,7 @@ mod tests {
 
     #[test]
     fn describe_names_both_choices() {
-        let c = ProxyCpus::decide(Some("1"), Some("0"), 1, 1);
+        let c = ProxyCpus::decide(Env::from_fn(&env_of(Some("1"), Some("0"))), 1, 1);
         assert_eq!(
             c.describe(),
             "LL sends on their own proxy thread; idle passes spin"

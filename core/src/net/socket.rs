@@ -77,33 +77,26 @@ impl SocketConfig {
     /// moves everything on the control socket, and no helper thread takes CPU time from the
     /// other ranks' (docs/perf/defaults.md, "Crowded machines").
     pub fn from_env_on(crowded: bool) -> SocketConfig {
-        let num = |name: &str| -> Option<usize> {
-            let v = std::env::var(name).ok()?;
-            match v.trim().parse::<usize>() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    tracing::warn!(target: "oxccl::net", "{name}={v} is not a number; ignored");
-                    None
-                }
-            }
-        };
+        use crate::config::{get, vars};
         let d = SocketConfig {
             nsocks: if crowded { 0 } else { DEFAULT_NSOCKS },
             ..SocketConfig::default()
         };
-        let threads = num("NCCL_SOCKET_NTHREADS");
-        let per = num("NCCL_NSOCKS_PERTHREAD");
+        let threads = get(&vars::NCCL_SOCKET_NTHREADS);
+        let per = get(&vars::NCCL_NSOCKS_PERTHREAD);
         let nsocks = match (threads, per) {
             (None, None) => d.nsocks,
             (t, p) => t.unwrap_or(1).min(16) * p.unwrap_or(1),
         };
         SocketConfig {
             nsocks: nsocks.min(MAX_SOCKS),
-            inline_max: num("NCCL_SOCKET_INLINE").unwrap_or(d.inline_max),
-            min_task: num("NCCL_SOCKET_MIN_TASKSIZE").unwrap_or(d.min_task).max(1),
-            delay_acks: std::env::var("OXCCL_SOCKET_QUICKACK").as_deref() != Ok("1"),
-            duplex: std::env::var("OXCCL_SOCKET_DUPLEX").as_deref() != Ok("0"),
-            workers: num("OXCCL_SOCKET_WORKERS")
+            inline_max: get(&vars::NCCL_SOCKET_INLINE).unwrap_or(d.inline_max),
+            min_task: get(&vars::NCCL_SOCKET_MIN_TASKSIZE)
+                .unwrap_or(d.min_task)
+                .max(1),
+            delay_acks: !get(&vars::OXCCL_SOCKET_QUICKACK),
+            duplex: get(&vars::OXCCL_SOCKET_DUPLEX),
+            workers: get(&vars::OXCCL_SOCKET_WORKERS)
                 .filter(|&n| n > 0)
                 .unwrap_or(d.workers)
                 .min(MAX_WORKERS),
@@ -1261,8 +1254,8 @@ mod tests {
     /// elsewhere two (unless the variables, which the test environment leaves unset, say).
     #[test]
     fn a_crowded_machine_defaults_to_no_data_sockets() {
-        let set = |v| std::env::var_os(v).is_some();
-        if set("NCCL_SOCKET_NTHREADS") || set("NCCL_NSOCKS_PERTHREAD") {
+        use crate::config::{is_set, vars};
+        if is_set(&vars::NCCL_SOCKET_NTHREADS) || is_set(&vars::NCCL_NSOCKS_PERTHREAD) {
             return;
         }
         assert_eq!(SocketConfig::from_env_on(true).nsocks, 0);

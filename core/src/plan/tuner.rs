@@ -11,6 +11,7 @@
 use super::net_link::NetLink;
 use super::tags::MAX_CHANNELS;
 use super::{Algorithm, CollKind, Protocol, algorithms_for};
+use crate::config::{Env, vars};
 use crate::datatype::DataType;
 
 /// Coarse description of what connects the ranks (refined once topology detection exists).
@@ -443,16 +444,6 @@ fn parse_filter(var: &str, spec: &str, all: u8, lookup: fn(&str) -> Name) -> [Op
     out
 }
 
-fn parse_number(var: &str, value: &str) -> Option<u64> {
-    match value.trim().parse::<u64>() {
-        Ok(v) if v > 0 => Some(v),
-        _ => {
-            tracing::warn!("{var}={value:?} is not a positive integer; ignored");
-            None
-        }
-    }
-}
-
 /// Chooses algorithm, protocol, channels and chunk size; holds the user's overrides.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tuner {
@@ -477,40 +468,34 @@ pub struct Tuner {
 impl Tuner {
     /// Reads `NCCL_ALGO`, `NCCL_PROTO`, `OXCCL_NCHANNELS` and `OXCCL_CHUNK_BYTES`.
     pub fn from_env() -> Tuner {
-        Tuner::from_lookup(|k| std::env::var(k).ok())
+        Tuner::from(Env::PROCESS)
     }
 
     /// Like [`Tuner::from_env`], reading variables through `get` (tests, configuration files).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Tuner {
+        Tuner::from(Env::from_fn(&get))
+    }
+
+    fn from(env: Env<'_>) -> Tuner {
         let mut t = Tuner::default();
         let all_algos = ALGOS.iter().fold(0, |m, &a| m | algo_bit(a));
         let all_protos = PROTOS.iter().fold(0, |m, &p| m | proto_bit(p));
-        if let Some(v) = get("NCCL_ALGO").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(&vars::NCCL_ALGO).filter(|v| !v.trim().is_empty()) {
             t.algos = parse_filter("NCCL_ALGO", &v, all_algos, algo_name);
         }
-        if let Some(v) = get("NCCL_PROTO").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(&vars::NCCL_PROTO).filter(|v| !v.trim().is_empty()) {
             t.protos = parse_filter("NCCL_PROTO", &v, all_protos, proto_name);
         }
-        if let Some(v) = get("OXCCL_NCHANNELS") {
-            t.nchannels = parse_number("OXCCL_NCHANNELS", &v).map(|n| {
-                if n > u64::from(MAX_CHANNELS) {
-                    tracing::warn!(
-                        "OXCCL_NCHANNELS={n} exceeds {MAX_CHANNELS}; using {MAX_CHANNELS}"
-                    );
-                }
-                n.min(u64::from(MAX_CHANNELS)) as u32
-            });
-        }
-        if let Some(v) = get("OXCCL_CHUNK_BYTES") {
-            t.chunk_bytes = parse_number("OXCCL_CHUNK_BYTES", &v);
-        }
-        if let Some(v) = get("OXCCL_ZERO_COPY") {
-            t.zero_copy = crate::config::parse_switch("OXCCL_ZERO_COPY", &v);
-        }
-        if let Some(v) = get("OXCCL_ONE_SHOT") {
-            t.one_shot = crate::config::parse_switch("OXCCL_ONE_SHOT", &v);
-        }
-        if let Some(v) = get("OXCCL_ZERO_COPY_HIDE_RANKS") {
+        t.nchannels = env.get(&vars::OXCCL_NCHANNELS).map(|n| {
+            if n > u64::from(MAX_CHANNELS) {
+                tracing::warn!("OXCCL_NCHANNELS={n} exceeds {MAX_CHANNELS}; using {MAX_CHANNELS}");
+            }
+            n.min(u64::from(MAX_CHANNELS)) as u32
+        });
+        t.chunk_bytes = env.get(&vars::OXCCL_CHUNK_BYTES);
+        t.zero_copy = env.get(&vars::OXCCL_ZERO_COPY);
+        t.one_shot = env.get(&vars::OXCCL_ONE_SHOT);
+        if let Some(v) = env.get(&vars::OXCCL_ZERO_COPY_HIDE_RANKS) {
             t.hidden_ranks = v
                 .split(',')
                 .filter(|x| !x.trim().is_empty())
