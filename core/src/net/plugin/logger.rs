@@ -1,6 +1,6 @@
-//! The callbacks a plugin's `init` receives: the logger (a C-variadic function, defined in
-//! `core/csrc/net_plugin_log.c` because stable Rust cannot define one) and the v10+ profiler
-//! callback (a no-op: oxccl has no profiler plugins).
+//! The callbacks a plugin's `init` receives (network and tuner plugins): the logger (a
+//! C-variadic function, defined in `core/csrc/net_plugin_log.c` because stable Rust cannot
+//! define one) and the v10+ profiler callback (a no-op: oxccl has no profiler plugins).
 
 use super::abi::{self, Logger, NcclResult, ProfilerCallback};
 use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};
@@ -34,10 +34,14 @@ unsafe fn text(p: *const c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// Receives every formatted plugin message and logs it under target `oxccl::net`.
+/// NCCL's TUNING subsystem bit: what tuner plugins log under.
+const SUBSYS_TUNING: c_ulong = 0x40;
+
+/// Receives every formatted plugin message and logs it under target `oxccl::net`, or
+/// `oxccl::tuning` for messages of the TUNING subsystem (tuner plugins).
 extern "C" fn sink(
     level: c_int,
-    _flags: c_ulong,
+    flags: c_ulong,
     file: *const c_char,
     line: c_int,
     msg: *const c_char,
@@ -47,6 +51,19 @@ extern "C" fn sink(
         // is NULL or a C string (`__FILE__` or a function name) valid during the call.
         let (file, msg) = unsafe { (text(file), text(msg)) };
         let msg = msg.trim_end();
+        if flags & SUBSYS_TUNING != 0 {
+            match level {
+                abi::level::WARN | abi::level::ABORT => {
+                    tracing::warn!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
+                }
+                abi::level::TRACE => {
+                    tracing::trace!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
+                }
+                abi::level::NONE => {}
+                _ => tracing::info!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}"),
+            }
+            return;
+        }
         match level {
             abi::level::WARN => {
                 tracing::warn!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
