@@ -241,8 +241,9 @@ pub fn process_plugin(tuner: Option<&str>, net: Option<&str>) -> Option<&'static
 /// (one key per rank), where `NCCL_TUNER_PLUGIN` (or the network plugin's library) gives a
 /// plugin; its `init` failing is a warning, and the communicator tunes itself.
 pub fn for_communicator(id: &[u8], host_keys: &[u64], rank: u32) -> Option<TunerContext> {
-    let tuner = std::env::var("NCCL_TUNER_PLUGIN").ok();
-    let net = std::env::var("NCCL_NET_PLUGIN").ok();
+    use crate::config::{get, vars};
+    let tuner = get(&vars::NCCL_TUNER_PLUGIN);
+    let net = get(&vars::NCCL_NET_PLUGIN);
     let plugin = process_plugin(tuner.as_deref(), net.as_deref())?;
     let mut per_host: std::collections::HashMap<u64, usize> = Default::default();
     for &k in host_keys {
