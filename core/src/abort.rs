@@ -53,7 +53,7 @@ impl AbortFlag {
     pub fn record(&self, err: Error) {
         let mut slot = self.inner.error.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
-            tracing::warn!(target: "oxccl::init", "asynchronous error: {err}");
+            tracing::warn!(target: crate::logging::FAILURE_TARGET, "asynchronous error: {err}");
             *slot = Some(err);
         }
     }

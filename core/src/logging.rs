@@ -1,7 +1,10 @@
 //! `NCCL_DEBUG`, `NCCL_DEBUG_SUBSYS` and `NCCL_DEBUG_FILE` mapped onto `tracing`.
 //!
-//! The subscriber is installed lazily, once, and only when `NCCL_DEBUG` is set, so an embedding
-//! application's own logging is untouched otherwise.
+//! The subscriber is installed lazily, once. In the Rust crate only when `NCCL_DEBUG` is set, so
+//! an embedding application's own logging is untouched otherwise. In the C libraries
+//! ([`init_for_c_library`]) also without it, for what must never go unseen: a hang report of the
+//! watchdog and a communicator's failure (target [`FAILURE_TARGET`]) reach stderr, where a
+//! stalled job is otherwise silent.
 
 use std::sync::{Once, OnceLock};
 
@@ -11,6 +14,13 @@ static API_BANNER: OnceLock<&'static str> = OnceLock::new();
 pub fn set_api_banner(banner: &'static str) {
     let _ = API_BANNER.set(banner);
 }
+
+/// The target of hang reports and communicator failures: logged at WARN, shown by the C
+/// libraries even without `NCCL_DEBUG`.
+pub const FAILURE_TARGET: &str = "oxccl::watchdog";
+
+/// The filter of the C libraries when `NCCL_DEBUG` is unset.
+pub const DEFAULT_C_DIRECTIVES: &str = "off,oxccl::watchdog=warn";
 
 /// NCCL's subsystem names and the `tracing` targets that carry them.
 const SUBSYSTEMS: &[(&str, &str)] = &[
@@ -73,10 +83,28 @@ pub fn expand_file_name(pattern: &str) -> String {
 
 /// Installs the log subscriber from the environment (once per process; later calls do nothing).
 pub fn init_from_env() {
+    install(false);
+}
+
+/// [`init_from_env`] for the C libraries: without `NCCL_DEBUG`, hang reports and communicator
+/// failures still reach stderr ([`DEFAULT_C_DIRECTIVES`]).
+pub fn init_for_c_library() {
+    install(true);
+}
+
+fn install(c_library: bool) {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         use crate::config::{get, vars};
         let Some(level) = get(&vars::NCCL_DEBUG).and_then(|d| level_for(&d)) else {
+            if c_library {
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new(DEFAULT_C_DIRECTIVES))
+                    .with_thread_ids(true)
+                    .with_ansi(false)
+                    .with_writer(std::io::stderr)
+                    .try_init();
+            }
             return;
         };
         let filter = directives(level, get(&vars::NCCL_DEBUG_SUBSYS).as_deref());
@@ -92,13 +120,42 @@ pub fn init_from_env() {
             None => builder.with_writer(std::io::stderr).try_init(),
         };
         let api = API_BANNER.get().copied().unwrap_or("NCCL API level 2.28.9");
-        tracing::warn!(target: "oxccl::init", "oxccl {} ({api})", env!("CARGO_PKG_VERSION"));
+        tracing::info!(target: "oxccl::init", "oxccl {} ({api})", env!("CARGO_PKG_VERSION"));
     });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The C libraries' default, in a child process (a subscriber is process-wide): failures
+    /// reach stderr, nothing else does.
+    #[test]
+    fn c_library_shows_failures_without_nccl_debug() {
+        if std::env::var_os("OXCCL_LOGGING_CHILD").is_some() {
+            init_for_c_library();
+            tracing::warn!(target: FAILURE_TARGET, "hang report: rank 3 unreachable");
+            tracing::warn!(target: "oxccl::init", "a warning NCCL shows only with NCCL_DEBUG");
+            tracing::info!(target: "oxccl::init", "the version banner");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "logging::tests::c_library_shows_failures_without_nccl_debug",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("OXCCL_LOGGING_CHILD", "1")
+            .env_remove("NCCL_DEBUG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("hang report: rank 3 unreachable"), "{err}");
+        assert!(!err.contains("only with NCCL_DEBUG"), "{err}");
+        assert!(!err.contains("version banner"), "{err}");
+    }
 
     #[test]
     fn debug_levels() {

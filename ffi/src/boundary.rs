@@ -29,7 +29,7 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
 fn guarded<T>(api: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     #[cfg(feature = "rccl")]
     oxccl_core::logging::set_api_banner("RCCL API level 2.30.4");
-    oxccl_core::logging::init_from_env();
+    oxccl_core::logging::init_for_c_library();
     handles::clear_current();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,

@@ -45,7 +45,7 @@ impl PeerWatch {
             match died {
                 None => {
                     if let Some(e) = probe() {
-                        tracing::warn!(target: "oxccl::init",
+                        tracing::warn!(target: crate::logging::FAILURE_TARGET,
                             "{e}; aborting the communicator in {grace:?}");
                         abort.record(e);
                         died = Some(Instant::now());
