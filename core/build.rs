@@ -1,6 +1,6 @@
 //! Builds the C logger shim that network plugins receive (`csrc/net_plugin_log.c`), and the
-//! test network and tuner plugins that the plugin tests load by path (`tests/c/net_plugin/`,
-//! `tests/c/tuner_plugin/`).
+//! test network, tuner and environment plugins that the plugin tests load by path
+//! (`tests/c/net_plugin/`, `tests/c/tuner_plugin/`, `tests/c/env_plugin/`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,6 +87,16 @@ fn test_plugins() {
     for (name, defs) in tuners {
         build_so(&compiler, &tuner, &out.join(name), defs);
     }
+    // The test environment plugin (`tests/c/env_plugin/`), ABI v1 and v2.
+    let env = manifest.join("../tests/c/env_plugin/oxccl_test_env.c");
+    println!("cargo:rerun-if-changed={}", env.display());
+    build_so(&compiler, &env, &out.join("libnccl-env-oxtest.so"), &[]);
+    build_so(
+        &compiler,
+        &env,
+        &out.join("libnccl-env-oxtest2.so"),
+        &["-DOXTEST_ENV_V2"],
+    );
 }
 
 fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {

@@ -6,6 +6,8 @@
 //! default is used, as NCCL does.
 
 mod env;
+mod env_plugin;
+pub use env_plugin::name as env_plugin_name;
 pub mod vars;
 
 pub use env::{Entry, Env, Flag, Scope, Value, Var, bad_value, get, get_set, is_set};

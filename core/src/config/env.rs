@@ -278,8 +278,9 @@ impl<'a> Env<'a> {
 
     fn raw(&self, name: &str) -> Option<OsString> {
         match self.lookup {
-            // The only place the workspace reads its environment variables.
-            None => std::env::var_os(name),
+            // The only place the workspace reads its environment variables: through an
+            // environment plugin where one is loaded (NCCL_ENV_PLUGIN), as NCCL does.
+            None => super::env_plugin::get(name).unwrap_or_else(|()| std::env::var_os(name)),
             Some(f) => f(name).map(OsString::from),
         }
     }

@@ -114,6 +114,7 @@ vars! {
     NCCL_NET: Option<String> = None, Comm, "the network by name (a plugin's, or Socket)";
     NCCL_NET_PLUGIN: Option<String> = None, Process, "network plugin libraries to try (default libnccl-net.so)";
     NCCL_TUNER_PLUGIN: Option<String> = None, Process, "tuner plugin library to load (default: the network plugin's library)";
+    NCCL_ENV_PLUGIN: Option<String> = None, Process, "environment plugin library answering for the environment (read directly, before the registry: default libnccl-env.so)";
     OXCCL_NET_DEVICE: Option<usize> = None, Comm, "the one network device every NET connection uses";
     OXCCL_NET_CHANNELS: Option<u32> = None, Comm, "NET channels per peer (unset: by transport and machine)";
     NCCL_NCHANNELS_PER_NET_PEER: u32 = 2, Comm, "channels of a NET pair no ring or tree joins";
