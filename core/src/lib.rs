@@ -18,7 +18,6 @@ pub mod net;
 pub mod plan;
 pub mod reduce;
 pub mod shm;
-pub mod transport;
 pub mod tuner_plugin;
 
 pub use error::{Error, ErrorKind, Result};

@@ -6,7 +6,7 @@ use crate::datatype::{Reduction, Scalar, ScalarSource};
 use crate::error::{Error, Result};
 use crate::plan::{BufId, ChannelWork, Path, Region, Step, TABLE_BYTES, WorkDesc};
 use crate::reduce;
-use crate::transport::socket::SocketMesh;
+use super::mesh::SocketMesh;
 
 /// Executes `work` with `buffers` (indexed by [`BufId`]) over `mesh`.
 ///

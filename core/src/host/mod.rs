@@ -2,12 +2,13 @@
 //! between ranks. The default when no GPU is present, and the simulator for large rank counts.
 
 pub mod executor;
+pub mod mesh;
 pub mod stream;
 
 use crate::abort::AbortFlag;
 use crate::backend::{Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle};
 use crate::error::{Error, Result};
-use crate::transport::socket::SocketMesh;
+use mesh::SocketMesh;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

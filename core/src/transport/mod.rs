@@ -1,3 +1,0 @@
-//! Transports that move bytes between ranks.
-
-pub mod socket;
