@@ -1,12 +1,12 @@
 //! Runs a [`WorkDesc`] on CPU threads: one thread per channel, one generic primitive per step.
 
+use super::mesh::SocketMesh;
 use crate::abort::AbortFlag;
 use crate::backend::DevicePtr;
 use crate::datatype::{Reduction, Scalar, ScalarSource};
 use crate::error::{Error, Result};
 use crate::plan::{BufId, ChannelWork, Path, Region, Step, TABLE_BYTES, WorkDesc};
 use crate::reduce;
-use super::mesh::SocketMesh;
 
 /// Executes `work` with `buffers` (indexed by [`BufId`]) over `mesh`.
 ///
