@@ -17,7 +17,7 @@ pub mod lock;
 pub mod net;
 pub mod plan;
 pub mod reduce;
-pub mod shm;
+pub mod shm_segment;
 pub mod tuner_plugin;
 
 pub use error::{Error, ErrorKind, Result};

@@ -18,7 +18,7 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::net::proxy::FifoLayout;
-use oxccl_core::shm::ShmSegment;
+use oxccl_core::shm_segment::ShmSegment;
 use oxccl_kernel_abi::FifoGeometry;
 
 /// Bytes of one SHM FIFO: the Simple part ([`FifoLayout`]), then its [`LlArea`].
