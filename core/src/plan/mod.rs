@@ -8,6 +8,7 @@ pub mod work;
 pub mod bias;
 mod direct;
 pub mod hosts;
+pub mod msccl;
 pub mod net_link;
 pub mod net_peers;
 pub mod one_shot;

@@ -1,10 +1,6 @@
-//! MSCCL algorithm files run through our own plan format: custom collectives as data.
-//!
-//! [`MscclAlgo::load`] / [`MscclAlgo::parse`] read and check an algorithm (every rank's part), and
-//! [`MscclAlgo::lower`] turns one rank's part into a [`WorkDesc`]
-//! that [`Communicator::run_plan`] runs like any collective. [`run`] does both for embedders;
+//! MSCCL algorithm files in the C layer: [`run`] loads and runs one for embedders, and
 //! `mscclLoadAlgo` / `mscclRunAlgo` / `mscclUnloadAlgo` (RCCL flavour) go through the handle
-//! table here. The supported subset and the mapping are in `docs/msccl.md`.
+//! table here. Parsing and lowering to plans live in core (`oxccl_core::plan::msccl`).
 
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::datatype::{DataType, RedOp, Reduction};
@@ -15,11 +11,7 @@ use std::sync::{Arc, Mutex};
 
 #[cfg(feature = "rccl")]
 pub(crate) mod capi;
-mod lower;
-mod parse;
-
-pub use lower::Sizes;
-pub use parse::{Buf, ChunkRef, Gpu, MStep, MscclAlgo, StepType, Tb};
+pub use oxccl_core::plan::msccl::{Buf, ChunkRef, Gpu, MStep, MscclAlgo, Sizes, StepType, Tb};
 
 /// Builds a plan that runs `algo` on rank `rank` of `nranks`.
 pub type PlanBuilder = Box<dyn FnOnce(u64) -> Result<WorkDesc> + Send>;

@@ -6,9 +6,9 @@
 
 #![forbid(unsafe_code)]
 
-use oxccl_core::plan::Protocol;
-use oxccl_core::plan::tags::MAX_CHANNELS;
-use oxccl_core::{Error, Result};
+use crate::plan::Protocol;
+use crate::plan::tags::MAX_CHANNELS;
+use crate::{Error, Result};
 use roxmltree::{Document, Node};
 use std::collections::HashMap;
 

@@ -4,10 +4,10 @@
 #![forbid(unsafe_code)]
 
 use super::parse::{Buf, ChunkRef, MscclAlgo, StepType};
-use oxccl_core::datatype::{DataType, Reduction};
-use oxccl_core::plan::tags::CHANNEL_BITS;
-use oxccl_core::plan::{Algorithm, ChannelWork, CollKind, Region, Step, WorkDesc, coll_tag};
-use oxccl_core::{Error, Result};
+use crate::datatype::{DataType, Reduction};
+use crate::plan::tags::CHANNEL_BITS;
+use crate::plan::{Algorithm, ChannelWork, CollKind, Region, Step, WorkDesc, coll_tag};
+use crate::{Error, Result};
 use std::collections::HashMap;
 
 /// Element counts of one run of an algorithm on every rank.
