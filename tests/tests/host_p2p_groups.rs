@@ -18,21 +18,7 @@ fn value(from: usize, to: usize, i: usize) -> i64 {
 
 /// Runs `body(rank, comm, stream)` on `n` thread-ranks.
 fn with_ranks(n: usize, body: impl Fn(usize, &Communicator<HostBackend>, &HostStream) + Sync) {
-    let backend = Arc::new(HostBackend::new());
-    let id = UniqueId::generate(&BootstrapOptions::from_env()).unwrap();
-    std::thread::scope(|s| {
-        for rank in 0..n {
-            let (backend, body) = (backend.clone(), &body);
-            s.spawn(move || {
-                let comm =
-                    Communicator::init_rank(backend.clone(), n, id, rank, 0, CommConfig::default())
-                        .unwrap();
-                let stream = backend.stream_create().unwrap();
-                body(rank, &comm, &stream);
-                comm.destroy().unwrap();
-            });
-        }
-    });
+    oxccl_tests::harness::on_host_ranks(n, |_| {}, body);
 }
 
 fn send(comm: &Communicator<HostBackend>, s: &HostStream, buf: &[i64], peer: usize) {

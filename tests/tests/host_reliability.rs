@@ -1,15 +1,13 @@
 //! The watchdog's hang reports and check mode on the host backend, ranks as threads of one
 //! process (reliability suite T12 and T13; the SIGSTOP case is in `host_reliability_procs.rs`).
 
-use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::comm::oplog::{Settings, hang_report_of};
-use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::DataType;
 use oxccl_core::host::HostStream;
 use oxccl_core::plan::CollKind;
 use oxccl_core::{Communicator, ErrorKind, HostBackend};
 use oxccl_tests::harness::coll_in_place;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 fn settings(watchdog: Option<f64>, abort_on_hang: bool, check: bool) -> Settings {
@@ -27,32 +25,7 @@ fn with_ranks<T: Send>(
     s: Settings,
     f: impl Fn(usize, &Communicator<HostBackend>, &HostStream) -> T + Sync,
 ) -> Vec<T> {
-    let backend = Arc::new(HostBackend::new());
-    let id = UniqueId::generate(&BootstrapOptions::from_env()).expect("unique id");
-    std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n)
-            .map(|rank| {
-                let (backend, f, s) = (backend.clone(), &f, s.clone());
-                sc.spawn(move || {
-                    let comm = Communicator::init_rank(
-                        backend.clone(),
-                        n,
-                        id,
-                        rank,
-                        0,
-                        CommConfig::default(),
-                    )
-                    .expect("init");
-                    comm.set_reliability(s);
-                    let stream = backend.stream_create().expect("stream");
-                    let out = f(rank, &comm, &stream);
-                    let _ = comm.destroy();
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("rank")).collect()
-    })
+    oxccl_tests::harness::on_host_ranks(n, |comm| comm.set_reliability(s.clone()), f)
 }
 
 /// T13 (default mode) and T12: a rank that skips the last collective is named, with where it
