@@ -38,3 +38,42 @@ impl Rng {
         v
     }
 }
+
+/// Runs `f(rank, comm, stream)` on `n` host ranks in threads of this process, each with a fresh
+/// communicator (`setup` applied after init) and stream; returns the results by rank. The
+/// communicators are destroyed afterwards (an aborted one's destroy error is ignored).
+pub fn on_host_ranks<T: Send>(
+    n: usize,
+    setup: impl Fn(&crate::Communicator<crate::HostBackend>) + Sync,
+    f: impl Fn(usize, &crate::Communicator<crate::HostBackend>, &crate::host::HostStream) -> T + Sync,
+) -> Vec<T> {
+    let backend = std::sync::Arc::new(crate::HostBackend::new());
+    let id = crate::bootstrap::UniqueId::generate(&crate::bootstrap::BootstrapOptions::from_env())
+        .expect("unique id");
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|rank| {
+                let (backend, f, setup) = (backend.clone(), &f, &setup);
+                sc.spawn(move || {
+                    let comm = crate::Communicator::init_rank(
+                        backend.clone(),
+                        n,
+                        id,
+                        rank,
+                        0,
+                        crate::config::CommConfig::default(),
+                    )
+                    .expect("init");
+                    setup(&comm);
+                    let stream = backend.stream_create().expect("stream");
+                    let out = f(rank, &comm, &stream);
+                    let _ = comm.destroy();
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    })
+}

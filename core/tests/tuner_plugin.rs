@@ -3,14 +3,9 @@
 //! forced choice from the environment, which nothing else in this process may read meanwhile.
 
 use oxccl_core::CollArgs;
-use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::Communicator;
-use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
-use oxccl_core::host::HostBackend;
 use oxccl_core::plan::{Algorithm, CollKind, Protocol};
 use oxccl_core::tuner_plugin::{Steer, TunerPlugin, file_names};
-use std::sync::Arc;
 
 fn plugin_path(name: &str) -> String {
     format!("{}/{name}", env!("OXCCL_TEST_NET_PLUGIN_DIR"))
@@ -145,47 +140,38 @@ fn communicators_follow_the_plugin() {
         std::env::set_var("NCCL_TUNER_PLUGIN", plugin_path("libnccl-tuner-oxtest.so"));
         std::env::set_var("OXTEST_TUNER_FORCE", "1,2,3");
     }
-    let n = 2;
-    let backend = Arc::new(HostBackend::new());
-    let id = UniqueId::generate(&BootstrapOptions::from_env()).unwrap();
-    std::thread::scope(|s| {
-        for rank in 0..n {
-            let backend = backend.clone();
-            s.spawn(move || {
-                let comm =
-                    Communicator::init_rank(backend.clone(), n, id, rank, 0, CommConfig::default())
-                        .unwrap();
-                let choice = comm
-                    .tuning(CollKind::AllReduce, 1 << 20, DataType::Float32)
-                    .unwrap();
-                assert_eq!(
-                    (choice.algo, choice.proto, choice.nchannels),
-                    (Algorithm::Ring, Protocol::Simple, 3),
-                    "{choice:?}"
-                );
-                let count = (1 << 18) + 3;
-                let send: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + rank as f32).collect();
-                let mut recv = vec![f32::NAN; count];
-                let stream = backend.stream_create().unwrap();
-                let args = CollArgs {
-                    kind: CollKind::AllReduce,
-                    send: send.as_ptr() as u64,
-                    recv: recv.as_mut_ptr() as u64,
-                    count: count as u64,
-                    dtype: DataType::Float32,
-                    op: RedOp::Sum,
-                    root: 0,
-                    layout: None,
-                };
-                // SAFETY: both buffers hold `count` floats and outlive the call, which is
-                // synchronous on the host backend.
-                unsafe { comm.collective(args, &stream) }.unwrap();
-                let wrong = (0..count)
-                    .filter(|&i| recv[i] != 2.0 * (i % 97) as f32 + 1.0)
-                    .count();
-                assert_eq!(wrong, 0);
-                comm.destroy().unwrap();
-            });
-        }
-    });
+    oxccl_core::testing::on_host_ranks(
+        2,
+        |_| {},
+        |rank, comm, stream| {
+            let choice = comm
+                .tuning(CollKind::AllReduce, 1 << 20, DataType::Float32)
+                .unwrap();
+            assert_eq!(
+                (choice.algo, choice.proto, choice.nchannels),
+                (Algorithm::Ring, Protocol::Simple, 3),
+                "{choice:?}"
+            );
+            let count = (1 << 18) + 3;
+            let send: Vec<f32> = (0..count).map(|i| (i % 97) as f32 + rank as f32).collect();
+            let mut recv = vec![f32::NAN; count];
+            let args = CollArgs {
+                kind: CollKind::AllReduce,
+                send: send.as_ptr() as u64,
+                recv: recv.as_mut_ptr() as u64,
+                count: count as u64,
+                dtype: DataType::Float32,
+                op: RedOp::Sum,
+                root: 0,
+                layout: None,
+            };
+            // SAFETY: both buffers hold `count` floats and outlive the call, which is
+            // synchronous on the host backend.
+            unsafe { comm.collective(args, stream) }.unwrap();
+            let wrong = (0..count)
+                .filter(|&i| recv[i] != 2.0 * (i % 97) as f32 + 1.0)
+                .count();
+            assert_eq!(wrong, 0);
+        },
+    );
 }

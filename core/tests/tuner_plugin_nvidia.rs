@@ -2,13 +2,8 @@
 //! its Makefile), named by `OXCCL_NV_TUNER_EXAMPLE`, steering two host ranks through its CSV
 //! file. Without the variable it says it skipped: CI has no copy of NVIDIA's repository.
 
-use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
-use oxccl_core::comm::Communicator;
-use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::DataType;
-use oxccl_core::host::HostBackend;
 use oxccl_core::plan::{Algorithm, CollKind, Protocol};
-use std::sync::Arc;
 
 #[test]
 fn nvidia_example_tuner_steers_host_ranks() {
@@ -30,32 +25,25 @@ fn nvidia_example_tuner_steers_host_ranks() {
         std::env::set_var("NCCL_TUNER_PLUGIN", &lib);
         std::env::set_var("NCCL_TUNER_CONFIG_FILE", &conf);
     }
-    let n = 2;
-    let backend = Arc::new(HostBackend::new());
-    let id = UniqueId::generate(&BootstrapOptions::from_env()).unwrap();
-    std::thread::scope(|s| {
-        for rank in 0..n {
-            let backend = backend.clone();
-            s.spawn(move || {
-                let comm = Communicator::init_rank(backend, n, id, rank, 0, CommConfig::default())
-                    .unwrap();
-                let small = comm
-                    .tuning(CollKind::AllReduce, 4096, DataType::Float32)
-                    .unwrap();
-                assert_eq!(
-                    (small.algo, small.proto),
-                    (Algorithm::Tree, Protocol::Simple)
-                );
-                let large = comm
-                    .tuning(CollKind::AllReduce, 1 << 20, DataType::Float32)
-                    .unwrap();
-                assert_eq!(
-                    (large.algo, large.proto, large.nchannels),
-                    (Algorithm::Ring, Protocol::Simple, 3)
-                );
-                comm.destroy().unwrap();
-            });
-        }
-    });
+    oxccl_core::testing::on_host_ranks(
+        2,
+        |_| {},
+        |_, comm, _| {
+            let small = comm
+                .tuning(CollKind::AllReduce, 4096, DataType::Float32)
+                .unwrap();
+            assert_eq!(
+                (small.algo, small.proto),
+                (Algorithm::Tree, Protocol::Simple)
+            );
+            let large = comm
+                .tuning(CollKind::AllReduce, 1 << 20, DataType::Float32)
+                .unwrap();
+            assert_eq!(
+                (large.algo, large.proto, large.nchannels),
+                (Algorithm::Ring, Protocol::Simple, 3)
+            );
+        },
+    );
     let _ = std::fs::remove_file(&conf);
 }

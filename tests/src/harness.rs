@@ -101,41 +101,4 @@ pub fn settle(base: (usize, usize, usize)) -> (usize, usize, usize) {
     }
 }
 
-/// Runs `f(rank, comm, stream)` on `n` host ranks in threads of this process, each with a fresh
-/// communicator (`setup` applied after init) and stream; returns the results by rank. The
-/// communicators are destroyed afterwards (an aborted one's destroy error is ignored).
-pub fn on_host_ranks<T: Send>(
-    n: usize,
-    setup: impl Fn(&Communicator<HostBackend>) + Sync,
-    f: impl Fn(usize, &Communicator<HostBackend>, &HostStream) -> T + Sync,
-) -> Vec<T> {
-    let backend = std::sync::Arc::new(HostBackend::new());
-    let id = UniqueId::generate(&oxccl_core::bootstrap::BootstrapOptions::from_env())
-        .expect("unique id");
-    std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..n)
-            .map(|rank| {
-                let (backend, f, setup) = (backend.clone(), &f, &setup);
-                sc.spawn(move || {
-                    let comm = Communicator::init_rank(
-                        backend.clone(),
-                        n,
-                        id,
-                        rank,
-                        0,
-                        oxccl_core::config::CommConfig::default(),
-                    )
-                    .expect("init");
-                    setup(&comm);
-                    let stream = backend.stream_create().expect("stream");
-                    let out = f(rank, &comm, &stream);
-                    let _ = comm.destroy();
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("rank thread"))
-            .collect()
-    })
-}
+pub use oxccl_core::testing::on_host_ranks;

@@ -405,20 +405,9 @@ impl TunerContext {
         // NUM_PROTOCOLS floats each and live across the call, as do the outputs.
         let rc = unsafe {
             match self.plugin.vtable {
-                VTable::V5(t) => t.get_coll_info.map(|f| {
-                    f(
-                        ctx_ptr,
-                        func,
-                        bytes as usize,
-                        1,
-                        rows.as_mut_ptr(),
-                        NUM_ALGORITHMS as c_int,
-                        NUM_PROTOCOLS as c_int,
-                        0,
-                        &mut nch,
-                    )
-                }),
-                VTable::V4(t) => t.get_coll_info.map(|f| {
+                // v4 and v5 share `getCollInfo`.
+                VTable::V5(&abi::TunerV5 { get_coll_info, .. })
+                | VTable::V4(&abi::TunerV4 { get_coll_info, .. }) => get_coll_info.map(|f| {
                     f(
                         ctx_ptr,
                         func,
