@@ -30,7 +30,11 @@ pub struct AllToAllv<'a> {
 
 /// The operations, on [`Communicator`] (its own stream), [`OnStream`] (another stream) and
 /// [`crate::GroupOps`] (recorded in a group). Buffers are borrowed for `'b`: the call for plain
-/// operations, the whole group for grouped ones.
+/// operations, the whole group for grouped ones. Where a buffer is read, a `&DeviceBuffer` or a
+/// view ([`crate::DeviceInput`]) goes; where one is written, a `&mut DeviceBuffer` or an
+/// exclusive view ([`crate::DeviceOutput`]); the root-only buffers of rooted operations are
+/// views (`Some(buf.as_slice())`, `Some(buf.as_mut_slice())`). Sealed: only this crate
+/// implements it.
 ///
 /// Lengths are element counts; a length that does not fit the communicator, a root or peer out
 /// of range, or a buffer of another device or runtime is an [`Error::InvalidArgument`], and
