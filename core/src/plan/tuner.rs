@@ -412,7 +412,12 @@ fn parse_list(var: &str, list: &str, all: u8, lookup: fn(&str) -> Name) -> u8 {
             Name::NotImplemented => {
                 tracing::info!("{var}: {} is not implemented by oxccl; ignored", raw.trim());
             }
-            Name::Unknown => tracing::warn!("{var}: unknown name {:?} ignored", raw.trim()),
+            Name::Unknown => crate::config::bad_value(
+                var,
+                raw.trim(),
+                "a known algorithm or protocol name",
+                "the other entries",
+            ),
         }
     }
     if exclude { all & !mask } else { mask }
@@ -433,7 +438,12 @@ fn parse_filter(var: &str, spec: &str, all: u8, lookup: fn(&str) -> Name) -> [Op
                         out[kind_index(k)] = Some(m);
                     }
                 }
-                None => tracing::warn!("{var}: unknown operation {:?}; entry ignored", op.trim()),
+                None => crate::config::bad_value(
+                    var,
+                    entry.trim(),
+                    "`op:list` with a known operation",
+                    "the other entries",
+                ),
             },
             None => {
                 let m = parse_list(var, entry, all, lookup);
@@ -488,7 +498,12 @@ impl Tuner {
         }
         t.nchannels = env.get(&vars::OXCCL_NCHANNELS).map(|n| {
             if n > u64::from(MAX_CHANNELS) {
-                tracing::warn!("OXCCL_NCHANNELS={n} exceeds {MAX_CHANNELS}; using {MAX_CHANNELS}");
+                crate::config::bad_value(
+                    "OXCCL_NCHANNELS",
+                    &n.to_string(),
+                    &format!("at most {MAX_CHANNELS}"),
+                    &MAX_CHANNELS.to_string(),
+                );
             }
             n.min(u64::from(MAX_CHANNELS)) as u32
         });
@@ -502,7 +517,12 @@ impl Tuner {
                 .filter_map(|x| match x.trim().parse() {
                     Ok(r) => Some(r),
                     Err(_) => {
-                        tracing::warn!("OXCCL_ZERO_COPY_HIDE_RANKS: {x:?} is not a rank; ignored");
+                        crate::config::bad_value(
+                            "OXCCL_ZERO_COPY_HIDE_RANKS",
+                            x.trim(),
+                            "a list of ranks",
+                            "the other entries",
+                        );
                         None
                     }
                 })
