@@ -1,6 +1,7 @@
 //! Builds the C logger shim that network plugins receive (`csrc/net_plugin_log.c`), and the
-//! test network, tuner and environment plugins that the plugin tests load by path
-//! (`tests/c/net_plugin/`, `tests/c/tuner_plugin/`, `tests/c/env_plugin/`).
+//! test network, tuner, environment and profiler plugins that the plugin tests load by path
+//! (`tests/c/net_plugin/`, `tests/c/tuner_plugin/`, `tests/c/env_plugin/`,
+//! `tests/c/profiler_plugin/`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,6 +97,15 @@ fn test_plugins() {
         &env,
         &out.join("libnccl-env-oxtest2.so"),
         &["-DOXTEST_ENV_V2"],
+    );
+    // The test profiler plugin (`tests/c/profiler_plugin/`), ABI v5.
+    let profiler = manifest.join("../tests/c/profiler_plugin/oxccl_test_profiler.c");
+    println!("cargo:rerun-if-changed={}", profiler.display());
+    build_so(
+        &compiler,
+        &profiler,
+        &out.join("libnccl-profiler-oxtest.so"),
+        &[],
     );
 }
 

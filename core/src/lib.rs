@@ -16,6 +16,7 @@ pub mod error;
 pub mod lock;
 pub mod net;
 pub mod plan;
+pub mod profiler_plugin;
 pub mod reduce;
 pub mod shm_segment;
 pub mod tuner_plugin;

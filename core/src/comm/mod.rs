@@ -108,6 +108,8 @@ struct Connected<B: Backend> {
     hosts: Option<Arc<HostLayout>>,
     /// This communicator's context of the tuner plugin, when one is loaded.
     tuner_plugin: Option<crate::tuner_plugin::TunerContext>,
+    /// This communicator's context of the profiler plugin, when one is loaded.
+    profiler: Option<crate::profiler_plugin::ProfilerContext>,
     /// Turns a peer's death into an error and an abort, where the backend's kernels wait on
     /// peers out of the bootstrap's sight. Declared last, so it outlives the transport's
     /// teardown, which waits for the last kernel.
@@ -265,12 +267,26 @@ impl<B: Backend> Communicator<B> {
                 watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
             let tuner_plugin =
                 crate::tuner_plugin::for_communicator(&inner.id.0, &host_keys, inner.rank);
+            let nhosts = {
+                let mut keys = host_keys.clone();
+                keys.sort_unstable();
+                keys.dedup();
+                keys.len()
+            };
+            let profiler = crate::profiler_plugin::for_communicator(
+                crate::tuner_plugin::comm_id(&inner.id.0),
+                inner.config.comm_name.as_deref(),
+                nhosts,
+                inner.nranks,
+                inner.rank,
+            );
             Ok(Arc::new(Connected {
                 bootstrap: Arc::new(bootstrap),
                 transport: Arc::new(transport),
                 one_process,
                 hosts,
                 tuner_plugin,
+                profiler,
                 _peer_watch: peer_watch,
                 _watchdog: watchdog,
             }))

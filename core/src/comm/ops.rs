@@ -10,6 +10,7 @@ use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
     self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
 };
+use crate::profiler_plugin::{self, Handle, abi as profiler_abi};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::debug;
@@ -47,10 +48,12 @@ impl<B: Backend> Communicator<B> {
                 // Nothing to move; every rank passes the same count, so all skip it alike.
                 return Ok(());
             }
+            let profile = self.profile_call(&args);
             let op = Box::new(PendingColl {
                 comm: self.clone(),
                 args,
                 stream: stream.clone(),
+                profile,
             });
             run_or_defer(op)
         });
@@ -269,6 +272,115 @@ impl<B: Backend> Communicator<B> {
             c.chunk_elems = c.chunk_elems.min((max / dtype.size() as u64).max(1));
         }
         c
+    }
+
+    /// Raises the profiler events of a collective call: a GroupApi event around it and its
+    /// CollApi event (stopped now, as NCCL stops it when the call returns); `None` without a
+    /// profiler plugin.
+    fn profile_call(&self, a: &CollArgs) -> Option<(Handle, Handle)> {
+        if !profiler_plugin::any_context() {
+            return None;
+        }
+        let c = self.connected().ok()?;
+        let p = c.profiler.as_ref()?;
+        let group_api = p.start(
+            profiler_abi::EventDescr {
+                kind: profiler_abi::event::GROUP_API,
+                parent_obj: std::ptr::null_mut(),
+                rank: 0,
+                body: profiler_abi::Body {
+                    group_api: profiler_abi::GroupApi {
+                        graph_captured: 0,
+                        group_depth: group::group_depth() as i32,
+                    },
+                },
+            },
+            0,
+        );
+        let coll_api = p.start(
+            profiler_abi::EventDescr {
+                kind: profiler_abi::event::COLL_API,
+                parent_obj: std::ptr::null_mut(),
+                rank: 0,
+                body: profiler_abi::Body {
+                    coll_api: profiler_abi::CollApi {
+                        func: profiler_plugin::func_name(a.kind).as_ptr(),
+                        count: a.count as usize,
+                        datatype: profiler_plugin::type_name(a.dtype).as_ptr(),
+                        root: a.root as i32,
+                        stream: std::ptr::null_mut(),
+                        graph_captured: false,
+                    },
+                },
+            },
+            group_api,
+        );
+        p.stop(coll_api);
+        Some((group_api, coll_api))
+    }
+
+    /// Starts the Coll event of a collective about to launch, under its CollApi event.
+    fn profile_launch(&self, a: &CollArgs, coll_api: Handle) -> Handle {
+        let Ok(c) = self.connected() else { return 0 };
+        let Some(p) = c.profiler.as_ref() else {
+            return 0;
+        };
+        let n = u64::from(self.inner.nranks);
+        let esize = a.dtype.size() as u64;
+        let bytes = match a.kind {
+            CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter => a.count * n * esize,
+            _ => a.count * esize,
+        };
+        let choice = self.choose(a.kind, bytes, a.dtype, &c.transport);
+        let algo: &'static std::ffi::CStr = match choice.algo {
+            Algorithm::Ring => c"Ring",
+            Algorithm::Tree => c"Tree",
+            Algorithm::Direct => c"Direct",
+        };
+        let proto: &'static std::ffi::CStr = match choice.proto {
+            Protocol::Ll => c"LL",
+            Protocol::Ll128 => c"LL128",
+            Protocol::Simple => c"Simple",
+        };
+        p.start(
+            profiler_abi::EventDescr {
+                kind: profiler_abi::event::COLL,
+                parent_obj: std::ptr::null_mut(),
+                rank: 0,
+                body: profiler_abi::Body {
+                    coll: profiler_abi::Coll {
+                        seq_number: self.inner.coll_seq.load(Ordering::Relaxed),
+                        func: profiler_plugin::func_name(a.kind).as_ptr(),
+                        send_buff: a.send as *const std::ffi::c_void,
+                        recv_buff: a.recv as *mut std::ffi::c_void,
+                        count: a.count as usize,
+                        root: a.root as i32,
+                        datatype: profiler_plugin::type_name(a.dtype).as_ptr(),
+                        n_channels: choice.nchannels.min(255) as u8,
+                        n_warps: 16,
+                        algo: algo.as_ptr(),
+                        proto: proto.as_ptr(),
+                        parent_group: std::ptr::null_mut(),
+                    },
+                },
+            },
+            coll_api,
+        )
+    }
+
+    /// Stops profiler events (0s are skipped).
+    fn profile_end(&self, handles: &[Handle]) {
+        if let Ok(c) = self.connected()
+            && let Some(p) = c.profiler.as_ref()
+        {
+            for &h in handles {
+                p.stop(h);
+            }
+        }
     }
 
     /// The algorithm, protocol, channels and chunk a plan for `kind` moving `bytes` (per rank,
@@ -697,6 +809,8 @@ struct PendingColl<B: Backend> {
     comm: Communicator<B>,
     args: CollArgs,
     stream: B::Stream,
+    /// The call's profiler events (GroupApi, CollApi), when a profiler plugin is loaded.
+    profile: Option<(Handle, Handle)>,
 }
 
 impl<B: Backend> Deferred for PendingColl<B> {
@@ -704,7 +818,25 @@ impl<B: Backend> Deferred for PendingColl<B> {
         Arc::as_ptr(&self.comm.inner) as *const () as usize
     }
     fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
-        self.comm.launch_coll(&self.args, &self.stream)
+        let Some((group_api, coll_api)) = self.profile else {
+            return self.comm.launch_coll(&self.args, &self.stream);
+        };
+        let coll = self.comm.profile_launch(&self.args, coll_api);
+        let r = self.comm.launch_coll(&self.args, &self.stream);
+        let comm = self.comm.clone();
+        let end = move || comm.profile_end(&[coll, group_api]);
+        match r {
+            // The host backend's operations complete in the waiter: their events end there.
+            Ok(Some(wait)) => Ok(Some(Box::new(move || {
+                let r = wait();
+                end();
+                r
+            }))),
+            other => {
+                end();
+                other
+            }
+        }
     }
     fn is_p2p(&self) -> bool {
         false

@@ -114,6 +114,8 @@ vars! {
     NCCL_NET: Option<String> = None, Comm, "the network by name (a plugin's, or Socket)";
     NCCL_NET_PLUGIN: Option<String> = None, Process, "network plugin libraries to try (default libnccl-net.so)";
     NCCL_TUNER_PLUGIN: Option<String> = None, Process, "tuner plugin library to load (default: the network plugin's library)";
+    NCCL_PROFILER_PLUGIN: Option<String> = None, Process, "profiler plugin library to load (default: the network plugin's library)";
+    NCCL_PROFILE_EVENT_MASK: u32 = 0, Process, "event types a profiler plugin starts with (NCCL's bits; the plugin's init may change them)";
     NCCL_ENV_PLUGIN: Option<String> = None, Process, "environment plugin library answering for the environment (read directly, before the registry: default libnccl-env.so)";
     OXCCL_NET_DEVICE: Option<usize> = None, Comm, "the one network device every NET connection uses";
     OXCCL_NET_CHANNELS: Option<u32> = None, Comm, "NET channels per peer (unset: by transport and machine)";

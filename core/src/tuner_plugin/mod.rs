@@ -237,6 +237,14 @@ pub fn process_plugin(tuner: Option<&str>, net: Option<&str>) -> Option<&'static
         .as_ref()
 }
 
+/// A communicator's id for plugins (NCCL's commId): a hash of its unique id, the same on every
+/// rank.
+pub fn comm_id(id: &[u8]) -> u64 {
+    id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// The tuner-plugin context of a communicator whose ranks live on the hosts `host_keys` names
 /// (one key per rank), where `NCCL_TUNER_PLUGIN` (or the network plugin's library) gives a
 /// plugin; its `init` failing is a warning, and the communicator tunes itself.
@@ -251,10 +259,7 @@ pub fn for_communicator(id: &[u8], host_keys: &[u64], rank: u32) -> Option<Tuner
     }
     let min = per_host.values().copied().min().unwrap_or(1);
     let max = per_host.values().copied().max().unwrap_or(1);
-    // NCCL's commId is a hash of the unique id: the same on every rank of the communicator.
-    let comm_id = id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
+    let comm_id = comm_id(id);
     match plugin.context(comm_id, host_keys.len(), per_host.len(), (min, max)) {
         Ok(ctx) => Some(ctx),
         Err(e) => {

@@ -1,5 +1,6 @@
-//! What the environment-plugin tests share (each runs in a binary of its own: the plugin loads
-//! once per process, on the configuration registry's first read).
+//! What the plugin tests share (each runs in a binary of its own: a plugin loads once per
+//! process). Not every binary uses every helper.
+#![allow(dead_code)]
 
 use oxccl_core::config::{self, vars};
 use std::time::Duration;
@@ -20,5 +21,34 @@ pub fn registry_reads_through(lib: &str, name: &str) {
     assert_eq!(
         config::get(&vars::NCCL_SOCKET_FAMILY).as_deref(),
         Some("AF_INET")
+    );
+}
+
+/// Two host ranks, one AllReduce of 1000 floats each, checked.
+pub fn all_reduce_on_two_ranks() {
+    use oxccl_core::CollArgs;
+    use oxccl_core::datatype::{DataType, RedOp};
+    use oxccl_core::plan::CollKind;
+    oxccl_core::testing::on_host_ranks(
+        2,
+        |_| {},
+        |rank, comm, stream| {
+            let send = vec![rank as f32 + 1.0; 1000];
+            let mut recv = vec![0.0f32; 1000];
+            let args = CollArgs {
+                kind: CollKind::AllReduce,
+                send: send.as_ptr() as u64,
+                recv: recv.as_mut_ptr() as u64,
+                count: 1000,
+                dtype: DataType::Float32,
+                op: RedOp::Sum,
+                root: 0,
+                layout: None,
+            };
+            // SAFETY: both buffers hold 1000 floats and outlive the call, which is synchronous
+            // on the host backend.
+            unsafe { comm.collective(args, stream) }.unwrap();
+            assert!(recv.iter().all(|&v| v == 3.0));
+        },
     );
 }
