@@ -16,6 +16,7 @@ pub mod error;
 pub mod lock;
 pub mod net;
 pub mod plan;
+pub mod plugin_lib;
 pub mod profiler_plugin;
 pub mod reduce;
 pub mod shm_segment;

@@ -7,8 +7,7 @@
 //! The plugin is loaded on the first read of the registry and stays for the process; its
 //! `finalize` is not called (NCCL calls it at exit, when nothing reads the environment any more).
 
-use crate::tuner_plugin::file_names;
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use libloading::os::unix::Library;
 use std::ffi::{CStr, CString, OsString, c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
@@ -52,20 +51,8 @@ const VERSION: (u8, u8, u8) = (2, 28, 9);
 fn load() -> Option<EnvPlugin> {
     // Read directly: the registry reads through this plugin, so it cannot be asked for it.
     let value = std::env::var("NCCL_ENV_PLUGIN").ok();
-    let value = value.as_deref().map(str::trim);
-    if value.is_some_and(|v| v.eq_ignore_ascii_case("none")) {
-        return None;
-    }
-    let names = match value {
-        Some(v) if !v.is_empty() => file_names("env", v),
-        _ => vec!["libnccl-env.so".to_string()],
-    };
-    let (lib, path) = names.iter().find_map(|n| {
-        // SAFETY: loading the plugin runs its initialisers; that is what NCCL_ENV_PLUGIN asks for.
-        unsafe { Library::open(Some(n.as_str()), RTLD_NOW | RTLD_LOCAL) }
-            .ok()
-            .map(|l| (l, n.clone()))
-    })?;
+    let candidates = crate::plugin_lib::candidates("env", value.as_deref(), None)?;
+    let (lib, path) = crate::plugin_lib::open_first(&candidates[0])?;
     let suffix = CString::default();
     let sym = |name: &[u8]| {
         // SAFETY: only the symbol's address is taken.

@@ -21,9 +21,8 @@ pub mod abi;
 
 use crate::config::{get, vars};
 use crate::error::Error;
-use crate::tuner_plugin::file_names;
 use abi::event;
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use libloading::os::unix::Library;
 use std::ffi::{CStr, CString, c_int, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -46,29 +45,9 @@ impl ProfilerPlugin {
     /// the network plugin `net` names; `None` when there is none.
     pub fn load(profiler: Option<&str>, net: Option<&str>) -> Option<ProfilerPlugin> {
         let profiler = profiler.map(str::trim);
-        if profiler.is_some_and(|p| p.eq_ignore_ascii_case("none")) {
-            return None;
-        }
-        let mut candidates = vec![match profiler {
-            Some(v) if !v.is_empty() => file_names("profiler", v),
-            _ => vec!["libnccl-profiler.so".to_string()],
-        }];
-        let net = net
-            .and_then(|n| n.split(',').next())
-            .map(str::trim)
-            .filter(|n| !n.is_empty() && !n.eq_ignore_ascii_case("none"));
-        candidates.push(net.map_or_else(
-            || vec!["libnccl-net.so".to_string()],
-            |n| file_names("net", n),
-        ));
+        let candidates = crate::plugin_lib::candidates("profiler", profiler, Some(net))?;
         for names in candidates {
-            let Some((lib, path)) = names.iter().find_map(|n| {
-                // SAFETY: loading a plugin runs its initialisers; that is what the variable
-                // asks for, exactly as NCCL does.
-                unsafe { Library::open(Some(n.as_str()), RTLD_NOW | RTLD_LOCAL) }
-                    .ok()
-                    .map(|l| (l, n.clone()))
-            }) else {
+            let Some((lib, path)) = crate::plugin_lib::open_first(&names) else {
                 continue;
             };
             // SAFETY: only the symbol's address is taken.

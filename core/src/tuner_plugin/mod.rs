@@ -18,7 +18,7 @@ pub mod abi;
 use crate::error::{Error, Result};
 use crate::plan::{Algorithm, CollKind, Protocol};
 use abi::{NUM_ALGORITHMS, NUM_PROTOCOLS};
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+use libloading::os::unix::Library;
 use std::ffi::{CStr, c_float, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
@@ -55,28 +55,7 @@ impl std::fmt::Debug for TunerPlugin {
     }
 }
 
-/// The files `dlopen` tries for one value of `NCCL_<KIND>_PLUGIN` (`kind`: "tuner", "net").
-pub fn file_names(kind: &str, value: &str) -> Vec<String> {
-    let mut names = vec![value.to_string()];
-    let lib_so = value.starts_with("lib") && value.ends_with(".so");
-    if !value.contains('/') && !lib_so {
-        names.push(format!("libnccl-{kind}-{value}.so"));
-    }
-    names
-}
-
-/// Opens the first of `names` that loads.
-fn open_library(names: &[String]) -> Option<(Library, String)> {
-    for name in names {
-        // SAFETY: loading a plugin runs its initialisers; that is what the variable asks for,
-        // exactly as NCCL does.
-        match unsafe { Library::open(Some(name.as_str()), RTLD_NOW | RTLD_LOCAL) } {
-            Ok(lib) => return Some((lib, name.clone())),
-            Err(e) => tracing::debug!(target: "oxccl::tuning", "tuner plugin {name}: {e}"),
-        }
-    }
-    None
-}
+pub use crate::plugin_lib::file_names;
 
 /// The newest tuner struct `lib` exports.
 fn find_vtable(lib: &Library) -> Option<(VTable, u32)> {
@@ -108,25 +87,9 @@ impl TunerPlugin {
     /// the tuner symbols of the network plugin `net` names; `None` when there is none.
     pub fn load(tuner: Option<&str>, net: Option<&str>) -> Option<TunerPlugin> {
         let tuner = tuner.map(str::trim);
-        if tuner.is_some_and(|t| t.eq_ignore_ascii_case("none")) {
-            return None;
-        }
-        let tuner_names = match tuner {
-            Some(v) if !v.is_empty() => file_names("tuner", v),
-            _ => vec![DEFAULT_LIBRARY.to_string()],
-        };
-        let mut candidates = vec![tuner_names];
-        // NCCL also looks in the network plugin's library (its first entry).
-        let net = net
-            .and_then(|n| n.split(',').next())
-            .map(str::trim)
-            .filter(|n| !n.is_empty() && !n.eq_ignore_ascii_case("none"));
-        candidates.push(match net {
-            Some(n) => file_names("net", n),
-            None => vec!["libnccl-net.so".to_string()],
-        });
+        let candidates = crate::plugin_lib::candidates("tuner", tuner, Some(net))?;
         for names in candidates {
-            let Some((lib, path)) = open_library(&names) else {
+            let Some((lib, path)) = crate::plugin_lib::open_first(&names) else {
                 continue;
             };
             let Some((vtable, version)) = find_vtable(&lib) else {
