@@ -44,6 +44,20 @@ pub fn candidates(
     Some(out)
 }
 
+/// A plugin's name: the C string its struct points at, or `path` where that is NULL.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string that lives as long as the plugin's library.
+pub unsafe fn name_or_path(name: *const std::ffi::c_char, path: &str) -> String {
+    if name.is_null() {
+        return path.to_string();
+    }
+    // SAFETY: NUL-terminated and alive, by the caller's contract.
+    unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Opens the first of `names` that loads, and says which.
 pub fn open_first(names: &[String]) -> Option<(Library, String)> {
     for name in names {

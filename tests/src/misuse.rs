@@ -22,7 +22,7 @@ fn runtime() -> Runtime {
 fn on_ranks<R: Send>(n: usize, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
     on_ranks_of(&runtime(), n, f)
 }
-use oxccl::{Collectives, Communicator, Error, Group, ReduceOp, Runtime, UniqueId};
+use oxccl::{Collectives, Communicator, Error, Group, ReduceOp, Runtime};
 
 fn usage_containing(r: oxccl::Result<()>, needle: &str) {
     match r {
@@ -32,16 +32,8 @@ fn usage_containing(r: oxccl::Result<()>, needle: &str) {
 }
 
 /// A one-rank communicator on a thread of its own (a forgotten group poisons its thread).
-fn alone<R: Send>(f: impl FnOnce(&Communicator) -> R + Send) -> R {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let dev = runtime().device(0).unwrap();
-            let comm = Communicator::init(&UniqueId::new().unwrap(), 0, 1, &dev).unwrap();
-            f(&comm)
-        })
-        .join()
-        .unwrap()
-    })
+fn alone<R: Send>(f: impl Fn(&Communicator) -> R + Sync) -> R {
+    on_ranks(1, f).pop().expect("one rank")
 }
 
 pub fn a_forgotten_group_never_runs_and_later_calls_say_why() {

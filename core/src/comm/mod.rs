@@ -265,18 +265,16 @@ impl<B: Backend> Communicator<B> {
             };
             let watchdog =
                 watchdog::start_for(&bootstrap, &inner.op_log, &inner.abort, inner.device)?;
-            let tuner_plugin =
-                crate::tuner_plugin::for_communicator(&inner.id.0, &host_keys, inner.rank);
-            let nhosts = {
-                let mut keys = host_keys.clone();
-                keys.sort_unstable();
-                keys.dedup();
-                keys.len()
-            };
+            let tuner_plugin = crate::tuner_plugin::for_communicator(
+                &inner.id.0,
+                inner.nranks,
+                hosts.as_deref(),
+                inner.rank,
+            );
             let profiler = crate::profiler_plugin::for_communicator(
                 crate::tuner_plugin::comm_id(&inner.id.0),
                 inner.config.comm_name.as_deref(),
-                nhosts,
+                hosts.as_ref().map_or(1, |h| h.hosts() as usize),
                 inner.nranks,
                 inner.rank,
             );

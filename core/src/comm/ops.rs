@@ -325,17 +325,11 @@ impl<B: Backend> Communicator<B> {
         let Some(p) = c.profiler.as_ref() else {
             return 0;
         };
-        let n = u64::from(self.inner.nranks);
-        let esize = a.dtype.size() as u64;
-        let bytes = match a.kind {
-            CollKind::AllGather
-            | CollKind::ReduceScatter
-            | CollKind::AllToAll
-            | CollKind::Gather
-            | CollKind::Scatter => a.count * n * esize,
-            _ => a.count * esize,
-        };
-        let choice = self.choose(a.kind, bytes, a.dtype, &c.transport);
+        // The plan's choice, a tuner plugin's included (one-shot kernels aside).
+        let bytes = self.message_bytes(a);
+        let choice = self
+            .steered(&c, a.kind, bytes, a.dtype)
+            .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
         let algo: &'static std::ffi::CStr = match choice.algo {
             Algorithm::Ring => c"Ring",
             Algorithm::Tree => c"Tree",
@@ -370,6 +364,24 @@ impl<B: Backend> Communicator<B> {
             },
             coll_api,
         )
+    }
+
+    /// nccl-tests' message size of `a`, which the tuner's tables are keyed by.
+    fn message_bytes(&self, a: &CollArgs) -> u64 {
+        let n = u64::from(self.inner.nranks);
+        let esize = a.dtype.size() as u64;
+        match a.kind {
+            CollKind::AllGather
+            | CollKind::ReduceScatter
+            | CollKind::AllToAll
+            | CollKind::Gather
+            | CollKind::Scatter => a.count * n * esize,
+            // Every rank must choose alike, and an AlltoAllv's totals differ between ranks
+            // (8191 bytes on one and 8193 on the other got 2 and 3 LL channels, and hung): it
+            // is tuned like a send/receive group, at one size for all.
+            CollKind::AllToAllv => P2P_TUNING_BYTES,
+            _ => a.count * esize,
+        }
     }
 
     /// Stops profiler events (0s are skipped).
@@ -526,25 +538,13 @@ impl<B: Backend> Communicator<B> {
         if empty {
             return Ok(None);
         }
-        let esize = a.dtype.size() as u64;
         if let Some(bytes) = self.single_rank_copy(a) {
             // SAFETY: `collective`'s caller guarantees both buffers hold `bytes` bytes until
             // the copy has run.
             unsafe { self.copy_on_stream(a.recv, a.send, bytes, stream) }?;
             return Ok(None);
         }
-        // nccl-tests' message size for each operation, which the tuner's tables are keyed by.
-        let bytes = match a.kind {
-            CollKind::AllGather | CollKind::ReduceScatter | CollKind::AllToAll => {
-                a.count * n * esize
-            }
-            CollKind::Gather | CollKind::Scatter => a.count * n * esize,
-            // Every rank must choose alike, and an AlltoAllv's totals differ between ranks
-            // (8191 bytes on one and 8193 on the other got 2 and 3 LL channels, and hung): it
-            // is tuned like a send/receive group, at one size for all.
-            CollKind::AllToAllv => P2P_TUNING_BYTES,
-            _ => a.count * esize,
-        };
+        let bytes = self.message_bytes(a);
         let steered = self.steered(c, a.kind, bytes, a.dtype);
         if steered.is_none()
             && let Some(proto) = self.one_shot_proto(a, &c.transport)

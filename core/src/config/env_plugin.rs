@@ -87,14 +87,8 @@ fn load() -> Option<EnvPlugin> {
         tracing::warn!(target: "oxccl::env", "{path} exports no ncclEnvPlugin_v2 or _v1: not used");
         return None;
     };
-    let name = if name.is_null() {
-        path.clone()
-    } else {
-        // SAFETY: the plugin's name is a NUL-terminated string in its library.
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    };
+    // SAFETY: the plugin's name is NULL or a C string in its library, which stays loaded.
+    let name = unsafe { crate::plugin_lib::name_or_path(name, &path) };
     match (rc, get_env) {
         (Some(0), Some(get_env)) => {
             tracing::info!(target: "oxccl::env", "ENV/Plugin: Using {name} from {path}");

@@ -71,6 +71,12 @@ impl HostLayout {
         self.members.len() as u32
     }
 
+    /// The fewest and the most ranks one host has.
+    pub fn ranks_per_host(&self) -> (u32, u32) {
+        let sizes = self.members.iter().map(|m| m.len() as u32);
+        (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0))
+    }
+
     /// The host of `rank`.
     pub fn host_of(&self, rank: u32) -> u32 {
         self.host[rank as usize]

@@ -61,14 +61,8 @@ impl ProfilerPlugin {
             // SAFETY: the library exports the symbol as `ncclProfiler_v5_t` (the ABI's
             // contract); it stays mapped for the process (never closed).
             let vtable: &'static abi::ProfilerV5 = unsafe { &*(p as *const abi::ProfilerV5) };
-            let name = if vtable.name.is_null() {
-                path.clone()
-            } else {
-                // SAFETY: the plugin's name is a NUL-terminated string in its library.
-                unsafe { CStr::from_ptr(vtable.name) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
+            // SAFETY: the plugin's name is NULL or a C string in its library, which stays loaded.
+            let name = unsafe { crate::plugin_lib::name_or_path(vtable.name, &path) };
             tracing::info!(target: "oxccl::init", "PROFILER/Plugin: Using {name} (v5) from {path}");
             return Some(ProfilerPlugin {
                 name,

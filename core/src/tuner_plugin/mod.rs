@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::plan::{Algorithm, CollKind, Protocol};
 use abi::{NUM_ALGORITHMS, NUM_PROTOCOLS};
 use libloading::os::unix::Library;
-use std::ffi::{CStr, c_float, c_int, c_void};
+use std::ffi::{c_float, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
 /// The library NCCL looks for when `NCCL_TUNER_PLUGIN` is unset.
@@ -102,14 +102,8 @@ impl TunerPlugin {
                 VTable::V3(t) => t.name,
                 VTable::V2(t) => t.name,
             };
-            let name = if name_ptr.is_null() {
-                path.clone()
-            } else {
-                // SAFETY: the plugin's name is a NUL-terminated string in its library.
-                unsafe { CStr::from_ptr(name_ptr) }
-                    .to_string_lossy()
-                    .into_owned()
-            };
+            // SAFETY: the plugin's name is NULL or a C string in its library, which stays loaded.
+            let name = unsafe { crate::plugin_lib::name_or_path(name_ptr, &path) };
             tracing::info!(target: "oxccl::tuning", "TUNER/Plugin: Using {name} (v{version}) from {path}");
             return Some(TunerPlugin {
                 name,
@@ -208,22 +202,28 @@ pub fn comm_id(id: &[u8]) -> u64 {
     })
 }
 
-/// The tuner-plugin context of a communicator whose ranks live on the hosts `host_keys` names
-/// (one key per rank), where `NCCL_TUNER_PLUGIN` (or the network plugin's library) gives a
-/// plugin; its `init` failing is a warning, and the communicator tunes itself.
-pub fn for_communicator(id: &[u8], host_keys: &[u64], rank: u32) -> Option<TunerContext> {
+/// The tuner-plugin context of a communicator of `nranks` ranks on `hosts` (`None`: one host),
+/// where `NCCL_TUNER_PLUGIN` (or the network plugin's library) gives a plugin; its `init`
+/// failing is a warning, and the communicator tunes itself.
+pub fn for_communicator(
+    id: &[u8],
+    nranks: u32,
+    hosts: Option<&crate::plan::hosts::HostLayout>,
+    rank: u32,
+) -> Option<TunerContext> {
     use crate::config::{get, vars};
     let tuner = get(&vars::NCCL_TUNER_PLUGIN);
     let net = get(&vars::NCCL_NET_PLUGIN);
     let plugin = process_plugin(tuner.as_deref(), net.as_deref())?;
-    let mut per_host: std::collections::HashMap<u64, usize> = Default::default();
-    for &k in host_keys {
-        *per_host.entry(k).or_default() += 1;
-    }
-    let min = per_host.values().copied().min().unwrap_or(1);
-    let max = per_host.values().copied().max().unwrap_or(1);
+    let (nnodes, (min, max)) =
+        hosts.map_or((1, (nranks, nranks)), |h| (h.hosts(), h.ranks_per_host()));
     let comm_id = comm_id(id);
-    match plugin.context(comm_id, host_keys.len(), per_host.len(), (min, max)) {
+    match plugin.context(
+        comm_id,
+        nranks as usize,
+        nnodes as usize,
+        (min as usize, max as usize),
+    ) {
         Ok(ctx) => Some(ctx),
         Err(e) => {
             tracing::warn!(target: "oxccl::tuning", "rank {rank}: {e}; oxccl's own tuning is used");
