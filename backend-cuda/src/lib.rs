@@ -225,6 +225,21 @@ impl Backend for CudaBackend {
         let d = self.current_device()?;
         self.mem.import(handle, d)
     }
+    fn flat_mapping(&self) -> bool {
+        true
+    }
+    unsafe fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr> {
+        self.mem.map_flat(device, handles, stride)
+    }
+    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.mem.unmap_flat(base) }
+    }
     unsafe fn stream_from_raw(&self, raw: usize) -> Result<CudaStream> {
         Ok(CudaStream(Shared(raw as sys::CUstream)))
     }

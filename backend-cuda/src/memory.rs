@@ -61,6 +61,15 @@ pub struct Memory {
     /// Per device: allocate through VMM (else `cuMemAlloc` + legacy IPC).
     vmm: Vec<bool>,
     allocs: Mutex<BTreeMap<DevicePtr, Alloc>>,
+    /// Ranges from [`Memory::map_flat`], by start.
+    flat: Mutex<BTreeMap<DevicePtr, FlatRange>>,
+}
+
+/// One range of [`Memory::map_flat`]: its size and the mappings in it.
+#[derive(Debug)]
+struct FlatRange {
+    total: usize,
+    maps: Vec<(CUdeviceptr, usize)>,
 }
 
 /// Makes a device's primary context current for a scope and restores the previous one.
@@ -102,6 +111,7 @@ impl Memory {
             gran,
             vmm,
             allocs: Mutex::new(BTreeMap::new()),
+            flat: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -244,17 +254,7 @@ impl Memory {
             let _ = unsafe { sys::cuMemAddressFree(va, size) };
             return Err(e);
         }
-        let descs: Vec<sys::CUmemAccessDesc> = devices
-            .iter()
-            .map(|&d| {
-                // SAFETY: plain C data; all-zero is valid.
-                let mut a: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
-                a.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-                a.location.id = d;
-                a.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-                a
-            })
-            .collect();
+        let descs: Vec<sys::CUmemAccessDesc> = devices.iter().map(|&d| read_write(d)).collect();
         // SAFETY: `va..va+size` is mapped above; `descs` holds `descs.len()` valid entries.
         if let Err(e) = unsafe { call!(cuMemSetAccess(va, size, descs.as_ptr(), descs.len())) } {
             // SAFETY: undoes the mapping and reservation above.
@@ -468,37 +468,14 @@ impl Memory {
         if let Some(ipc) = parse_ipc_handle(b) {
             return self.import_ipc(&ipc, device);
         }
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        if b.len() != HANDLE_LEN || u32_at(0) != HANDLE_MAGIC {
-            return Err(Error::arg("malformed CUDA memory handle"));
-        }
-        let (pid, fd, base, size, off) = (
-            u32_at(4),
-            u32_at(8) as i32,
-            u64_at(12),
-            u64_at(20),
-            u64_at(28),
-        );
-        if pid == std::process::id() {
-            return Ok(base + off);
+        let v = VmmHandle::parse(b).ok_or_else(|| Error::arg("malformed CUDA memory handle"))?;
+        let (size, off) = (v.size, v.offset);
+        if v.pid == std::process::id() {
+            return Ok(v.base + off);
         }
         let size = usize::try_from(size).map_err(|_| Error::arg("memory handle size"))?;
-        let local_fd = fetch_fd(pid, fd)?;
         let _g = self.bind(device)?;
-        let mut h: CUmemGenericAllocationHandle = 0;
-        // SAFETY: `local_fd` is a descriptor of an exported allocation; for POSIX descriptors
-        // the driver takes the descriptor value itself in the pointer argument.
-        let r = unsafe {
-            call!(cuMemImportFromShareableHandle(
-                &mut h,
-                local_fd as usize as *mut std::ffi::c_void,
-                FD_HANDLE
-            ))
-        };
-        // SAFETY: our copy of the descriptor is no longer needed once imported (or on failure).
-        unsafe { libc::close(local_fd) };
-        r?;
+        let h = import_allocation(&v)?;
         let gran = self.granularity(device)?;
         let va = match self.map(h, size, gran, &[device]) {
             Ok(va) => va,
@@ -554,6 +531,95 @@ impl Memory {
         Ok(p + h.offset)
     }
 
+    /// `map_flat`: allocation `i` of `handles` at `i * stride` of one new range, readable and
+    /// writable by `device`. Allocations of this process are taken by address
+    /// (`cuMemRetainAllocationHandle`), those of other processes through their descriptors.
+    pub fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr> {
+        let total = stride
+            .checked_mul(handles.len())
+            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+        let gran = self.granularity(device)?;
+        let _g = self.bind(device)?;
+        let mut va: CUdeviceptr = 0;
+        // SAFETY: reserves `total` bytes of addresses; `va` receives the start.
+        unsafe { call!(cuMemAddressReserve(&mut va, total, gran, 0, 0)) }?;
+        let mut range = FlatRange {
+            total,
+            maps: Vec::with_capacity(handles.len()),
+        };
+        let mut map_all = || -> Result<()> {
+            for (i, h) in handles.iter().enumerate() {
+                let v = VmmHandle::parse(&h.0).ok_or_else(|| {
+                    Error::usage(
+                        "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
+                    )
+                })?;
+                let size = usize::try_from(v.size)
+                    .ok()
+                    .filter(|&s| s <= stride)
+                    .ok_or_else(|| {
+                        Error::arg("a symmetric window's allocation exceeds the stride")
+                    })?;
+                let alloc = if v.pid == std::process::id() {
+                    let mut a: CUmemGenericAllocationHandle = 0;
+                    // SAFETY: `v.base` is the start of a live VMM mapping of this process.
+                    unsafe {
+                        call!(cuMemRetainAllocationHandle(
+                            &mut a,
+                            v.base as usize as *mut std::ffi::c_void
+                        ))
+                    }?;
+                    a
+                } else {
+                    import_allocation(&v)?
+                };
+                let at = va + (i * stride) as u64;
+                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
+                // allocation of `size` bytes.
+                let mapped = unsafe { call!(cuMemMap(at, size, 0, alloc, 0)) };
+                // SAFETY: the mapping, if made, holds a reference of its own.
+                let _ = unsafe { sys::cuMemRelease(alloc) };
+                mapped?;
+                range.maps.push((at, size));
+                let access = read_write(device);
+                // SAFETY: `at..at + size` is mapped above; one valid descriptor.
+                unsafe { call!(cuMemSetAccess(at, size, &access, 1)) }?;
+            }
+            Ok(())
+        };
+        if let Err(e) = map_all() {
+            // SAFETY: nothing has used the range yet.
+            unsafe { release_flat(va, &range) };
+            return Err(e);
+        }
+        self.flat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(va, range);
+        Ok(va)
+    }
+
+    /// `unmap_flat`.
+    ///
+    /// # Safety
+    /// Nothing uses the range any more.
+    pub unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
+        let range = self
+            .flat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&base)
+            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
+        // SAFETY: the caller's contract.
+        unsafe { release_flat(base, &range) }
+        Ok(())
+    }
+
     /// `pointer_info`: our table first, then the driver's attributes.
     pub fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         if let Some((base, size, device)) = self.ours(ptr) {
@@ -595,6 +661,75 @@ impl Memory {
             size,
         })
     }
+}
+
+/// Read and write access for `device`.
+fn read_write(device: i32) -> sys::CUmemAccessDesc {
+    // SAFETY: plain C data; all-zero is valid.
+    let mut a: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    a.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = device;
+    a.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    a
+}
+
+/// Unmaps a [`FlatRange`]'s mappings and frees its addresses (errors ignored: best effort).
+///
+/// # Safety
+/// Nothing uses the range.
+unsafe fn release_flat(va: CUdeviceptr, range: &FlatRange) {
+    for &(at, size) in &range.maps {
+        // SAFETY: mapped by `map_flat` with this size.
+        let _ = unsafe { sys::cuMemUnmap(at, size) };
+    }
+    // SAFETY: reserved by `map_flat` with this size, unmapped above.
+    let _ = unsafe { sys::cuMemAddressFree(va, range.total) };
+}
+
+/// A parsed handle of a VMM allocation (see [`Memory::export`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct VmmHandle {
+    pid: u32,
+    fd: i32,
+    base: u64,
+    size: u64,
+    offset: u64,
+}
+
+impl VmmHandle {
+    /// `None` for anything but an export's bytes.
+    fn parse(b: &[u8]) -> Option<VmmHandle> {
+        if b.len() != HANDLE_LEN || b[0..4] != HANDLE_MAGIC.to_le_bytes() {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Some(VmmHandle {
+            pid: u32_at(4),
+            fd: u32_at(8) as i32,
+            base: u64_at(12),
+            size: u64_at(20),
+            offset: u64_at(28),
+        })
+    }
+}
+
+/// The allocation another process exported as `v`, imported through its descriptor.
+fn import_allocation(v: &VmmHandle) -> Result<CUmemGenericAllocationHandle> {
+    let local_fd = fetch_fd(v.pid, v.fd)?;
+    let mut h: CUmemGenericAllocationHandle = 0;
+    // SAFETY: `local_fd` is a descriptor of an exported allocation; for POSIX descriptors
+    // the driver takes the descriptor value itself in the pointer argument.
+    let r = unsafe {
+        call!(cuMemImportFromShareableHandle(
+            &mut h,
+            local_fd as usize as *mut std::ffi::c_void,
+            FD_HANDLE
+        ))
+    };
+    // SAFETY: our copy of the descriptor is no longer needed once imported (or on failure).
+    unsafe { libc::close(local_fd) };
+    r.map(|()| h)
 }
 
 /// Copies descriptor `fd` of process `pid` into this process (`pidfd_open` + `pidfd_getfd`).

@@ -5,7 +5,7 @@
 
 use crate::abort::AbortFlag;
 use crate::bootstrap::Bootstrap;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::one_shot::OneShot;
 use crate::plan::{HostLayout, Protocol, WorkDesc};
 use std::sync::Arc;
@@ -94,6 +94,37 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// # Safety
     /// `handle` came from `export_handle` of a live peer allocation of at least `size` bytes.
     unsafe fn import_handle(&self, handle: &ShareableHandle, size: usize) -> Result<DevicePtr>;
+
+    /// Whether [`Backend::map_flat`] works (symmetric windows of NCCL's device API).
+    fn flat_mapping(&self) -> bool {
+        false
+    }
+    /// Maps the allocations behind `handles` (from `export_handle`, one per rank of a
+    /// load/store-accessible team, in team order) at `stride`-byte steps of one new address
+    /// range that kernels on `device` may read and write: the flat view of a symmetric window
+    /// (NCCL's device API). Returns the range's start; [`Backend::unmap_flat`] releases it.
+    /// Backends without one refuse.
+    ///
+    /// # Safety
+    /// The handles' allocations stay allocated while the mapping is in use.
+    unsafe fn map_flat(
+        &self,
+        _device: i32,
+        _handles: &[ShareableHandle],
+        _stride: usize,
+    ) -> Result<DevicePtr> {
+        Err(Error::usage(format!(
+            "the {} backend has no symmetric memory (NCCL device API)",
+            self.name()
+        )))
+    }
+    /// Releases a range from [`Backend::map_flat`].
+    ///
+    /// # Safety
+    /// No queued or running work uses the range any more.
+    unsafe fn unmap_flat(&self, _base: DevicePtr) -> Result<()> {
+        Ok(())
+    }
 
     /// The stream for a raw handle from a C caller (`cudaStream_t`; 0 is the default stream).
     ///

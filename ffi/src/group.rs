@@ -40,6 +40,11 @@ pub enum Op {
 /// Work to run after the group's operations completed.
 pub type After = Box<dyn FnOnce() -> Result<()>>;
 
+/// Collective host work that needs every rank of a communicator at once (window registration,
+/// device communicators): one thread recording it for several ranks in one group must not run
+/// the ranks' parts one after another, so the group end runs them side by side.
+pub type Together = Box<dyn FnOnce() -> Result<()> + Send>;
+
 struct Recorded {
     comm: AnyComm,
     op: Op,
@@ -50,6 +55,7 @@ struct Recorded {
 struct State {
     depth: u32,
     ops: Vec<Recorded>,
+    together: Vec<Together>,
     after: Vec<After>,
     error: Option<Error>,
 }
@@ -145,19 +151,67 @@ pub fn after(f: After) -> Result<()> {
     }
 }
 
+/// Runs `f` now outside a group, or at the group end beside the group's other [`Together`]
+/// work, before its operations.
+pub fn together(f: Together) -> Result<()> {
+    let f = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            Some(f)
+        } else {
+            g.together.push(f);
+            None
+        }
+    });
+    match f {
+        Some(f) => f(),
+        None => Ok(()),
+    }
+}
+
+/// Runs every piece of `work` on a thread of its own (one inline), and returns the first error.
+fn run_together(work: Vec<Together>) -> Result<()> {
+    if work.len() <= 1 {
+        return work.into_iter().try_for_each(|f| f());
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = work.into_iter().map(|f| s.spawn(f)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal(
+                        "a grouped collective registration panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+/// What the outermost group end takes over.
+struct Taken {
+    ops: Vec<Recorded>,
+    together: Vec<Together>,
+    after: Vec<After>,
+    error: Option<Error>,
+}
+
 /// Leaves one nesting level; at the outermost, takes what the group recorded.
-fn leave() -> Option<(Vec<Recorded>, Vec<After>, Option<Error>)> {
+fn leave() -> Option<Taken> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         g.depth -= 1;
         if g.depth > 0 {
             return None;
         }
-        Some((
-            std::mem::take(&mut g.ops),
-            std::mem::take(&mut g.after),
-            g.error.take(),
-        ))
+        Some(Taken {
+            ops: std::mem::take(&mut g.ops),
+            together: std::mem::take(&mut g.together),
+            after: std::mem::take(&mut g.after),
+            error: g.error.take(),
+        })
     })
 }
 
@@ -167,7 +221,13 @@ pub fn end() -> Result<()> {
         // Core owns the wording of this usage error.
         return core_group::group_end();
     }
-    let Some((ops, after, error)) = leave() else {
+    let Some(Taken {
+        ops,
+        together,
+        after,
+        error,
+    }) = leave()
+    else {
         return core_group::group_end();
     };
     if let Some(e) = error {
@@ -175,7 +235,7 @@ pub fn end() -> Result<()> {
         let _ = core_group::group_end();
         return Err(e);
     }
-    let mut first: Option<Error> = None;
+    let mut first: Option<Error> = run_together(together).err();
     for r in ops {
         // SAFETY: the callers of `enqueue` guaranteed validity until the group end returns.
         if let Err(e) = unsafe { submit(r) } {

@@ -7,6 +7,7 @@
 //! anything is dereferenced. Addresses are never reused, so a stale handle cannot alias a new one.
 
 use crate::abi::{ncclComm, ncclComm_t};
+use crate::symmetric::DeviceApi;
 use oxccl::dispatch::{AnyComm, CommOps};
 use oxccl_core::{Error, Result};
 use std::cell::Cell;
@@ -39,17 +40,6 @@ pub struct Registration {
     pub size: usize,
 }
 
-/// A window registered with `ncclCommWindowRegister`; `ncclWindow_t` points at one.
-#[derive(Debug)]
-pub struct Window {
-    /// The user's buffer.
-    pub user_ptr: usize,
-    /// Its size in bytes.
-    pub size: usize,
-    /// `winFlags` given at registration.
-    pub flags: i32,
-}
-
 /// Mutable state of one handle.
 pub struct HandleState {
     /// The communicator while live; dropped on destroy/abort to release its resources.
@@ -64,8 +54,22 @@ pub struct HandleState {
     pub poisoned: Option<String>,
     /// Buffers from `ncclCommRegister`, by handle address (boxed: the address is the handle).
     pub registrations: HashMap<usize, Box<Registration>>,
-    /// Windows from `ncclCommWindowRegister`, by `ncclWindow_t` address.
-    pub windows: HashMap<usize, Box<Window>>,
+    /// Windows and device communicators (made on first use).
+    pub device_api: Option<DeviceApi>,
+}
+
+impl HandleState {
+    /// The device API's state of the live communicator, made on first use.
+    pub fn device_api(&mut self) -> Result<&mut DeviceApi> {
+        if self.device_api.is_none() {
+            let comm = self
+                .comm
+                .clone()
+                .ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            self.device_api = Some(DeviceApi::new(comm)?);
+        }
+        Ok(self.device_api.as_mut().expect("made above"))
+    }
 }
 
 /// What the C handle points at.
@@ -119,7 +123,7 @@ impl CommHandle {
                 std::mem::forget(c);
             }
             st.registrations.clear();
-            st.windows.clear();
+            std::mem::forget(st.device_api.take());
             st.life = life;
         }
     }
@@ -129,7 +133,7 @@ impl CommHandle {
         state.life = life;
         state.comm = None;
         state.registrations.clear();
-        state.windows.clear();
+        state.device_api = None;
         self.magic.store(DEAD_MAGIC, Ordering::Release);
     }
 }
@@ -168,7 +172,7 @@ pub fn register(comm: AnyComm) -> ncclComm_t {
             suspended: false,
             poisoned: None,
             registrations: HashMap::new(),
-            windows: HashMap::new(),
+            device_api: None,
         }),
     }));
     let addr = handle as *const CommHandle as usize;

@@ -748,8 +748,8 @@ static int test_queries(ncclComm_t comm, int rank, int n) {
           lsa.stride);
     CHECK(ncclTeamRankToWorld(comm, world, n - 1) == n - 1, "team rank to world");
   }
-  /* NULL requirements: oxccl refuses device communicators; NCCL would dereference them. */
-  if (is_oxccl) CHECK(ncclDevCommCreate(comm, NULL, NULL) == ncclInvalidUsage,
+  /* NULL requirements: oxccl names the argument; NCCL would dereference them. */
+  if (is_oxccl) CHECK(ncclDevCommCreate(comm, NULL, NULL) == ncclInvalidArgument,
                       "ncclDevCommCreate");
 
   /* Registration and windows. NCCL windows need ncclMemAlloc memory on a GPU. */
@@ -1249,7 +1249,7 @@ static int section_static(void) {
   CHECK(ncclCommAbort(NULL) == ncclSuccess, "ncclCommAbort(NULL)");
   if (is_oxccl) /* a vendor library writes through the NULL out-pointers */
     expect("device API requirement", ncclLLA2ACreateRequirement(1, 1, NULL, NULL),
-           ncclInvalidUsage, "device");
+           ncclInvalidArgument, "NULL");
 #ifdef OXCCL_TEST_RCCL
   mscclAlgoHandle_t h = -1;
   /* A one-GPU copy algorithm; the MSCCL runs themselves are tested by tests/msccl_c_abi.rs. */
@@ -1322,7 +1322,7 @@ static int section_bad_args_on(ncclComm_t c1, float *buf, stream_t s) {
     expect("register NULL handle", ncclCommRegister(c1, buf, 16 * sizeof(float), NULL),
            ncclInvalidArgument, "NULL");
     expect("deregister foreign", ncclCommDeregister(c1, buf), ncclInvalidArgument, NULL);
-    expect("ncclDevCommCreate", ncclDevCommCreate(c1, NULL, NULL), ncclInvalidUsage, "device");
+    expect("ncclDevCommCreate", ncclDevCommCreate(c1, NULL, NULL), ncclInvalidArgument, "reqs");
   }
   if (HAVE(ncclCommGrow))
     expect("ncclCommGrow", ncclCommGrow(c1, 2, &id, 1, &c, NULL), ncclInvalidUsage,

@@ -46,6 +46,8 @@
 #                                  and sh* configurations. Start MPS first (tests/gpu/mps.sh) or
 #                                  they crawl
 #   a1/a3-safe-matrix              the safe Rust API (safe-check) on 1 rank per GPU and on 3
+#   d2/d4-device-api               a kernel written against NVIDIA's NCCL 2.28 device API
+#                                  (tests/gpu/device_api): LSA windows and barriers
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
@@ -289,6 +291,15 @@ api_configs() {
     run_exe "$BIN/safe-check" a1-safe-matrix -- --backend cuda $SAFE_COUNTS
     run_exe "$BIN/safe-check" a3-safe-matrix -- --backend cuda --ranks 3 --counts 0,1,7,4099
     run_exe "$BIN/safe-check" t5-safe-cycles -- --backend cuda --ranks 2 --cycles $CYCLES
+  fi
+  # A kernel compiled against NVIDIA's nccl_device.h (device-api-check, built by
+  # scripts/nccl-tests/pack.sh) on BIN/libnccl.so.2: LSA windows, barriers and the window table,
+  # 2 and 4 ranks (sharing GPUs where there are fewer), one thread each.
+  if [ -x "$BIN/device-api-check" ] && [ -f "$BIN/libnccl.so.2" ]; then
+    local dir
+    dir="$(cd "$BIN" && pwd)"
+    run_exe "$BIN/device-api-check" d2-device-api LD_LIBRARY_PATH="$dir" -- 2 1048579 3
+    run_exe "$BIN/device-api-check" d4-device-api LD_LIBRARY_PATH="$dir" -- 4 65537 5
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then
     local lib share=

@@ -10,6 +10,7 @@ mod ops;
 mod peer_watch;
 mod redop;
 mod split;
+pub mod symmetric;
 mod watchdog;
 
 pub use ops::CollArgs;

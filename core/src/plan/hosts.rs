@@ -110,6 +110,24 @@ impl HostLayout {
         self.ring[p as usize]
     }
 
+    /// Ranks per load/store-accessible (LSA) team of the device API, NCCL's rule: the teams
+    /// are runs of consecutive ranks on one host, all of one size, so the size is the greatest
+    /// common divisor of the lengths of the runs of equal hosts in rank order (1 when the
+    /// ranks of a host are not numbered together).
+    pub fn lsa_size(&self) -> u32 {
+        let mut size = 0u32;
+        let mut run = 1u32;
+        for w in self.host.windows(2) {
+            if w[0] == w[1] {
+                run += 1;
+            } else {
+                size = gcd(size, run);
+                run = 1;
+            }
+        }
+        gcd(size, run)
+    }
+
     /// The ranks in ring order.
     pub fn ring(&self) -> &[u32] {
         &self.ring
@@ -123,6 +141,11 @@ impl HostLayout {
     }
 }
 
+/// Greatest common divisor (`gcd(0, b) == b`).
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +155,17 @@ mod tests {
         assert!(HostLayout::from_keys(&[7, 7, 7]).is_none());
         assert!(HostLayout::from_keys::<u64>(&[]).is_none());
         assert!(HostLayout::from_keys(&["a"]).is_none());
+    }
+
+    #[test]
+    fn lsa_teams_are_equal_runs_of_one_host() {
+        let size = |keys: &[u32]| HostLayout::from_keys(keys).unwrap().lsa_size();
+        assert_eq!(size(&[0, 0, 1, 1]), 2);
+        assert_eq!(size(&[0, 0, 0, 0, 1, 1, 1, 1]), 4);
+        // Hosts of 4 and 2 ranks: teams of 2, the first host holds two of them.
+        assert_eq!(size(&[0, 0, 0, 0, 1, 1]), 2);
+        assert_eq!(size(&[0, 0, 0, 1, 1]), 1);
+        assert_eq!(size(&[0, 1, 0, 1]), 1);
     }
 
     #[test]

@@ -1,40 +1,25 @@
 //! Host functions of NCCL's device API.
 //!
-//! Teams are answered from the communicator's shape. Device communicators are not provided yet:
-//! programs compiled against NCCL's device headers read `ncclDevComm` and `ncclWindow_vidmem`
-//! byte for byte, and oxccl cannot promise those layouts, so creating one fails cleanly with
-//! `ncclInvalidUsage` instead of handing device code memory it would misread.
+//! Device communicators follow NCCL 2.28's layout byte for byte (`abi::ncclDevComm_t`), so
+//! kernels compiled against NVIDIA's `nccl_device.h` run on them: teams, windows mapped flat
+//! over the load/store-accessible (LSA) team, LSA barriers and resource buffers. Multicast
+//! (multimem) and device-initiated networking (GIN) are refused with a sentence.
 
 use crate::abi::{
-    ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t,
-    ncclGinBarrierHandle_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
+    NCCL_GIN_MAX_CONTEXTS, idiv_rcp32, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
+    ncclDevResourceRequirements_t, ncclGinBarrierHandle_t, ncclLLA2AHandle_t,
+    ncclLsaBarrierHandle_t, ncclMultimemHandle_t, ncclTeam_t, ncclWindow_vidmem,
 };
 use crate::boundary::nccl_api;
+use crate::group;
 use crate::handles::{self, Need};
-use oxccl::dispatch::CommOps;
+use oxccl::dispatch::{self as runtime, CommOps, RuntimeBackend};
+use oxccl_core::comm::symmetric::LsaTeam;
 use oxccl_core::{Error, Result};
 use std::ffi::c_int;
 
-/// Why every device-communicator call is refused.
-fn unsupported(what: &str) -> Error {
-    Error::usage(format!(
-        "{what} is not supported: oxccl does not provide device communicators (NCCL device API) yet; use the host API collectives"
-    ))
-}
-
-unsafe fn dev_comm_create(
-    comm: ncclComm_t,
-    _reqs: *const ncclDevCommRequirements_t,
-    _out_dev_comm: *mut ncclDevComm_t,
-) -> Result<()> {
-    handles::lookup(comm, Need::Ops)?;
-    Err(unsupported("ncclDevCommCreate"))
-}
-
-unsafe fn dev_comm_destroy(comm: ncclComm_t, _dev_comm: *const ncclDevComm_t) -> Result<()> {
-    handles::lookup(comm, Need::Query)?;
-    Err(unsupported("ncclDevCommDestroy"))
-}
+/// Resource handles count units of this many bytes (`ncclGetResourceBufferOffset`).
+const RESOURCE_UNIT: usize = 128;
 
 /// The empty team returned when the communicator is invalid (the error is in ncclGetLastError).
 const NO_TEAM: ncclTeam_t = ncclTeam_t {
@@ -52,38 +37,47 @@ fn world(comm: ncclComm_t) -> Result<ncclTeam_t> {
     })
 }
 
+fn lsa(comm: ncclComm_t) -> Result<LsaTeam> {
+    handles::lookup(comm, Need::Query)?.comm.lsa_team()
+}
+
 unsafe fn team_world(comm: ncclComm_t) -> Result<ncclTeam_t> {
     world(comm)
 }
 
 unsafe fn team_lsa(comm: ncclComm_t) -> Result<ncclTeam_t> {
-    // Every rank is on this node: the load/store-accessible team is the world.
-    world(comm)
-}
-
-unsafe fn team_rail(comm: ncclComm_t) -> Result<ncclTeam_t> {
-    // One node: each rank's rail (same local index on every node) holds only itself.
-    let w = world(comm)?;
+    let l = lsa(comm)?;
     Ok(ncclTeam_t {
-        nRanks: 1,
-        rank: 0,
-        stride: w.nRanks,
+        nRanks: l.size as c_int,
+        rank: l.rank as c_int,
+        stride: 1,
     })
 }
 
-/// Rank `rank` of `team`, translated relative to this rank's position in both.
-fn team_rank_to(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> Result<c_int> {
-    let w = world(comm)?;
+unsafe fn team_rail(comm: ncclComm_t) -> Result<ncclTeam_t> {
+    // The ranks at this rank's place in every LSA team.
+    let (w, l) = (world(comm)?, lsa(comm)?);
+    let size = l.size as c_int;
+    Ok(ncclTeam_t {
+        nRanks: w.nRanks / size,
+        rank: w.rank / size,
+        stride: size,
+    })
+}
+
+/// `rank` of `team`, as an index of `target` (a team this rank belongs to: the world or its LSA
+/// team), both relative to this rank's own place, as NCCL computes it.
+fn team_rank_to(team: ncclTeam_t, rank: c_int, target: ncclTeam_t, what: &str) -> Result<c_int> {
     if rank < 0 || rank >= team.nRanks {
         return Err(Error::arg(format!(
             "invalid rank {rank}: team has {} ranks",
             team.nRanks
         )));
     }
-    let r = w.rank as i64 + (rank as i64 - team.rank as i64) * team.stride as i64;
-    if r < 0 || r >= w.nRanks as i64 {
+    let r = target.rank as i64 + (rank as i64 - team.rank as i64) * team.stride as i64;
+    if r < 0 || r >= target.nRanks as i64 {
         return Err(Error::arg(format!(
-            "team {{nRanks {}, rank {}, stride {}}} does not belong to this communicator",
+            "rank {rank} of team {{nRanks {}, rank {}, stride {}}} is not in this rank's {what} team",
             team.nRanks, team.rank, team.stride
         )));
     }
@@ -91,32 +85,87 @@ fn team_rank_to(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> Result<c_int
 }
 
 unsafe fn team_rank_to_world(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> Result<c_int> {
-    team_rank_to(comm, team, rank)
+    team_rank_to(team, rank, world(comm)?, "world")
 }
 
 unsafe fn team_rank_to_lsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> Result<c_int> {
-    // The LSA team is the world here, so LSA ranks are world ranks.
-    team_rank_to(comm, team, rank)
+    // SAFETY: no pointers.
+    let l = unsafe { team_lsa(comm) }?;
+    team_rank_to(team, rank, l, "LSA")
+}
+
+/// A zeroed resource requirement of `bytes` aligned to `align`, its handle written to `handle`.
+fn requirement(bytes: usize, align: usize, handle: *mut u32) -> ncclDevResourceRequirements_t {
+    ncclDevResourceRequirements_t {
+        next: std::ptr::null_mut(),
+        bufferSize: bytes,
+        bufferAlign: align,
+        outBufferHandle: handle,
+        ginSignalCount: 0,
+        ginCounterCount: 0,
+        outGinSignalStart: std::ptr::null_mut(),
+        outGinCounterStart: std::ptr::null_mut(),
+    }
+}
+
+fn count(n: c_int, what: &str) -> Result<usize> {
+    usize::try_from(n).map_err(|_| Error::arg(format!("invalid {what} {n}")))
+}
+
+/// Bytes of `n` LSA barriers over `team`: per barrier three epochs and an inbox per rank.
+fn lsa_barrier_bytes(team: ncclTeam_t, n: usize) -> Result<usize> {
+    let ranks = count(team.nRanks, "team size")?;
+    Ok((3 * n + n * ranks) * size_of::<u32>())
 }
 
 unsafe fn lsa_barrier_create_requirement(
-    _team: ncclTeam_t,
-    _n_barriers: c_int,
-    _out_handle: *mut ncclLsaBarrierHandle_t,
-    _out_req: *mut ncclDevResourceRequirements_t,
+    team: ncclTeam_t,
+    n_barriers: c_int,
+    out_handle: *mut ncclLsaBarrierHandle_t,
+    out_req: *mut ncclDevResourceRequirements_t,
 ) -> Result<()> {
-    Err(unsupported("ncclLsaBarrierCreateRequirement"))
+    // SAFETY: forwarded from the caller.
+    let (handle, req) = unsafe {
+        (
+            super::out(out_handle, "outHandle")?,
+            super::out(out_req, "outReq")?,
+        )
+    };
+    let n = count(n_barriers, "nBarriers")?;
+    handle.nBarriers = n_barriers;
+    *req = requirement(
+        lsa_barrier_bytes(team, n)?,
+        align_of::<u32>(),
+        &mut handle.bufHandle,
+    );
+    Ok(())
 }
 
 unsafe fn gin_barrier_create_requirement(
     comm: ncclComm_t,
     _team: ncclTeam_t,
-    _n_barriers: c_int,
-    _out_handle: *mut ncclGinBarrierHandle_t,
-    _out_req: *mut ncclDevResourceRequirements_t,
+    n_barriers: c_int,
+    out_handle: *mut ncclGinBarrierHandle_t,
+    out_req: *mut ncclDevResourceRequirements_t,
 ) -> Result<()> {
     handles::lookup(comm, Need::Query)?;
-    Err(unsupported("ncclGinBarrierCreateRequirement"))
+    // SAFETY: forwarded from the caller.
+    let (handle, req) = unsafe {
+        (
+            super::out(out_handle, "outHandle")?,
+            super::out(out_req, "outReq")?,
+        )
+    };
+    let n = count(n_barriers, "nBarriers")?;
+    // Sized as NCCL's; `ncclDevCommCreate` refuses it where GIN would have to carry it.
+    *req = requirement(
+        n * NCCL_GIN_MAX_CONTEXTS * size_of::<u32>(),
+        align_of::<u32>(),
+        &mut handle.bufHandle,
+    );
+    req.ginSignalCount = n_barriers;
+    req.outGinSignalStart = &mut handle.signal0;
+    Ok(())
 }
 
 unsafe fn lla2a_calc_slots(max_elts: c_int, max_elt_size: c_int) -> Result<c_int> {
@@ -125,29 +174,259 @@ unsafe fn lla2a_calc_slots(max_elts: c_int, max_elt_size: c_int) -> Result<c_int
             "invalid maxElts {max_elts} or maxEltSize {max_elt_size}"
         )));
     }
-    // One 8-byte payload per LL slot; the count only sizes requirements that are refused anyway.
-    let per_elt = (max_elt_size as u64).div_ceil(8).max(1) as i64;
+    // One 8-byte payload per slot.
+    let per_elt = (max_elt_size as u64).div_ceil(8) as i64;
     c_int::try_from(max_elts as i64 * per_elt)
         .map_err(|_| Error::arg("maxElts * maxEltSize overflows"))
 }
 
 unsafe fn lla2a_create_requirement(
-    _n_blocks: c_int,
-    _n_slots: c_int,
-    _out_handle: *mut ncclLLA2AHandle_t,
-    _out_req: *mut ncclDevResourceRequirements_t,
+    n_blocks: c_int,
+    n_slots: c_int,
+    out_handle: *mut ncclLLA2AHandle_t,
+    out_req: *mut ncclDevResourceRequirements_t,
 ) -> Result<()> {
-    Err(unsupported("ncclLLA2ACreateRequirement"))
+    // SAFETY: forwarded from the caller.
+    let (handle, req) = unsafe {
+        (
+            super::out(out_handle, "outHandle")?,
+            super::out(out_req, "outReq")?,
+        )
+    };
+    let (blocks, slots) = (count(n_blocks, "nBlocks")?, count(n_slots, "nSlots")?);
+    handle.nSlots = slots as u32;
+    // Per block: a 16-byte header and two epochs of `slots` 16-byte slots.
+    *req = requirement(blocks * (1 + 2 * slots) * 16, 16, &mut handle.bufHandle);
+    Ok(())
+}
+
+/// One resource requirement copied at the call: its size, alignment and where its handle goes.
+#[derive(Clone, Copy)]
+struct Resource {
+    bytes: usize,
+    align: usize,
+    handle_out: usize,
+}
+
+/// Why a device communicator would need GIN (device-initiated networking), if it would.
+fn gin_needed(
+    reqs: &ncclDevCommRequirements_t,
+    resources: &[ncclDevResourceRequirements_t],
+    hosts_apart: bool,
+) -> Option<&'static str> {
+    if reqs.ginForceEnable {
+        return Some("ginForceEnable is set");
+    }
+    if reqs.ginSignalCount != 0
+        || reqs.ginCounterCount != 0
+        || resources
+            .iter()
+            .any(|r| r.ginSignalCount != 0 || r.ginCounterCount != 0)
+    {
+        return Some("GIN signals or counters are required");
+    }
+    if hosts_apart && (reqs.railGinBarrierCount > 0 || reqs.barrierCount > 0) {
+        return Some("barriers across hosts are required");
+    }
+    None
+}
+
+unsafe fn dev_comm_create(
+    comm: ncclComm_t,
+    reqs: *const ncclDevCommRequirements_t,
+    out_dev_comm: *mut ncclDevComm_t,
+) -> Result<()> {
+    let live = handles::lookup(comm, Need::Ops)?;
+    if reqs.is_null() {
+        return Err(Error::arg("reqs argument is NULL"));
+    }
+    if out_dev_comm.is_null() {
+        return Err(Error::arg("outDevComm argument is NULL"));
+    }
+    // SAFETY: the caller passes a valid requirements struct of NCCL 2.28's layout.
+    let reqs = unsafe { *reqs };
+    let mut user = Vec::new();
+    let mut r = reqs.resourceRequirementsList;
+    while !r.is_null() {
+        // SAFETY: the list's entries are valid until the call (group end) returns.
+        let req = unsafe { *r };
+        user.push(req);
+        r = req.next;
+        if user.len() > 1 << 16 {
+            return Err(Error::arg(
+                "resourceRequirementsList does not end (a cycle?)",
+            ));
+        }
+    }
+    let mut t = reqs.teamRequirementsList;
+    while !t.is_null() {
+        // SAFETY: as above.
+        let tr = unsafe { *t };
+        if tr.multimem {
+            return Err(multimem_refused());
+        }
+        t = tr.next;
+    }
+    if reqs.lsaMultimem {
+        return Err(multimem_refused());
+    }
+    let lsa = live.comm.lsa_team()?;
+    let hosts_apart = lsa.size as usize != live.comm.nranks();
+    if let Some(why) = gin_needed(&reqs, &user, hosts_apart) {
+        return Err(Error::usage(format!(
+            "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); oxccl does not provide GIN yet (LSA windows and barriers work within a host)"
+        )));
+    }
+    let barriers = reqs.barrierCount.max(reqs.lsaBarrierCount);
+    let rail_barriers = count(
+        reqs.barrierCount.max(reqs.railGinBarrierCount),
+        "railGinBarrierCount",
+    )?;
+    let lsa_team = ncclTeam_t {
+        nRanks: lsa.size as c_int,
+        rank: lsa.rank as c_int,
+        stride: 1,
+    };
+    let resources: Vec<Resource> = user
+        .iter()
+        .map(|r| Resource {
+            bytes: r.bufferSize,
+            align: r.bufferAlign,
+            handle_out: r.outBufferHandle as usize,
+        })
+        .collect();
+    let lsa_bytes = lsa_barrier_bytes(lsa_team, count(barriers, "lsaBarrierCount")?)?;
+    let rail_bytes = rail_barriers * NCCL_GIN_MAX_CONTEXTS * size_of::<u32>();
+    let (handle, out_addr) = (live.handle, out_dev_comm as usize);
+    group::together(Box::new(move || {
+        let comm = handle.lock().comm.clone();
+        let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+        // NCCL's order: the rail barriers, the LSA barriers, then the caller's list.
+        let mut dc = ncclDevComm_t::empty(&comm, lsa);
+        let mut placed = Vec::with_capacity(resources.len() + 2);
+        let mut at = 0usize;
+        let mut place = |bytes: usize, align: usize| {
+            at = at.next_multiple_of(align.max(RESOURCE_UNIT));
+            let h = (at / RESOURCE_UNIT) as u32;
+            at += bytes;
+            h
+        };
+        dc.railGinBarrier.bufHandle = place(rail_bytes, align_of::<u32>());
+        dc.lsaBarrier = ncclLsaBarrierHandle_t {
+            bufHandle: place(lsa_bytes, align_of::<u32>()),
+            nBarriers: barriers,
+        };
+        for r in &resources {
+            placed.push((r.handle_out, place(r.bytes, r.align)));
+        }
+        let total = at.next_multiple_of(RESOURCE_UNIT);
+        if total > 0 {
+            let device = comm.device();
+            let backend = runtime::backend()?;
+            let memory = backend.mem_alloc(device, total)?;
+            let made = (|| {
+                // SAFETY: `memory` holds `total` bytes of `device`.
+                unsafe { backend.copy_to_device(device, memory, &vec![0u8; total]) }?;
+                let flat = if comm.flat_mapping() {
+                    // SAFETY: the memory lives until the device communicator is destroyed.
+                    Some(unsafe { comm.map_flat(memory, total as u64) }?)
+                } else {
+                    None
+                };
+                let mut st = handle.lock();
+                let api = st.device_api()?;
+                let (win, inlined) = api.add_resources(memory, flat)?;
+                dc.windowTable = api.window_table()? as usize as *mut _;
+                dc.resourceWindow = win as usize as *mut ncclWindow_vidmem;
+                dc.resourceWindow_inlined = inlined;
+                Ok(())
+            })();
+            if let Err(e) = made {
+                // SAFETY: nothing was handed out.
+                let _ = unsafe { backend.mem_free(memory) };
+                return Err(e);
+            }
+        } else {
+            dc.windowTable = handle.lock().device_api()?.window_table()? as usize as *mut _;
+        }
+        // Every rank's barriers are zero before any rank's kernel can reach them.
+        comm.host_barrier()?;
+        for (out, h) in placed {
+            if out != 0 {
+                // SAFETY: the caller's requirement named a writable handle.
+                unsafe { *(out as *mut u32) = h };
+            }
+        }
+        // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).
+        unsafe { *(out_addr as *mut ncclDevComm_t) = dc };
+        Ok(())
+    }))
+}
+
+fn multimem_refused() -> Error {
+    Error::usage(
+        "ncclDevCommCreate: multimem (NVLink multicast) is not supported by oxccl; request lsaMultimem = false and no multimem teams",
+    )
+}
+
+unsafe fn dev_comm_destroy(comm: ncclComm_t, dev_comm: *const ncclDevComm_t) -> Result<()> {
+    let live = handles::lookup(comm, Need::Query)?;
+    if dev_comm.is_null() {
+        return Err(Error::arg("devComm argument is NULL"));
+    }
+    // SAFETY: the caller passes a device communicator from ncclDevCommCreate.
+    let res = unsafe { (*dev_comm).resourceWindow } as u64;
+    if res == 0 {
+        return Ok(());
+    }
+    let mut st = live.handle.lock();
+    let api = st
+        .device_api
+        .as_mut()
+        .ok_or_else(|| Error::arg("devComm was not created on this communicator"))?;
+    // SAFETY: the caller destroys a device communicator its kernels no longer use.
+    unsafe { api.remove_resources(res) }
+}
+
+impl ncclDevComm_t {
+    /// A device communicator of `comm` with no resources.
+    fn empty(comm: &oxccl::dispatch::AnyComm, lsa: LsaTeam) -> ncclDevComm_t {
+        let n = comm.nranks() as u32;
+        ncclDevComm_t {
+            rank: comm.rank() as c_int,
+            nRanks: n as c_int,
+            nRanks_rcp32: idiv_rcp32(n),
+            lsaRank: lsa.rank as c_int,
+            lsaSize: lsa.size as c_int,
+            lsaSize_rcp32: idiv_rcp32(lsa.size),
+            windowTable: std::ptr::null_mut(),
+            resourceWindow: std::ptr::null_mut(),
+            resourceWindow_inlined: ncclWindow_vidmem::default(),
+            lsaMultimem: ncclMultimemHandle_t {
+                mcBasePtr: std::ptr::null_mut(),
+            },
+            lsaBarrier: ncclLsaBarrierHandle_t::default(),
+            railGinBarrier: ncclGinBarrierHandle_t::default(),
+            ginContextCount: 0,
+            ginTypes: [0; 4],
+            ginHandles: [std::ptr::null_mut(); 4],
+            ginSignalBase: 0,
+            ginSignalCount: 0,
+            ginCounterBase: 0,
+            ginCounterCount: 0,
+            ginSignalShadows: std::ptr::null_mut(),
+        }
+    }
 }
 
 nccl_api! {
-    /// `ncclDevCommCreate`: refused with `ncclInvalidUsage` (no device communicators yet).
+    /// `ncclDevCommCreate` (collective; in a group, at the group end).
     fn ncclDevCommCreate, pncclDevCommCreate(
         comm: ncclComm_t, reqs: *const ncclDevCommRequirements_t, out_dev_comm: *mut ncclDevComm_t
     ) => dev_comm_create;
 }
 nccl_api! {
-    /// `ncclDevCommDestroy`: refused with `ncclInvalidUsage`.
+    /// `ncclDevCommDestroy`.
     fn ncclDevCommDestroy, pncclDevCommDestroy(
         comm: ncclComm_t, dev_comm: *const ncclDevComm_t
     ) => dev_comm_destroy;
@@ -157,11 +436,11 @@ nccl_api! {
     fn ncclTeamWorld, pncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t [NO_TEAM] => team_world;
 }
 nccl_api! {
-    /// `ncclTeamLsa`: the world (all ranks share this node).
+    /// `ncclTeamLsa`: this rank's load/store-accessible team.
     fn ncclTeamLsa, pncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t [NO_TEAM] => team_lsa;
 }
 nccl_api! {
-    /// `ncclTeamRail`: `{1, 0, nranks}` on one node.
+    /// `ncclTeamRail`: the ranks at this rank's place in every LSA team.
     fn ncclTeamRail, pncclTeamRail(comm: ncclComm_t) -> ncclTeam_t [NO_TEAM] => team_rail;
 }
 nccl_api! {
@@ -177,14 +456,14 @@ nccl_api! {
     ) -> c_int [-1] => team_rank_to_lsa;
 }
 nccl_api! {
-    /// `ncclLsaBarrierCreateRequirement`: refused with `ncclInvalidUsage`.
+    /// `ncclLsaBarrierCreateRequirement`.
     fn ncclLsaBarrierCreateRequirement, pncclLsaBarrierCreateRequirement(
         team: ncclTeam_t, n_barriers: c_int, out_handle: *mut ncclLsaBarrierHandle_t,
         out_req: *mut ncclDevResourceRequirements_t
     ) => lsa_barrier_create_requirement;
 }
 nccl_api! {
-    /// `ncclGinBarrierCreateRequirement`: refused with `ncclInvalidUsage`.
+    /// `ncclGinBarrierCreateRequirement` (sized; `ncclDevCommCreate` refuses GIN).
     fn ncclGinBarrierCreateRequirement, pncclGinBarrierCreateRequirement(
         comm: ncclComm_t, team: ncclTeam_t, n_barriers: c_int,
         out_handle: *mut ncclGinBarrierHandle_t, out_req: *mut ncclDevResourceRequirements_t
@@ -197,7 +476,7 @@ nccl_api! {
     ) -> c_int [-1] => lla2a_calc_slots;
 }
 nccl_api! {
-    /// `ncclLLA2ACreateRequirement`: refused with `ncclInvalidUsage`.
+    /// `ncclLLA2ACreateRequirement`.
     fn ncclLLA2ACreateRequirement, pncclLLA2ACreateRequirement(
         n_blocks: c_int, n_slots: c_int, out_handle: *mut ncclLLA2AHandle_t,
         out_req: *mut ncclDevResourceRequirements_t

@@ -5,7 +5,9 @@ use crate::abi::{
     NCCL_WIN_COLL_SYMMETRIC, NCCL_WIN_STRICT_ORDERING, ncclComm_t, ncclWindow_t, ncclWindow_vidmem,
 };
 use crate::boundary::nccl_api;
-use crate::handles::{self, Need, Registration, Window};
+use crate::group;
+use crate::handles::{self, Need, Registration};
+use oxccl::dispatch::CommOps;
 use oxccl::dispatch::{self as runtime, RuntimeBackend};
 use oxccl_core::{Error, Result};
 use std::ffi::{c_int, c_void};
@@ -86,28 +88,51 @@ unsafe fn comm_window_register(
     if win_flags & !known != 0 {
         return Err(Error::arg(format!("invalid winFlags {win_flags:#x}")));
     }
-    // The handle addresses host memory, not an ncclWindow_vidmem in device memory: device code
-    // compiled against NCCL's device headers cannot use it (ncclDevCommCreate refuses anyway).
-    let w = Box::new(Window {
-        user_ptr: buff as usize,
-        size,
-        flags: win_flags,
-    });
-    let addr = &*w as *const Window as usize;
-    live.handle.lock().windows.insert(addr, w);
-    *slot = ncclWindow_t(addr as *mut ncclWindow_vidmem);
-    Ok(())
+    // Collective, as NCCL's: inside a group the window is made, and `*win` written, at the
+    // group end, where every rank this thread registered maps its peers' buffers at once.
+    let (handle, user, out_addr) = (live.handle, buff as usize, slot as *mut _ as usize);
+    group::together(Box::new(move || {
+        let comm = handle.lock().comm.clone();
+        let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+        let flat = if comm.flat_mapping() {
+            // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
+            Some(unsafe { comm.map_flat(user as u64, size as u64) }?)
+        } else {
+            None
+        };
+        let added = handle
+            .lock()
+            .device_api()
+            .and_then(|api| api.add_window(user, size, win_flags, flat));
+        let at = match added {
+            Ok(at) => at,
+            Err(e) => {
+                if let Some(f) = &flat {
+                    // SAFETY: the mapping was never handed out.
+                    let _ = unsafe { comm.unmap_flat(f) };
+                }
+                return Err(e);
+            }
+        };
+        // SAFETY: `win` stays writable until the group end (NCCL's contract for grouped calls).
+        unsafe { *(out_addr as *mut ncclWindow_t) = ncclWindow_t(at as *mut ncclWindow_vidmem) };
+        Ok(())
+    }))
 }
 
 unsafe fn comm_window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<()> {
     let live = handles::lookup(comm, Need::Query)?;
-    match live.handle.lock().windows.remove(&(win.0 as usize)) {
-        Some(_) => Ok(()),
-        None => Err(Error::arg(format!(
-            "window {:p} was not registered on this communicator",
-            win.0
-        ))),
-    }
+    let mut st = live.handle.lock();
+    let api = st.device_api.as_mut().ok_or_else(|| not_registered(win))?;
+    // SAFETY: the caller deregisters a window its work no longer uses.
+    unsafe { api.remove_window(win.0 as u64) }
+}
+
+fn not_registered(win: ncclWindow_t) -> Error {
+    Error::arg(format!(
+        "window {:p} was not registered on this communicator",
+        win.0
+    ))
 }
 
 unsafe fn win_get_user_ptr(
@@ -119,12 +144,11 @@ unsafe fn win_get_user_ptr(
     let slot = unsafe { out(out_user_ptr, "outUserPtr") }?;
     let live = handles::lookup(comm, Need::Query)?;
     let st = live.handle.lock();
-    let w = st.windows.get(&(win.0 as usize)).ok_or_else(|| {
-        Error::arg(format!(
-            "window {:p} was not registered on this communicator",
-            win.0
-        ))
-    })?;
+    let w = st
+        .device_api
+        .as_ref()
+        .and_then(|api| api.window(win.0 as u64))
+        .ok_or_else(|| not_registered(win))?;
     *slot = w.user_ptr as *mut c_void;
     Ok(())
 }

@@ -22,6 +22,7 @@ pub use choose::backend;
 use enum_dispatch::enum_dispatch;
 use oxccl_core::backend::{Backend, DevicePtr, PointerInfo};
 use oxccl_core::bootstrap::UniqueId;
+use oxccl_core::comm::symmetric::{FlatWindow, LsaTeam};
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp, ScalarSource};
 use oxccl_core::plan::{P2pDir, WorkDesc};
@@ -340,6 +341,22 @@ pub trait CommOps {
         recv: DevicePtr,
         stream: usize,
     ) -> Result<()>;
+    /// This rank's load/store-accessible team (NCCL's device API).
+    fn lsa_team(&self) -> Result<LsaTeam>;
+    /// Whether windows can be mapped flat (`map_flat`) on this backend.
+    fn flat_mapping(&self) -> bool;
+    /// `Communicator::map_flat`: collective.
+    ///
+    /// # Safety
+    /// As for `Communicator::map_flat`.
+    unsafe fn map_flat(&self, ptr: DevicePtr, size: u64) -> Result<FlatWindow>;
+    /// `Communicator::unmap_flat`.
+    ///
+    /// # Safety
+    /// As for `Communicator::unmap_flat`.
+    unsafe fn unmap_flat(&self, w: &FlatWindow) -> Result<()>;
+    /// Returns once every rank called it.
+    fn host_barrier(&self) -> Result<()>;
 }
 
 /// A core communicator plus the per-communicator identity the layers above key state by.
@@ -485,6 +502,23 @@ impl<B: DeviceBackend> CommOps for GenComm<B> {
         let s = unsafe { self.comm.backend().comm_stream(stream) }?;
         // SAFETY: forwarded from the caller.
         unsafe { self.comm.run_plan(build, send, recv, &s) }
+    }
+    fn lsa_team(&self) -> Result<LsaTeam> {
+        self.comm.lsa_team()
+    }
+    fn flat_mapping(&self) -> bool {
+        self.comm.backend().flat_mapping()
+    }
+    unsafe fn map_flat(&self, ptr: DevicePtr, size: u64) -> Result<FlatWindow> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.comm.map_flat(ptr, size) }
+    }
+    unsafe fn unmap_flat(&self, w: &FlatWindow) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.comm.unmap_flat(w) }
+    }
+    fn host_barrier(&self) -> Result<()> {
+        self.comm.host_barrier()
     }
 }
 

@@ -1,0 +1,320 @@
+//! The device API's memory on one communicator: the window descriptors device code reads
+//! (`ncclWindow_vidmem`), the window table `ncclFindWindow` searches, and the resource buffers
+//! of device communicators.
+//!
+//! Descriptors and tables live in one slab of device memory per communicator, cut into 128-byte
+//! slots (a descriptor takes one, a table of 32 windows seven). Windows are mapped flat by core
+//! (`Communicator::map_flat`): LSA rank i's copy at `lsaFlatBase + i * stride4G * 4 GiB`, which
+//! is the arithmetic NCCL's inline device functions do.
+
+use crate::abi::{
+    NCCL_GIN_MAX_CONTEXTS, ncclDevCommWindowEntry, ncclDevCommWindowTable, ncclWindow_vidmem,
+};
+use oxccl::dispatch::{self as runtime, AnyComm, CommOps, RuntimeBackend};
+use oxccl_core::backend::DevicePtr;
+use oxccl_core::comm::symmetric::{FLAT_STRIDE_UNIT, FlatWindow};
+use oxccl_core::{Error, Result};
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// Bytes of one slab slot (NCCL's resource handles count 128-byte units too).
+const SLOT: usize = 128;
+/// Bytes of a communicator's slab: 16384 slots.
+const SLAB_BYTES: usize = 2 << 20;
+/// Windows one table holds.
+const TABLE_ENTRIES: usize = 32;
+
+/// Device memory handed out in runs of slots.
+struct Slab {
+    base: DevicePtr,
+    used: Vec<bool>,
+}
+
+impl Slab {
+    fn new(device: i32) -> Result<Slab> {
+        let base = runtime::backend()?.mem_alloc(device, SLAB_BYTES)?;
+        Ok(Slab {
+            base,
+            used: vec![false; SLAB_BYTES / SLOT],
+        })
+    }
+
+    /// The first free run of slots that holds `bytes`.
+    fn take(&mut self, bytes: usize) -> Result<DevicePtr> {
+        let n = bytes.div_ceil(SLOT);
+        let mut run = 0;
+        for i in 0..self.used.len() {
+            run = if self.used[i] { 0 } else { run + 1 };
+            if run == n {
+                let first = i + 1 - n;
+                self.used[first..=i].fill(true);
+                return Ok(self.base + (first * SLOT) as u64);
+            }
+        }
+        Err(Error::usage(format!(
+            "too many windows on this communicator: their descriptors fill the {} KiB the device API reserves per communicator",
+            SLAB_BYTES >> 10
+        )))
+    }
+
+    fn give(&mut self, at: DevicePtr, bytes: usize) {
+        let first = ((at - self.base) as usize) / SLOT;
+        self.used[first..first + bytes.div_ceil(SLOT)].fill(false);
+    }
+}
+
+/// A window of `ncclCommWindowRegister`; its descriptor's address is the `ncclWindow_t`.
+#[derive(Debug)]
+pub struct Window {
+    /// The user's buffer.
+    pub user_ptr: usize,
+    /// Its size in bytes.
+    pub size: usize,
+    /// `winFlags` given at registration.
+    pub flags: i32,
+    /// The flat mapping (none on backends without one).
+    flat: Option<FlatWindow>,
+    /// Its index in the window table.
+    entry: usize,
+}
+
+/// Resources of one device communicator.
+struct DevCommResources {
+    /// The resource buffers' memory (`ncclMemAlloc`).
+    memory: DevicePtr,
+    flat: Option<FlatWindow>,
+}
+
+/// What the device API holds on one communicator.
+pub struct DeviceApi {
+    comm: AnyComm,
+    device: i32,
+    slab: Slab,
+    /// Device addresses of the window tables, each linked to the next.
+    tables: Vec<DevicePtr>,
+    /// Which table entries hold a window.
+    entries: Vec<bool>,
+    /// Windows by descriptor address (boxed: `winHost` points at them).
+    windows: HashMap<DevicePtr, Box<Window>>,
+    /// Device communicators by resource descriptor address.
+    dev_comms: HashMap<DevicePtr, DevCommResources>,
+}
+
+/// Writes `value`'s bytes to device address `at`.
+fn write<T: Copy>(device: i32, at: DevicePtr, value: &T) -> Result<()> {
+    // SAFETY: `T` is plain C data (`repr(C)`, `Copy`), viewed as its bytes.
+    let bytes =
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) };
+    // SAFETY: `at` is slab or resource memory of `device` holding `size_of::<T>()` bytes.
+    unsafe { runtime::backend()?.copy_to_device(device, at, bytes) }
+}
+
+impl DeviceApi {
+    /// The device API's state on `comm`, with a fresh slab.
+    pub fn new(comm: AnyComm) -> Result<DeviceApi> {
+        let device = comm.device();
+        Ok(DeviceApi {
+            slab: Slab::new(device)?,
+            device,
+            comm,
+            tables: Vec::new(),
+            entries: Vec::new(),
+            windows: HashMap::new(),
+            dev_comms: HashMap::new(),
+        })
+    }
+
+    /// The first window table (made on first use): what `ncclDevComm.windowTable` points at.
+    pub fn window_table(&mut self) -> Result<DevicePtr> {
+        if self.tables.is_empty() {
+            self.add_table()?;
+        }
+        Ok(self.tables[0])
+    }
+
+    fn add_table(&mut self) -> Result<()> {
+        let at = self.slab.take(size_of::<ncclDevCommWindowTable>())?;
+        let empty = ncclDevCommWindowTable {
+            entries: [ncclDevCommWindowEntry::default(); TABLE_ENTRIES],
+            next: std::ptr::null_mut(),
+        };
+        write(self.device, at, &empty)?;
+        if let Some(&last) = self.tables.last() {
+            let next = at as usize;
+            write(
+                self.device,
+                last + std::mem::offset_of!(ncclDevCommWindowTable, next) as u64,
+                &next,
+            )?;
+        }
+        self.tables.push(at);
+        self.entries
+            .resize(self.tables.len() * TABLE_ENTRIES, false);
+        Ok(())
+    }
+
+    fn entry_addr(&self, i: usize) -> DevicePtr {
+        self.tables[i / TABLE_ENTRIES]
+            + (i % TABLE_ENTRIES * size_of::<ncclDevCommWindowEntry>()) as u64
+    }
+
+    /// The descriptor of a window whose LSA rank 0 copy is at `flat` (or, unmapped, only this
+    /// rank's buffer at `user_ptr`), written to a fresh slot; returns the slot and what it holds.
+    fn descriptor(
+        &mut self,
+        user_ptr: DevicePtr,
+        flat: Option<&FlatWindow>,
+        host: *mut c_void,
+    ) -> Result<(DevicePtr, ncclWindow_vidmem)> {
+        let at = self.slab.take(size_of::<ncclWindow_vidmem>())?;
+        let d = ncclWindow_vidmem {
+            winHost: host,
+            lsaFlatBase: flat.map_or(user_ptr, |f| f.base) as *mut _,
+            lsaRank: flat.map_or(0, |f| f.lsa.rank) as i32,
+            worldRank: self.comm.rank() as i32,
+            stride4G: flat.map_or(0, |f| (f.stride / FLAT_STRIDE_UNIT) as u32),
+            mcOffset4K: 0,
+            ginOffset4K: 0,
+            ginWins: [std::ptr::null_mut(); NCCL_GIN_MAX_CONTEXTS],
+        };
+        if let Err(e) = write(self.device, at, &d) {
+            self.slab.give(at, size_of::<ncclWindow_vidmem>());
+            return Err(e);
+        }
+        Ok((at, d))
+    }
+
+    /// Records a registered window (its flat mapping already made): writes its descriptor and
+    /// table entry; returns the `ncclWindow_t`.
+    pub fn add_window(
+        &mut self,
+        user_ptr: usize,
+        size: usize,
+        flags: i32,
+        flat: Option<FlatWindow>,
+    ) -> Result<DevicePtr> {
+        let entry = match self.entries.iter().position(|&u| !u) {
+            Some(i) => i,
+            None => {
+                self.add_table()?;
+                self.entries
+                    .iter()
+                    .position(|&u| !u)
+                    .expect("a fresh table")
+            }
+        };
+        let mut w = Box::new(Window {
+            user_ptr,
+            size,
+            flags,
+            flat,
+            entry,
+        });
+        let host = (&mut *w as *mut Window).cast::<c_void>();
+        let (at, _) = self.descriptor(user_ptr as DevicePtr, flat.as_ref(), host)?;
+        let e = ncclDevCommWindowEntry {
+            base: user_ptr,
+            size,
+            window: at as usize,
+        };
+        if let Err(err) = write(self.device, self.entry_addr(entry), &e) {
+            self.slab.give(at, size_of::<ncclWindow_vidmem>());
+            return Err(err);
+        }
+        self.entries[entry] = true;
+        self.windows.insert(at, w);
+        Ok(at)
+    }
+
+    /// The window whose descriptor is at `at`.
+    pub fn window(&self, at: DevicePtr) -> Option<&Window> {
+        self.windows.get(&at).map(|w| &**w)
+    }
+
+    /// Removes a window: clears its table entry, unmaps it and frees its descriptor.
+    ///
+    /// # Safety
+    /// No queued or running work of this rank uses the window.
+    pub unsafe fn remove_window(&mut self, at: DevicePtr) -> Result<()> {
+        let w = self.windows.remove(&at).ok_or_else(|| {
+            Error::arg(format!(
+                "window {at:#x} was not registered on this communicator"
+            ))
+        })?;
+        self.entries[w.entry] = false;
+        let cleared = write(
+            self.device,
+            self.entry_addr(w.entry),
+            &ncclDevCommWindowEntry::default(),
+        );
+        self.slab.give(at, size_of::<ncclWindow_vidmem>());
+        let unmapped = match &w.flat {
+            // SAFETY: the caller's contract.
+            Some(f) => unsafe { self.comm.unmap_flat(f) },
+            None => Ok(()),
+        };
+        cleared.and(unmapped)
+    }
+
+    /// Records the resource buffers of a new device communicator: `memory` (zeroed, mapped
+    /// flat as `flat`); returns their descriptor (the `resourceWindow`) and its contents.
+    pub fn add_resources(
+        &mut self,
+        memory: DevicePtr,
+        flat: Option<FlatWindow>,
+    ) -> Result<(DevicePtr, ncclWindow_vidmem)> {
+        let (at, d) = self.descriptor(memory, flat.as_ref(), std::ptr::null_mut())?;
+        self.dev_comms.insert(at, DevCommResources { memory, flat });
+        Ok((at, d))
+    }
+
+    /// Frees a device communicator's resource buffers (`at`: its `resourceWindow`).
+    ///
+    /// # Safety
+    /// No queued or running work of this rank uses the device communicator.
+    pub unsafe fn remove_resources(&mut self, at: DevicePtr) -> Result<()> {
+        let r = self.dev_comms.remove(&at).ok_or_else(|| {
+            Error::arg(format!(
+                "device communicator with resource window {at:#x} was not created on this communicator (or was destroyed)"
+            ))
+        })?;
+        self.slab.give(at, size_of::<ncclWindow_vidmem>());
+        // SAFETY: the caller's contract.
+        unsafe { release_resources(&self.comm, r) }
+    }
+}
+
+/// Unmaps and frees one device communicator's resource buffers.
+///
+/// # Safety
+/// Nothing uses them any more.
+unsafe fn release_resources(comm: &AnyComm, r: DevCommResources) -> Result<()> {
+    let unmapped = match &r.flat {
+        // SAFETY: the caller's contract.
+        Some(f) => unsafe { comm.unmap_flat(f) },
+        None => Ok(()),
+    };
+    // SAFETY: the caller's contract; the memory came from `mem_alloc`.
+    let freed = runtime::backend().and_then(|b| unsafe { b.mem_free(r.memory) });
+    unmapped.and(freed)
+}
+
+impl Drop for DeviceApi {
+    /// The communicator is gone: nothing of its device API is in use any more.
+    fn drop(&mut self) {
+        for (_, w) in self.windows.drain() {
+            if let Some(f) = &w.flat {
+                // SAFETY: the communicator is destroyed; its windows are no longer used.
+                let _ = unsafe { self.comm.unmap_flat(f) };
+            }
+        }
+        for (_, r) in self.dev_comms.drain() {
+            // SAFETY: as above.
+            let _ = unsafe { release_resources(&self.comm, r) };
+        }
+        if let Ok(b) = runtime::backend() {
+            // SAFETY: as above; the slab came from `mem_alloc`.
+            let _ = unsafe { b.mem_free(self.slab.base) };
+        }
+    }
+}

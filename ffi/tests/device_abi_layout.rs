@@ -1,0 +1,212 @@
+//! The device API's structures as laid out by `oxccl_ffi::abi` against NVIDIA's NCCL 2.28.9:
+//! every size and field offset that device code compiled against NVIDIA's `nccl_device.h`
+//! reads. `NCCL_2_28_9` holds NVIDIA's numbers (x86-64); the first test checks ours against
+//! them everywhere, the second re-derives them from NVIDIA's header where it is at hand
+//! (`OXCCL_NV_NCCL_INCLUDE`, or the wheel `scripts/nccl-tests/build.sh` unpacks, plus a CUDA
+//! include directory from `CUDA_HOME`) by compiling a C++ program that prints them.
+
+use oxccl_ffi::abi::{
+    ncclDevComm_t, ncclDevCommRequirements_t, ncclDevCommWindowEntry, ncclDevCommWindowTable,
+    ncclDevResourceRequirements_t, ncclGinBarrierHandle_t, ncclLLA2AHandle_t,
+    ncclLsaBarrierHandle_t, ncclMultimemHandle_t, ncclTeam_t, ncclTeamRequirements_t,
+    ncclWindow_vidmem,
+};
+use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// (C++ struct name, its size in ours, [(field, offset in ours)]) for every struct.
+macro_rules! layouts {
+    ($($c:literal => $ty:ty { $($f:ident),* $(,)? }),* $(,)?) => {
+        vec![$(($c, size_of::<$ty>(), vec![$((stringify!($f), offset_of!($ty, $f))),*])),*]
+    };
+}
+
+type Layout = (&'static str, usize, Vec<(&'static str, usize)>);
+
+fn ours() -> Vec<Layout> {
+    layouts! {
+        "ncclTeam" => ncclTeam_t { nRanks, rank, stride },
+        "ncclWindow_vidmem" => ncclWindow_vidmem {
+            winHost, lsaFlatBase, lsaRank, worldRank, stride4G, mcOffset4K, ginOffset4K, ginWins
+        },
+        "ncclMultimemHandle" => ncclMultimemHandle_t { mcBasePtr },
+        "ncclLsaBarrierHandle" => ncclLsaBarrierHandle_t { bufHandle, nBarriers },
+        "ncclGinBarrierHandle" => ncclGinBarrierHandle_t { signal0, bufHandle },
+        "ncclLLA2AHandle" => ncclLLA2AHandle_t { bufHandle, nSlots },
+        "ncclDevCommWindowTable::Entry" => ncclDevCommWindowEntry { base, size, window },
+        "ncclDevCommWindowTable" => ncclDevCommWindowTable { entries, next },
+        "ncclDevComm" => ncclDevComm_t {
+            rank, nRanks, nRanks_rcp32, lsaRank, lsaSize, lsaSize_rcp32, windowTable,
+            resourceWindow, resourceWindow_inlined, lsaMultimem, lsaBarrier, railGinBarrier,
+            ginContextCount, ginTypes, ginHandles, ginSignalBase, ginSignalCount, ginCounterBase,
+            ginCounterCount, ginSignalShadows
+        },
+        "ncclDevCommRequirements" => ncclDevCommRequirements_t {
+            resourceRequirementsList, teamRequirementsList, lsaMultimem, barrierCount,
+            lsaBarrierCount, railGinBarrierCount, lsaLLA2ABlockCount, lsaLLA2ASlotCount,
+            ginForceEnable, ginContextCount, ginSignalCount, ginCounterCount
+        },
+        "ncclDevResourceRequirements" => ncclDevResourceRequirements_t {
+            next, bufferSize, bufferAlign, outBufferHandle, ginSignalCount, ginCounterCount,
+            outGinSignalStart, outGinCounterStart
+        },
+        "ncclTeamRequirements" => ncclTeamRequirements_t { next, team, multimem, outMultimemHandle },
+    }
+}
+
+/// NVIDIA's NCCL 2.28.9 on x86-64: "struct size" and "struct.field offset" lines, as the
+/// program of `from_nvidia_header` prints them.
+const NCCL_2_28_9: &str = "\
+ncclTeam 12
+ncclTeam.nRanks 0
+ncclTeam.rank 4
+ncclTeam.stride 8
+ncclWindow_vidmem 72
+ncclWindow_vidmem.winHost 0
+ncclWindow_vidmem.lsaFlatBase 8
+ncclWindow_vidmem.lsaRank 16
+ncclWindow_vidmem.worldRank 20
+ncclWindow_vidmem.stride4G 24
+ncclWindow_vidmem.mcOffset4K 28
+ncclWindow_vidmem.ginOffset4K 32
+ncclWindow_vidmem.ginWins 40
+ncclMultimemHandle 8
+ncclMultimemHandle.mcBasePtr 0
+ncclLsaBarrierHandle 8
+ncclLsaBarrierHandle.bufHandle 0
+ncclLsaBarrierHandle.nBarriers 4
+ncclGinBarrierHandle 8
+ncclGinBarrierHandle.signal0 0
+ncclGinBarrierHandle.bufHandle 4
+ncclLLA2AHandle 8
+ncclLLA2AHandle.bufHandle 0
+ncclLLA2AHandle.nSlots 4
+ncclDevCommWindowTable::Entry 24
+ncclDevCommWindowTable::Entry.base 0
+ncclDevCommWindowTable::Entry.size 8
+ncclDevCommWindowTable::Entry.window 16
+ncclDevCommWindowTable 776
+ncclDevCommWindowTable.entries 0
+ncclDevCommWindowTable.next 768
+ncclDevComm 200
+ncclDevComm.rank 0
+ncclDevComm.nRanks 4
+ncclDevComm.nRanks_rcp32 8
+ncclDevComm.lsaRank 12
+ncclDevComm.lsaSize 16
+ncclDevComm.lsaSize_rcp32 20
+ncclDevComm.windowTable 24
+ncclDevComm.resourceWindow 32
+ncclDevComm.resourceWindow_inlined 40
+ncclDevComm.lsaMultimem 112
+ncclDevComm.lsaBarrier 120
+ncclDevComm.railGinBarrier 128
+ncclDevComm.ginContextCount 136
+ncclDevComm.ginTypes 137
+ncclDevComm.ginHandles 144
+ncclDevComm.ginSignalBase 176
+ncclDevComm.ginSignalCount 180
+ncclDevComm.ginCounterBase 184
+ncclDevComm.ginCounterCount 188
+ncclDevComm.ginSignalShadows 192
+ncclDevCommRequirements 56
+ncclDevCommRequirements.resourceRequirementsList 0
+ncclDevCommRequirements.teamRequirementsList 8
+ncclDevCommRequirements.lsaMultimem 16
+ncclDevCommRequirements.barrierCount 20
+ncclDevCommRequirements.lsaBarrierCount 24
+ncclDevCommRequirements.railGinBarrierCount 28
+ncclDevCommRequirements.lsaLLA2ABlockCount 32
+ncclDevCommRequirements.lsaLLA2ASlotCount 36
+ncclDevCommRequirements.ginForceEnable 40
+ncclDevCommRequirements.ginContextCount 44
+ncclDevCommRequirements.ginSignalCount 48
+ncclDevCommRequirements.ginCounterCount 52
+ncclDevResourceRequirements 56
+ncclDevResourceRequirements.next 0
+ncclDevResourceRequirements.bufferSize 8
+ncclDevResourceRequirements.bufferAlign 16
+ncclDevResourceRequirements.outBufferHandle 24
+ncclDevResourceRequirements.ginSignalCount 32
+ncclDevResourceRequirements.ginCounterCount 36
+ncclDevResourceRequirements.outGinSignalStart 40
+ncclDevResourceRequirements.outGinCounterStart 48
+ncclTeamRequirements 32
+ncclTeamRequirements.next 0
+ncclTeamRequirements.team 8
+ncclTeamRequirements.multimem 20
+ncclTeamRequirements.outMultimemHandle 24
+";
+
+/// `ours()` as the lines of [`NCCL_2_28_9`].
+fn lines(layouts: &[Layout]) -> String {
+    let mut s = String::new();
+    for (name, size, fields) in layouts {
+        s += &format!("{name} {size}\n");
+        for (f, off) in fields {
+            s += &format!("{name}.{f} {off}\n");
+        }
+    }
+    s
+}
+
+#[test]
+fn our_layouts_are_nvidias() {
+    assert_eq!(lines(&ours()), NCCL_2_28_9);
+}
+
+/// NVIDIA's include directory and a CUDA one, if both are here.
+fn nvidia_headers() -> Option<(PathBuf, PathBuf)> {
+    let nv = std::env::var_os("OXCCL_NV_NCCL_INCLUDE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            Some(PathBuf::from(home).join(".cache/oxccl-nccl-tests/nccl-2.28.9/include"))
+        })
+        .filter(|p| p.join("nccl_device.h").exists())?;
+    let cuda = PathBuf::from(std::env::var_os("CUDA_HOME")?).join("include");
+    cuda.join("cuda_runtime.h").exists().then_some((nv, cuda))
+}
+
+#[test]
+fn from_nvidia_header() {
+    let Some((nv, cuda)) = nvidia_headers() else {
+        eprintln!(
+            "skipped: NVIDIA's nccl_device.h (OXCCL_NV_NCCL_INCLUDE) or CUDA_HOME/include is missing"
+        );
+        return;
+    };
+    let mut prog = String::from(
+        "#include <nccl.h>\n#include <nccl_device.h>\n#include <cstddef>\n#include <cstdio>\nint main() {\n",
+    );
+    for (name, _, fields) in ours() {
+        prog += &format!("  printf(\"{name} %zu\\n\", sizeof({name}));\n");
+        for (f, _) in fields {
+            prog += &format!("  printf(\"{name}.{f} %zu\\n\", offsetof({name}, {f}));\n");
+        }
+    }
+    prog += "}\n";
+    let dir = std::env::temp_dir().join(format!("oxccl-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("layout.cpp"), dir.join("layout"));
+    std::fs::write(&src, prog).unwrap();
+    let built = Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
+        .args(["-std=c++17", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-I")
+        .arg(&nv)
+        .arg("-I")
+        .arg(&cuda)
+        .output()
+        .expect("run the C++ compiler");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), NCCL_2_28_9);
+}

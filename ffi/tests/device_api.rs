@@ -1,0 +1,229 @@
+//! The host side of NCCL's device API through the exported C functions, on the host backend
+//! (where "device" memory is host memory, so descriptors can be read back): teams, requirement
+//! sizes, device communicators and windows as NCCL 2.28 lays them out, grouped creation from
+//! one thread, and the sentences of what is refused. Kernels reading these structures run in
+//! the GPU suite (`tests/gpu/device_api`).
+
+use oxccl_ffi::abi::ncclResult_t as R;
+use oxccl_ffi::abi::{
+    NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
+    ncclDevResourceRequirements_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
+    ncclWindow_t,
+};
+use oxccl_ffi::api::*;
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::Once;
+use std::time::Duration;
+
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the first thing every test does, before any thread of ours reads the
+        // environment.
+        unsafe { std::env::set_var("OXCCL_BACKEND", "host") };
+        // A grouped collective that runs one rank after another would wait forever.
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(120));
+            eprintln!("HANG: a device API test did not finish within 120 s");
+            std::process::exit(99);
+        });
+    });
+}
+
+fn last_error() -> String {
+    // SAFETY: ncclGetLastError returns a NUL-terminated string that outlives this copy.
+    unsafe { CStr::from_ptr(ncclGetLastError(ncclComm_t::NULL)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `n` communicators made by one thread (`ncclCommInitAll`).
+fn comms(n: usize) -> Vec<ncclComm_t> {
+    let mut c = vec![ncclComm_t::NULL; n];
+    // SAFETY: `c` holds `n` out-slots; a NULL device list means devices 0..n.
+    let r = unsafe { ncclCommInitAll(c.as_mut_ptr(), n as c_int, std::ptr::null()) };
+    assert_eq!(r, R::SUCCESS, "{}", last_error());
+    c
+}
+
+fn destroy(comms: Vec<ncclComm_t>) {
+    for c in comms {
+        // SAFETY: live handles, not used afterwards.
+        assert_eq!(unsafe { ncclCommDestroy(c) }, R::SUCCESS);
+    }
+}
+
+fn zero_reqs() -> ncclDevCommRequirements_t {
+    // SAFETY: plain C data (null pointers, zeros, false): what `memset(&reqs, 0, ...)` gives.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zero_resource() -> ncclDevResourceRequirements_t {
+    // SAFETY: as above.
+    unsafe { std::mem::zeroed() }
+}
+
+#[test]
+fn teams_and_requirement_sizes_follow_nccl() {
+    setup();
+    let c = comms(3);
+    for (r, &comm) in c.iter().enumerate() {
+        // SAFETY: live communicator.
+        let (world, lsa, rail) =
+            unsafe { (ncclTeamWorld(comm), ncclTeamLsa(comm), ncclTeamRail(comm)) };
+        let team = |n, rank, stride| ncclTeam_t {
+            nRanks: n,
+            rank,
+            stride,
+        };
+        assert_eq!(world, team(3, r as c_int, 1));
+        // One host: the LSA team is the world, each rail holds one rank.
+        assert_eq!(lsa, team(3, r as c_int, 1));
+        assert_eq!(rail, team(1, 0, 3));
+        // SAFETY: live communicator.
+        assert_eq!(unsafe { ncclTeamRankToLsa(comm, world, 2) }, 2);
+        // SAFETY: as above.
+        let got = unsafe { ncclTeamRankToWorld(comm, rail, 1) };
+        assert_eq!(got, -1, "rail rank 1 is out of range");
+    }
+    let mut bar = ncclLsaBarrierHandle_t::default();
+    let mut req = zero_resource();
+    let lsa = ncclTeam_t {
+        nRanks: 4,
+        rank: 1,
+        stride: 1,
+    };
+    // SAFETY: valid out-pointers.
+    let got = unsafe { ncclLsaBarrierCreateRequirement(lsa, 3, &mut bar, &mut req) };
+    assert_eq!(got, R::SUCCESS);
+    // Three epochs and an inbox per rank for each barrier, in 32-bit words.
+    assert_eq!(
+        (req.bufferSize, req.bufferAlign, bar.nBarriers),
+        ((9 + 12) * 4, 4, 3)
+    );
+    assert_eq!(req.outBufferHandle, &mut bar.bufHandle as *mut u32);
+    let mut a2a = ncclLLA2AHandle_t::default();
+    // SAFETY: valid out-pointers.
+    let got = unsafe { ncclLLA2ACreateRequirement(2, 5, &mut a2a, &mut req) };
+    assert_eq!(got, R::SUCCESS);
+    assert_eq!(
+        (req.bufferSize, req.bufferAlign, a2a.nSlots),
+        (2 * 11 * 16, 16, 5)
+    );
+    // SAFETY: no pointers.
+    assert_eq!(unsafe { ncclLLA2ACalcSlots(10, 12) }, 20);
+    destroy(c);
+}
+
+#[test]
+fn device_communicators_and_windows_made_in_one_group() {
+    setup();
+    let n = 3;
+    let c = comms(n);
+    let mut bufs: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32; 1024]).collect();
+    let mut wins = vec![ncclWindow_t(std::ptr::null_mut()); n];
+    let mut dcs: Vec<ncclDevComm_t> = vec![
+        // SAFETY: plain C data; all-zero is what NCCL's callers start from.
+        unsafe { std::mem::zeroed() };
+        n
+    ];
+    let mut user_handles = vec![u32::MAX; n];
+    let mut user_reqs: Vec<ncclDevResourceRequirements_t> =
+        (0..n).map(|_| zero_resource()).collect();
+    // SAFETY: every pointer below stays valid until the group end.
+    unsafe {
+        assert_eq!(ncclGroupStart(), R::SUCCESS);
+        for r in 0..n {
+            let buf = bufs[r].as_mut_ptr().cast::<c_void>();
+            assert_eq!(
+                ncclCommWindowRegister(c[r], buf, 4096, &mut wins[r], NCCL_WIN_COLL_SYMMETRIC),
+                R::SUCCESS,
+                "{}",
+                last_error()
+            );
+            user_reqs[r].bufferSize = 1000;
+            user_reqs[r].bufferAlign = 256;
+            user_reqs[r].outBufferHandle = &mut user_handles[r];
+            let mut reqs = zero_reqs();
+            reqs.lsaBarrierCount = 2;
+            reqs.resourceRequirementsList = &mut user_reqs[r];
+            assert_eq!(
+                ncclDevCommCreate(c[r], &reqs, &mut dcs[r]),
+                R::SUCCESS,
+                "{}",
+                last_error()
+            );
+        }
+        // Each rank's creation waits for the others: they must run side by side.
+        assert_eq!(ncclGroupEnd(), R::SUCCESS, "{}", last_error());
+    }
+    for r in 0..n {
+        let dc = &dcs[r];
+        assert_eq!(
+            (dc.rank, dc.nRanks, dc.lsaRank, dc.lsaSize),
+            (r as c_int, 3, r as c_int, 3)
+        );
+        assert_eq!(dc.nRanks_rcp32, u32::MAX / 3);
+        // The LSA barriers first (the rail barriers take no space), then the caller's buffer
+        // at its 256-byte alignment: handles count 128-byte units.
+        assert_eq!((dc.lsaBarrier.bufHandle, dc.lsaBarrier.nBarriers), (0, 2));
+        assert_eq!(user_handles[r], 2);
+        assert!(!dc.resourceWindow.is_null() && !dc.windowTable.is_null());
+        // SAFETY: on the host backend descriptors and tables are host memory.
+        let (res, win, table) = unsafe { (*dc.resourceWindow, *wins[r].0, &*dc.windowTable) };
+        assert_eq!(res, dc.resourceWindow_inlined);
+        assert_eq!(res.worldRank, r as c_int);
+        // SAFETY: the resource buffers hold 256 + 1000 bytes, zeroed at creation.
+        let zeroed = unsafe { std::slice::from_raw_parts(res.lsaFlatBase as *const u8, 1256) };
+        assert!(zeroed.iter().all(|&b| b == 0));
+        let buf = bufs[r].as_ptr() as usize;
+        assert_eq!((win.lsaFlatBase as usize, win.worldRank), (buf, r as c_int));
+        assert!(!win.winHost.is_null());
+        let e = table.entries[0];
+        assert_eq!((e.base, e.size, e.window), (buf, 4096, wins[r].0 as usize));
+        let mut user: *mut c_void = std::ptr::null_mut();
+        // SAFETY: live communicator and window; valid out-pointer.
+        let got = unsafe { ncclWinGetUserPtr(c[r], wins[r], &mut user) };
+        assert_eq!(got, R::SUCCESS);
+        assert_eq!(user as usize, buf);
+        // SAFETY: as above; the window is not used afterwards.
+        unsafe {
+            assert_eq!(ncclCommWindowDeregister(c[r], wins[r]), R::SUCCESS);
+            assert_eq!(
+                ncclWinGetUserPtr(c[r], wins[r], &mut user),
+                R::INVALID_ARGUMENT
+            );
+            assert_eq!(ncclDevCommDestroy(c[r], dc), R::SUCCESS, "{}", last_error());
+            assert_eq!(ncclDevCommDestroy(c[r], dc), R::INVALID_ARGUMENT);
+        }
+        // The table entry is free again.
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*dc.windowTable).entries[0].window }, 0);
+    }
+    destroy(c);
+}
+
+#[test]
+fn multicast_and_gin_are_refused_with_a_sentence() {
+    setup();
+    let c = comms(1);
+    // SAFETY: plain C data.
+    let mut dc: ncclDevComm_t = unsafe { std::mem::zeroed() };
+    let mut reqs = zero_reqs();
+    reqs.lsaMultimem = true;
+    // SAFETY: valid pointers.
+    let got = unsafe { ncclDevCommCreate(c[0], &reqs, &mut dc) };
+    assert_eq!(got, R::INVALID_USAGE);
+    assert!(last_error().contains("multimem"), "{}", last_error());
+    let mut reqs = zero_reqs();
+    reqs.ginForceEnable = true;
+    // SAFETY: valid pointers.
+    let got = unsafe { ncclDevCommCreate(c[0], &reqs, &mut dc) };
+    assert_eq!(got, R::INVALID_USAGE);
+    assert!(last_error().contains("GIN"), "{}", last_error());
+    // SAFETY: NULL requirements are named, not read.
+    let got = unsafe { ncclDevCommCreate(c[0], std::ptr::null(), &mut dc) };
+    assert_eq!(got, R::INVALID_ARGUMENT);
+    assert!(last_error().contains("reqs"), "{}", last_error());
+    destroy(c);
+}

@@ -1,0 +1,156 @@
+// A program written against NVIDIA's NCCL 2.28 device API (nccl_device.h from the
+// nvidia-nccl-cu13 wheel), run unchanged on whichever libnccl.so.2 is loaded: NRANKS ranks, one
+// thread each, rank r on GPU r % GPUs (several ranks may share a GPU). Each rank registers a
+// symmetric window, creates a device communicator with LSA barriers, and its kernel sums every
+// LSA peer's input through ncclGetLsaPointer between barriers, ITERS times with new inputs.
+// Every output element is checked; the last line is `RESULT pass=P fail=F`.
+//
+// Usage: device-api-check [NRANKS] [COUNT] [ITERS]
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));           \
+      failed = true;                                                                    \
+      return;                                                                           \
+    }                                                                                   \
+  } while (0)
+#define CHECK_NCCL(x)                                                                   \
+  do {                                                                                  \
+    ncclResult_t r_ = (x);                                                              \
+    if (r_ != ncclSuccess) {                                                            \
+      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #x, ncclGetErrorString(r_),       \
+              ncclGetLastError(nullptr));                                               \
+      failed = true;                                                                    \
+      return;                                                                           \
+    }                                                                                   \
+  } while (0)
+
+constexpr int kBlocks = 4;
+constexpr int kThreads = 256;
+
+// out[i] = the sum over LSA peers of their in[i]; `in` and `out` are the window's two halves.
+__global__ void lsa_sum(ncclDevComm dc, ncclWindow_t win, float* user, size_t count, int* bad) {
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
+                                         blockIdx.x);
+  // Every peer's input is in place before anyone reads it.
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+  float* out = (float*)ncclGetLocalPointer(win, count * sizeof(float));
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float s = 0;
+    for (int p = 0; p < dc.lsaSize; p++) s += ((const float*)ncclGetLsaPointer(win, 0, p))[i];
+    out[i] = s;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    // The window table finds the window of the user's pointer, and the local pointer is it.
+    if (ncclGetLocalPointer(win, 0) != (void*)user) atomicAdd(bad, 1);
+    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)user) atomicAdd(bad, 1);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < 32) {
+    ncclWindow_t found = ncclFindWindow(ncclCoopWarp(), dc, user + 5);
+    if (threadIdx.x == 0 && found != win) atomicAdd(bad, 1);
+  }
+  // Nobody writes a new input while a peer may still read the old one.
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+}
+
+static float input(int rank, int iter, size_t i) { return (float)((rank + 1) * (iter + 1) + (int)(i % 7)); }
+
+int main(int argc, char** argv) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    fprintf(stderr, "no GPU\n");
+    return 2;
+  }
+  const int n = argc > 1 ? atoi(argv[1]) : (gpus > 1 ? gpus : 2);
+  const size_t count = argc > 2 ? strtoull(argv[2], nullptr, 10) : 1048579;
+  const int iters = argc > 3 ? atoi(argv[3]) : 3;
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  std::vector<long> pass(n, 0), fail(n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) {
+    threads.emplace_back([&, r] {
+      const int rank = r;
+      bool failed = false;
+      [&] {
+        CHECK_CUDA(cudaSetDevice(rank % gpus));
+        ncclComm_t comm;
+        CHECK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+        ncclTeam lsa = ncclTeamLsa(comm);
+        if (lsa.nRanks != n || lsa.rank != rank) {
+          fprintf(stderr, "rank %d: LSA team {%d, %d, %d}, expected all %d ranks\n", rank,
+                  lsa.nRanks, lsa.rank, lsa.stride, n);
+          failed = true;
+          return;
+        }
+        const size_t bytes = 2 * count * sizeof(float);
+        float* buf = nullptr;
+        CHECK_NCCL(ncclMemAlloc((void**)&buf, bytes));
+        ncclWindow_t win;
+        CHECK_NCCL(ncclCommWindowRegister(comm, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+        ncclDevCommRequirements reqs = {};
+        reqs.lsaBarrierCount = kBlocks;
+        ncclDevComm dc;
+        CHECK_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
+        int* bad = nullptr;
+        CHECK_CUDA(cudaMalloc(&bad, sizeof(int)));
+        CHECK_CUDA(cudaMemset(bad, 0, sizeof(int)));
+        cudaStream_t s;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        std::vector<float> host(count);
+        for (int it = 0; it < iters; it++) {
+          for (size_t i = 0; i < count; i++) host[i] = input(rank, it, i);
+          CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), count * sizeof(float),
+                                     cudaMemcpyHostToDevice, s));
+          // Poison the output.
+          CHECK_CUDA(cudaMemsetAsync(buf + count, 0xff, count * sizeof(float), s));
+          lsa_sum<<<kBlocks, kThreads, 0, s>>>(dc, win, buf, count, bad);
+          CHECK_CUDA(cudaGetLastError());
+          CHECK_CUDA(cudaMemcpyAsync(host.data(), buf + count, count * sizeof(float),
+                                     cudaMemcpyDeviceToHost, s));
+          CHECK_CUDA(cudaStreamSynchronize(s));
+          long wrong = 0;
+          for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (int p = 0; p < n; p++) want += input(p, it, i);
+            if (host[i] != want && wrong++ < 3)
+              fprintf(stderr, "rank %d iter %d: out[%zu] = %g, expected %g\n", rank, it, i,
+                      host[i], want);
+          }
+          (wrong ? fail : pass)[rank]++;
+        }
+        int nbad = 0;
+        CHECK_CUDA(cudaMemcpy(&nbad, bad, sizeof(int), cudaMemcpyDeviceToHost));
+        if (nbad) {
+          fprintf(stderr, "rank %d: %d wrong window pointers\n", rank, nbad);
+          fail[rank]++;
+        } else {
+          pass[rank]++;
+        }
+        CHECK_NCCL(ncclDevCommDestroy(comm, &dc));
+        CHECK_NCCL(ncclCommWindowDeregister(comm, win));
+        CHECK_NCCL(ncclMemFree(buf));
+        CHECK_CUDA(cudaFree(bad));
+        CHECK_CUDA(cudaStreamDestroy(s));
+        CHECK_NCCL(ncclCommDestroy(comm));
+      }();
+      if (failed) fail[rank]++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  long p = 0, f = 0;
+  for (int r = 0; r < n; r++) p += pass[r], f += fail[r];
+  printf("RESULT pass=%ld fail=%ld\n", p, f);
+  return f ? 1 : 0;
+}
