@@ -25,8 +25,9 @@ use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
 use oxccl_core::plan::{BufId, HostLayout, NetLink, Protocol, Topology, WorkDesc};
 use oxccl_kernel_abi::{
-    self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, SlotPeers, kernel_params,
-    one_shot_grid, one_shot_max_bytes, placements, publish, shared_device_max_blocks,
+    self as abi, ArgsLayout, FifoGeometry, LaunchArgs, OneShotParams, PeerRecord, SlotPeers,
+    kernel_params, one_shot_grid, one_shot_max_bytes, placements, publish,
+    shared_device_max_blocks,
 };
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -235,6 +236,26 @@ fn direct_only_peers(h: &HostLayout, rank: u32, net_peers: &[u32]) -> BTreeSet<u
         .collect()
 }
 
+/// How this rank reaches each peer, as [`DeviceTransport::map_p2p_peers`] sorts them.
+struct PeerRoutes {
+    /// Every rank's FIFO as mapped here: this rank's and its P2P peers' (0 for the others).
+    fifo: Vec<DevicePtr>,
+    /// Peers reached over the network.
+    net: Vec<u32>,
+    /// Peers of this host reached through shared host memory.
+    shm: Vec<u32>,
+}
+
+/// What every rank agreed on in [`DeviceTransport::agree_on_host_links`].
+struct Agreed {
+    /// Some rank has SHM peers.
+    shm: bool,
+    /// Every rank connects the NET peers that only direct plans reach on first use.
+    runtime_connect: bool,
+    /// Channels of the NET and SHM connections.
+    channels: u32,
+}
+
 impl<A: DeviceApi> DeviceTransport<A> {
     /// Connects this rank to every peer (`Backend::connect`).
     pub fn connect(
@@ -254,8 +275,68 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let bytes = geometry.fifo_bytes(&slot_peers, rank);
         let fifo = api.shared_alloc(device, bytes as usize)?;
         // From here on Drop frees what the transport holds.
-        let mut t = DeviceTransport {
-            api: api.clone(),
+        let mut t = DeviceTransport::unconnected(
+            api.clone(),
+            geometry,
+            device,
+            rank,
+            nranks,
+            fifo,
+            fixed_threads,
+        );
+        t.setup = api.stream_create()?;
+        let inbox_bytes = t.zero_fifo(&slot_peers)?;
+
+        let all = t.publish_fifo(bs)?;
+        let records = all
+            .iter()
+            .enumerate()
+            .map(|(p, b)| geometry.peer_record(p, b))
+            .collect::<Result<Vec<_>>>()?;
+        let routes = t.map_p2p_peers(bs, &records, bytes)?;
+
+        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &records));
+        if t.max_blocks != u32::MAX {
+            tracing::info!(
+                "rank {rank}: ranks share GPUs; at most {} blocks per launch",
+                t.max_blocks
+            );
+        }
+
+        let mut table = t.build_conn_table(&slot_peers, &routes.fifo)?;
+        if inbox_bytes > 0 && nranks > 1 {
+            // One host: every rank's allocation is cut alike.
+            let off = geometry.inbox_offset(&slot_peers, rank);
+            t.one_shot_inbox = routes.fifo.iter().map(|&f| f + off).collect();
+        }
+        let net = t.net_for_peers(bs, &routes.net)?;
+        let agreed = t.agree_on_host_links(bs, net.as_ref(), &routes.shm)?;
+        if agreed.shm {
+            t.connect_shm(bs, routes.shm, agreed.channels, &records, &mut table)?;
+        }
+        if let Some(net) = net {
+            t.connect_net(ctx, net, &routes.net, &agreed, &mut table)?;
+        }
+        t.conns = api.dev_alloc(table.len())?;
+        // SAFETY: `conns` holds `table.len()` bytes.
+        unsafe { api.copy_h2d(t.conns, &table) }?;
+        t.watch_abort(ctx.abort)?;
+        Ok(t)
+    }
+
+    /// A transport holding only its FIFO allocation `fifo`, so that Drop frees what `connect`
+    /// adds as it goes.
+    fn unconnected(
+        api: A,
+        geometry: FifoGeometry,
+        device: i32,
+        rank: u32,
+        nranks: u32,
+        fifo: DevicePtr,
+        fixed_threads: Option<u32>,
+    ) -> DeviceTransport<A> {
+        DeviceTransport {
+            api,
             device,
             rank,
             nranks,
@@ -277,14 +358,18 @@ impl<A: DeviceApi> DeviceTransport<A> {
             net: None,
             shm: None,
             net_link: None,
-        };
-        t.setup = api.stream_create()?;
-        let setup = t.setup;
+        }
+    }
+
+    /// Zeroes the FIFO's counters and its one-shot inbox on the setup stream; returns the
+    /// inbox's size in bytes.
+    fn zero_fifo(&self, slot_peers: &SlotPeers) -> Result<usize> {
+        let (api, fifo, setup) = (&self.api, self.fifo, self.setup);
         // Zero the counters (slots need no initialisation).
-        let zeros = vec![0u8; geometry.counter_bytes(nranks)];
+        let zeros = vec![0u8; self.geometry.counter_bytes(self.nranks)];
         // SAFETY: the FIFO allocation holds at least `zeros.len()` bytes at its start.
         unsafe { api.copy_h2d(fifo, &zeros) }?;
-        let inbox = fifo + geometry.inbox_offset(&slot_peers, rank);
+        let inbox = fifo + self.geometry.inbox_offset(slot_peers, self.rank);
         let inbox_bytes = slot_peers.inbox_bytes() as usize;
         if inbox_bytes > 0 {
             // Before the peers learn the address: none of them may write to it yet.
@@ -292,12 +377,19 @@ impl<A: DeviceApi> DeviceTransport<A> {
             unsafe { api.memset_zero_async(inbox, inbox_bytes, setup) }?;
             api.stream_sync(setup)?;
         }
+        Ok(inbox_bytes)
+    }
 
-        let handle = if nranks > 1 {
+    /// Publishes this rank's FIFO (its address, and an export handle for peers in other
+    /// processes) to every rank; returns every rank's record.
+    fn publish_fifo(&self, bs: &Bootstrap) -> Result<Vec<Vec<u8>>> {
+        let (api, rank, device, fifo) = (&self.api, self.rank, self.device, self.fifo);
+        let handle = if self.nranks > 1 {
             match api.export(fifo) {
                 Ok(h) => h.0,
                 Err(e) => {
-                    // Peers of this process need no handle; others fail below, naming us.
+                    // Peers of this process need no handle; others fail in `map_p2p_peers`,
+                    // naming us.
                     tracing::debug!(target: "oxccl::init", "rank {rank}: FIFO not exportable: {e}");
                     Vec::new()
                 }
@@ -305,19 +397,26 @@ impl<A: DeviceApi> DeviceTransport<A> {
         } else {
             Vec::new()
         };
-        let all = bs.all_gather(&publish(
+        bs.all_gather(&publish(
             std::process::id(),
             device,
             api.multiprocessors(device)?,
             fifo,
-            &geometry,
+            &self.geometry,
             &handle,
-        ))?;
-        let records = all
-            .iter()
-            .enumerate()
-            .map(|(p, b)| geometry.peer_record(p, b))
-            .collect::<Result<Vec<_>>>()?;
+        ))
+    }
+
+    /// Maps the FIFO of every P2P peer (its address in this process, else its imported export)
+    /// and sorts the other peers into SHM and NET peers.
+    fn map_p2p_peers(
+        &mut self,
+        bs: &Bootstrap,
+        records: &[PeerRecord<'_>],
+        bytes: u64,
+    ) -> Result<PeerRoutes> {
+        let (rank, nranks, device, fifo) = (self.rank, self.nranks, self.device, self.fifo);
+        let (api, geometry) = (&self.api, self.geometry);
         let me = &bs.peers()[rank as usize];
         let p2p_disabled = p2p_disabled();
         let shm_disabled = config::get(&vars::NCCL_SHM_DISABLE);
@@ -363,55 +462,72 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 let h = ShareableHandle(rec.handle.to_vec());
                 // SAFETY: the handle is the peer's export of its FIFO allocation of this size.
                 let va = unsafe { api.import(&h, device, bytes as usize) }?;
-                t.imported.push(va);
+                self.imported.push(va);
                 peer_fifo[p] = va;
             }
         }
+        Ok(PeerRoutes {
+            fifo: peer_fifo,
+            net: net_peers,
+            shm: shm_peers,
+        })
+    }
 
-        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &records));
-        if t.max_blocks != u32::MAX {
-            tracing::info!(
-                "rank {rank}: ranks share GPUs; at most {} blocks per launch",
-                t.max_blocks
-            );
-        }
-
+    /// Allocates the sender-local counters and builds the connection table on the FIFOs of
+    /// `peer_fifo`.
+    fn build_conn_table(
+        &mut self,
+        slot_peers: &SlotPeers,
+        peer_fifo: &[DevicePtr],
+    ) -> Result<Vec<u8>> {
+        let (api, geometry, nranks) = (&self.api, self.geometry, self.nranks);
         // Sender-local counters: the LL positions, and copies of the Simple counters that save
         // the sender reads across the link (1-1.5 us per small message measured on 2x H200;
         // OXCCL_LOCAL_COUNTERS=0 turns the copies off).
         let n = geometry.send_state_bytes(nranks);
-        t.send_state = api.dev_alloc(n)?;
+        self.send_state = api.dev_alloc(n)?;
         // SAFETY: `send_state` holds `n` bytes.
-        unsafe { api.copy_h2d(t.send_state, &vec![0u8; n]) }?;
+        unsafe { api.copy_h2d(self.send_state, &vec![0u8; n]) }?;
         let local_counters = config::get(&vars::OXCCL_LOCAL_COUNTERS);
-        let mut table = geometry.conn_table(
-            rank,
-            &slot_peers,
-            fifo,
-            &peer_fifo,
-            t.send_state,
+        Ok(geometry.conn_table(
+            self.rank,
+            slot_peers,
+            self.fifo,
+            peer_fifo,
+            self.send_state,
             local_counters,
-        );
-        if inbox_bytes > 0 && nranks > 1 {
-            // One host: every rank's allocation is cut alike.
-            let off = geometry.inbox_offset(&slot_peers, rank);
-            t.one_shot_inbox = peer_fifo.iter().map(|&f| f + off).collect();
-        }
-        // Plans must be cut alike on every rank: if any pair meets through host memory (NET or
-        // SHM), every rank keeps to their limits (channels, no one-shot kernels), and every
-        // rank's tuner weighs the same network link.
-        let net = if net_peers.is_empty() {
+        ))
+    }
+
+    /// The network and its devices for the NET peers `net_peers`; `None` without any.
+    fn net_for_peers(
+        &self,
+        bs: &Bootstrap,
+        net_peers: &[u32],
+    ) -> Result<Option<(Arc<dyn Net>, NetDevices)>> {
+        Ok(if net_peers.is_empty() {
             None
         } else {
             let net = choose_net(bs)?;
-            let gpu_pci = crate::net::gpu_pci_path(&api, device);
+            let gpu_pci = crate::net::gpu_pci_path(&self.api, self.device);
             let devices = NetDevices::choose(net.as_ref(), gpu_pci.as_deref(), bs)?;
             Some((net, devices))
-        };
-        let link = net
-            .as_ref()
-            .map(|(n, d)| device_link(n.as_ref(), d))
-            .transpose()?;
+        })
+    }
+
+    /// Agrees with every rank (collective) on the limits of the pairs that meet through host
+    /// memory and on the network link the tuner weighs.
+    fn agree_on_host_links(
+        &mut self,
+        bs: &Bootstrap,
+        net: Option<&(Arc<dyn Net>, NetDevices)>,
+        shm_peers: &[u32],
+    ) -> Result<Agreed> {
+        let (rank, geometry) = (self.rank, self.geometry);
+        // Plans must be cut alike on every rank: if any pair meets through host memory (NET or
+        // SHM), every rank keeps to their limits (channels, no one-shot kernels), and every
+        // rank's tuner weighs the same network link.
+        let link = net.map(|(n, d)| device_link(n.as_ref(), d)).transpose()?;
         let mut mine = vec![
             u8::from(link.is_some())
                 | u8::from(!shm_peers.is_empty()) << 1
@@ -429,71 +545,104 @@ impl<A: DeviceApi> DeviceTransport<A> {
         let crowded = all.iter().any(|v| v.first().is_some_and(|f| f & 8 != 0));
         let channels = net_channels(&geometry, any & 2 != 0, crowded);
         if any != 0 {
-            t.max_blocks = t.max_blocks.min(channels);
-            t.one_shot_inbox.clear();
+            self.max_blocks = self.max_blocks.min(channels);
+            self.one_shot_inbox.clear();
             let agreed = slowest_link(&all);
             if let Some(link) = agreed.filter(|_| rank == 0) {
                 tracing::info!(target: "oxccl::init", "{}", link_summary(link));
             }
-            t.net_link = Some(agreed.unwrap_or(NetLink::SOCKETS_ON_LOOPBACK));
+            self.net_link = Some(agreed.unwrap_or(NetLink::SOCKETS_ON_LOOPBACK));
         }
-        if any & 2 != 0 {
-            // Collective: every rank takes part, with or without SHM peers of its own.
-            let shm = ShmFifos::connect(&api, bs, &geometry, shm_peers, channels)?;
-            shm.patch_table(&mut table, &geometry, nranks);
-            for &p in shm.peers() {
-                tracing::info!(target: "oxccl::init",
-                    "Channels 00-{:02} : {rank}[{device}] -> {p}[{}] via SHM",
-                    channels - 1, records[p as usize].device);
-            }
-            t.shm = Some(shm);
-        }
-        if let Some((net, devices)) = net {
-            let gdr = crate::net::net_gdr(&api, device, net.as_ref(), &devices)?;
-            let later = match ctx.hosts {
-                Some(h) if runtime_connect => direct_only_peers(h, rank, &net_peers),
-                _ => BTreeSet::new(),
-            };
-            let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, &net_peers, channels);
-            t.direct_channels = direct;
-            let (later_peers, now): (Vec<_>, Vec<_>) =
-                net_peers.into_iter().partition(|(p, _)| later.contains(p));
-            let fifos = NetFifos::alloc(&api, &geometry, now, gdr, devices.clone())?;
-            fifos.patch_table(&mut table, &geometry, nranks);
-            let proxy = fifos.connect(bs, ctx.abort, net, device, ctx.timeout)?;
-            let later = later_peers.first().map(|&(_, channels)| {
-                tracing::info!(target: "oxccl::init",
-                    "rank {rank}: {} NET peers reached by direct plans only connect on first use \
-                     (NCCL_RUNTIME_CONNECT=0: at init)", later.len());
-                let links = LaterLinks {
-                    channels,
-                    geometry,
-                    nranks,
-                    gdr,
-                    devices,
-                    timeout: ctx.timeout,
-                };
-                RuntimeConnect::new(api.clone(), device, links, later, table.clone())
-            });
-            t.net = Some(NetSide::new(proxy, fifos, later));
-        }
-        t.conns = api.dev_alloc(table.len())?;
-        // SAFETY: `conns` holds `table.len()` bytes.
-        unsafe { api.copy_h2d(t.conns, &table) }?;
+        Ok(Agreed {
+            shm: any & 2 != 0,
+            runtime_connect,
+            channels,
+        })
+    }
 
+    /// Connects the SHM peers `shm_peers` on `channels` channels and enters their FIFOs in
+    /// `table`.
+    fn connect_shm(
+        &mut self,
+        bs: &Bootstrap,
+        shm_peers: Vec<u32>,
+        channels: u32,
+        records: &[PeerRecord<'_>],
+        table: &mut [u8],
+    ) -> Result<()> {
+        let (rank, nranks, device, geometry) = (self.rank, self.nranks, self.device, self.geometry);
+        // Collective: every rank takes part, with or without SHM peers of its own.
+        let shm = ShmFifos::connect(&self.api, bs, &geometry, shm_peers, channels)?;
+        shm.patch_table(table, &geometry, nranks);
+        for &p in shm.peers() {
+            tracing::info!(target: "oxccl::init",
+                "Channels 00-{:02} : {rank}[{device}] -> {p}[{}] via SHM",
+                channels - 1, records[p as usize].device);
+        }
+        self.shm = Some(shm);
+        Ok(())
+    }
+
+    /// Connects the NET peers `net_peers` over `net` (those that only direct plans reach on
+    /// first use, where every rank agreed to), enters their FIFOs in `table` and starts the
+    /// proxy.
+    fn connect_net(
+        &mut self,
+        ctx: &ConnectContext<'_>,
+        (net, devices): (Arc<dyn Net>, NetDevices),
+        net_peers: &[u32],
+        agreed: &Agreed,
+        table: &mut [u8],
+    ) -> Result<()> {
+        let (rank, nranks, device, geometry) = (self.rank, self.nranks, self.device, self.geometry);
+        let (api, bs, channels) = (&self.api, ctx.bootstrap, agreed.channels);
+        let gdr = crate::net::net_gdr(api, device, net.as_ref(), &devices)?;
+        let later = match ctx.hosts {
+            Some(h) if agreed.runtime_connect => direct_only_peers(h, rank, net_peers),
+            _ => BTreeSet::new(),
+        };
+        let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, net_peers, channels);
+        self.direct_channels = direct;
+        let (later_peers, now): (Vec<_>, Vec<_>) =
+            net_peers.into_iter().partition(|(p, _)| later.contains(p));
+        let fifos = NetFifos::alloc(api, &geometry, now, gdr, devices.clone())?;
+        fifos.patch_table(table, &geometry, nranks);
+        let proxy = fifos.connect(bs, ctx.abort, net, device, ctx.timeout)?;
+        let later = later_peers.first().map(|&(_, channels)| {
+            tracing::info!(target: "oxccl::init",
+                "rank {rank}: {} NET peers reached by direct plans only connect on first use \
+                 (NCCL_RUNTIME_CONNECT=0: at init)", later.len());
+            let links = LaterLinks {
+                channels,
+                geometry,
+                nranks,
+                gdr,
+                devices,
+                timeout: ctx.timeout,
+            };
+            RuntimeConnect::new(api.clone(), device, links, later, table.to_vec())
+        });
+        self.net = Some(NetSide::new(proxy, fifos, later));
+        Ok(())
+    }
+
+    /// Mirrors the communicator's flag `abort` into the transport's abort word, which the
+    /// kernels read.
+    fn watch_abort(&mut self, abort: &AbortFlag) -> Result<()> {
+        let rank = self.rank;
         // Abort flag in mapped pinned memory, mirrored from the communicator's flag.
-        let (host, dev) = api.host_alloc(64)?;
-        t.abort_host = host.cast();
-        t.abort_dev = dev;
+        let (host, dev) = self.api.host_alloc(64)?;
+        self.abort_host = host.cast();
+        self.abort_dev = dev;
         // SAFETY: `abort_host` points to at least 4 writable bytes of pinned memory.
-        unsafe { std::ptr::write_volatile(t.abort_host, 0) };
-        let flag = t.abort_host as usize;
-        t.watcher = Some(ctx.abort.watch(format!("oxccl-abort-r{rank}"), move || {
+        unsafe { std::ptr::write_volatile(self.abort_host, 0) };
+        let flag = self.abort_host as usize;
+        self.watcher = Some(abort.watch(format!("oxccl-abort-r{rank}"), move || {
             // SAFETY: `flag` is the transport's pinned abort word, freed only after the watcher
             // has been dropped (and so joined).
             unsafe { std::ptr::write_volatile(flag as *mut u32, 1) };
         })?);
-        Ok(t)
+        Ok(())
     }
 
     /// Queues `work` on `stream` (`Backend::launch`).
