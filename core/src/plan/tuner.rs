@@ -923,7 +923,7 @@ mod tests {
 
     #[test]
     fn sockets_on_loopback_reproduce_the_measured_table() {
-        // What socket.rs reports for `lo` (no speed in /sys: 10 Gb/s; latency 0: unknown).
+        // What the socket network (net/socket) reports for `lo` (no speed in /sys: 10 Gb/s; latency 0: unknown).
         assert_eq!(NetLink::reported(10_000, 0.0), NetLink::SOCKETS_ON_LOOPBACK);
         let c = crossovers(SOCKETS);
         assert_eq!(c, Crossovers::table(3));

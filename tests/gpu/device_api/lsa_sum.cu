@@ -52,9 +52,11 @@ __global__ void lsa_sum(ncclDevComm dc, ncclWindow_t win, float* user, size_t co
     out[i] = s;
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    // The window table finds the window of the user's pointer, and the local pointer is it.
-    if (ncclGetLocalPointer(win, 0) != (void*)user) atomicAdd(bad, 1);
-    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)user) atomicAdd(bad, 1);
+    // The local pointer is another mapping of the user's buffer (the same memory, not the same
+    // address), and this rank's world-rank pointer is the local one.
+    const float* local = (const float*)ncclGetLocalPointer(win, 0);
+    if (local[count - 1] != user[count - 1] || local[0] != user[0]) atomicAdd(bad, 1);
+    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)local) atomicAdd(bad, 1);
   }
   if (blockIdx.x == 0 && threadIdx.x < 32) {
     ncclWindow_t found = ncclFindWindow(ncclCoopWarp(), dc, user + 5);
