@@ -352,16 +352,10 @@ impl DeviceApi for CudaApi {
         Ok(RelaxedCapture(mode))
     }
 
-    fn executor(
-        &self,
-        device: i32,
-        dtype: DataType,
-        block_bytes: usize,
-        inline: bool,
-    ) -> Result<Executor> {
+    fn executor(&self, device: i32, dtype: DataType, block_bytes: usize) -> Result<Executor> {
         // Inline in the smallest parameter family that holds the block (1008, 4000 or 16000
         // bytes), else by address through the default entry points.
-        let inline = inline && block_bytes <= CUDA_LARGE_INLINE_ARGS_BYTES;
+        let inline = block_bytes <= CUDA_LARGE_INLINE_ARGS_BYTES;
         let (size, cap) = ParamsSize::for_block(block_bytes, inline);
         let func = self.modules.function(device, dtype, size)?;
         Ok(Executor {

@@ -349,13 +349,7 @@ impl DeviceApi for HipApi {
         Ok(HipRelaxed(Some((self.0.clone(), mode))))
     }
 
-    fn executor(
-        &self,
-        device: i32,
-        dtype: DataType,
-        _block_bytes: usize,
-        _inline: bool,
-    ) -> Result<Executor> {
+    fn executor(&self, device: i32, dtype: DataType, _block_bytes: usize) -> Result<Executor> {
         // HIP passes the block by address only (work.h: OXCCL_INLINE_ARGS_BYTES).
         Ok(Executor {
             func: self.0.function(device, dtype)? as Handle,

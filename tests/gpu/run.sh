@@ -346,9 +346,6 @@ if [ "$NGPU" -ge 2 ]; then
   # Without VMM (NCCL's switch): cuMemAlloc FIFOs, peer access in one process, cuIpc between two.
   run l2-initall-legacy NCCL_CUMEM_ENABLE=0 -- --mode initall --ranks 2 $SMALL $BIG1
   run l2-procs-legacy   NCCL_CUMEM_ENABLE=0 -- --mode procs --ranks 2 $SMALL $BIG1 --vmm
-  # Without sender-local FIFO counter copies (the default keeps them).
-  run c2-initall-remotectr OXCCL_LOCAL_COUNTERS=0 -- --mode initall --ranks 2 $SMALL $BIG
-  run c2-procs-remotectr   OXCCL_LOCAL_COUNTERS=0 -- --mode procs --ranks 2 $SMALL $BIG1 $GRAPH
   # Zero-copy plans at every size, in a graph too, and their fallback branch.
   run z2-initall-zc       OXCCL_ZERO_COPY=1 -- --mode initall --ranks 2 $SMALL $BIG
   run z2-threads-zc-graph OXCCL_ZERO_COPY=1 -- --mode threads --ranks 2 $SMALL $BIG1 $GRAPH

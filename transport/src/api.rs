@@ -196,15 +196,8 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// transport's own allocations and host waits do not invalidate a user's capture.
     fn relaxed_capture(&self) -> Result<Self::Relaxed>;
 
-    /// The executor for `dtype` on `device` for an argument block of `block_bytes`; `inline`
-    /// false forces the block to travel by address.
-    fn executor(
-        &self,
-        device: i32,
-        dtype: DataType,
-        block_bytes: usize,
-        inline: bool,
-    ) -> Result<Executor>;
+    /// The executor for `dtype` on `device` for an argument block of `block_bytes`.
+    fn executor(&self, device: i32, dtype: DataType, block_bytes: usize) -> Result<Executor>;
     /// The one-shot kernel for `dtype` on `device`.
     fn one_shot(&self, device: i32, dtype: DataType) -> Result<Handle>;
     /// Launches `func` with `grid` blocks of `threads` threads on `stream`; `params` is its one

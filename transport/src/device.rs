@@ -132,8 +132,6 @@ pub struct DeviceTransport<A: DeviceApi> {
     watcher: Option<AbortWatcher>,
     /// Our own non-blocking stream for set-up copies, never captured.
     setup: Handle,
-    /// Small argument blocks travel in the kernel parameters (`OXCCL_INLINE_ARGS=0`: never).
-    inline_args: bool,
     /// Threads per block of every launch when fixed (`OXCCL_BLOCK_THREADS`, or a vendor
     /// without [`DeviceApi::SIZED_LAUNCHES`]), else sized per launch ([`launch_threads`]).
     fixed_threads: Option<u32>,
@@ -352,7 +350,6 @@ impl<A: DeviceApi> DeviceTransport<A> {
             abort_dev: 0,
             watcher: None,
             setup: 0,
-            inline_args: config::get(&vars::OXCCL_INLINE_ARGS),
             fixed_threads,
             state: Mutex::new(LaunchState::default()),
             net: None,
@@ -482,20 +479,18 @@ impl<A: DeviceApi> DeviceTransport<A> {
     ) -> Result<Vec<u8>> {
         let (api, geometry, nranks) = (&self.api, self.geometry, self.nranks);
         // Sender-local counters: the LL positions, and copies of the Simple counters that save
-        // the sender reads across the link (1-1.5 us per small message measured on 2x H200;
-        // OXCCL_LOCAL_COUNTERS=0 turns the copies off).
+        // the sender reads across the link (1-1.5 us per small message measured on 2x H200).
         let n = geometry.send_state_bytes(nranks);
         self.send_state = api.dev_alloc(n)?;
         // SAFETY: `send_state` holds `n` bytes.
         unsafe { api.copy_h2d(self.send_state, &vec![0u8; n]) }?;
-        let local_counters = config::get(&vars::OXCCL_LOCAL_COUNTERS);
         Ok(geometry.conn_table(
             self.rank,
             slot_peers,
             self.fifo,
             peer_fifo,
             self.send_state,
-            local_counters,
+            true,
         ))
     }
 
@@ -725,10 +720,8 @@ impl<A: DeviceApi> DeviceTransport<A> {
             ..LaunchArgs::default()
         };
         // The vendor picks the entry point: inline in the smallest parameters that hold the
-        // block, else by address (OXCCL_INLINE_ARGS=0 always passes the address).
-        let exec = self
-            .api
-            .executor(self.device, work.dtype, layout.total, self.inline_args)?;
+        // block, else by address.
+        let exec = self.api.executor(self.device, work.dtype, layout.total)?;
         let threads = self
             .fixed_threads
             .unwrap_or_else(|| launch_threads(work, A::BLOCK_THREADS));
@@ -1298,7 +1291,7 @@ mod tests {
         fn relaxed_capture(&self) -> Result<()> {
             Ok(())
         }
-        fn executor(&self, _: i32, _: DataType, _: usize, _: bool) -> Result<Executor> {
+        fn executor(&self, _: i32, _: DataType, _: usize) -> Result<Executor> {
             Ok(Executor {
                 func: 1,
                 inline_cap: None,

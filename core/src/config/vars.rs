@@ -101,8 +101,6 @@ vars! {
         valid(|n| (1 << 10..=1 << 20).contains(n) && n % 16 == 0, "a multiple of 16 from 1024 to 1048576");
     OXCCL_BLOCK_THREADS: Option<u32> = None, Comm, "threads per kernel block for every launch (unset: sized per launch)",
         valid(block_threads, "a multiple of 32 from 32 to 512");
-    OXCCL_INLINE_ARGS: bool = true, Comm, "CUDA: 0 passes kernel argument blocks through device memory";
-    OXCCL_LOCAL_COUNTERS: bool = true, Comm, "0: senders read the receiver's Simple FIFO counters across the link";
     NCCL_P2P_DISABLE: bool = false, Comm, "1: no P2P between GPUs (SHM, or NET)";
     NCCL_P2P_LEVEL: Option<String> = None, Comm, "LOC or 0: no P2P between GPUs; other levels change nothing";
     NCCL_SHM_DISABLE: bool = false, Comm, "1: no SHM transport between GPUs of one host";
