@@ -129,8 +129,6 @@ vars! {
     OXCCL_SOCKET_WORKERS: Option<usize> = None, Comm, "most socket helper threads of a communicator";
     OXCCL_SOCKET_QUICKACK: bool = false, Comm, "1: acknowledge socket data at once (TCP_QUICKACK)";
     OXCCL_SOCKET_DUPLEX: bool = true, Comm, "0: data sockets carry one direction each";
-    OXCCL_NET_LL_SEND_THREAD: Option<bool> = None, Comm, "LL sends on their own proxy thread: 0 or 1 (unset: unless the machine is crowded)";
-    OXCCL_NET_PROXY_YIELD: Option<bool> = None, Comm, "idle proxy passes yield the CPU: 0 or 1 (unset: with few CPUs per rank)";
     OXCCL_NET_TRACE: Option<String> = None, Process, "directory the socket network writes traces of its transfers to";
 
     // Host backend, reliability.

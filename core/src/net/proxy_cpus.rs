@@ -4,7 +4,6 @@
 //! ranks that name themselves different hosts on one machine still share its CPUs).
 
 use crate::bootstrap::Bootstrap;
-use crate::config::{Env, vars};
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
 /// thread and the application's thread all poll. Where the ranks on a machine have fewer, the
@@ -43,22 +42,17 @@ impl ProxyCpus {
     /// The choice for a rank that shares this machine with `ranks_here - 1` other ranks of the
     /// communicator: by default the LL send thread where the machine has [`CPUS_PER_RANK`]
     /// CPUs per rank, and yielding where it has fewer than [`SPIN_CPUS_PER_RANK`].
-    /// `OXCCL_NET_LL_SEND_THREAD` and `OXCCL_NET_PROXY_YIELD` (`1` or `0`) force either.
     pub fn for_machine(ranks_here: u32) -> ProxyCpus {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        ProxyCpus::decide(Env::PROCESS, cpus, ranks_here)
+        ProxyCpus::decide(cpus, ranks_here)
     }
 
-    /// [`ProxyCpus::for_machine`] given the variables (`env`) and the machine's CPUs.
-    fn decide(env: Env<'_>, cpus: usize, ranks_here: u32) -> ProxyCpus {
+    /// [`ProxyCpus::for_machine`] given the machine's CPUs.
+    fn decide(cpus: usize, ranks_here: u32) -> ProxyCpus {
         let ranks = ranks_here.max(1) as usize;
         ProxyCpus {
-            ll_send_thread: env
-                .get(&vars::OXCCL_NET_LL_SEND_THREAD)
-                .unwrap_or(!crowded(cpus, ranks_here)),
-            yield_when_idle: env
-                .get(&vars::OXCCL_NET_PROXY_YIELD)
-                .unwrap_or(cpus < SPIN_CPUS_PER_RANK * ranks),
+            ll_send_thread: !crowded(cpus, ranks_here),
+            yield_when_idle: cpus < SPIN_CPUS_PER_RANK * ranks,
         }
     }
 
@@ -108,52 +102,23 @@ pub fn ranks_on_machine(machines: impl IntoIterator<Item = u64>, mine: u64) -> u
 mod tests {
     use super::*;
 
-    /// [`ProxyCpus::decide`] with these values of `OXCCL_NET_LL_SEND_THREAD` and
-    /// `OXCCL_NET_PROXY_YIELD`.
-    fn env_of<'a>(
-        ll: Option<&'a str>,
-        yields: Option<&'a str>,
-    ) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| match k {
-            "OXCCL_NET_LL_SEND_THREAD" => ll.map(String::from),
-            "OXCCL_NET_PROXY_YIELD" => yields.map(String::from),
-            _ => None,
-        }
-    }
-
-    fn decide(ll: Option<&str>, yields: Option<&str>, cpus: usize, ranks: u32) -> (bool, bool) {
-        let c = ProxyCpus::decide(Env::from_fn(&env_of(ll, yields)), cpus, ranks);
+    fn decide(cpus: usize, ranks: u32) -> (bool, bool) {
+        let c = ProxyCpus::decide(cpus, ranks);
         (c.ll_send_thread, c.yield_when_idle)
     }
 
     #[test]
-    fn the_ranks_on_the_machine_and_its_cpus_decide_unless_told() {
-        assert_eq!(decide(None, None, 16, 2), (true, false), "8 CPUs per rank");
-        assert_eq!(decide(None, None, 12, 2), (true, false), "6 CPUs per rank");
+    fn the_ranks_on_the_machine_and_its_cpus_decide() {
+        assert_eq!(decide(16, 2), (true, false), "8 CPUs per rank");
+        assert_eq!(decide(12, 2), (true, false), "6 CPUs per rank");
         assert_eq!(
-            decide(None, None, 16, 4),
+            decide(16, 4),
             (true, true),
             "4 CPUs per rank: the thread, and yielding"
         );
-        assert_eq!(decide(None, None, 15, 5), (true, true));
-        assert_eq!(
-            decide(None, None, 16, 6),
-            (false, true),
-            "6 ranks crowd 16 CPUs"
-        );
-        assert_eq!(
-            decide(None, None, 1, 0),
-            (false, true),
-            "no rank counts as one"
-        );
-        assert_eq!(decide(Some("0"), None, 128, 2), (false, false));
-        assert_eq!(decide(Some(" 1"), Some("0"), 2, 8), (true, false));
-        assert_eq!(decide(None, Some("1"), 128, 2), (true, true));
-        assert_eq!(
-            decide(Some("yes"), Some("maybe"), 2, 2),
-            (false, true),
-            "anything else: decided by CPUs"
-        );
+        assert_eq!(decide(15, 5), (true, true));
+        assert_eq!(decide(16, 6), (false, true), "6 ranks crowd 16 CPUs");
+        assert_eq!(decide(1, 0), (false, true), "no rank counts as one");
     }
 
     #[test]
@@ -174,7 +139,10 @@ mod tests {
 
     #[test]
     fn describe_names_both_choices() {
-        let c = ProxyCpus::decide(Env::from_fn(&env_of(Some("1"), Some("0"))), 1, 1);
+        let c = ProxyCpus {
+            ll_send_thread: true,
+            yield_when_idle: false,
+        };
         assert_eq!(
             c.describe(),
             "LL sends on their own proxy thread; idle passes spin"
