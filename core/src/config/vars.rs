@@ -127,8 +127,6 @@ vars! {
     NCCL_SOCKET_INLINE: Option<usize> = None, Comm, "largest message sent inline on the control socket";
     NCCL_SOCKET_MIN_TASKSIZE: Option<usize> = None, Comm, "smallest part a message is cut into across data sockets";
     OXCCL_SOCKET_WORKERS: Option<usize> = None, Comm, "most socket helper threads of a communicator";
-    OXCCL_SOCKET_QUICKACK: bool = false, Comm, "1: acknowledge socket data at once (TCP_QUICKACK)";
-    OXCCL_SOCKET_DUPLEX: bool = true, Comm, "0: data sockets carry one direction each";
     OXCCL_NET_TRACE: Option<String> = None, Process, "directory the socket network writes traces of its transfers to";
 
     // Host backend, reliability.

@@ -84,7 +84,7 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     };
     let config = SocketConfig {
         duplex,
-        // The environment's other settings (OXCCL_SOCKET_QUICKACK, ...).
+        // The environment's other settings.
         ..SocketConfig::from_env()
     };
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));

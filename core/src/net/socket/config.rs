@@ -27,9 +27,8 @@ pub struct SocketConfig {
 
 impl SocketConfig {
     /// Defaults, changed by `NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD` (data sockets; at
-    /// most 64), `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE`, `OXCCL_SOCKET_QUICKACK=1`
-    /// (ACKs as the kernel decides), `OXCCL_SOCKET_DUPLEX=0` (a control socket per direction)
-    /// and `OXCCL_SOCKET_WORKERS` (most helper threads).
+    /// most 64), `NCCL_SOCKET_INLINE`, `NCCL_SOCKET_MIN_TASKSIZE` and `OXCCL_SOCKET_WORKERS`
+    /// (most helper threads); delayed ACKs and duplex control sockets always.
     pub fn from_env() -> SocketConfig {
         SocketConfig::from_env_on(false)
     }
@@ -56,8 +55,8 @@ impl SocketConfig {
             min_task: get(&vars::NCCL_SOCKET_MIN_TASKSIZE)
                 .unwrap_or(d.min_task)
                 .max(1),
-            delay_acks: !get(&vars::OXCCL_SOCKET_QUICKACK),
-            duplex: get(&vars::OXCCL_SOCKET_DUPLEX),
+            delay_acks: true,
+            duplex: true,
             workers: get(&vars::OXCCL_SOCKET_WORKERS)
                 .filter(|&n| n > 0)
                 .unwrap_or(d.workers)

@@ -9,7 +9,7 @@
 //! [`SocketConfig::min_task`] bytes, each written (and read) by the helper thread of one data
 //! socket, so a large transfer runs on several cores and TCP streams at once.
 //!
-//! Where both ends allow it (`OXCCL_SOCKET_DUPLEX`, carried in the handle), the two directions
+//! Where both ends allow it (`SocketConfig::duplex`, carried in the handle), the two directions
 //! of a link between two ranks share one control socket, the one the lower rank opened
 //! ([`Net::pair`]): each small message then carries the TCP acknowledgement of the other
 //! direction's, instead of each direction's receiver sending ACKs of its own.
