@@ -354,7 +354,8 @@ pub struct ncclDevComm_t {
 
 /// NCCL's reciprocal of `x` for its fast 32-bit division (`idivRcp32`).
 pub fn idiv_rcp32(x: u32) -> u32 {
-    u32::MAX / x.max(1) + u32::from(x.is_power_of_two())
+    // Unsigned C arithmetic wraps: 1 gives 0, the value NCCL stores.
+    (u32::MAX / x.max(1)).wrapping_add(u32::from(x.is_power_of_two()))
 }
 
 /// `ncclDevCommRequirements_t`, NCCL 2.28's layout (2.29 prefixed a size, magic and version).

@@ -12,7 +12,7 @@ use crate::abi::{
 };
 use oxccl::dispatch::{self as runtime, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
-use oxccl_core::comm::symmetric::{FLAT_STRIDE_UNIT, FlatWindow};
+use oxccl_core::comm::symmetric::{FLAT_STRIDE_UNIT, FlatWindow, LsaTeam};
 use oxccl_core::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -89,6 +89,7 @@ struct DevCommResources {
 pub struct DeviceApi {
     comm: AnyComm,
     device: i32,
+    lsa: LsaTeam,
     slab: Slab,
     /// Device addresses of the window tables, each linked to the next.
     tables: Vec<DevicePtr>,
@@ -116,6 +117,7 @@ impl DeviceApi {
         Ok(DeviceApi {
             slab: Slab::new(device)?,
             device,
+            lsa: comm.lsa_team()?,
             comm,
             tables: Vec::new(),
             entries: Vec::new(),
@@ -158,8 +160,10 @@ impl DeviceApi {
             + (i % TABLE_ENTRIES * size_of::<ncclDevCommWindowEntry>()) as u64
     }
 
-    /// The descriptor of a window whose LSA rank 0 copy is at `flat` (or, unmapped, only this
-    /// rank's buffer at `user_ptr`), written to a fresh slot; returns the slot and what it holds.
+    /// The descriptor of a window whose LSA rank 0 copy is at `flat`, written to a fresh slot;
+    /// returns the slot and what it holds. Unmapped (a backend without flat mapping), the
+    /// descriptor points at this rank's buffer when it is the only one of its team, else at
+    /// nothing: device code then faults instead of reading the wrong rank's memory.
     fn descriptor(
         &mut self,
         user_ptr: DevicePtr,
@@ -169,8 +173,12 @@ impl DeviceApi {
         let at = self.slab.take(size_of::<ncclWindow_vidmem>())?;
         let d = ncclWindow_vidmem {
             winHost: host,
-            lsaFlatBase: flat.map_or(user_ptr, |f| f.base) as *mut _,
-            lsaRank: flat.map_or(0, |f| f.lsa.rank) as i32,
+            lsaFlatBase: match flat {
+                Some(f) => f.base,
+                None if self.lsa.size == 1 => user_ptr,
+                None => 0,
+            } as *mut _,
+            lsaRank: flat.map_or(self.lsa.rank, |f| f.lsa.rank) as i32,
             worldRank: self.comm.rank() as i32,
             stride4G: flat.map_or(0, |f| (f.stride / FLAT_STRIDE_UNIT) as u32),
             mcOffset4K: 0,

@@ -173,11 +173,11 @@ fn device_communicators_and_windows_made_in_one_group() {
         let (res, win, table) = unsafe { (*dc.resourceWindow, *wins[r].0, &*dc.windowTable) };
         assert_eq!(res, dc.resourceWindow_inlined);
         assert_eq!(res.worldRank, r as c_int);
-        // SAFETY: the resource buffers hold 256 + 1000 bytes, zeroed at creation.
-        let zeroed = unsafe { std::slice::from_raw_parts(res.lsaFlatBase as *const u8, 1256) };
-        assert!(zeroed.iter().all(|&b| b == 0));
+        // The host backend maps nothing flat: descriptors of a 3-rank team point at nothing
+        // rather than at one rank's memory for all.
+        assert!(res.lsaFlatBase.is_null() && win.lsaFlatBase.is_null());
         let buf = bufs[r].as_ptr() as usize;
-        assert_eq!((win.lsaFlatBase as usize, win.worldRank), (buf, r as c_int));
+        assert_eq!((win.lsaRank, win.worldRank), (r as c_int, r as c_int));
         assert!(!win.winHost.is_null());
         let e = table.entries[0];
         assert_eq!((e.base, e.size, e.window), (buf, 4096, wins[r].0 as usize));
@@ -199,6 +199,43 @@ fn device_communicators_and_windows_made_in_one_group() {
         // The table entry is free again.
         // SAFETY: as above.
         assert_eq!(unsafe { (*dc.windowTable).entries[0].window }, 0);
+    }
+    destroy(c);
+}
+
+#[test]
+fn a_lone_rank_s_descriptors_point_at_its_buffers() {
+    setup();
+    let c = comms(1);
+    let mut buf = vec![1.0f32; 256];
+    let mut win = ncclWindow_t(std::ptr::null_mut());
+    // SAFETY: plain C data.
+    let mut dc: ncclDevComm_t = unsafe { std::mem::zeroed() };
+    let mut reqs = zero_reqs();
+    reqs.lsaBarrierCount = 4;
+    // SAFETY: valid pointers; the buffer outlives the window.
+    unsafe {
+        let b = buf.as_mut_ptr().cast::<c_void>();
+        let r = ncclCommWindowRegister(c[0], b, 1024, &mut win, NCCL_WIN_COLL_SYMMETRIC);
+        assert_eq!(r, R::SUCCESS, "{}", last_error());
+        assert_eq!(
+            ncclDevCommCreate(c[0], &reqs, &mut dc),
+            R::SUCCESS,
+            "{}",
+            last_error()
+        );
+    }
+    // SAFETY: host-backend descriptors are host memory.
+    let (w, res) = unsafe { (*win.0, *dc.resourceWindow) };
+    assert_eq!(w.lsaFlatBase as usize, buf.as_ptr() as usize);
+    // Four barriers of one rank: 16 words, zeroed at creation.
+    // SAFETY: the resource buffers hold at least 64 bytes.
+    let state = unsafe { std::slice::from_raw_parts(res.lsaFlatBase as *const u32, 16) };
+    assert!(state.iter().all(|&v| v == 0));
+    // SAFETY: live handles, not used afterwards.
+    unsafe {
+        assert_eq!(ncclDevCommDestroy(c[0], &dc), R::SUCCESS);
+        assert_eq!(ncclCommWindowDeregister(c[0], win), R::SUCCESS);
     }
     destroy(c);
 }
