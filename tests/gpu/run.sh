@@ -15,7 +15,7 @@
 #   s2-*-split                     on a communicator split from the world one, ranks reversed
 #   o2-*-offsets-vmm               ncclMemAlloc (VMM) arenas, buffer addresses moving inside them
 #   z2-*                           zero-copy plans at every size (OXCCL_ZERO_COPY=1), and their
-#                                  fallback branch (rank 1 hides its buffers)
+#                                  fallback branch (rank 1's buffers from a pool its peer cannot map)
 #   x2-*                           one-shot kernels wherever they take the message
 #                                  (OXCCL_ONE_SHOT=1: LL up to 256 KiB per peer, Simple to 2 MiB;
 #                                  NCCL_PROTO=Simple: Simple at every size), and small messages
@@ -349,7 +349,8 @@ if [ "$NGPU" -ge 2 ]; then
   # Zero-copy plans at every size, in a graph too, and their fallback branch.
   run z2-initall-zc       OXCCL_ZERO_COPY=1 -- --mode initall --ranks 2 $SMALL $BIG
   run z2-threads-zc-graph OXCCL_ZERO_COPY=1 -- --mode threads --ranks 2 $SMALL $BIG1 $GRAPH
-  run z2-initall-zc-hide1 OXCCL_ZERO_COPY=1 OXCCL_ZERO_COPY_HIDE_RANKS=1 -- --mode initall --ranks 2 $SMALL $BIG1
+  run_want z2-initall-zc-hide1 "exposed false" OXCCL_ZERO_COPY=1 NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=COLL \
+    -- --mode initall --ranks 2 $SMALL $BIG1 --hide-rank 1
   # One-shot kernels at every size they take: LL with one to four packets per thread, then
   # Simple (300001 f64 elements do not fit: the plans run); Simple alone at every size; in a
   # graph across processes too; and the plans the tuner gives small messages without them.

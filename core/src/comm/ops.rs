@@ -600,15 +600,14 @@ impl<B: Backend> Communicator<B> {
         if zero_copy {
             work = plan::zero_copy::wrap(&req, work);
             let backend = &inner.backend;
-            work.exposed = inner.tuner.may_expose(inner.rank)
-                && [a.send, a.recv]
-                    .iter()
-                    .all(|&p| p == 0 || backend.exposable(p));
+            work.exposed = [a.send, a.recv]
+                .iter()
+                .all(|&p| p == 0 || backend.exposable(p));
         }
         let work = Arc::new(work);
-        debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {}",
+        debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {} exposed {}",
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
-            zero_copy);
+            zero_copy, work.exposed);
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
         unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream) }
     }

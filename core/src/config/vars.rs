@@ -85,8 +85,6 @@ vars! {
         valid(positive, "a positive integer");
     OXCCL_ONE_SHOT: Option<bool> = None, Comm, "one-shot kernels: 0 off, 1 wherever they take the message (unset: by size)";
     OXCCL_ZERO_COPY: Option<bool> = None, Comm, "zero-copy plans: 0 off, 1 at every size (unset: by size)";
-    OXCCL_ZERO_COPY_HIDE_RANKS: Option<String> = None, Comm,
-        "comma-separated ranks that never expose their buffers to zero-copy plans", hook();
 
     // GPU transports.
     OXCCL_FIFO_CHANNELS: usize = 32, Process, "GPU FIFO channels per peer (1-32; equal on every rank)",

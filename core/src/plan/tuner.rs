@@ -467,9 +467,6 @@ pub struct Tuner {
     chunk_bytes: Option<u64>,
     /// `OXCCL_ZERO_COPY`: `Some(false)` never, `Some(true)` at every size; `None`: the table.
     zero_copy: Option<bool>,
-    /// `OXCCL_ZERO_COPY_HIDE_RANKS`: ranks that never expose their buffers, so that zero-copy
-    /// plans take their fallback branch (tests).
-    hidden_ranks: Vec<u32>,
     /// `OXCCL_ONE_SHOT`: `Some(false)` never, `Some(true)` whenever the kernels take the
     /// message; `None`: the table.
     one_shot: Option<bool>,
@@ -510,24 +507,6 @@ impl Tuner {
         t.chunk_bytes = env.get(&vars::OXCCL_CHUNK_BYTES);
         t.zero_copy = env.get(&vars::OXCCL_ZERO_COPY);
         t.one_shot = env.get(&vars::OXCCL_ONE_SHOT);
-        if let Some(v) = env.get(&vars::OXCCL_ZERO_COPY_HIDE_RANKS) {
-            t.hidden_ranks = v
-                .split(',')
-                .filter(|x| !x.trim().is_empty())
-                .filter_map(|x| match x.trim().parse() {
-                    Ok(r) => Some(r),
-                    Err(_) => {
-                        crate::config::bad_value(
-                            "OXCCL_ZERO_COPY_HIDE_RANKS",
-                            x.trim(),
-                            "a list of ranks",
-                            "the other entries",
-                        );
-                        None
-                    }
-                })
-                .collect();
-        }
         t
     }
 
@@ -561,11 +540,6 @@ impl Tuner {
                 && message_bytes <= HEURISTICS.one_shot_max_nvlink[k])
                 .then_some(by_size),
         }
-    }
-
-    /// Whether `rank` may expose its buffers to zero-copy plans (`OXCCL_ZERO_COPY_HIDE_RANKS`).
-    pub fn may_expose(&self, rank: u32) -> bool {
-        !self.hidden_ranks.contains(&rank)
     }
 
     /// Whether `kind` moving `bytes` uses a zero-copy plan when the ranks share an address space.
@@ -745,8 +719,6 @@ mod tests {
         assert!(on.zero_copy(CollKind::Scatter, 8, nvl));
         assert!(!on.zero_copy(CollKind::SendRecv, 1 << 30, nvl));
         assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, nvl));
-        let hide = tuner(&[("OXCCL_ZERO_COPY_HIDE_RANKS", "1, 3,x")]);
-        assert!(hide.may_expose(0) && !hide.may_expose(1) && !hide.may_expose(3));
     }
 
     #[test]

@@ -31,6 +31,8 @@
 //!   poisoned guard bytes on each side of both buffers must survive the operation.
 //! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
 //!   returns) instead of `cuMemAlloc` / `hipMalloc`.
+//! - `--hide-rank R`: rank R's buffers come from a stream-ordered memory pool, which its peers
+//!   cannot map: zero-copy plans must take their fallback branch (CUDA).
 //! - `--p2p-alltoall`: out-of-place AlltoAll cases are issued as nccl-tests and PyTorch issue
 //!   them, a group of `ncclSend` / `ncclRecv` to and from every rank, instead of through
 //!   `ncclAlltoAll`: send/receive plans give each rank distance a channel of its own, so this
@@ -81,6 +83,8 @@ struct Opts {
     split: bool,
     offsets: bool,
     vmm: bool,
+    /// The rank whose buffers its peers cannot map.
+    hide_rank: Option<usize>,
     /// Out-of-place AlltoAll cases as grouped sends and receives.
     p2p_alltoall: bool,
     /// Print the cases and exit (no GPU needed).
@@ -183,6 +187,7 @@ fn opts() -> Opts {
         split: false,
         offsets: false,
         vmm: false,
+        hide_rank: None,
         p2p_alltoall: false,
         list: false,
         worker: None,
@@ -207,6 +212,7 @@ fn opts() -> Opts {
             "--graph" => o.graph = v.parse().expect("--graph REPLAYS"),
             "--worker" => o.worker = Some(v.parse().expect("--worker RANK")),
             "--dead-peer" => o.dead_peer = Some(v.parse().expect("--dead-peer COUNT")),
+            "--hide-rank" => o.hide_rank = Some(v.parse().expect("--hide-rank RANK")),
             "--split" => (o.split, flag) = (true, true),
             "--offsets" => (o.offsets, flag) = (true, true),
             "--vmm" => (o.vmm, flag) = (true, true),
@@ -267,6 +273,30 @@ fn offsets(idx: usize, rank: usize) -> (usize, usize) {
 struct Arena {
     send: DevicePtr,
     recv: DevicePtr,
+    mem: Mem,
+}
+
+/// Where a rank's buffers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mem {
+    /// `cuMemAlloc` / `hipMalloc`.
+    Plain,
+    /// The backend's `mem_alloc` (`--vmm`).
+    Vmm,
+    /// Memory its peers cannot map (`--hide-rank`).
+    Unshared,
+}
+
+impl Mem {
+    fn of(o: &Opts, rank: usize) -> Mem {
+        if o.hide_rank == Some(rank) {
+            Mem::Unshared
+        } else if o.vmm {
+            Mem::Vmm
+        } else {
+            Mem::Plain
+        }
+    }
 }
 
 /// One rank driven by the calling thread.
@@ -277,23 +307,23 @@ struct RankCtx<B: CheckDevice> {
     arena: Option<Arena>,
 }
 
-fn dalloc<B: CheckDevice>(b: &B, dev: i32, bytes: usize, vmm: bool) -> Result<DevicePtr> {
-    if vmm {
-        b.mem_alloc(dev, bytes.max(1))
-    } else {
-        b.alloc_plain(dev, bytes)
+fn dalloc<B: CheckDevice>(b: &B, dev: i32, bytes: usize, mem: Mem) -> Result<DevicePtr> {
+    match mem {
+        Mem::Vmm => b.mem_alloc(dev, bytes.max(1)),
+        Mem::Plain => b.alloc_plain(dev, bytes),
+        Mem::Unshared => b.alloc_unshared(dev, bytes),
     }
 }
 
 /// # Safety
-/// `p` came from [`dalloc`] with the same `vmm` and no work uses it any more.
-unsafe fn dfree<B: CheckDevice>(b: &B, dev: i32, p: DevicePtr, vmm: bool) -> Result<()> {
+/// `p` came from [`dalloc`] with the same `mem` and no work uses it any more.
+unsafe fn dfree<B: CheckDevice>(b: &B, dev: i32, p: DevicePtr, mem: Mem) -> Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
-        if vmm {
-            b.mem_free(p)
-        } else {
-            b.free_plain(dev, p)
+        match mem {
+            Mem::Vmm => b.mem_free(p),
+            Mem::Plain => b.free_plain(dev, p),
+            Mem::Unshared => b.free_unshared(dev, p),
         }
     }
 }
@@ -307,23 +337,28 @@ fn make_arena<B: CheckDevice>(b: &B, o: &Opts, dev: i32, n: usize, rank: usize) 
         send = send.max((so + se) * es + GUARD);
         recv = recv.max((ro + re) * es + GUARD);
     }
-    let s = dalloc(b, dev, send, o.vmm)?;
-    match dalloc(b, dev, recv, o.vmm) {
-        Ok(r) => Ok(Arena { send: s, recv: r }),
+    let mem = Mem::of(o, rank);
+    let s = dalloc(b, dev, send, mem)?;
+    match dalloc(b, dev, recv, mem) {
+        Ok(r) => Ok(Arena {
+            send: s,
+            recv: r,
+            mem,
+        }),
         Err(e) => {
             // SAFETY: just allocated, unused.
-            let _ = unsafe { dfree(b, dev, s, o.vmm) };
+            let _ = unsafe { dfree(b, dev, s, mem) };
             Err(e)
         }
     }
 }
 
-fn free_arena<B: CheckDevice>(b: &B, o: &Opts, rc: &mut RankCtx<B>) {
+fn free_arena<B: CheckDevice>(b: &B, rc: &mut RankCtx<B>) {
     if let Some(a) = rc.arena.take() {
         // SAFETY: every case's operation completed (its stream was synchronised).
         unsafe {
-            let _ = dfree(b, rc.dev, a.send, o.vmm);
-            let _ = dfree(b, rc.dev, a.recv, o.vmm);
+            let _ = dfree(b, rc.dev, a.send, a.mem);
+            let _ = dfree(b, rc.dev, a.recv, a.mem);
         }
     }
 }
@@ -340,7 +375,7 @@ struct Prep {
     recv_len: usize,
     /// Allocated for this case alone (freed afterwards), not inside an arena.
     owned: bool,
-    vmm: bool,
+    mem: Mem,
     args: CollArgs,
     /// Where the output to check starts, and its bytes.
     out: DevicePtr,
@@ -378,12 +413,12 @@ fn prepare<B: CheckDevice>(
             (ds, dr, false, guards)
         }
         None => {
-            let s = dalloc(b, rc.dev, send_len, o.vmm)?;
-            let r = match dalloc(b, rc.dev, recv_len, o.vmm) {
+            let s = dalloc(b, rc.dev, send_len, Mem::of(o, rank))?;
+            let r = match dalloc(b, rc.dev, recv_len, Mem::of(o, rank)) {
                 Ok(r) => r,
                 Err(e) => {
                     // SAFETY: just allocated, unused.
-                    let _ = unsafe { dfree(b, rc.dev, s, o.vmm) };
+                    let _ = unsafe { dfree(b, rc.dev, s, Mem::of(o, rank)) };
                     return Err(e);
                 }
             };
@@ -433,7 +468,7 @@ fn prepare<B: CheckDevice>(
         send_len,
         recv_len,
         owned,
-        vmm: o.vmm,
+        mem: Mem::of(o, rank),
         args,
         out: rp,
         out_len: recv_len,
@@ -616,8 +651,8 @@ fn release<B: CheckDevice>(b: &B, p: &Prep) {
     if p.owned {
         // SAFETY: the operation completed (its stream was synchronised).
         unsafe {
-            let _ = dfree(b, p.dev, p.dsend, p.vmm);
-            let _ = dfree(b, p.dev, p.drecv, p.vmm);
+            let _ = dfree(b, p.dev, p.dsend, p.mem);
+            let _ = dfree(b, p.dev, p.drecv, p.mem);
         }
     }
 }
@@ -1052,7 +1087,7 @@ fn run_initall<B: CheckDevice>(b: &Arc<B>, o: &Opts, ndev: usize, label: &str) -
     let t = run_cases(b.as_ref(), o, &ctxs, label);
     step("initall destroy");
     for rc in &mut ctxs {
-        free_arena(b.as_ref(), o, rc);
+        free_arena(b.as_ref(), rc);
     }
     drop(ctxs);
     if o.split {
@@ -1097,7 +1132,7 @@ fn run_rank<B: CheckDevice>(
     };
     let t = run_cases(b.as_ref(), o, std::slice::from_ref(&rc), label);
     step(&format!("rank {rank} destroy"));
-    free_arena(b.as_ref(), o, &mut rc);
+    free_arena(b.as_ref(), &mut rc);
     drop(rc);
     if o.split {
         comm.destroy()?;
@@ -1158,6 +1193,10 @@ fn check<B: CheckDevice>(o: Opts) -> ! {
         (o.split, "split".into()),
         (o.offsets, "offsets".into()),
         (o.vmm, "vmm".into()),
+        (
+            o.hide_rank.is_some(),
+            format!("hide-rank={:?}", o.hide_rank),
+        ),
     ] {
         if on {
             label += " ";

@@ -15,6 +15,40 @@ impl CheckDevice for CudaBackend {
         self.stream_create(device)
     }
 
+    fn alloc_unshared(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
+        // The device's default memory pool: its memory is not legacy-IPC capable, so the
+        // backend reports it as not exposable to peers.
+        let _g = self.memory().bind(device)?;
+        let mut p = 0;
+        // SAFETY: allocates on the legacy default stream of `device`'s context, then waits.
+        unsafe {
+            check(
+                "cuMemAllocAsync",
+                sys::cuMemAllocAsync(&mut p, bytes.max(1), std::ptr::null_mut()),
+            )?;
+            check(
+                "cuStreamSynchronize",
+                sys::cuStreamSynchronize(std::ptr::null_mut()),
+            )?;
+        }
+        Ok(p)
+    }
+
+    unsafe fn free_unshared(&self, device: i32, ptr: DevicePtr) -> Result<()> {
+        let _g = self.memory().bind(device)?;
+        // SAFETY: `ptr` came from `alloc_unshared` and no work uses it (the caller's contract).
+        unsafe {
+            check(
+                "cuMemFreeAsync",
+                sys::cuMemFreeAsync(ptr, std::ptr::null_mut()),
+            )?;
+            check(
+                "cuStreamSynchronize",
+                sys::cuStreamSynchronize(std::ptr::null_mut()),
+            )
+        }
+    }
+
     fn begin_capture(&self, device: i32, stream: &CudaStream, thread_local: bool) -> Result<()> {
         let mode = if thread_local {
             sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL

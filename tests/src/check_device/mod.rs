@@ -73,6 +73,23 @@ pub trait CheckDevice: Backend {
     /// `ptr` came from `alloc_plain` on `device` and no work uses it.
     unsafe fn free_plain(&self, device: i32, ptr: DevicePtr) -> Result<()>;
 
+    /// Device memory on `device` that peers cannot map (zero-copy plans must fall back);
+    /// backends without such memory refuse.
+    fn alloc_unshared(&self, _device: i32, _bytes: usize) -> Result<DevicePtr> {
+        Err(oxccl_core::Error::usage(format!(
+            "{} has no unshared memory (--hide-rank)",
+            Self::NAME
+        )))
+    }
+
+    /// Frees [`CheckDevice::alloc_unshared`] memory.
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc_unshared` on `device` and no work uses it.
+    unsafe fn free_unshared(&self, _device: i32, _ptr: DevicePtr) -> Result<()> {
+        Ok(())
+    }
+
     /// Copies `src` to `dst` on `device`; the copy has landed when this returns, for work on any
     /// stream.
     ///
