@@ -6,7 +6,7 @@
 # Extra arguments go to oxccl-bench and override the defaults (see `oxccl-bench --help`), e.g.
 #   --launch procs (one process per GPU), --inplace, --graph (CUDA graphs),
 #   --reg register|window (ncclCommRegister / ncclMemAlloc + symmetric windows), -e 8G.
-# OXCCL_BENCH_JSON=FILE also writes every row as JSON (plot: tests/bench/plot.py FILE OUT.png).
+# OXCCL_BENCH_JSON=FILE also writes every row as JSON (plot: bench/tools/plot.py FILE OUT.png).
 # Tuning variables (NCCL_*, OXCCL_*) pass through to both libraries and are printed.
 # Kernels are compiled for the GPUs this machine has, unless OXCCL_CUDA_ARCHS / OXCCL_HIP_ARCHS
 # say otherwise: every target costs minutes (docs/kernels.md, "Compile times"), and a flavour
@@ -24,7 +24,7 @@ if [ -z "${OXCCL_HIP_ARCHS+set}" ]; then
 fi
 echo "main-job: kernels for CUDA [${OXCCL_CUDA_ARCHS}] HIP [${OXCCL_HIP_ARCHS}]" >&2
 if [ -z "${OXCCL_PREBUILT:-}" ]; then
-  cargo build --release -p oxccl-tests --bin oxccl-bench
+  cargo build --release -p oxccl-bench
   cargo xtask install --prefix dist >/dev/null
 fi
 bench=${OXCCL_BENCH:-target/release/oxccl-bench}

@@ -14,7 +14,7 @@ export OXCCL_CUDA_ARCHS=${OXCCL_CUDA_ARCHS:-90}
 # A target directory of its own: the host-only builds of the workspace then keep theirs.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-gpu}
 cargo xtask install --prefix dist
-cargo build --release -p oxccl-tests --bins
+cargo build --release -p oxccl-tests -p oxccl-bench --bins
 pack=$(mktemp -d)
 trap 'rm -rf "$pack"' EXIT
 mkdir -p "$pack/lib" "$pack/bin" .carry

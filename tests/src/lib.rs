@@ -5,7 +5,6 @@
 //! representable; the reference is computed in f64/i128 straight from the inputs, so results
 //! are compared bit for bit (Avg on floating types allows the one rounding of its division).
 
-pub mod bench;
 pub mod check_device;
 pub mod cudart;
 pub mod harness;

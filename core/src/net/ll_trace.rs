@@ -7,7 +7,7 @@
 //!   it consumed (receive side);
 //! - `passes-pid<P>-<thread>.csv` and `.txt` (one per proxy thread): the start, length, outcome
 //!   and time in the socket network's system calls of the thread's latest passes, and a summary
-//!   of those calls (count and mean time, for the whole process). `tests/bench/net_trace.py`
+//!   of those calls (count and mean time, for the whole process). `bench/tools/net_trace.py`
 //!   reads a directory of these.
 //!
 //! The times are `CLOCK_MONOTONIC` nanoseconds, one clock for every process of a machine, so a

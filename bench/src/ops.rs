@@ -1,9 +1,9 @@
 //! The operations: names, nccl-tests' sizes and bandwidth factors, buffer layouts (in and out
 //! of place), and one rank's call.
 
-use crate::cudart::Stream;
-use crate::nccl_lib::{NcclLib, RawComm};
 use oxccl_core::plan::CollKind;
+use oxccl_tests::cudart::Stream;
+use oxccl_tests::nccl_lib::{NcclLib, RawComm};
 use std::ffi::c_void;
 
 /// Every operation the benchmark runs, in `--op all` order.
@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn buffers_hold_max_bytes_even_for_8_gib() {
-        let sizes = crate::bench::options::sweep_sizes(8, 8 << 30, 2);
+        let sizes = crate::options::sweep_sizes(8, 8 << 30, 2);
         for ip in [false, true] {
             let (s, r) = buffer_bytes(&ALL_OPS, &sizes, 4, 8, ip);
             assert!(s <= 8 << 30 && r <= 8 << 30, "{s} {r}");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown tables from oxccl-bench --json files: ours vs theirs per op and size.
 
-    python3 tests/bench/table.py A.json [B.json ...] > table.md
+    python3 bench/tools/table.py A.json [B.json ...] > table.md
 
 Each row: size, our time, their time, ours/theirs (time ratio, < 1 is faster), our and their
 busbw. Rows with wrong elements are marked with "!".

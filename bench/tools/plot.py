@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots an oxccl-bench --json file.
 
-usage: tests/bench/plot.py FILE.json OUT.png [--ops allreduce,allgather] [--title TEXT]
+usage: bench/tools/plot.py FILE.json OUT.png [--ops allreduce,allgather] [--title TEXT]
 
 Two panels: bus bandwidth (GB/s) against message size, and time per iteration (us) against
 message size, both with a logarithmic size axis; one line per library x operation (colour per

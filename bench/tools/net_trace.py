@@ -3,7 +3,7 @@
 
     OXCCL_NET_TRACE=/tmp/tr OXCCL_NET_CHANNELS=1 OXCCL_TEST_HOSTS=2 \\
         oxccl-bench --launch procs -n 2 --op allreduce -b 8 -e 8 -i 20000 ...
-    python3 tests/bench/net_trace.py /tmp/tr [more dirs]
+    python3 bench/tools/net_trace.py /tmp/tr [more dirs]
 
 Needs the two ranks' LL traces of channel 0 (the processes must share a clock: "hosts" on one
 machine). For the middle of the run it prints quantiles (p10 p25 p50 p75 p90, us) of:

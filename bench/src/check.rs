@@ -5,10 +5,10 @@
 //! element; `tests` below checks it equals `Case::expected` on small cases.
 
 use super::mem::Device;
-use crate::{TestOp, count_wrong, fill_input, input_value, reduce_ref};
 use oxccl_core::datatype::DataType;
 use oxccl_core::plan::CollKind;
 use oxccl_core::reduce::store_f64;
+use oxccl_tests::{TestOp, count_wrong, fill_input, input_value, reduce_ref};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Elements per chunk.
@@ -206,8 +206,8 @@ pub unsafe fn verify_all(items: &[(At<'_>, Expect, usize)]) -> Result<usize, Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::ops::ALL_OPS;
-    use crate::{Case, POISON};
+    use crate::ops::ALL_OPS;
+    use oxccl_tests::{Case, POISON};
 
     #[test]
     fn chunked_reference_equals_case_expected() {

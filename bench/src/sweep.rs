@@ -13,10 +13,12 @@ use super::ops::{
 };
 use super::options::{Launch, Options, Reg};
 use super::progress::Progress;
-use crate::cudart::{CAPTURE_MODE_GLOBAL, CAPTURE_MODE_THREAD_LOCAL, Cudart, GraphExec, Stream};
-use crate::nccl_lib::{NcclLib, RawComm, RawUniqueId};
-use crate::{POISON, TestOp};
 use oxccl_core::plan::CollKind;
+use oxccl_tests::cudart::{
+    CAPTURE_MODE_GLOBAL, CAPTURE_MODE_THREAD_LOCAL, Cudart, GraphExec, Stream,
+};
+use oxccl_tests::nccl_lib::{NcclLib, RawComm, RawUniqueId};
+use oxccl_tests::{POISON, TestOp};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;

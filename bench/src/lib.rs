@@ -5,7 +5,7 @@
 //! and #wrong from an element-by-element check against an independent reference. Ranks are
 //! threads (`--launch threads`), one thread driving every GPU (`initall`) or processes
 //! (`procs`); memory is host memory on the host backend or GPU memory (`--mem`). See
-//! [`options::USAGE`]; `tests/bench/plot.py` plots the `--json` file.
+//! [`options::USAGE`]; `bench/tools/plot.py` plots the `--json` file.
 
 pub mod check;
 pub mod mem;
@@ -16,10 +16,10 @@ pub mod progress;
 pub mod report;
 pub mod sweep;
 
-use crate::cudart::Cudart;
-use crate::nccl_lib::NcclLib;
 use mem::reg_support;
 use options::{Launch, Mem, Options, USAGE};
+use oxccl_tests::cudart::Cudart;
+use oxccl_tests::nccl_lib::NcclLib;
 use progress::Progress;
 use report::{LibRun, Outcome};
 use std::io::Write;

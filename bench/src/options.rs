@@ -158,7 +158,7 @@ usage: oxccl-bench [options]
   --reg none|register|window
                         cudaMalloc; cudaMalloc + ncclCommRegister; ncclMemAlloc +
                         ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) (default none)
-  --json FILE           write every row of every library as JSON (tests/bench/plot.py plots it)
+  --json FILE           write every row of every library as JSON (bench/tools/plot.py plots it)
   -h, --help            this text
 Sizes follow nccl-tests: the size is the total message (allgather/alltoall/gather: all ranks'
 blocks); busbw uses nccl-tests' factors. Times are the slowest rank's average per iteration.

@@ -8,9 +8,9 @@ use super::ops::op_name;
 use super::options::{Mem, Options};
 use super::progress::Progress;
 use super::sweep::{Allocated, Init, Point, Runner, Sweep, merge, unique_id};
-use crate::cudart::Cudart;
-use crate::nccl_lib::{NcclLib, RawUniqueId};
 use oxccl_core::plan::CollKind;
+use oxccl_tests::cudart::Cudart;
+use oxccl_tests::nccl_lib::{NcclLib, RawUniqueId};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -146,7 +146,7 @@ pub fn run_procs(
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        crate::apply_test_host(&mut cmd, rank, n);
+        oxccl_tests::apply_test_host(&mut cmd, rank, n);
         let spawned = cmd.spawn();
         let mut child = match spawned {
             Ok(c) => c,

@@ -1,6 +1,6 @@
 //! nccl-tests-style benchmark of any NCCL-ABI library (ours or NVIDIA's), loaded at run time:
-//! see `oxccl_tests::bench` and `oxccl-bench --help`.
+//! see the `oxccl_bench` library and `oxccl-bench --help`.
 
 fn main() {
-    oxccl_tests::bench::main();
+    oxccl_bench::main();
 }

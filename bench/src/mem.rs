@@ -2,8 +2,8 @@
 //! sweep and optionally registered with the library (`--reg`).
 
 use super::options::Reg;
-use crate::cudart::{Cudart, Stream};
-use crate::nccl_lib::{NCCL_WIN_COLL_SYMMETRIC, NcclLib, RawComm, RawWindow};
+use oxccl_tests::cudart::{Cudart, Stream};
+use oxccl_tests::nccl_lib::{NCCL_WIN_COLL_SYMMETRIC, NcclLib, RawComm, RawWindow};
 use std::alloc::Layout;
 use std::ffi::c_void;
 
