@@ -7,7 +7,7 @@
 //! anything is dereferenced. Addresses are never reused, so a stale handle cannot alias a new one.
 
 use crate::abi::{ncclComm, ncclComm_t};
-use crate::symmetric::DeviceApi;
+use oxccl::device_api::memory::DeviceApi;
 use oxccl::dispatch::{AnyComm, CommOps};
 use oxccl_core::{Error, Result};
 use std::cell::Cell;
@@ -66,7 +66,8 @@ impl HandleState {
                 .comm
                 .clone()
                 .ok_or_else(|| Error::usage("communicator was destroyed"))?;
-            self.device_api = Some(DeviceApi::new(comm)?);
+            let backend = oxccl::dispatch::backend()?.clone();
+            self.device_api = Some(DeviceApi::new(comm, backend)?);
         }
         Ok(self.device_api.as_mut().expect("made above"))
     }

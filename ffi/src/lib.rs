@@ -33,6 +33,5 @@ pub mod handles;
 pub mod last_error;
 pub mod msccl;
 pub mod result;
-pub mod symmetric;
 
 pub use oxccl::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend, backend};

@@ -1,6 +1,7 @@
 //! The communicator: creation (blocking, non-blocking, all devices of a process), split,
 //! teardown, and the queries that are not operations.
 
+use crate::device_api::memory::DeviceApi;
 use crate::dispatch::{AnyComm, CommOps, RuntimeBackend};
 use crate::error::{Error, Result};
 use crate::id::UniqueId;
@@ -8,6 +9,7 @@ use crate::runtime::{Device, Runtime};
 use crate::stream::Stream;
 use oxccl_core::comm::SPLIT_NOCOLOR;
 use oxccl_core::config::CommConfig;
+use std::sync::Mutex;
 
 /// One rank of a group of ranks that run collectives together (`ncclComm_t`).
 ///
@@ -19,6 +21,8 @@ pub struct Communicator {
     pub(crate) comm: AnyComm,
     pub(crate) device: Device,
     pub(crate) stream: Stream,
+    /// Windows and device communicators of the device API, made on first use.
+    pub(crate) device_api: Mutex<Option<DeviceApi>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -101,6 +105,7 @@ impl Communicator {
             comm,
             device: device.clone(),
             stream,
+            device_api: Mutex::new(None),
         })
     }
 

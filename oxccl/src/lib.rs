@@ -145,6 +145,7 @@ mod collectives;
 mod comm;
 #[cfg(feature = "cudarc")]
 mod cudarc_interop;
+pub mod device_api;
 #[cfg(feature = "dispatch")]
 pub mod dispatch;
 #[cfg(not(feature = "dispatch"))]
@@ -168,6 +169,7 @@ pub use collectives::{AllToAllv, Collectives, OnStream};
 pub use comm::{AbortHandle, Communicator, PendingInit};
 #[cfg(feature = "cudarc")]
 pub use cudarc_interop::CudarcOps;
+pub use device_api::{DevComm, DevCommRequirements, LsaTeam, SymmetricWindow};
 pub use element::Element;
 pub use error::{Error, Result};
 pub use fp8::{F8E4M3, F8E5M2};

@@ -6,20 +6,17 @@
 //! (multimem) and device-initiated networking (GIN) are refused with a sentence.
 
 use crate::abi::{
-    NCCL_GIN_MAX_CONTEXTS, idiv_rcp32, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
-    ncclDevResourceRequirements_t, ncclGinBarrierHandle_t, ncclLLA2AHandle_t,
-    ncclLsaBarrierHandle_t, ncclMultimemHandle_t, ncclTeam_t, ncclWindow_vidmem,
+    ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t,
+    ncclGinBarrierHandle_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
 };
 use crate::boundary::nccl_api;
 use crate::group;
 use crate::handles::{self, Need};
-use oxccl::dispatch::{self as runtime, CommOps, RuntimeBackend};
+use oxccl::device_api::shared::{self as device_api, DevCommRequirements};
+use oxccl::dispatch::{self as runtime, CommOps};
 use oxccl_core::comm::symmetric::LsaTeam;
 use oxccl_core::{Error, Result};
 use std::ffi::c_int;
-
-/// Resource handles count units of this many bytes (`ncclGetResourceBufferOffset`).
-const RESOURCE_UNIT: usize = 128;
 
 /// The empty team returned when the communicator is invalid (the error is in ncclGetLastError).
 const NO_TEAM: ncclTeam_t = ncclTeam_t {
@@ -112,12 +109,6 @@ fn count(n: c_int, what: &str) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::arg(format!("invalid {what} {n}")))
 }
 
-/// Bytes of `n` LSA barriers over `team`: per barrier three epochs and an inbox per rank.
-fn lsa_barrier_bytes(team: ncclTeam_t, n: usize) -> Result<usize> {
-    let ranks = count(team.nRanks, "team size")?;
-    Ok((3 * n + n * ranks) * size_of::<u32>())
-}
-
 unsafe fn lsa_barrier_create_requirement(
     team: ncclTeam_t,
     n_barriers: c_int,
@@ -134,7 +125,7 @@ unsafe fn lsa_barrier_create_requirement(
     let n = count(n_barriers, "nBarriers")?;
     handle.nBarriers = n_barriers;
     *req = requirement(
-        lsa_barrier_bytes(team, n)?,
+        device_api::lsa_barrier_bytes(count(team.nRanks, "team size")?, n),
         align_of::<u32>(),
         &mut handle.bufHandle,
     );
@@ -159,7 +150,7 @@ unsafe fn gin_barrier_create_requirement(
     let n = count(n_barriers, "nBarriers")?;
     // Sized as NCCL's; `ncclDevCommCreate` refuses it where GIN would have to carry it.
     *req = requirement(
-        n * NCCL_GIN_MAX_CONTEXTS * size_of::<u32>(),
+        device_api::rail_barrier_bytes(n),
         align_of::<u32>(),
         &mut handle.bufHandle,
     );
@@ -198,14 +189,6 @@ unsafe fn lla2a_create_requirement(
     // Per block: a 16-byte header and two epochs of `slots` 16-byte slots.
     *req = requirement(blocks * (1 + 2 * slots) * 16, 16, &mut handle.bufHandle);
     Ok(())
-}
-
-/// One resource requirement copied at the call: its size, alignment and where its handle goes.
-#[derive(Clone, Copy)]
-struct Resource {
-    bytes: usize,
-    align: usize,
-    handle_out: usize,
 }
 
 /// Why a device communicator would need GIN (device-initiated networking), if it would.
@@ -277,88 +260,37 @@ unsafe fn dev_comm_create(
             "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); oxccl does not provide GIN yet (LSA windows and barriers work within a host)"
         )));
     }
-    let barriers = reqs.barrierCount.max(reqs.lsaBarrierCount);
-    let rail_barriers = count(
-        reqs.barrierCount.max(reqs.railGinBarrierCount),
-        "railGinBarrierCount",
-    )?;
-    let lsa_team = ncclTeam_t {
-        nRanks: lsa.size as c_int,
-        rank: lsa.rank as c_int,
-        stride: 1,
+    let spec = DevCommRequirements {
+        lsa_barriers: count(
+            reqs.barrierCount.max(reqs.lsaBarrierCount),
+            "lsaBarrierCount",
+        )? as u32,
+        rail_barriers: count(
+            reqs.barrierCount.max(reqs.railGinBarrierCount),
+            "railGinBarrierCount",
+        )? as u32,
+        resources: user.iter().map(|r| (r.bufferSize, r.bufferAlign)).collect(),
     };
-    let resources: Vec<Resource> = user
-        .iter()
-        .map(|r| Resource {
-            bytes: r.bufferSize,
-            align: r.bufferAlign,
-            handle_out: r.outBufferHandle as usize,
-        })
-        .collect();
-    let lsa_bytes = lsa_barrier_bytes(lsa_team, count(barriers, "lsaBarrierCount")?)?;
-    let rail_bytes = rail_barriers * NCCL_GIN_MAX_CONTEXTS * size_of::<u32>();
+    let outs: Vec<usize> = user.iter().map(|r| r.outBufferHandle as usize).collect();
     let (handle, out_addr) = (live.handle, out_dev_comm as usize);
     group::together(Box::new(move || {
         let comm = handle.lock().comm.clone();
         let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
-        // NCCL's order: the rail barriers, the LSA barriers, then the caller's list.
-        let mut dc = ncclDevComm_t::empty(&comm, lsa);
-        let mut placed = Vec::with_capacity(resources.len() + 2);
-        let mut at = 0usize;
-        let mut place = |bytes: usize, align: usize| {
-            at = at.next_multiple_of(align.max(RESOURCE_UNIT));
-            let h = (at / RESOURCE_UNIT) as u32;
-            at += bytes;
-            h
-        };
-        dc.railGinBarrier.bufHandle = place(rail_bytes, align_of::<u32>());
-        dc.lsaBarrier = ncclLsaBarrierHandle_t {
-            bufHandle: place(lsa_bytes, align_of::<u32>()),
-            nBarriers: barriers,
-        };
-        for r in &resources {
-            placed.push((r.handle_out, place(r.bytes, r.align)));
-        }
-        let total = at.next_multiple_of(RESOURCE_UNIT);
-        if total > 0 {
-            let device = comm.device();
-            let backend = runtime::backend()?;
-            let memory = backend.mem_alloc(device, total)?;
-            let made = (|| {
-                // SAFETY: `memory` holds `total` bytes of `device`.
-                unsafe { backend.copy_to_device(device, memory, &vec![0u8; total]) }?;
-                let flat = if comm.flat_mapping() {
-                    // SAFETY: the memory lives until the device communicator is destroyed.
-                    Some(unsafe { comm.map_flat(memory, total as u64) }?)
-                } else {
-                    None
-                };
-                let mut st = handle.lock();
-                let api = st.device_api()?;
-                let (win, inlined) = api.add_resources(memory, flat)?;
-                dc.windowTable = api.window_table()? as usize as *mut _;
-                dc.resourceWindow = win as usize as *mut ncclWindow_vidmem;
-                dc.resourceWindow_inlined = inlined;
-                Ok(())
-            })();
-            if let Err(e) = made {
-                // SAFETY: nothing was handed out.
-                let _ = unsafe { backend.mem_free(memory) };
-                return Err(e);
-            }
-        } else {
-            dc.windowTable = handle.lock().device_api()?.window_table()? as usize as *mut _;
-        }
-        // Every rank's barriers are zero before any rank's kernel can reach them.
-        comm.host_barrier()?;
-        for (out, h) in placed {
+        let backend = runtime::backend()?.clone();
+        let (made, handles) = device_api::create_dev_comm(
+            &comm,
+            &backend,
+            &spec,
+            Box::new(|f| f(handle.lock().device_api()?)),
+        )?;
+        for (out, h) in outs.into_iter().zip(handles) {
             if out != 0 {
                 // SAFETY: the caller's requirement named a writable handle.
                 unsafe { *(out as *mut u32) = h };
             }
         }
         // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).
-        unsafe { *(out_addr as *mut ncclDevComm_t) = dc };
+        unsafe { *(out_addr as *mut ncclDevComm_t) = made.raw };
         Ok(())
     }))
 }
@@ -386,37 +318,6 @@ unsafe fn dev_comm_destroy(comm: ncclComm_t, dev_comm: *const ncclDevComm_t) -> 
         .ok_or_else(|| Error::arg("devComm was not created on this communicator"))?;
     // SAFETY: the caller destroys a device communicator its kernels no longer use.
     unsafe { api.remove_resources(res) }
-}
-
-impl ncclDevComm_t {
-    /// A device communicator of `comm` with no resources.
-    fn empty(comm: &oxccl::dispatch::AnyComm, lsa: LsaTeam) -> ncclDevComm_t {
-        let n = comm.nranks() as u32;
-        ncclDevComm_t {
-            rank: comm.rank() as c_int,
-            nRanks: n as c_int,
-            nRanks_rcp32: idiv_rcp32(n),
-            lsaRank: lsa.rank as c_int,
-            lsaSize: lsa.size as c_int,
-            lsaSize_rcp32: idiv_rcp32(lsa.size),
-            windowTable: std::ptr::null_mut(),
-            resourceWindow: std::ptr::null_mut(),
-            resourceWindow_inlined: ncclWindow_vidmem::default(),
-            lsaMultimem: ncclMultimemHandle_t {
-                mcBasePtr: std::ptr::null_mut(),
-            },
-            lsaBarrier: ncclLsaBarrierHandle_t::default(),
-            railGinBarrier: ncclGinBarrierHandle_t::default(),
-            ginContextCount: 0,
-            ginTypes: [0; 4],
-            ginHandles: [std::ptr::null_mut(); 4],
-            ginSignalBase: 0,
-            ginSignalCount: 0,
-            ginCounterBase: 0,
-            ginCounterCount: 0,
-            ginSignalShadows: std::ptr::null_mut(),
-        }
-    }
 }
 
 nccl_api! {

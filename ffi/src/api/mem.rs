@@ -7,7 +7,7 @@ use crate::abi::{
 use crate::boundary::nccl_api;
 use crate::group;
 use crate::handles::{self, Need, Registration};
-use oxccl::dispatch::CommOps;
+use oxccl::device_api::shared as device_api;
 use oxccl::dispatch::{self as runtime, RuntimeBackend};
 use oxccl_core::{Error, Result};
 use std::ffi::{c_int, c_void};
@@ -94,26 +94,16 @@ unsafe fn comm_window_register(
     group::together(Box::new(move || {
         let comm = handle.lock().comm.clone();
         let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
-        let flat = if comm.flat_mapping() {
-            // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
-            Some(unsafe { comm.map_flat(user as u64, size as u64) }?)
-        } else {
-            None
-        };
-        let added = handle
-            .lock()
-            .device_api()
-            .and_then(|api| api.add_window(user, size, win_flags, flat));
-        let at = match added {
-            Ok(at) => at,
-            Err(e) => {
-                if let Some(f) = &flat {
-                    // SAFETY: the mapping was never handed out.
-                    let _ = unsafe { comm.unmap_flat(f) };
-                }
-                return Err(e);
-            }
-        };
+        // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
+        let at = unsafe {
+            device_api::register_window(
+                &comm,
+                user as u64,
+                size,
+                win_flags,
+                Box::new(|f| f(handle.lock().device_api()?)),
+            )
+        }?;
         // SAFETY: `win` stays writable until the group end (NCCL's contract for grouped calls).
         unsafe { *(out_addr as *mut ncclWindow_t) = ncclWindow_t(at as *mut ncclWindow_vidmem) };
         Ok(())

@@ -1,21 +1,23 @@
 //! The device API's memory on one communicator: the window descriptors device code reads
 //! (`ncclWindow_vidmem`), the window table `ncclFindWindow` searches, and the resource buffers
-//! of device communicators.
+//! of device communicators. The C layer keeps one per `ncclComm_t`, the safe API one per
+//! `Communicator`.
 //!
 //! Descriptors and tables live in one slab of device memory per communicator, cut into 128-byte
 //! slots (a descriptor takes one, a table of 32 windows seven). Windows are mapped flat by core
 //! (`Communicator::map_flat`): LSA rank i's copy at `lsaFlatBase + i * stride4G * 4 GiB`, which
 //! is the arithmetic NCCL's inline device functions do.
 
-use crate::abi::{
+use super::layout::{
     NCCL_GIN_MAX_CONTEXTS, ncclDevCommWindowEntry, ncclDevCommWindowTable, ncclWindow_vidmem,
 };
-use oxccl::dispatch::{self as runtime, AnyComm, CommOps, RuntimeBackend};
+use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::comm::symmetric::{FLAT_STRIDE_UNIT, FlatWindow, LsaTeam};
 use oxccl_core::{Error, Result};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// Bytes of one slab slot (NCCL's resource handles count 128-byte units too).
 const SLOT: usize = 128;
@@ -31,8 +33,8 @@ struct Slab {
 }
 
 impl Slab {
-    fn new(device: i32) -> Result<Slab> {
-        let base = runtime::backend()?.mem_alloc(device, SLAB_BYTES)?;
+    fn new(backend: &AnyBackend, device: i32) -> Result<Slab> {
+        let base = backend.mem_alloc(device, SLAB_BYTES)?;
         Ok(Slab {
             base,
             used: vec![false; SLAB_BYTES / SLOT],
@@ -65,7 +67,7 @@ impl Slab {
 
 /// A window of `ncclCommWindowRegister`; its descriptor's address is the `ncclWindow_t`.
 #[derive(Debug)]
-pub struct Window {
+pub struct RegisteredWindow {
     /// The user's buffer.
     pub user_ptr: usize,
     /// Its size in bytes.
@@ -88,6 +90,7 @@ struct DevCommResources {
 /// What the device API holds on one communicator.
 pub struct DeviceApi {
     comm: AnyComm,
+    backend: Arc<AnyBackend>,
     device: i32,
     lsa: LsaTeam,
     slab: Slab,
@@ -96,26 +99,34 @@ pub struct DeviceApi {
     /// Which table entries hold a window.
     entries: Vec<bool>,
     /// Windows by descriptor address (boxed: `winHost` points at them).
-    windows: HashMap<DevicePtr, Box<Window>>,
+    windows: HashMap<DevicePtr, Box<RegisteredWindow>>,
     /// Device communicators by resource descriptor address.
     dev_comms: HashMap<DevicePtr, DevCommResources>,
 }
 
 /// Writes `value`'s bytes to device address `at`.
-fn write<T: Copy>(device: i32, at: DevicePtr, value: &T) -> Result<()> {
+fn write<T: Copy>(backend: &AnyBackend, device: i32, at: DevicePtr, value: &T) -> Result<()> {
     // SAFETY: `T` is plain C data (`repr(C)`, `Copy`), viewed as its bytes.
     let bytes =
         unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) };
     // SAFETY: `at` is slab or resource memory of `device` holding `size_of::<T>()` bytes.
-    unsafe { runtime::backend()?.copy_to_device(device, at, bytes) }
+    unsafe { backend.copy_to_device(device, at, bytes) }
+}
+
+impl RegisteredWindow {
+    /// Its flat mapping (none on backends without one).
+    pub fn flat(&self) -> Option<&FlatWindow> {
+        self.flat.as_ref()
+    }
 }
 
 impl DeviceApi {
-    /// The device API's state on `comm`, with a fresh slab.
-    pub fn new(comm: AnyComm) -> Result<DeviceApi> {
+    /// The device API's state on `comm` (whose memory `backend` allocates), with a fresh slab.
+    pub fn new(comm: AnyComm, backend: Arc<AnyBackend>) -> Result<DeviceApi> {
         let device = comm.device();
         Ok(DeviceApi {
-            slab: Slab::new(device)?,
+            slab: Slab::new(&backend, device)?,
+            backend,
             device,
             lsa: comm.lsa_team()?,
             comm,
@@ -140,10 +151,11 @@ impl DeviceApi {
             entries: [ncclDevCommWindowEntry::default(); TABLE_ENTRIES],
             next: std::ptr::null_mut(),
         };
-        write(self.device, at, &empty)?;
+        write(&self.backend, self.device, at, &empty)?;
         if let Some(&last) = self.tables.last() {
             let next = at as usize;
             write(
+                &self.backend,
                 self.device,
                 last + std::mem::offset_of!(ncclDevCommWindowTable, next) as u64,
                 &next,
@@ -185,7 +197,7 @@ impl DeviceApi {
             ginOffset4K: 0,
             ginWins: [std::ptr::null_mut(); NCCL_GIN_MAX_CONTEXTS],
         };
-        if let Err(e) = write(self.device, at, &d) {
+        if let Err(e) = write(&self.backend, self.device, at, &d) {
             self.slab.give(at, size_of::<ncclWindow_vidmem>());
             return Err(e);
         }
@@ -211,21 +223,21 @@ impl DeviceApi {
                     .expect("a fresh table")
             }
         };
-        let mut w = Box::new(Window {
+        let mut w = Box::new(RegisteredWindow {
             user_ptr,
             size,
             flags,
             flat,
             entry,
         });
-        let host = (&mut *w as *mut Window).cast::<c_void>();
+        let host = (&mut *w as *mut RegisteredWindow).cast::<c_void>();
         let (at, _) = self.descriptor(user_ptr as DevicePtr, flat.as_ref(), host)?;
         let e = ncclDevCommWindowEntry {
             base: user_ptr,
             size,
             window: at as usize,
         };
-        if let Err(err) = write(self.device, self.entry_addr(entry), &e) {
+        if let Err(err) = write(&self.backend, self.device, self.entry_addr(entry), &e) {
             self.slab.give(at, size_of::<ncclWindow_vidmem>());
             return Err(err);
         }
@@ -235,7 +247,7 @@ impl DeviceApi {
     }
 
     /// The window whose descriptor is at `at`.
-    pub fn window(&self, at: DevicePtr) -> Option<&Window> {
+    pub fn window(&self, at: DevicePtr) -> Option<&RegisteredWindow> {
         self.windows.get(&at).map(|w| &**w)
     }
 
@@ -251,6 +263,7 @@ impl DeviceApi {
         })?;
         self.entries[w.entry] = false;
         let cleared = write(
+            &self.backend,
             self.device,
             self.entry_addr(w.entry),
             &ncclDevCommWindowEntry::default(),
@@ -288,7 +301,7 @@ impl DeviceApi {
         })?;
         self.slab.give(at, size_of::<ncclWindow_vidmem>());
         // SAFETY: the caller's contract.
-        unsafe { release_resources(&self.comm, r) }
+        unsafe { release_resources(&self.comm, &self.backend, r) }
     }
 }
 
@@ -296,14 +309,18 @@ impl DeviceApi {
 ///
 /// # Safety
 /// Nothing uses them any more.
-unsafe fn release_resources(comm: &AnyComm, r: DevCommResources) -> Result<()> {
+unsafe fn release_resources(
+    comm: &AnyComm,
+    backend: &AnyBackend,
+    r: DevCommResources,
+) -> Result<()> {
     let unmapped = match &r.flat {
         // SAFETY: the caller's contract.
         Some(f) => unsafe { comm.unmap_flat(f) },
         None => Ok(()),
     };
     // SAFETY: the caller's contract; the memory came from `mem_alloc`.
-    let freed = runtime::backend().and_then(|b| unsafe { b.mem_free(r.memory) });
+    let freed = unsafe { backend.mem_free(r.memory) };
     unmapped.and(freed)
 }
 
@@ -318,11 +335,9 @@ impl Drop for DeviceApi {
         }
         for (_, r) in self.dev_comms.drain() {
             // SAFETY: as above.
-            let _ = unsafe { release_resources(&self.comm, r) };
+            let _ = unsafe { release_resources(&self.comm, &self.backend, r) };
         }
-        if let Ok(b) = runtime::backend() {
-            // SAFETY: as above; the slab came from `mem_alloc`.
-            let _ = unsafe { b.mem_free(self.slab.base) };
-        }
+        // SAFETY: as above; the slab came from `mem_alloc`.
+        let _ = unsafe { self.backend.mem_free(self.slab.base) };
     }
 }
