@@ -85,6 +85,13 @@ enum AllocKind {
     Ipc,
 }
 
+/// One range of `map_flat`: its size and the mappings in it.
+#[derive(Debug)]
+struct FlatRange {
+    total: usize,
+    maps: Vec<(DevicePtr, usize)>,
+}
+
 #[derive(Debug)]
 struct Alloc {
     /// Mapped (or allocated) size in bytes.
@@ -100,6 +107,8 @@ pub struct HipBackend {
     hip: Arc<Hip>,
     /// Memory this backend allocated or imported, by base address.
     allocs: Arc<Mutex<BTreeMap<DevicePtr, Alloc>>>,
+    /// Ranges of `map_flat` by start: their size and the mappings in them.
+    flat: Arc<Mutex<BTreeMap<DevicePtr, FlatRange>>>,
     /// VMM granularity per device (`None`: VMM unsupported there, use hipMalloc).
     granularity: Arc<Mutex<HashMap<i32, Option<usize>>>>,
     /// The kernels' module per device (`hipModule_t`).
@@ -174,6 +183,7 @@ impl HipBackend {
         HipBackend {
             hip: Arc::new(hip),
             allocs: Arc::new(Mutex::new(BTreeMap::new())),
+            flat: Arc::new(Mutex::new(BTreeMap::new())),
             granularity: Arc::new(Mutex::new(HashMap::new())),
             modules: Arc::new(Mutex::new(HashMap::new())),
             geometry: FifoGeometry::default(),
@@ -388,6 +398,47 @@ impl HipBackend {
         Ok(va as DevicePtr)
     }
 
+    /// The allocation process `pid` exported as descriptor `fd` (in this process the
+    /// exporter's descriptor is ours already; it stays open until the allocation is freed).
+    fn import_allocation(&self, pid: u32, fd: i32) -> Result<sys::hipMemGenericAllocationHandle_t> {
+        let (fd, close_after) = if pid == std::process::id() {
+            (fd, false)
+        } else {
+            (fd_from_process(pid, fd)?, true)
+        };
+        let mut h: sys::hipMemGenericAllocationHandle_t = std::ptr::null_mut();
+        // SAFETY: `h` is a valid out-pointer; HIP takes the descriptor's value as the OS handle
+        // argument for the POSIX-fd type (it does not take ownership).
+        let r = unsafe {
+            hip_call!(
+                self.hip,
+                hipMemImportFromShareableHandle(
+                    &mut h,
+                    fd as isize as *mut c_void,
+                    sys::hipMemAllocationHandleType::hipMemHandleTypePosixFileDescriptor
+                )
+            )
+        };
+        if close_after {
+            // SAFETY: the duplicate came from pidfd_getfd and is ours.
+            unsafe { libc::close(fd) };
+        }
+        r.map(|()| h)
+    }
+
+    /// Unmaps a [`FlatRange`]'s mappings and frees its addresses (best effort).
+    ///
+    /// # Safety
+    /// Nothing uses the range.
+    unsafe fn release_flat(&self, va: DevicePtr, range: &FlatRange) {
+        for &(at, size) in &range.maps {
+            // SAFETY: mapped by `map_flat` with this size.
+            let _ = unsafe { hip_call!(self.hip, hipMemUnmap(at as *mut c_void, size)) };
+        }
+        // SAFETY: reserved by `map_flat` with this size, unmapped above.
+        let _ = unsafe { hip_call!(self.hip, hipMemAddressFree(va as *mut c_void, range.total)) };
+    }
+
     /// The allocation in the table containing `ptr`: (base, size).
     fn find(&self, ptr: DevicePtr) -> Option<(DevicePtr, usize)> {
         let allocs = lock(&self.allocs);
@@ -527,6 +578,102 @@ impl Backend for HipBackend {
         }
     }
 
+    fn flat_mapping(&self) -> bool {
+        true
+    }
+
+    unsafe fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr> {
+        let total = stride
+            .checked_mul(handles.len())
+            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+        let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
+        let mut va: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `va` is a valid out-pointer; `total` is a multiple of the 4 GiB stride.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemAddressReserve(&mut va, total, g, std::ptr::null_mut(), 0)
+            )
+        }?;
+        let va = va as DevicePtr;
+        let mut range = FlatRange {
+            total,
+            maps: Vec::with_capacity(handles.len()),
+        };
+        let malformed = || {
+            Error::usage(
+                "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
+            )
+        };
+        let mut map_all = || -> Result<()> {
+            for (i, h) in handles.iter().enumerate() {
+                let b = &h.0;
+                if b.first() != Some(&HANDLE_FD) {
+                    return Err(malformed());
+                }
+                let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
+                let pid = u32::from_le_bytes(
+                    b.get(17..21)
+                        .ok_or_else(malformed)?
+                        .try_into()
+                        .expect("4 bytes"),
+                );
+                let fd = i32::from_le_bytes(
+                    b.get(21..25)
+                        .ok_or_else(malformed)?
+                        .try_into()
+                        .expect("4 bytes"),
+                );
+                if size > stride {
+                    return Err(Error::arg(
+                        "a symmetric window's allocation exceeds the stride",
+                    ));
+                }
+                let alloc = self.import_allocation(pid, fd)?;
+                let at = va + (i * stride) as u64;
+                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
+                // allocation of `size` bytes.
+                let mapped =
+                    unsafe { hip_call!(self.hip, hipMemMap(at as *mut c_void, size, 0, alloc, 0)) };
+                // SAFETY: the mapping, if made, holds a reference of its own.
+                let _ = unsafe { hip_call!(self.hip, hipMemRelease(alloc)) };
+                mapped?;
+                range.maps.push((at, size));
+                let desc = sys::hipMemAccessDesc {
+                    location: sys::hipMemLocation {
+                        type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
+                        id: device,
+                    },
+                    flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
+                };
+                // SAFETY: `at` maps `size` bytes; one valid descriptor.
+                unsafe { hip_call!(self.hip, hipMemSetAccess(at as *mut c_void, size, &desc, 1)) }?;
+            }
+            Ok(())
+        };
+        if let Err(e) = map_all() {
+            // SAFETY: nothing has used the range yet.
+            unsafe { self.release_flat(va, &range) };
+            return Err(e);
+        }
+        lock(&self.flat).insert(va, range);
+        Ok(va)
+    }
+
+    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
+        let range = lock(&self.flat)
+            .remove(&base)
+            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
+        // SAFETY: the caller's contract.
+        unsafe { self.release_flat(base, &range) };
+        Ok(())
+    }
+
     /// Handle bytes: a tag, the offset of `ptr` in its allocation, the allocation's size, then
     /// (VMM) the exporter's pid and file descriptor or (hipMalloc) the 64-byte IPC handle.
     unsafe fn export_handle(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
@@ -598,29 +745,7 @@ impl Backend for HipBackend {
                 let fd = i32::from_le_bytes(fd.try_into().expect("4 bytes"));
                 // In this process the exporter's descriptor is ours already; it stays open
                 // until the exporting allocation is freed.
-                let (fd, close_after) = if pid == std::process::id() {
-                    (fd, false)
-                } else {
-                    (fd_from_process(pid, fd)?, true)
-                };
-                let mut h: sys::hipMemGenericAllocationHandle_t = std::ptr::null_mut();
-                // SAFETY: `h` is a valid out-pointer; HIP takes the descriptor's value as the
-                // OS handle argument for the POSIX-fd type (it does not take ownership).
-                let r = unsafe {
-                    hip_call!(
-                        self.hip,
-                        hipMemImportFromShareableHandle(
-                            &mut h,
-                            fd as isize as *mut c_void,
-                            sys::hipMemAllocationHandleType::hipMemHandleTypePosixFileDescriptor
-                        )
-                    )
-                };
-                if close_after {
-                    // SAFETY: the duplicate came from pidfd_getfd and is ours.
-                    unsafe { libc::close(fd) };
-                }
-                r?;
+                let h = self.import_allocation(pid, fd)?;
                 let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
                 match self.map_vmm(h, alloc_size, g, &[device]) {
                     Ok(va) => {

@@ -36,6 +36,8 @@
 #   hip2/3-*-shm*                  NCCL_P2P_DISABLE=1: SHM FIFOs in /dev/shm (hipHostRegister)
 #   hip2/4/8-procs-net*            OXCCL_TEST_HOSTS=K: NET connections over the built-in sockets
 #                                  (the shared transport's proxy and pinned host FIFOs)
+#   hip2-device-api                with RCCL_PREFIX: a kernel written against NCCL's device API
+#                                  on librccl.so.1 (symmetric windows through HIP's VMM calls)
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-hip-on-cuda-logs}
@@ -172,6 +174,23 @@ if [ -n "${RCCL_PREFIX:-}" ] && { [ -z "${ONLY:-}" ] || [[ hip-abi-test =~ $ONLY
   TOTAL_PASS=$((TOTAL_PASS+p)); TOTAL_FAIL=$((TOTAL_FAIL+f))
   summary_line hip-abi-test "$rc" "$p" "$f" $((t1-t0))
   grep -m5 -E '(FAIL|error)' "$LOG/hip-abi-test.log" | cut -c1-300
+fi
+
+# The device API on the HIP backend: BIN/device-api-check (a CUDA program written against
+# NVIDIA's nccl_device.h, built by scripts/nccl-tests/pack.sh) with librccl.so.1 in the place of
+# libnccl.so.2: windows mapped flat through HIP's VMM calls, 2 ranks sharing the GPUs.
+if [ -n "${RCCL_PREFIX:-}" ] && [ -x "$BIN/device-api-check" ] && selected hip2-device-api; then
+  as_nccl=$LOG/rccl-as-nccl
+  mkdir -p "$as_nccl"
+  ln -sf "$(cd "$RCCL_PREFIX/lib" && pwd)/librccl.so.1" "$as_nccl/libnccl.so.2"
+  t0=$(date +%s)
+  OXCCL_BACKEND=hip LD_LIBRARY_PATH="$as_nccl" timeout -k 5 "$LIMIT" "$BIN/device-api-check" 2 65537 3 \
+    >"$LOG/hip2-device-api.log" 2>&1
+  rc=$?; t1=$(date +%s)
+  result_counts "$LOG/hip2-device-api.log" $rc
+  TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
+  summary_line hip2-device-api "$rc" "$P" "$F" $((t1-t0))
+  grep -m5 -E '(rank|error)' "$LOG/hip2-device-api.log" | cut -c1-300
 fi
 
 echo "==== summary ($NGPU GPUs, HIP backend on $RUNTIME) ===="
