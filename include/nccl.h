@@ -11,8 +11,9 @@
  *    type CUDA uses, and the declaration steps aside when CUDA's own came first. Define
  *    OXCCL_INCLUDE_CUDA_RUNTIME before including this file to pull in cuda_runtime.h as NVIDIA's
  *    header does.
- *  - The device-API host functions are declared here (NVIDIA declares them in the nccl_device headers),
- *    with their structs left opaque except ncclTeam_t, which is returned by value.
+ *  - The device-API host functions are declared here (NVIDIA declares them in the nccl_device
+ *    headers), with their structs left opaque except ncclTeam_t, which is returned by value;
+ *    oxccl's own nccl_device.h, installed beside this file, lays them out.
  *  - A few NCCL 2.29 functions and oxccl extensions are declared at the end, in marked sections.
  */
 #ifndef OXCCL_NCCL_H
@@ -401,9 +402,10 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 /* ---- Device-API host functions ---------------------------------------------------------------
- * NVIDIA declares these in the nccl_device headers. Only ncclTeam_t is laid out here; the other structs
- * are used through pointers. oxccl does not provide device-side communicators yet:
- * ncclDevCommCreate and the requirement helpers return ncclInvalidUsage.
+ * NVIDIA declares these in the nccl_device headers. Only ncclTeam_t is laid out here; the other
+ * structs are used through pointers, and nccl_device.h (oxccl's own, with NCCL 2.28.9's layouts
+ * and device functions) lays them out for kernels. oxccl has no GIN (device-initiated
+ * networking) or multimem yet: ncclDevCommCreate refuses requirements that need them.
  */
 
 /* A team of ranks: rank r of the team is world rank (worldRank - rank*stride + r*stride). */

@@ -1,0 +1,43 @@
+/*
+ * nccl_device/barrier.h for oxccl's libnccl.so.2: ncclBarrierSession, NCCL's barrier over a
+ * team built from an LSA barrier inside the LSA team and a GIN barrier across the rail team.
+ *
+ * oxccl has no GIN (device-initiated networking), so only the form that needs none is here: the
+ * LSA-team constructor, whose barrier is the device communicator's LSA barrier. The world- and
+ * rail-team constructors and ginBarrier() take or return GIN objects and are left out; a world
+ * barrier within one host is this LSA form, since the LSA team is then the world.
+ * ncclGinFenceLevel is declared because sync() takes one. (NVIDIA's 2.28.9 header declares this
+ * LSA constructor too, but its instantiation does not compile there.)
+ *
+ * Written for oxccl from the published NCCL 2.28.9 device-API facts (names, signatures, struct
+ * layouts, the layout of state in the resource buffer); see nccl_device.h.
+ */
+#ifndef OXCCL_NCCL_DEVICE_BARRIER_H
+#define OXCCL_NCCL_DEVICE_BARRIER_H
+
+#include "lsa_barrier.h"
+
+#if defined(__CUDACC__)
+/* How far GIN traffic is fenced by a barrier; no effect without GIN. */
+enum class ncclGinFenceLevel { Relaxed };
+
+template <typename Coop>
+struct ncclBarrierSession {
+  NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagLsa tag, ncclDevComm const &comm,
+                                        uint32_t index, bool multimem = false)
+      : lsa_(coop, comm, tag, index, multimem) {}
+
+  ncclBarrierSession(ncclBarrierSession const &) = delete;
+
+  NCCL_DEVICE_INLINE ncclLsaBarrierSession<Coop> &lsaBarrier() { return lsa_; }
+
+  NCCL_DEVICE_INLINE void sync(Coop coop, cuda::memory_order order, ncclGinFenceLevel) {
+    lsa_.sync(coop, order);
+  }
+
+ private:
+  ncclLsaBarrierSession<Coop> lsa_;
+};
+#endif /* __CUDACC__ */
+
+#endif /* OXCCL_NCCL_DEVICE_BARRIER_H */
