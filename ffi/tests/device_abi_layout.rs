@@ -3,7 +3,8 @@
 //! reads. `NCCL_2_28_9` holds NVIDIA's numbers (x86-64); the first test checks ours against
 //! them everywhere, the second re-derives them from NVIDIA's header where it is at hand
 //! (`OXCCL_NV_NCCL_INCLUDE`, or the wheel `scripts/nccl-tests/build.sh` unpacks, plus a CUDA
-//! include directory from `CUDA_HOME`) by compiling a C++ program that prints them.
+//! include directory from `CUDA_HOME`) by compiling a C++ program that prints them, and the
+//! third compiles the same program against oxccl's own `include/nccl_device.h`.
 
 use oxccl_ffi::abi::{
     ncclDevComm_t, ncclDevCommRequirements_t, ncclDevCommWindowEntry, ncclDevCommWindowTable,
@@ -169,14 +170,9 @@ fn nvidia_headers() -> Option<(PathBuf, PathBuf)> {
     cuda.join("cuda_runtime.h").exists().then_some((nv, cuda))
 }
 
-#[test]
-fn from_nvidia_header() {
-    let Some((nv, cuda)) = nvidia_headers() else {
-        eprintln!(
-            "skipped: NVIDIA's nccl_device.h (OXCCL_NV_NCCL_INCLUDE) or CUDA_HOME/include is missing"
-        );
-        return;
-    };
+/// The sizes and offsets of every struct in [`ours`], as a C++ program compiled by g++ (or
+/// `CXX`) with `includes` prints them in the form of [`NCCL_2_28_9`].
+fn printed_by_header(includes: &[PathBuf]) -> String {
     let mut prog = String::from(
         "#include <nccl.h>\n#include <nccl_device.h>\n#include <cstddef>\n#include <cstdio>\nint main() {\n",
     );
@@ -187,20 +183,23 @@ fn from_nvidia_header() {
         }
     }
     prog += "}\n";
-    let dir = std::env::temp_dir().join(format!("oxccl-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "oxccl-layout-{}-{}",
+        std::process::id(),
+        std::thread::current()
+            .name()
+            .unwrap_or("main")
+            .replace("::", "-")
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let (src, exe) = (dir.join("layout.cpp"), dir.join("layout"));
     std::fs::write(&src, prog).unwrap();
-    let built = Command::new(std::env::var("CXX").unwrap_or_else(|_| "g++".into()))
-        .args(["-std=c++17", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-I")
-        .arg(&nv)
-        .arg("-I")
-        .arg(&cuda)
-        .output()
-        .expect("run the C++ compiler");
+    let mut cc = Command::new(cxx());
+    cc.args(["-std=c++17", "-o"]).arg(&exe).arg(&src);
+    for inc in includes {
+        cc.arg("-I").arg(inc);
+    }
+    let built = cc.output().expect("run the C++ compiler");
     assert!(
         built.status.success(),
         "{}",
@@ -208,5 +207,37 @@ fn from_nvidia_header() {
     );
     let out = Command::new(&exe).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), NCCL_2_28_9);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cxx() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "g++".into())
+}
+
+#[test]
+fn from_nvidia_header() {
+    let Some((nv, cuda)) = nvidia_headers() else {
+        eprintln!(
+            "skipped: NVIDIA's nccl_device.h (OXCCL_NV_NCCL_INCLUDE) or CUDA_HOME/include is missing"
+        );
+        return;
+    };
+    assert_eq!(printed_by_header(&[nv, cuda]), NCCL_2_28_9);
+}
+
+/// oxccl's `include/nccl_device.h` lays the structs out as NVIDIA's does, so a kernel compiled
+/// against it reads what the library writes (and runs on NVIDIA's library too).
+#[test]
+fn from_our_header() {
+    let ours = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include");
+    let cuda = std::env::var_os("CUDA_HOME").map(|h| PathBuf::from(h).join("include"));
+    let Some(cuda) = cuda.filter(|c| c.join("cuda_runtime.h").exists()) else {
+        eprintln!("skipped: CUDA_HOME/include is missing");
+        return;
+    };
+    if Command::new(cxx()).arg("--version").output().is_err() {
+        eprintln!("skipped: no C++ compiler ({})", cxx());
+        return;
+    }
+    assert_eq!(printed_by_header(&[ours, cuda]), NCCL_2_28_9);
 }
