@@ -47,7 +47,9 @@
 #                                  they crawl
 #   a1/a3-safe-matrix              the safe Rust API (safe-check) on 1 rank per GPU and on 3
 #   d2/d4-device-api               a kernel written against NVIDIA's NCCL 2.28 device API
-#                                  (tests/gpu/device_api): LSA windows and barriers
+#                                  (tests/gpu/device_api): LSA windows and barriers;
+#                                  d2-device-api-ox: the same source built on oxccl's own
+#                                  nccl_device.h
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
@@ -294,12 +296,18 @@ api_configs() {
   fi
   # A kernel compiled against NVIDIA's nccl_device.h (device-api-check, built by
   # scripts/nccl-tests/pack.sh) on BIN/libnccl.so.2: LSA windows, barriers and the window table,
-  # 2 and 4 ranks (sharing GPUs where there are fewer), one thread each.
-  if [ -x "$BIN/device-api-check" ] && [ -f "$BIN/libnccl.so.2" ]; then
+  # 2 and 4 ranks (sharing GPUs where there are fewer), one thread each. device-api-check-ox is
+  # the same program compiled against oxccl's include/nccl_device.h.
+  if [ -f "$BIN/libnccl.so.2" ]; then
     local dir
     dir="$(cd "$BIN" && pwd)"
-    run_exe "$BIN/device-api-check" d2-device-api LD_LIBRARY_PATH="$dir" -- 2 1048579 3
-    run_exe "$BIN/device-api-check" d4-device-api LD_LIBRARY_PATH="$dir" -- 4 65537 5
+    if [ -x "$BIN/device-api-check" ]; then
+      run_exe "$BIN/device-api-check" d2-device-api LD_LIBRARY_PATH="$dir" -- 2 1048579 3
+      run_exe "$BIN/device-api-check" d4-device-api LD_LIBRARY_PATH="$dir" -- 4 65537 5
+    fi
+    if [ -x "$BIN/device-api-check-ox" ]; then
+      run_exe "$BIN/device-api-check-ox" d2-device-api-ox LD_LIBRARY_PATH="$dir" -- 2 1048579 3
+    fi
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then
     local lib share=

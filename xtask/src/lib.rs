@@ -6,7 +6,13 @@
 //! <prefix>/lib/libnccl.so.2 -> ...      <prefix>/lib/librccl.so.1 -> librccl.so.1.0
 //! <prefix>/lib/libnccl.so   -> ...      <prefix>/lib/librccl.so   -> librccl.so.1
 //! <prefix>/include/nccl.h               <prefix>/include/rccl/rccl.h
+//! <prefix>/include/nccl_device.h
+//! <prefix>/include/nccl_device/*.h
 //! ```
+//!
+//! `nccl_device.h` and its folder are oxccl's own device-API headers (NCCL 2.28.9's, minus
+//! GIN), copied as they are from `include/`. They are CUDA code (PTX, libcu++ atomics), so the
+//! RCCL flavour does not install them.
 //!
 //! The two flavours are mutually exclusive cargo features of one crate, so each is built in its
 //! own target directory (`target/` and `target-rccl/`) and neither rebuild clobbers the other.
@@ -63,6 +69,14 @@ impl Flavour {
         match self {
             Flavour::Nccl => "nccl.h",
             Flavour::Rccl => "rccl/rccl.h",
+        }
+    }
+    /// The device-API headers installed beside [`Flavour::header`]: the umbrella header and
+    /// the folder of its parts, both below `include/` in the source tree and the install.
+    pub fn device_headers(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Flavour::Nccl => Some(("nccl_device.h", "nccl_device")),
+            Flavour::Rccl => None,
         }
     }
     /// Cargo feature arguments selecting this flavour.
@@ -202,12 +216,37 @@ pub fn install_built(prefix: &Path, flavour: Flavour, built: &Path) -> Result<In
         &workspace_root().join("include").join(flavour.header()),
         &header_dst,
     )?;
+    if let Some((umbrella, folder)) = flavour.device_headers() {
+        install_device_headers(&include_dir, umbrella, folder)?;
+    }
     Ok(Installed {
         prefix: prefix.to_path_buf(),
         lib_dir,
         include_dir,
         library,
     })
+}
+
+/// Copies `include/<umbrella>` and the `.h` files of `include/<folder>` below `include_dir`.
+/// The folder is listed rather than named file by file, so a header added there is installed
+/// without touching this.
+fn install_device_headers(include_dir: &Path, umbrella: &str, folder: &str) -> Result<(), String> {
+    let src = workspace_root().join("include");
+    let dst = include_dir.join(folder);
+    std::fs::create_dir_all(&dst).map_err(|e| err(format!("creating {}", dst.display()), e))?;
+    replace_file(&src.join(umbrella), &include_dir.join(umbrella))?;
+    let listing = std::fs::read_dir(src.join(folder))
+        .map_err(|e| err(format!("listing {}", src.join(folder).display()), e))?;
+    for entry in listing {
+        let path = entry
+            .map_err(|e| err(format!("listing {}", src.join(folder).display()), e))?
+            .path();
+        if path.extension().is_some_and(|x| x == "h") {
+            let name = path.file_name().expect("a listed file has a name");
+            replace_file(&path, &dst.join(name))?;
+        }
+    }
+    Ok(())
 }
 
 /// Builds the flavour and installs it under `prefix`.
@@ -318,6 +357,36 @@ mod tests {
                  typedef struct ncclComm *ncclComm_t;\nncclResult_t mscclD(int);\n";
         let got: Vec<_> = header_functions(h).into_iter().collect();
         assert_eq!(got, ["mscclD", "ncclA", "pncclC"]);
+    }
+
+    /// The device headers land beside nccl.h, byte for byte, and only in the NCCL flavour.
+    #[test]
+    fn install_lays_out_device_headers() {
+        let root = std::env::temp_dir().join(format!("oxccl-xtask-install-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let built = root.join("liboxccl_ffi.so");
+        std::fs::write(&built, b"not a library").unwrap();
+        let src = workspace_root().join("include");
+        let nccl = install_built(&root.join("nccl"), Flavour::Nccl, &built).unwrap();
+        let inc = &nccl.include_dir;
+        let same = |a: &Path, b: &Path| std::fs::read(a).unwrap() == std::fs::read(b).unwrap();
+        assert!(same(&inc.join("nccl_device.h"), &src.join("nccl_device.h")));
+        let parts: Vec<_> = std::fs::read_dir(src.join("nccl_device"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(parts.iter().any(|n| n == "core.h"), "{parts:?}");
+        for name in &parts {
+            assert!(same(
+                &inc.join("nccl_device").join(name),
+                &src.join("nccl_device").join(name)
+            ));
+        }
+        let rccl = install_built(&root.join("rccl"), Flavour::Rccl, &built).unwrap();
+        assert!(rccl.include_dir.join("rccl/rccl.h").is_file());
+        assert!(!rccl.include_dir.join("nccl_device.h").exists());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
