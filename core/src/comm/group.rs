@@ -60,11 +60,16 @@ pub fn group_end() -> Result<()> {
         }
         Ok((std::mem::take(&mut g.ops), g.error.take()))
     })?;
-    if let Some(e) = error {
+    let r = match error {
         // NCCL drops the whole group when one call in it failed.
-        return Err(e);
+        Some(e) => Err(e),
+        None => run_group(ops),
+    };
+    if crate::profiler_plugin::any_context() {
+        // After the launches (and the host backend's waits) the group's GroupApi events end.
+        crate::profiler_plugin::end_group();
     }
-    run_group(ops)
+    r
 }
 
 /// Depth of the calling thread's group nesting (0 outside a group).

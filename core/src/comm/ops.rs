@@ -1,5 +1,7 @@
 //! Operations: argument checks, planning, launch, and their deferral inside groups.
 
+mod profile;
+
 use super::group::{self, Deferred, Waiter};
 use super::{Communicator, Connected, P2P_TUNING_BYTES, check};
 use crate::backend::{Backend, DevicePtr, Launch};
@@ -10,7 +12,8 @@ use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
     self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
 };
-use crate::profiler_plugin::{self, Handle, abi as profiler_abi};
+use crate::profiler_plugin::Handle;
+use profile::CallEvents;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::debug;
@@ -48,7 +51,7 @@ impl<B: Backend> Communicator<B> {
                 // Nothing to move; every rank passes the same count, so all skip it alike.
                 return Ok(());
             }
-            let profile = self.profile_call(&args);
+            let profile = self.profile_coll_call(&args, stream);
             let op = Box::new(PendingColl {
                 comm: self.clone(),
                 args,
@@ -110,9 +113,12 @@ impl<B: Backend> Communicator<B> {
                 comm: self.clone(),
                 dir,
                 buf,
+                count,
+                dtype,
                 bytes,
                 peer,
                 stream: stream.clone(),
+                profile: self.profile_p2p_call(dir, count, dtype, stream),
             }))
         })();
         if let Err(e) = &r {
@@ -274,98 +280,6 @@ impl<B: Backend> Communicator<B> {
         c
     }
 
-    /// Raises the profiler events of a collective call: a GroupApi event around it and its
-    /// CollApi event (stopped now, as NCCL stops it when the call returns); `None` without a
-    /// profiler plugin.
-    fn profile_call(&self, a: &CollArgs) -> Option<(Handle, Handle)> {
-        if !profiler_plugin::any_context() {
-            return None;
-        }
-        let c = self.connected().ok()?;
-        let p = c.profiler.as_ref()?;
-        let group_api = p.start(
-            profiler_abi::EventDescr {
-                kind: profiler_abi::event::GROUP_API,
-                parent_obj: std::ptr::null_mut(),
-                rank: 0,
-                body: profiler_abi::Body {
-                    group_api: profiler_abi::GroupApi {
-                        graph_captured: 0,
-                        group_depth: group::group_depth() as i32,
-                    },
-                },
-            },
-            0,
-        );
-        let coll_api = p.start(
-            profiler_abi::EventDescr {
-                kind: profiler_abi::event::COLL_API,
-                parent_obj: std::ptr::null_mut(),
-                rank: 0,
-                body: profiler_abi::Body {
-                    coll_api: profiler_abi::CollApi {
-                        func: profiler_plugin::func_name(a.kind).as_ptr(),
-                        count: a.count as usize,
-                        datatype: profiler_plugin::type_name(a.dtype).as_ptr(),
-                        root: a.root as i32,
-                        stream: std::ptr::null_mut(),
-                        graph_captured: false,
-                    },
-                },
-            },
-            group_api,
-        );
-        p.stop(coll_api);
-        Some((group_api, coll_api))
-    }
-
-    /// Starts the Coll event of a collective about to launch, under its CollApi event.
-    fn profile_launch(&self, a: &CollArgs, coll_api: Handle) -> Handle {
-        let Ok(c) = self.connected() else { return 0 };
-        let Some(p) = c.profiler.as_ref() else {
-            return 0;
-        };
-        // The plan's choice, a tuner plugin's included (one-shot kernels aside).
-        let bytes = self.message_bytes(a);
-        let choice = self
-            .steered(&c, a.kind, bytes, a.dtype)
-            .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
-        let algo: &'static std::ffi::CStr = match choice.algo {
-            Algorithm::Ring => c"Ring",
-            Algorithm::Tree => c"Tree",
-            Algorithm::Direct => c"Direct",
-        };
-        let proto: &'static std::ffi::CStr = match choice.proto {
-            Protocol::Ll => c"LL",
-            Protocol::Ll128 => c"LL128",
-            Protocol::Simple => c"Simple",
-        };
-        p.start(
-            profiler_abi::EventDescr {
-                kind: profiler_abi::event::COLL,
-                parent_obj: std::ptr::null_mut(),
-                rank: 0,
-                body: profiler_abi::Body {
-                    coll: profiler_abi::Coll {
-                        seq_number: self.inner.coll_seq.load(Ordering::Relaxed),
-                        func: profiler_plugin::func_name(a.kind).as_ptr(),
-                        send_buff: a.send as *const std::ffi::c_void,
-                        recv_buff: a.recv as *mut std::ffi::c_void,
-                        count: a.count as usize,
-                        root: a.root as i32,
-                        datatype: profiler_plugin::type_name(a.dtype).as_ptr(),
-                        n_channels: choice.nchannels.min(255) as u8,
-                        n_warps: 16,
-                        algo: algo.as_ptr(),
-                        proto: proto.as_ptr(),
-                        parent_group: std::ptr::null_mut(),
-                    },
-                },
-            },
-            coll_api,
-        )
-    }
-
     /// nccl-tests' message size of `a`, which the tuner's tables are keyed by.
     fn message_bytes(&self, a: &CollArgs) -> u64 {
         let n = u64::from(self.inner.nranks);
@@ -381,17 +295,6 @@ impl<B: Backend> Communicator<B> {
             // is tuned like a send/receive group, at one size for all.
             CollKind::AllToAllv => P2P_TUNING_BYTES,
             _ => a.count * esize,
-        }
-    }
-
-    /// Stops profiler events (0s are skipped).
-    fn profile_end(&self, handles: &[Handle]) {
-        if let Ok(c) = self.connected()
-            && let Some(p) = c.profiler.as_ref()
-        {
-            for &h in handles {
-                p.stop(h);
-            }
         }
     }
 
@@ -507,8 +410,14 @@ impl<B: Backend> Communicator<B> {
         (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 
-    /// Numbers, records, checks (in check mode) and launches a collective.
-    fn launch_coll(&self, a: &CollArgs, stream: &B::Stream) -> Result<Option<Waiter>> {
+    /// Numbers, records, checks (in check mode) and launches a collective of a call under the
+    /// profiler's GroupApi event `group_api` (0: none).
+    fn launch_coll(
+        &self,
+        a: &CollArgs,
+        stream: &B::Stream,
+        group_api: Handle,
+    ) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let seq = self.inner.coll_seq.fetch_add(1, Ordering::Relaxed);
         let log = &self.inner.op_log;
@@ -518,7 +427,7 @@ impl<B: Backend> Communicator<B> {
         } else {
             Ok(())
         };
-        let r = r.and_then(|()| self.launch_coll_as(&c, seq, a, stream));
+        let r = r.and_then(|()| self.launch_coll_as(&c, seq, a, stream, group_api));
         log.track(Some((slot, slot)), r, stream)
     }
 
@@ -528,6 +437,7 @@ impl<B: Backend> Communicator<B> {
         seq: u64,
         a: &CollArgs,
         stream: &B::Stream,
+        group_api: Handle,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         let n = inner.nranks as u64;
@@ -560,6 +470,7 @@ impl<B: Backend> Communicator<B> {
             };
             debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot {:?} seq {}",
                 inner.rank, a.kind, a.count, a.dtype.name(), proto, seq);
+            let _launch = self.profile_kernel_launch(c, group_api, stream);
             // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has
             // run; `one_shot_proto` checked that the kernels take this message.
             unsafe {
@@ -609,7 +520,7 @@ impl<B: Backend> Communicator<B> {
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy, work.exposed);
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream) }
+        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream, group_api) }
     }
 
     /// Runs a caller-built plan as one collective (custom algorithms such as MSCCL's).
@@ -666,10 +577,12 @@ impl<B: Backend> Communicator<B> {
     ) -> Result<Option<Waiter>> {
         let work = Arc::new(build(seq)?);
         // SAFETY: `run_plan`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, vec![send, recv, 0], stream) }
+        unsafe { self.launch_work(c, work, vec![send, recv, 0], stream, 0) }
     }
 
-    fn launch_p2p(&self, ops: &[PendingP2p<B>]) -> Result<Option<Waiter>> {
+    /// Numbers, records and launches a communicator's sends and receives of one group, of calls
+    /// under the profiler's GroupApi event `group_api` (0: none).
+    fn launch_p2p(&self, ops: &[PendingP2p<B>], group_api: Handle) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
         let mut seqs = inner.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
@@ -693,7 +606,7 @@ impl<B: Backend> Communicator<B> {
         drop(seqs);
         let stream = &ops[0].stream;
         let slots = inner.op_log.issue_p2p(&planned, stream);
-        let r = self.launch_p2p_as(&c, ops, &planned);
+        let r = self.launch_p2p_as(&c, ops, &planned, group_api);
         inner.op_log.track(slots, r, stream)
     }
 
@@ -702,6 +615,7 @@ impl<B: Backend> Communicator<B> {
         c: &Connected<B>,
         ops: &[PendingP2p<B>],
         planned: &[P2pOp],
+        group_api: Handle,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         let self_copies = self
@@ -719,14 +633,7 @@ impl<B: Backend> Communicator<B> {
             }
             return Ok(None);
         }
-        // Both ends of a message must chunk it identically, and they only share the message
-        // itself: the choice must not depend on the rest of either side's group.
-        let choice = self.choose(
-            CollKind::SendRecv,
-            P2P_TUNING_BYTES,
-            DataType::Uint8,
-            &c.transport,
-        );
+        let choice = self.p2p_choice(c);
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
             Some(fits) => plan::P2pLl {
                 max_bytes: inner.tuner.p2p_ll_max(self.topology(&c.transport)),
@@ -746,11 +653,24 @@ impl<B: Backend> Communicator<B> {
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
         // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, buffers, &ops[0].stream) }
+        unsafe { self.launch_work(c, work, buffers, &ops[0].stream, group_api) }
+    }
+
+    /// The channels and chunks of every send/receive plan: both ends of a message must chunk
+    /// it identically, and they only share the message itself, so the choice must not depend
+    /// on the rest of either side's group.
+    fn p2p_choice(&self, c: &Connected<B>) -> Choice {
+        self.choose(
+            CollKind::SendRecv,
+            P2P_TUNING_BYTES,
+            DataType::Uint8,
+            &c.transport,
+        )
     }
 
     /// Connects the peers `work` reaches that are still unconnected (`Backend::connect_on_use`)
-    /// and launches it on `stream` with `buffers`.
+    /// and launches it on `stream` with `buffers`, for calls under the profiler's GroupApi event
+    /// `group_api` (0: none).
     ///
     /// # Safety
     /// `buffers` stay valid for the plan's regions until the operation has run.
@@ -760,6 +680,7 @@ impl<B: Backend> Communicator<B> {
         work: Arc<WorkDesc>,
         buffers: Vec<DevicePtr>,
         stream: &B::Stream,
+        group_api: Handle,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         inner
@@ -771,8 +692,10 @@ impl<B: Backend> Communicator<B> {
             transport: c.transport.clone(),
             abort: inner.abort.clone(),
         };
+        let kernel_launch = self.profile_kernel_launch(c, group_api, stream);
         // SAFETY: the caller's contract.
         let done = unsafe { inner.backend.launch(stream, launch)? };
+        drop(kernel_launch);
         Ok(self.waiter(done))
     }
 
@@ -808,8 +731,8 @@ struct PendingColl<B: Backend> {
     comm: Communicator<B>,
     args: CollArgs,
     stream: B::Stream,
-    /// The call's profiler events (GroupApi, CollApi), when a profiler plugin is loaded.
-    profile: Option<(Handle, Handle)>,
+    /// The call's profiler events, when a profiler plugin is loaded.
+    profile: Option<CallEvents>,
 }
 
 impl<B: Backend> Deferred for PendingColl<B> {
@@ -817,25 +740,14 @@ impl<B: Backend> Deferred for PendingColl<B> {
         Arc::as_ptr(&self.comm.inner) as *const () as usize
     }
     fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
-        let Some((group_api, coll_api)) = self.profile else {
-            return self.comm.launch_coll(&self.args, &self.stream);
+        let this = *self;
+        let Some(call) = this.profile else {
+            return this.comm.launch_coll(&this.args, &this.stream, 0);
         };
-        let coll = self.comm.profile_launch(&self.args, coll_api);
-        let r = self.comm.launch_coll(&self.args, &self.stream);
-        let comm = self.comm.clone();
-        let end = move || comm.profile_end(&[coll, group_api]);
-        match r {
-            // The host backend's operations complete in the waiter: their events end there.
-            Ok(Some(wait)) => Ok(Some(Box::new(move || {
-                let r = wait();
-                end();
-                r
-            }))),
-            other => {
-                end();
-                other
-            }
-        }
+        let group_api = call.group_api();
+        let events = this.comm.profile_coll_launch(&this.args, call);
+        let r = this.comm.launch_coll(&this.args, &this.stream, group_api);
+        profile::until_done(r, events)
     }
     fn is_p2p(&self) -> bool {
         false
@@ -849,9 +761,14 @@ struct PendingP2p<B: Backend> {
     comm: Communicator<B>,
     dir: P2pDir,
     buf: DevicePtr,
+    /// Elements, of `dtype`.
+    count: u64,
+    dtype: DataType,
     bytes: u64,
     peer: u32,
     stream: B::Stream,
+    /// The call's profiler events, when a profiler plugin is loaded.
+    profile: Option<CallEvents>,
 }
 
 impl<B: Backend> Deferred for PendingP2p<B> {
@@ -867,7 +784,13 @@ impl<B: Backend> Deferred for PendingP2p<B> {
             ops.push(*p);
         }
         let comm = ops[0].comm.clone();
-        comm.launch_p2p(&ops)
+        // Calls outside a group launch one by one: a launch has one GroupApi event at most.
+        let group_api = ops
+            .iter()
+            .find_map(|o| o.profile.as_ref().map(|p| p.group_api()));
+        let events = comm.profile_p2p_launch(&mut ops);
+        let r = comm.launch_p2p(&ops, group_api.unwrap_or(0));
+        profile::until_done(r, events)
     }
     fn is_p2p(&self) -> bool {
         true

@@ -9,22 +9,47 @@ pub const SYMBOL_V5: &[u8] = b"ncclProfiler_v5\0";
 
 /// NCCL's event-type bits (`ncclProfileGroup` …); the activation mask is a set of them.
 pub mod event {
-    /// A group of operations launched together.
+    /// The operations of one launch (a kernel plan).
     pub const GROUP: u64 = 1 << 0;
     /// A collective as launched.
     pub const COLL: u64 = 1 << 1;
     /// A send or receive as launched.
     pub const P2P: u64 = 1 << 2;
+    /// A proxy operation (not raised by oxccl).
+    pub const PROXY_OP: u64 = 1 << 3;
+    /// A proxy step (not raised by oxccl).
+    pub const PROXY_STEP: u64 = 1 << 4;
+    /// The proxy thread's activity (not raised by oxccl).
+    pub const PROXY_CTRL: u64 = 1 << 5;
+    /// A kernel channel (not raised by oxccl).
+    pub const KERNEL_CH: u64 = 1 << 6;
+    /// An event a network plugin defines (not raised by oxccl).
+    pub const NET_PLUGIN: u64 = 1 << 7;
     /// The `ncclGroupStart` … `ncclGroupEnd` call span (or one call outside a group).
     pub const GROUP_API: u64 = 1 << 8;
     /// A collective call.
     pub const COLL_API: u64 = 1 << 9;
     /// A send or receive call.
     pub const P2P_API: u64 = 1 << 10;
-    /// The events oxccl emits.
-    pub const EMITTED: u64 = GROUP_API | COLL_API | P2P_API | COLL | P2P;
-    /// Proxy, kernel and network events, which oxccl does not emit yet.
-    pub const NOT_EMITTED: u64 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 11);
+    /// The launch of a kernel.
+    pub const KERNEL_LAUNCH: u64 = 1 << 11;
+
+    /// Bits below the task events: asking for one also raises the task events above it.
+    const BELOW_TASKS: u64 = PROXY_OP | PROXY_STEP | KERNEL_CH | NET_PLUGIN;
+
+    /// The mask bits that raise an event of `kind`, as NCCL 2.28 decides: the type itself or a
+    /// type below it (a plugin asking for proxy steps gets the operations they belong to).
+    pub const fn raised_by(kind: u64) -> u64 {
+        match kind {
+            GROUP_API => !PROXY_CTRL & 0xfff,
+            COLL_API => COLL_API | COLL | BELOW_TASKS,
+            P2P_API => P2P_API | P2P | BELOW_TASKS,
+            GROUP => GROUP | COLL | P2P | BELOW_TASKS,
+            COLL => COLL | BELOW_TASKS,
+            P2P => P2P | BELOW_TASKS,
+            k => k,
+        }
+    }
 }
 
 /// `groupApi` of the descriptor.
@@ -32,7 +57,7 @@ pub mod event {
 #[derive(Clone, Copy)]
 pub struct GroupApi {
     /// Inside a CUDA graph capture.
-    pub graph_captured: c_int,
+    pub graph_captured: bool,
     /// Nesting depth of the group.
     pub group_depth: c_int,
 }
@@ -71,6 +96,14 @@ pub struct P2pApi {
     pub graph_captured: bool,
 }
 
+/// `kernelLaunch` of the descriptor.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelLaunch {
+    /// The stream the kernel is launched on.
+    pub stream: *mut c_void,
+}
+
 /// `coll` of the descriptor: a collective as launched.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -97,7 +130,7 @@ pub struct Coll {
     pub algo: *const c_char,
     /// "LL", "LL128", "Simple".
     pub proto: *const c_char,
-    /// The group event (v4 compatibility): NULL, oxccl emits no group events.
+    /// The Group event of the launch (v4 plugins' parent).
     pub parent_group: *mut c_void,
 }
 
@@ -117,7 +150,7 @@ pub struct P2p {
     pub peer: c_int,
     /// Channels.
     pub n_channels: u8,
-    /// The group event (v4 compatibility): NULL.
+    /// The Group event of the launch (v4 plugins' parent).
     pub parent_group: *mut c_void,
 }
 
@@ -125,12 +158,16 @@ pub struct P2p {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union Body {
+    /// All zeros: how a descriptor starts (a Group event carries nothing).
+    pub zeroed: [u64; 11],
     /// For [`event::GROUP_API`].
     pub group_api: GroupApi,
     /// For [`event::COLL_API`].
     pub coll_api: CollApi,
     /// For [`event::P2P_API`].
     pub p2p_api: P2pApi,
+    /// For [`event::KERNEL_LAUNCH`].
+    pub kernel_launch: KernelLaunch,
     /// For [`event::COLL`].
     pub coll: Coll,
     /// For [`event::P2P`].
@@ -179,7 +216,7 @@ pub struct ProfilerV5 {
     >,
     /// Stops an event.
     pub stop_event: Option<unsafe extern "C" fn(handle: *mut c_void) -> NcclResult>,
-    /// Records a state of an event (not used by oxccl yet).
+    /// Records a state of an event (oxccl raises no events with states).
     pub record_event_state: Option<
         unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut c_void) -> NcclResult,
     >,
@@ -203,5 +240,22 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Coll, n_channels), 56);
         assert_eq!(std::mem::offset_of!(Coll, algo), 64);
         assert_eq!(size_of::<ProfilerV5>(), 48);
+        assert_eq!(size_of::<P2pApi>(), 40);
+        assert_eq!(std::mem::offset_of!(P2pApi, graph_captured), 32);
+        assert_eq!(std::mem::offset_of!(GroupApi, group_depth), 4);
+        assert_eq!(std::mem::offset_of!(P2p, parent_group), 40);
+    }
+
+    /// NCCL 2.28.9's activation rules (`src/plugin/profiler.cc`).
+    #[test]
+    fn events_are_raised_by_their_type_or_one_below() {
+        use event::*;
+        assert_eq!(raised_by(GROUP_API) & PROXY_CTRL, 0);
+        assert_ne!(raised_by(GROUP_API) & KERNEL_LAUNCH, 0);
+        assert_eq!(raised_by(COLL_API) & (P2P | P2P_API | KERNEL_LAUNCH), 0);
+        assert_ne!(raised_by(COLL_API) & PROXY_STEP, 0);
+        assert_eq!(raised_by(P2P) & (COLL | GROUP | P2P_API), 0);
+        assert_ne!(raised_by(GROUP) & (COLL | P2P), 0);
+        assert_eq!(raised_by(KERNEL_LAUNCH), KERNEL_LAUNCH);
     }
 }

@@ -1,36 +1,38 @@
-//! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 of NCCL 2.28): a library that receives
-//! the start and stop of events (a group call, a collective or send/receive call, the
-//! operation as launched) and writes traces or statistics.
+//! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 of NCCL 2.28): a library that receives the start and stop of events (a group call, a collective or
+//! send/receive call, a kernel launch, the operations of a launch) and writes traces or
+//! statistics.
 //!
 //! Found as NCCL finds it: unset means `libnccl-profiler.so`, `none` no plugin; a value is
 //! `dlopen`ed as given and, when that fails and it is a bare name, as
 //! `libnccl-profiler-<value>.so`; without a profiler library the network plugin's library is
 //! searched for `ncclProfiler_v5`. Each communicator gets a context (`init`, `finalize`).
 //!
-//! Events oxccl raises for collectives, on every backend: a GroupApi event around each call
-//! (its own, as NCCL's for a call outside a group), the CollApi event of the call under it, and
-//! the Coll event of the operation as launched under that, stopped once the launch returned (on
-//! the host backend: once the operation completed); its algorithm and protocol are the tuner's
-//! plan choice (a one-shot kernel that replaces it is not named). Send and receive events, and
-//! proxy, kernel and network events, are not raised yet. `NCCL_PROFILE_EVENT_MASK` gives the starting activation mask, which
-//! the plugin's `init` may change (the mask is one per process, as NCCL's); an event is raised when its type, or a type below it, is
-//! in the mask (so a plugin that asks for Coll events gets the API events that are their
-//! parents, as from NCCL).
+//! Which events an operation raises, and their parents, is decided where operations launch
+//! (`comm/ops/profile.rs`). The activation mask starts as `NCCL_PROFILE_EVENT_MASK` and the plugin's `init` may change it
+//! at any time (one per process, as NCCL's); an event is raised when its type, or a type below
+//! it, is in the mask ([`abi::event::raised_by`], NCCL's rules).
 
 pub mod abi;
+pub mod event;
+mod group_api;
+pub mod names;
+mod vtable;
+
+pub use event::{Event, Handle};
+pub use group_api::end_group;
 
 use crate::config::{get, vars};
 use crate::error::Error;
-use abi::event;
 use libloading::os::unix::Library;
-use std::ffi::{CStr, CString, c_int, c_void};
+use std::ffi::{CStr, CString, c_int};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use vtable::{InitArgs, VTable};
 
 /// A loaded profiler plugin.
 pub struct ProfilerPlugin {
     name: String,
-    vtable: &'static abi::ProfilerV5,
+    vtable: VTable,
     _lib: Library,
 }
 
@@ -50,20 +52,12 @@ impl ProfilerPlugin {
             let Some((lib, path)) = crate::plugin_lib::open_first(&names) else {
                 continue;
             };
-            // SAFETY: only the symbol's address is taken.
-            let sym = unsafe { lib.get::<*mut c_void>(abi::SYMBOL_V5) }
-                .ok()
-                .map(|s| s.into_raw())
-                .filter(|p| !p.is_null());
-            let Some(p) = sym else {
+            let Some(vtable) = VTable::find(&lib) else {
                 continue;
             };
-            // SAFETY: the library exports the symbol as `ncclProfiler_v5_t` (the ABI's
-            // contract); it stays mapped for the process (never closed).
-            let vtable: &'static abi::ProfilerV5 = unsafe { &*(p as *const abi::ProfilerV5) };
             // SAFETY: the plugin's name is NULL or a C string in its library, which stays loaded.
-            let name = unsafe { crate::plugin_lib::name_or_path(vtable.name, &path) };
-            tracing::info!(target: "oxccl::init", "PROFILER/Plugin: Using {name} (v5) from {path}");
+            let name = unsafe { crate::plugin_lib::name_or_path(vtable.name(), &path) };
+            tracing::info!(target: "oxccl::init", "PROFILER/Plugin: Using {name} (v{}) from {path}", vtable.version());
             return Some(ProfilerPlugin {
                 name,
                 vtable,
@@ -83,6 +77,11 @@ impl ProfilerPlugin {
     /// The plugin's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The ABI version the plugin is called with.
+    pub fn version(&self) -> u32 {
+        self.vtable.version()
     }
 }
 
@@ -125,9 +124,6 @@ impl std::fmt::Debug for ProfilerContext {
     }
 }
 
-/// An event handle (the plugin's pointer; 0 when the event was not raised).
-pub type Handle = usize;
-
 /// The context of a communicator (`comm_id`, the same on every rank) when a profiler plugin is
 /// loaded and its `init` succeeds (a failing one is a warning).
 pub fn for_communicator(
@@ -138,7 +134,6 @@ pub fn for_communicator(
     rank: u32,
 ) -> Option<ProfilerContext> {
     let plugin = process_plugin()?;
-    let init = plugin.vtable.init?;
     static START_MASK: std::sync::Once = std::sync::Once::new();
     START_MASK.call_once(|| {
         EVENT_MASK.store(
@@ -149,20 +144,15 @@ pub fn for_communicator(
     let name = CString::new(name.unwrap_or_default()).unwrap_or_default();
     // The plugin keeps the name's pointer (NCCL's stays valid for the communicator's life).
     let name: &'static CStr = Box::leak(name.into_boxed_c_str());
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; the plugin stores its context in `ctx`.
-    let rc = unsafe {
-        init(
-            &mut ctx,
-            comm_id,
-            EVENT_MASK.as_ptr(),
-            name.as_ptr(),
-            nnodes as c_int,
-            nranks as c_int,
-            rank as c_int,
-            crate::net::plugin::logger(),
-        )
+    let mut ctx = std::ptr::null_mut();
+    let args = InitArgs {
+        comm_id,
+        name,
+        nnodes: nnodes as c_int,
+        nranks: nranks as c_int,
+        rank: rank as c_int,
     };
+    let rc = plugin.vtable.init(&mut ctx, EVENT_MASK.as_ptr(), &args)?;
     if rc != 0 {
         let e = Error::InvalidUsage(format!(
             "profiler plugin {}: init returned {rc}",
@@ -182,98 +172,57 @@ pub fn for_communicator(
 impl ProfilerContext {
     /// Whether events of `kind` are raised: it, or a type below it, is in the mask.
     pub fn wants(&self, kind: u64) -> bool {
-        let below = match kind {
-            event::GROUP_API => event::EMITTED | event::NOT_EMITTED,
-            event::COLL_API => event::COLL_API | event::COLL | event::NOT_EMITTED,
-            event::P2P_API => event::P2P_API | event::P2P | event::NOT_EMITTED,
-            k => k,
-        };
         // The plugin may store through the pointer from another thread; read it atomically.
         let mask = EVENT_MASK.load(Ordering::Relaxed) as u32 as u64;
-        mask & below != 0
+        mask & abi::event::raised_by(kind) != 0
     }
 
-    /// Starts an event of `descr.kind` under `parent` (0: a root); 0 when it is not raised.
-    pub fn start(&self, mut descr: abi::EventDescr, parent: Handle) -> Handle {
-        if !self.wants(descr.kind) {
-            return 0;
+    /// Starts `event` under `parent` (0: a root); it stops when the result is dropped.
+    pub fn start(&self, event: &Event, parent: Handle) -> Started {
+        if !self.wants(event.kind()) {
+            return Started::NONE;
         }
-        let Some(start) = self.plugin.vtable.start_event else {
-            return 0;
-        };
-        descr.parent_obj = parent as *mut c_void;
-        descr.rank = self.rank;
-        let mut handle: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the context came from this plugin's init; the descriptor and the strings it
-        // points at live across the call.
-        let rc = unsafe { start(self.ctx as *mut c_void, &mut handle, &mut descr) };
-        if rc != 0 { 0 } else { handle as usize }
+        let handle = self.plugin.vtable.start(self.ctx, event, parent, self.rank);
+        Started {
+            plugin: (handle != 0).then_some(self.plugin),
+            handle,
+        }
     }
+}
 
-    /// Stops an event `start` returned (0: nothing).
-    pub fn stop(&self, handle: Handle) {
-        if handle == 0 {
-            return;
-        }
-        if let Some(stop) = self.plugin.vtable.stop_event {
-            // SAFETY: a handle this plugin's startEvent returned, stopped once.
-            unsafe { stop(handle as *mut c_void) };
+/// An event started on a plugin, stopped when this is dropped (nothing when it was not raised).
+#[must_use = "the event stops when this is dropped"]
+pub struct Started {
+    plugin: Option<&'static ProfilerPlugin>,
+    handle: Handle,
+}
+
+impl Started {
+    /// No event.
+    pub const NONE: Started = Started {
+        plugin: None,
+        handle: 0,
+    };
+
+    /// The plugin's handle, for the parent field of events under it (0: not raised).
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(p) = self.plugin {
+            p.vtable.stop(self.handle);
         }
     }
 }
 
 impl Drop for ProfilerContext {
     fn drop(&mut self) {
-        if let Some(finalize) = self.plugin.vtable.finalize {
-            // SAFETY: the context came from this plugin's init and is finalized once, here.
-            let rc = unsafe { finalize(self.ctx as *mut c_void) };
-            if rc != 0 {
-                tracing::warn!(target: "oxccl::init", "profiler plugin {}: finalize returned {rc}", self.plugin.name);
-            }
+        let rc = self.plugin.vtable.finalize(self.ctx).unwrap_or(0);
+        if rc != 0 {
+            tracing::warn!(target: "oxccl::init", "profiler plugin {}: finalize returned {rc}", self.plugin.name);
         }
-    }
-}
-
-/// A C string constant.
-macro_rules! cstr {
-    ($s:literal) => {
-        // SAFETY: the literal ends in NUL and has none before it.
-        unsafe { CStr::from_bytes_with_nul_unchecked(concat!($s, "\0").as_bytes()) }
-    };
-}
-
-/// NCCL's name of a collective, as profilers show it.
-pub fn func_name(kind: crate::plan::CollKind) -> &'static CStr {
-    use crate::plan::CollKind::*;
-    match kind {
-        AllReduce => cstr!("AllReduce"),
-        Broadcast => cstr!("Broadcast"),
-        Reduce => cstr!("Reduce"),
-        AllGather => cstr!("AllGather"),
-        ReduceScatter => cstr!("ReduceScatter"),
-        AllToAll => cstr!("AlltoAll"),
-        AllToAllv => cstr!("AlltoAllv"),
-        Gather => cstr!("Gather"),
-        Scatter => cstr!("Scatter"),
-        SendRecv => cstr!("SendRecv"),
-    }
-}
-
-/// NCCL's name of a data type (`ncclFloat32`, …).
-pub fn type_name(t: crate::datatype::DataType) -> &'static CStr {
-    use crate::datatype::DataType::*;
-    match t {
-        Int8 => cstr!("ncclInt8"),
-        Uint8 => cstr!("ncclUint8"),
-        Int32 => cstr!("ncclInt32"),
-        Uint32 => cstr!("ncclUint32"),
-        Int64 => cstr!("ncclInt64"),
-        Uint64 => cstr!("ncclUint64"),
-        Float16 => cstr!("ncclFloat16"),
-        Float32 => cstr!("ncclFloat32"),
-        Float64 => cstr!("ncclFloat64"),
-        Bfloat16 => cstr!("ncclBfloat16"),
-        Float8E4M3 => cstr!("ncclFloat8e4m3"),
-        Float8E5M2 => cstr!("ncclFloat8e5m2"),
     }
 }

@@ -2,6 +2,8 @@
 //! process). Not every binary uses every helper.
 #![allow(dead_code)]
 
+pub mod profiler;
+
 use oxccl_core::config::{self, vars};
 use std::time::Duration;
 
@@ -24,8 +26,17 @@ pub fn registry_reads_through(lib: &str, name: &str) {
     );
 }
 
-/// Two host ranks, one AllReduce of 1000 floats each, checked.
-pub fn all_reduce_on_two_ranks() {
+/// The buffers one rank used.
+#[derive(Debug, Clone, Copy)]
+pub struct Buffers {
+    /// Input (of a send: its buffer).
+    pub send: u64,
+    /// Output (of a receive: its buffer).
+    pub recv: u64,
+}
+
+/// Two host ranks, one AllReduce of 1000 floats each, checked; the buffers of each rank.
+pub fn all_reduce_on_two_ranks() -> Vec<Buffers> {
     use oxccl_core::CollArgs;
     use oxccl_core::datatype::{DataType, RedOp};
     use oxccl_core::plan::CollKind;
@@ -49,6 +60,10 @@ pub fn all_reduce_on_two_ranks() {
             // on the host backend.
             unsafe { comm.collective(args, stream) }.unwrap();
             assert!(recv.iter().all(|&v| v == 3.0));
+            Buffers {
+                send: send.as_ptr() as u64,
+                recv: recv.as_ptr() as u64,
+            }
         },
-    );
+    )
 }

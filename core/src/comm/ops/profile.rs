@@ -1,0 +1,215 @@
+//! The profiler events of operations (`crate::profiler_plugin`), with NCCL 2.28's parents:
+//! - a call raises its API events: the GroupApi event (the open group's, or the call's own
+//!   outside a group) and under it the CollApi or P2pApi event, stopped when the call returns;
+//! - a launch raises a Group event and, under each operation's API event, its task event (Coll
+//!   or P2p, naming the Group event), stopped once the launch returned (the host backend: once
+//!   the operations completed), and a KernelLaunch event under the GroupApi event around the
+//!   hand-off of the plan to the backend.
+//!
+//! oxccl launches each collective of a group on its own and a communicator's sends and receives
+//! of a group together, so a group raises a Group event per launch where NCCL may raise one.
+
+use super::{CollArgs, Communicator, Connected, PendingP2p, Waiter};
+use crate::backend::Backend;
+use crate::comm::group;
+use crate::datatype::DataType;
+use crate::error::Result;
+use crate::plan::P2pDir;
+use crate::profiler_plugin::{self, Event, Handle, ProfilerContext, Started};
+use std::sync::atomic::Ordering;
+
+/// A call's API events, kept with its operation until it launches.
+pub(super) struct CallEvents {
+    /// The GroupApi event the call hangs under.
+    group_api: Handle,
+    /// That event when it is the call's own (outside a group): it stops with the operation.
+    own_group_api: Option<Started>,
+    /// The call's CollApi or P2pApi event (already stopped), the parent of its task event.
+    api: Handle,
+}
+
+impl CallEvents {
+    /// The GroupApi event the call hangs under (0: not raised).
+    pub(super) fn group_api(&self) -> Handle {
+        self.group_api
+    }
+}
+
+/// The events of one launch, stopped when this is dropped: first the tasks, then the Group
+/// event, then the calls' own GroupApi events (the fields' declaration order is the drop order).
+pub(super) struct LaunchEvents {
+    tasks: Vec<Started>,
+    group: Started,
+    own_group_apis: Vec<Started>,
+}
+
+impl LaunchEvents {
+    /// Starts the Group event of a launch and, under it, the task event of each call.
+    fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event)>) -> LaunchEvents {
+        let group = p.start(&Event::Group, 0);
+        let mut out = LaunchEvents {
+            tasks: Vec::with_capacity(tasks.len()),
+            group,
+            own_group_apis: Vec::new(),
+        };
+        for (call, task) in tasks {
+            let task = task.under_group(out.group.handle());
+            out.tasks.push(p.start(&task, call.api));
+            out.own_group_apis.extend(call.own_group_api);
+        }
+        out
+    }
+}
+
+/// Keeps `events` until the launch `r` returned has completed: a synchronous backend's
+/// operation completes in its waiter, any other's when the launch returned.
+pub(super) fn until_done(
+    r: Result<Option<Waiter>>,
+    events: Option<LaunchEvents>,
+) -> Result<Option<Waiter>> {
+    match (r, events) {
+        (Ok(Some(wait)), Some(events)) => Ok(Some(Box::new(move || {
+            let r = wait();
+            drop(events);
+            r
+        }))),
+        (r, _) => r,
+    }
+}
+
+impl<B: Backend> Communicator<B> {
+    /// The communicator's profiler context, when a plugin is loaded and it has one.
+    fn profiler(&self) -> Option<std::sync::Arc<Connected<B>>> {
+        if !profiler_plugin::any_context() {
+            return None;
+        }
+        self.connected().ok().filter(|c| c.profiler.is_some())
+    }
+
+    /// Raises the API events of a call on `stream`: `api` describes the call given the stream's
+    /// handle and whether it is being captured.
+    fn profile_call(
+        &self,
+        stream: &B::Stream,
+        api: impl FnOnce(usize, bool) -> Event,
+    ) -> Option<CallEvents> {
+        let c = self.profiler()?;
+        let p = c.profiler.as_ref()?;
+        let backend = &self.inner.backend;
+        let captured = backend.is_capturing(stream).unwrap_or(false);
+        let handle = backend.stream_id(stream) as usize;
+        let depth = group::group_depth();
+        // NCCL counts the group each call opens around itself.
+        let group_event = Event::GroupApi {
+            depth: depth.saturating_add(1),
+            graph_captured: captured,
+        };
+        let (group_api, own_group_api) = p.group_api(depth > 0, &group_event);
+        let api = p.start(&api(handle, captured), group_api);
+        Some(CallEvents {
+            group_api,
+            own_group_api,
+            api: api.handle(),
+        })
+    }
+
+    /// Raises the API events of a collective call.
+    pub(super) fn profile_coll_call(&self, a: &CollArgs, stream: &B::Stream) -> Option<CallEvents> {
+        self.profile_call(stream, |stream, graph_captured| Event::CollApi {
+            kind: a.kind,
+            count: a.count,
+            dtype: a.dtype,
+            root: a.root,
+            stream,
+            graph_captured,
+        })
+    }
+
+    /// Raises the API events of an `ncclSend` or `ncclRecv` call.
+    pub(super) fn profile_p2p_call(
+        &self,
+        dir: P2pDir,
+        count: u64,
+        dtype: DataType,
+        stream: &B::Stream,
+    ) -> Option<CallEvents> {
+        self.profile_call(stream, |stream, graph_captured| Event::P2pApi {
+            dir,
+            count,
+            dtype,
+            stream,
+            graph_captured,
+        })
+    }
+
+    /// Starts the events of launching the collective `a` of the call `call`: its task event
+    /// names the plan's choice, a tuner plugin's included (one-shot kernels aside).
+    pub(super) fn profile_coll_launch(
+        &self,
+        a: &CollArgs,
+        call: CallEvents,
+    ) -> Option<LaunchEvents> {
+        let c = self.profiler()?;
+        let bytes = self.message_bytes(a);
+        let choice = self
+            .steered(&c, a.kind, bytes, a.dtype)
+            .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
+        let task = Event::Coll {
+            seq: self.inner.coll_seq.load(Ordering::Relaxed),
+            kind: a.kind,
+            send: a.send,
+            recv: a.recv,
+            count: a.count,
+            root: a.root,
+            dtype: a.dtype,
+            n_channels: choice.nchannels,
+            algo: choice.algo,
+            proto: choice.proto,
+            group: 0,
+        };
+        Some(LaunchEvents::start(
+            c.profiler.as_ref()?,
+            vec![(call, task)],
+        ))
+    }
+
+    /// Starts the events of launching a communicator's sends and receives together, taking
+    /// the API events the calls of `ops` raised.
+    pub(super) fn profile_p2p_launch(&self, ops: &mut [PendingP2p<B>]) -> Option<LaunchEvents> {
+        let c = self.profiler()?;
+        let n_channels = self.p2p_choice(&c).nchannels;
+        let tasks = ops
+            .iter_mut()
+            .filter_map(|o| {
+                let task = Event::P2p {
+                    dir: o.dir,
+                    buff: o.buf,
+                    count: o.count,
+                    dtype: o.dtype,
+                    peer: o.peer,
+                    n_channels,
+                    group: 0,
+                };
+                Some((o.profile.take()?, task))
+            })
+            .collect();
+        Some(LaunchEvents::start(c.profiler.as_ref()?, tasks))
+    }
+
+    /// The KernelLaunch event of a launch on `stream` for a call under `group_api` (none when
+    /// that was not raised), stopped when the result is dropped.
+    pub(super) fn profile_kernel_launch(
+        &self,
+        c: &Connected<B>,
+        group_api: Handle,
+        stream: &B::Stream,
+    ) -> Started {
+        match &c.profiler {
+            Some(p) if group_api != 0 => {
+                let stream = self.inner.backend.stream_id(stream) as usize;
+                p.start(&Event::KernelLaunch { stream }, group_api)
+            }
+            _ => Started::NONE,
+        }
+    }
+}

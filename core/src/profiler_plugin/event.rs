@@ -1,0 +1,328 @@
+//! The events oxccl raises, and their descriptors as NCCL 2.28 fills them (ABI v5).
+
+use super::abi::{self, event as bit};
+use super::names;
+use crate::datatype::DataType;
+use crate::plan::{Algorithm, CollKind, P2pDir, Protocol};
+use std::ffi::{c_int, c_void};
+
+/// An event handle (the plugin's pointer; 0 when the event was not raised).
+pub type Handle = usize;
+
+/// One event, before it is laid out for the plugin's ABI version.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event {
+    /// `ncclGroupStart` … `ncclGroupEnd`, or one call outside a group.
+    GroupApi {
+        /// Group nesting when the first call of the group was made, the call's own included.
+        depth: u32,
+        /// That call's stream was being captured.
+        graph_captured: bool,
+    },
+    /// A collective call.
+    CollApi {
+        /// The operation.
+        kind: CollKind,
+        /// The call's count.
+        count: u64,
+        /// Element type.
+        dtype: DataType,
+        /// Root rank.
+        root: u32,
+        /// The caller's stream (its raw handle; the host backend's number).
+        stream: usize,
+        /// The stream was being captured.
+        graph_captured: bool,
+    },
+    /// An `ncclSend` or `ncclRecv` call.
+    P2pApi {
+        /// Which.
+        dir: P2pDir,
+        /// Elements.
+        count: u64,
+        /// Element type.
+        dtype: DataType,
+        /// The caller's stream.
+        stream: usize,
+        /// The stream was being captured.
+        graph_captured: bool,
+    },
+    /// A kernel launch (the host backend: the hand-off of a plan to its threads).
+    KernelLaunch {
+        /// The stream launched on.
+        stream: usize,
+    },
+    /// The operations of one launch.
+    Group,
+    /// A collective as launched.
+    Coll {
+        /// The communicator's collective sequence number.
+        seq: u64,
+        /// The operation.
+        kind: CollKind,
+        /// Input.
+        send: u64,
+        /// Output.
+        recv: u64,
+        /// The call's count.
+        count: u64,
+        /// Root rank.
+        root: u32,
+        /// Element type.
+        dtype: DataType,
+        /// Channels of the plan.
+        n_channels: u32,
+        /// The plan's algorithm.
+        algo: Algorithm,
+        /// The plan's protocol.
+        proto: Protocol,
+        /// The launch's Group event.
+        group: Handle,
+    },
+    /// A send or receive as launched.
+    P2p {
+        /// Which.
+        dir: P2pDir,
+        /// The buffer.
+        buff: u64,
+        /// Elements.
+        count: u64,
+        /// Element type.
+        dtype: DataType,
+        /// The other rank.
+        peer: u32,
+        /// Channels of the plan.
+        n_channels: u32,
+        /// The launch's Group event.
+        group: Handle,
+    },
+}
+
+/// Warps per block that Coll events report (oxccl's kernels do not vary it per plan).
+const N_WARPS: u8 = 16;
+
+impl Event {
+    /// NCCL's type bit of the event.
+    pub fn kind(&self) -> u64 {
+        match self {
+            Event::GroupApi { .. } => bit::GROUP_API,
+            Event::CollApi { .. } => bit::COLL_API,
+            Event::P2pApi { .. } => bit::P2P_API,
+            Event::KernelLaunch { .. } => bit::KERNEL_LAUNCH,
+            Event::Group => bit::GROUP,
+            Event::Coll { .. } => bit::COLL,
+            Event::P2p { .. } => bit::P2P,
+        }
+    }
+
+    /// The event, a task event under the launch's Group event `group`.
+    pub fn under_group(mut self, group: Handle) -> Event {
+        if let Event::Coll { group: g, .. } | Event::P2p { group: g, .. } = &mut self {
+            *g = group;
+        }
+        self
+    }
+
+    /// The v5 descriptor of the event under `parent`, raised by `rank`.
+    pub fn v5(&self, parent: Handle, rank: c_int) -> abi::EventDescr {
+        let mut body = abi::Body { zeroed: [0; 11] };
+        match *self {
+            Event::GroupApi {
+                depth,
+                graph_captured,
+            } => {
+                body.group_api = abi::GroupApi {
+                    graph_captured,
+                    group_depth: clamp(depth),
+                };
+            }
+            Event::CollApi {
+                kind,
+                count,
+                dtype,
+                root,
+                stream,
+                graph_captured,
+            } => {
+                body.coll_api = abi::CollApi {
+                    func: names::func_name(kind).as_ptr(),
+                    count: count as usize,
+                    datatype: names::type_name(dtype).as_ptr(),
+                    root: clamp(root),
+                    stream: stream as *mut c_void,
+                    graph_captured,
+                };
+            }
+            Event::P2pApi {
+                dir,
+                count,
+                dtype,
+                stream,
+                graph_captured,
+            } => {
+                body.p2p_api = abi::P2pApi {
+                    func: names::p2p_name(dir).as_ptr(),
+                    count: count as usize,
+                    datatype: names::type_name(dtype).as_ptr(),
+                    stream: stream as *mut c_void,
+                    graph_captured,
+                };
+            }
+            Event::KernelLaunch { stream } => {
+                body.kernel_launch = abi::KernelLaunch {
+                    stream: stream as *mut c_void,
+                };
+            }
+            Event::Group => {}
+            Event::Coll {
+                seq,
+                kind,
+                send,
+                recv,
+                count,
+                root,
+                dtype,
+                n_channels,
+                algo,
+                proto,
+                group,
+            } => {
+                body.coll = abi::Coll {
+                    seq_number: seq,
+                    func: names::func_name(kind).as_ptr(),
+                    send_buff: send as *const c_void,
+                    recv_buff: recv as *mut c_void,
+                    count: count as usize,
+                    root: clamp(root),
+                    datatype: names::type_name(dtype).as_ptr(),
+                    n_channels: byte(n_channels),
+                    n_warps: N_WARPS,
+                    algo: names::algo_name(algo).as_ptr(),
+                    proto: names::proto_name(proto).as_ptr(),
+                    parent_group: group as *mut c_void,
+                };
+            }
+            Event::P2p {
+                dir,
+                buff,
+                count,
+                dtype,
+                peer,
+                n_channels,
+                group,
+            } => {
+                body.p2p = abi::P2p {
+                    func: names::p2p_name(dir).as_ptr(),
+                    buff: buff as *mut c_void,
+                    datatype: names::type_name(dtype).as_ptr(),
+                    count: count as usize,
+                    peer: clamp(peer),
+                    n_channels: byte(n_channels),
+                    parent_group: group as *mut c_void,
+                };
+            }
+        }
+        abi::EventDescr {
+            kind: self.kind(),
+            parent_obj: parent as *mut c_void,
+            rank,
+            body,
+        }
+    }
+}
+
+/// A rank or depth as C's `int` (ranks are below 2^24).
+fn clamp(v: u32) -> c_int {
+    c_int::try_from(v).unwrap_or(c_int::MAX)
+}
+
+/// A channel count in the descriptors' byte.
+fn byte(v: u32) -> u8 {
+    u8::try_from(v).unwrap_or(u8::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn coll() -> Event {
+        Event::Coll {
+            seq: 7,
+            kind: CollKind::ReduceScatter,
+            send: 0x1000,
+            recv: 0x2000,
+            count: 300,
+            root: 2,
+            dtype: DataType::Bfloat16,
+            n_channels: 3,
+            algo: Algorithm::Ring,
+            proto: Protocol::Ll128,
+            group: 0x77,
+        }
+    }
+
+    fn p2p() -> Event {
+        Event::P2p {
+            dir: P2pDir::Recv,
+            buff: 0x3000,
+            count: 12,
+            dtype: DataType::Int64,
+            peer: 5,
+            n_channels: 2,
+            group: 0x88,
+        }
+    }
+
+    fn text(p: *const std::ffi::c_char) -> &'static str {
+        // SAFETY: the tests pass pointers of `names`' static strings only.
+        unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+    }
+
+    #[test]
+    fn v5_keeps_the_api_parent_and_names_the_group() {
+        let d = coll().v5(0x55, 3);
+        assert_eq!(
+            (d.kind, d.parent_obj as usize, d.rank),
+            (bit::COLL, 0x55, 3)
+        );
+        // SAFETY: a Coll descriptor carries `coll`.
+        let c = unsafe { d.body.coll };
+        assert_eq!(c.seq_number, 7);
+        assert_eq!(text(c.func), "ReduceScatter");
+        assert_eq!(
+            (c.send_buff as usize, c.recv_buff as usize),
+            (0x1000, 0x2000)
+        );
+        assert_eq!((c.count, c.root, c.n_channels, c.n_warps), (300, 2, 3, 16));
+        assert_eq!(text(c.datatype), "ncclBfloat16");
+        assert_eq!((text(c.algo), text(c.proto)), ("RING", "LL128"));
+        assert_eq!(c.parent_group as usize, 0x77);
+        let d = p2p().v5(0x66, 1);
+        assert_eq!((d.kind, d.parent_obj as usize), (bit::P2P, 0x66));
+        // SAFETY: a P2p descriptor carries `p2p`.
+        let p = unsafe { d.body.p2p };
+        assert_eq!((text(p.func), text(p.datatype)), ("Recv", "ncclInt64"));
+        assert_eq!(
+            (p.buff as usize, p.count, p.peer, p.n_channels),
+            (0x3000, 12, 5, 2)
+        );
+        assert_eq!(p.parent_group as usize, 0x88);
+        let api = Event::P2pApi {
+            dir: P2pDir::Send,
+            count: 9,
+            dtype: DataType::Uint8,
+            stream: 0x99,
+            graph_captured: true,
+        }
+        .v5(0x11, 0);
+        // SAFETY: a P2pApi descriptor carries `p2pApi`.
+        let a = unsafe { api.body.p2p_api };
+        assert_eq!(
+            (text(a.func), a.count, text(a.datatype)),
+            ("Send", 9, "ncclUint8")
+        );
+        assert_eq!((a.stream as usize, a.graph_captured), (0x99, true));
+        assert_eq!(api.parent_obj as usize, 0x11);
+    }
+}

@@ -1,0 +1,245 @@
+//! What the profiler-plugin tests share: the operations they run on host ranks, and the log of
+//! our test profiler (`tests/c/profiler_plugin/`) read back into events.
+
+use super::Buffers;
+use oxccl_core::comm::group;
+use oxccl_core::datatype::DataType;
+use oxccl_core::plan::P2pDir;
+use std::collections::BTreeMap;
+
+/// Loads our test profiler of `lib` (`libnccl-profiler-oxtest*.so`) for this process, logging
+/// to a file of this process's.
+pub fn use_plugin(lib: &str) {
+    let lib = format!("{}/{lib}", env!("OXCCL_TEST_NET_PLUGIN_DIR"));
+    // SAFETY: called first by each binary's only test: no other thread reads the environment.
+    unsafe {
+        std::env::set_var("NCCL_PROFILER_PLUGIN", lib);
+        std::env::set_var("OXTEST_PROFILER_LOG", log_path());
+    }
+}
+
+fn log_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("oxtest-profiler-{}.log", std::process::id()))
+}
+
+/// One started event of the log.
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// Its line number in the log.
+    pub line: usize,
+    /// The plugin's id.
+    pub id: String,
+    /// "GroupApi", "Coll", …
+    pub kind: String,
+    /// The fields after the type (`parent`, `rank`, …).
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Start {
+    /// The field `name`; panics naming the event when it has none.
+    pub fn get(&self, name: &str) -> &str {
+        self.fields
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {self:?}"))
+    }
+}
+
+/// The log of one run.
+#[derive(Debug)]
+pub struct Log {
+    /// The log's text.
+    pub text: String,
+    /// Its started events, in order.
+    pub starts: Vec<Start>,
+    /// The line number of each stop, by id.
+    pub stops: BTreeMap<String, Vec<usize>>,
+}
+
+impl Log {
+    /// Runs `f` with the plugin asking for `mask` and reads back what it logged.
+    pub fn of(mask: u32, f: impl FnOnce()) -> Log {
+        let path = log_path();
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: the tests call this from their only thread between runs of host ranks.
+        unsafe { std::env::set_var("OXTEST_PROFILER_MASK", format!("{mask:#x}")) };
+        f();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let _ = std::fs::remove_file(&path);
+        let mut starts = Vec::new();
+        let mut stops: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (line, l) in text.lines().enumerate() {
+            let mut words = l.split_whitespace();
+            match words.next() {
+                Some("start") => {
+                    let id = words.next().unwrap().to_string();
+                    let mut fields: BTreeMap<String, String> = words
+                        .map(|w| {
+                            let (k, v) = w.split_once('=').unwrap();
+                            (k.to_string(), v.to_string())
+                        })
+                        .collect();
+                    let kind = fields.remove("type").unwrap();
+                    starts.push(Start {
+                        line,
+                        id,
+                        kind,
+                        fields,
+                    });
+                }
+                Some("stop") => stops
+                    .entry(words.next().unwrap().to_string())
+                    .or_default()
+                    .push(line),
+                _ => {}
+            }
+        }
+        Log {
+            text,
+            starts,
+            stops,
+        }
+    }
+
+    /// The events of `kind` that `rank` raised.
+    pub fn of_rank(&self, kind: &str, rank: usize) -> Vec<&Start> {
+        let rank = rank.to_string();
+        self.starts
+            .iter()
+            .filter(|s| s.kind == kind && s.fields.get("rank") == Some(&rank))
+            .collect()
+    }
+
+    /// The one event of `kind` that `rank` raised.
+    pub fn one(&self, kind: &str, rank: usize) -> &Start {
+        let v = self.of_rank(kind, rank);
+        assert_eq!(v.len(), 1, "{kind} events of rank {rank}: {}", self.text);
+        v[0]
+    }
+
+    /// The event of `kind` of `rank` whose field `name` is `value`.
+    pub fn find(&self, kind: &str, rank: usize, name: &str, value: &str) -> &Start {
+        let v: Vec<_> = self
+            .of_rank(kind, rank)
+            .into_iter()
+            .filter(|s| s.fields.get(name).map(String::as_str) == Some(value))
+            .collect();
+        assert_eq!(
+            v.len(),
+            1,
+            "{kind} {name}={value} of rank {rank}: {}",
+            self.text
+        );
+        v[0]
+    }
+
+    /// Whether no event of `kind` was started.
+    pub fn none_of(&self, kind: &str) -> bool {
+        self.starts.iter().all(|s| s.kind != kind)
+    }
+
+    /// The line that stopped `e`, checking it stopped exactly once.
+    pub fn stop_line(&self, e: &Start) -> usize {
+        let lines = self.stops.get(&e.id).cloned().unwrap_or_default();
+        assert_eq!(lines.len(), 1, "stops of {e:?}: {}", self.text);
+        assert!(lines[0] > e.line, "{e:?} stopped before it started");
+        lines[0]
+    }
+
+    /// Checks that every started event was stopped exactly once, and nothing else was.
+    pub fn all_stopped(&self) {
+        for s in &self.starts {
+            self.stop_line(s);
+        }
+        assert_eq!(self.stops.len(), self.starts.len(), "{}", self.text);
+    }
+
+    /// The kinds of the events started, sorted, without repeats.
+    pub fn kinds(&self) -> Vec<&str> {
+        let mut k: Vec<&str> = self.starts.iter().map(|s| s.kind.as_str()).collect();
+        k.sort_unstable();
+        k.dedup();
+        k
+    }
+}
+
+/// How the test profiler prints a pointer (`%p`).
+pub fn ptr(p: u64) -> String {
+    if p == 0 {
+        "(nil)".into()
+    } else {
+        format!("{p:#x}")
+    }
+}
+
+/// Elements rank `r` sends to the next rank of the ring.
+pub fn ring_count(r: usize) -> usize {
+    10 * (r + 1)
+}
+
+/// `n` host ranks in one group each: rank r sends [`ring_count`]`(r)` Int32 to rank r+1 and
+/// receives from rank r-1, checked; the buffers of each rank.
+pub fn grouped_ring(n: usize) -> Vec<Buffers> {
+    oxccl_core::testing::on_host_ranks(
+        n,
+        |_| {},
+        |rank, comm, stream| {
+            let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+            let send: Vec<i32> = (0..ring_count(rank) as i32)
+                .map(|i| i + 1000 * rank as i32)
+                .collect();
+            let mut recv = vec![0i32; ring_count(prev)];
+            group::group_start().unwrap();
+            // SAFETY: both buffers hold their counts and outlive the group, which the host
+            // backend completes before its end returns.
+            unsafe {
+                comm.p2p(
+                    P2pDir::Send,
+                    send.as_ptr() as u64,
+                    send.len() as u64,
+                    DataType::Int32,
+                    next as u32,
+                    stream,
+                )
+                .unwrap();
+                comm.p2p(
+                    P2pDir::Recv,
+                    recv.as_mut_ptr() as u64,
+                    recv.len() as u64,
+                    DataType::Int32,
+                    prev as u32,
+                    stream,
+                )
+                .unwrap();
+            }
+            group::group_end().unwrap();
+            let want: Vec<i32> = (0..ring_count(prev) as i32)
+                .map(|i| i + 1000 * prev as i32)
+                .collect();
+            assert_eq!(recv, want, "rank {rank}");
+            Buffers {
+                send: send.as_ptr() as u64,
+                recv: recv.as_ptr() as u64,
+            }
+        },
+    )
+}
+
+/// NCCL's event bits the tests ask for.
+pub mod bits {
+    /// `ncclProfileGroup`.
+    pub const GROUP: u32 = 1 << 0;
+    /// `ncclProfileColl`.
+    pub const COLL: u32 = 1 << 1;
+    /// `ncclProfileP2p`.
+    pub const P2P: u32 = 1 << 2;
+    /// `ncclProfileGroupApi`.
+    pub const GROUP_API: u32 = 1 << 8;
+    /// `ncclProfileCollApi`.
+    pub const COLL_API: u32 = 1 << 9;
+    /// `ncclProfileP2pApi`.
+    pub const P2P_API: u32 = 1 << 10;
+    /// `ncclProfileKernelLaunch`.
+    pub const KERNEL_LAUNCH: u32 = 1 << 11;
+    /// Every event oxccl raises.
+    pub const ALL: u32 = GROUP | COLL | P2P | GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH;
+}
