@@ -98,15 +98,31 @@ fn test_plugins() {
         &out.join("libnccl-env-oxtest2.so"),
         &["-DOXTEST_ENV_V2"],
     );
-    // The test profiler plugin (`tests/c/profiler_plugin/`), ABI v5.
+    // The test profiler plugin (`tests/c/profiler_plugin/`), one library per ABI version.
     let profiler = manifest.join("../tests/c/profiler_plugin/oxccl_test_profiler.c");
     println!("cargo:rerun-if-changed={}", profiler.display());
-    build_so(
-        &compiler,
-        &profiler,
-        &out.join("libnccl-profiler-oxtest.so"),
-        &[],
-    );
+    let profilers: [(&str, &[&str]); 5] = [
+        ("libnccl-profiler-oxtest.so", &[]),
+        (
+            "libnccl-profiler-oxtest4.so",
+            &["-DOXTEST_PROFILER_VERSION=4"],
+        ),
+        (
+            "libnccl-profiler-oxtest3.so",
+            &["-DOXTEST_PROFILER_VERSION=3"],
+        ),
+        (
+            "libnccl-profiler-oxtest2.so",
+            &["-DOXTEST_PROFILER_VERSION=2"],
+        ),
+        (
+            "libnccl-profiler-oxtest1.so",
+            &["-DOXTEST_PROFILER_VERSION=1"],
+        ),
+    ];
+    for (name, defs) in profilers {
+        build_so(&compiler, &profiler, &out.join(name), defs);
+    }
 }
 
 fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {

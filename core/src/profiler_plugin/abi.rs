@@ -1,5 +1,6 @@
 //! The profiler-plugin ABI of NCCL 2.28 (`ncclProfiler_v5`): the exported struct of function
-//! pointers, the event descriptor, and NCCL's event-type bits.
+//! pointers, the event descriptor, and NCCL's event-type bits (the older versions are in
+//! `abi_legacy`).
 
 use crate::net::plugin::abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_int, c_void};
@@ -130,7 +131,7 @@ pub struct Coll {
     pub algo: *const c_char,
     /// "LL", "LL128", "Simple".
     pub proto: *const c_char,
-    /// The Group event of the launch (v4 plugins' parent).
+    /// The Group event of the launch (what v1-v4 plugins get as parent).
     pub parent_group: *mut c_void,
 }
 
@@ -150,7 +151,7 @@ pub struct P2p {
     pub peer: c_int,
     /// Channels.
     pub n_channels: u8,
-    /// The Group event of the launch (v4 plugins' parent).
+    /// The Group event of the launch (what v1-v4 plugins get as parent).
     pub parent_group: *mut c_void,
 }
 

@@ -1,6 +1,9 @@
-//! The events oxccl raises, and their descriptors as NCCL 2.28 fills them (ABI v5).
+//! The events oxccl raises, and their descriptors in each ABI version: v5 as NCCL 2.28 fills
+//! it, v4-v1 as NCCL 2.28.9's adapters translate v5 (task events hang under the launch's Group
+//! event, API and kernel-launch events are not passed on, v1 names things by enum values).
 
 use super::abi::{self, event as bit};
+use super::abi_legacy::{self as legacy, Descr};
 use super::names;
 use crate::datatype::DataType;
 use crate::plan::{Algorithm, CollKind, P2pDir, Protocol};
@@ -229,6 +232,250 @@ impl Event {
             body,
         }
     }
+
+    /// The v4 descriptor; `None` for events v4 has no type for.
+    pub fn v4(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV4> {
+        let mut body = legacy::BodyV4 { zeroed: [0; 10] };
+        let parent = match *self {
+            Event::Group => parent,
+            Event::Coll {
+                seq,
+                kind,
+                send,
+                recv,
+                count,
+                root,
+                dtype,
+                n_channels,
+                algo,
+                proto,
+                group,
+            } => {
+                body.coll = legacy::CollV4 {
+                    seq_number: seq,
+                    func: names::func_name(kind).as_ptr(),
+                    send_buff: send as *const c_void,
+                    recv_buff: recv as *mut c_void,
+                    count: count as usize,
+                    root: clamp(root),
+                    datatype: names::type_name(dtype).as_ptr(),
+                    n_channels: byte(n_channels),
+                    n_warps: N_WARPS,
+                    algo: names::algo_name(algo).as_ptr(),
+                    proto: names::proto_name(proto).as_ptr(),
+                };
+                group
+            }
+            Event::P2p {
+                dir,
+                buff,
+                count,
+                dtype,
+                peer,
+                n_channels,
+                group,
+            } => {
+                body.p2p = legacy::P2pV4 {
+                    func: names::p2p_name(dir).as_ptr(),
+                    buff: buff as *mut c_void,
+                    datatype: names::type_name(dtype).as_ptr(),
+                    count: count as usize,
+                    peer: clamp(peer),
+                    n_channels: byte(n_channels),
+                };
+                group
+            }
+            _ => return None,
+        };
+        Some(self.legacy(parent, rank, body))
+    }
+
+    /// The v3 descriptor; `None` for events v3 has no type for.
+    pub fn v3(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV3> {
+        let mut body = legacy::BodyV3 { zeroed: [0; 12] };
+        let parent = match *self {
+            Event::Group => parent,
+            Event::Coll {
+                seq,
+                kind,
+                send,
+                recv,
+                count,
+                root,
+                dtype,
+                n_channels,
+                algo,
+                proto,
+                group,
+            } => {
+                body.coll = legacy::CollV3 {
+                    name: std::ptr::null(),
+                    comm_hash: 0,
+                    seq_number: seq,
+                    func: names::func_name(kind).as_ptr(),
+                    send_buff: send as *const c_void,
+                    recv_buff: recv as *mut c_void,
+                    count: count as usize,
+                    root: clamp(root),
+                    datatype: names::type_name(dtype).as_ptr(),
+                    n_max_channels: byte(n_channels),
+                    n_warps: N_WARPS,
+                    algo: names::algo_name(algo).as_ptr(),
+                    proto: names::proto_name(proto).as_ptr(),
+                };
+                group
+            }
+            Event::P2p { group, .. } => {
+                body.p2p = self.p2p_v2()?;
+                group
+            }
+            _ => return None,
+        };
+        Some(self.legacy(parent, rank, body))
+    }
+
+    /// The v2 descriptor; `None` for events v2 has no type for.
+    pub fn v2(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV2> {
+        let mut body = legacy::BodyV2 { zeroed: [0; 13] };
+        let parent = match *self {
+            Event::Group => parent,
+            Event::Coll {
+                seq,
+                kind,
+                send,
+                recv,
+                count,
+                root,
+                dtype,
+                n_channels,
+                algo,
+                proto,
+                group,
+            } => {
+                body.coll = legacy::CollV2 {
+                    name: std::ptr::null(),
+                    comm_hash: 0,
+                    seq_number: seq,
+                    func: names::func_name(kind).as_ptr(),
+                    send_buff: send as *const c_void,
+                    recv_buff: recv as *mut c_void,
+                    count: count as usize,
+                    root: clamp(root),
+                    datatype: names::type_name(dtype).as_ptr(),
+                    traffic_bytes: 0,
+                    n_max_channels: byte(n_channels),
+                    n_warps: N_WARPS,
+                    algo: names::algo_name(algo).as_ptr(),
+                    proto: names::proto_name(proto).as_ptr(),
+                };
+                group
+            }
+            Event::P2p { group, .. } => {
+                body.p2p = self.p2p_v2()?;
+                group
+            }
+            _ => return None,
+        };
+        Some(self.legacy(parent, rank, body))
+    }
+
+    /// The v1 descriptor; `None` for events v1 has no type for.
+    pub fn v1(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV1> {
+        let mut body = legacy::BodyV1 { zeroed: [0; 12] };
+        let parent = match *self {
+            Event::Group => parent,
+            Event::Coll {
+                seq,
+                kind,
+                send,
+                recv,
+                count,
+                root,
+                dtype,
+                n_channels,
+                algo,
+                proto,
+                group,
+            } => {
+                body.coll = legacy::CollV1 {
+                    name: std::ptr::null(),
+                    comm_hash: 0,
+                    seq_number: seq,
+                    func: names::func_id(kind),
+                    send_buff: send as *const c_void,
+                    recv_buff: recv as *mut c_void,
+                    count: count as usize,
+                    root: clamp(root),
+                    datatype: dtype as u8,
+                    op: 0,
+                    traffic_bytes: 0,
+                    n_max_channels: byte(n_channels),
+                    n_warps: N_WARPS,
+                    algo: names::algo_id(algo),
+                    proto: names::proto_id(proto),
+                    is_collnet: 0,
+                    is_nvls: 0,
+                };
+                group
+            }
+            Event::P2p {
+                dir,
+                buff,
+                count,
+                dtype,
+                peer,
+                group,
+                ..
+            } => {
+                body.p2p = legacy::P2pV1 {
+                    name: std::ptr::null(),
+                    comm_hash: 0,
+                    func: names::p2p_id(dir),
+                    buff: buff as *mut c_void,
+                    datatype: dtype as u8,
+                    count: count as usize,
+                    peer: clamp(peer),
+                };
+                group
+            }
+            _ => return None,
+        };
+        Some(self.legacy(parent, rank, body))
+    }
+
+    /// The `p2p` member of v2 and v3.
+    fn p2p_v2(&self) -> Option<legacy::P2pV2> {
+        let Event::P2p {
+            dir,
+            buff,
+            count,
+            dtype,
+            peer,
+            ..
+        } = *self
+        else {
+            return None;
+        };
+        Some(legacy::P2pV2 {
+            name: std::ptr::null(),
+            comm_hash: 0,
+            func: names::p2p_name(dir).as_ptr(),
+            buff: buff as *mut c_void,
+            datatype: names::type_name(dtype).as_ptr(),
+            count: count as usize,
+            peer: clamp(peer),
+        })
+    }
+
+    /// A v1-v4 descriptor of this event's type (below 256 for every event that has one).
+    fn legacy<B: Copy>(&self, parent: Handle, rank: c_int, body: B) -> Descr<B> {
+        Descr {
+            kind: self.kind() as u8,
+            parent_obj: parent as *mut c_void,
+            rank,
+            body,
+        }
+    }
 }
 
 /// A rank or depth as C's `int` (ranks are below 2^24).
@@ -324,5 +571,58 @@ mod tests {
         );
         assert_eq!((a.stream as usize, a.graph_captured), (0x99, true));
         assert_eq!(api.parent_obj as usize, 0x11);
+    }
+
+    #[test]
+    fn older_versions_hang_tasks_under_the_group_and_drop_api_events() {
+        let d = coll().v4(0x55, 3).unwrap();
+        assert_eq!((d.kind, d.parent_obj as usize, d.rank), (2, 0x77, 3));
+        // SAFETY: a Coll descriptor carries `coll`.
+        let c = unsafe { d.body.coll };
+        assert_eq!(
+            (c.seq_number, c.count, c.root, c.n_channels),
+            (7, 300, 2, 3)
+        );
+        assert_eq!((text(c.algo), text(c.proto)), ("RING", "LL128"));
+        let d = p2p().v3(0x66, 1).unwrap();
+        assert_eq!((d.kind, d.parent_obj as usize), (4, 0x88));
+        // SAFETY: a P2p descriptor carries `p2p`.
+        let p = unsafe { d.body.p2p };
+        assert_eq!((text(p.func), p.count, p.peer), ("Recv", 12, 5));
+        assert!(p.name.is_null());
+        let d = coll().v2(0, 0).unwrap();
+        // SAFETY: as above.
+        let c = unsafe { d.body.coll };
+        assert_eq!((c.n_max_channels, c.traffic_bytes, c.seq_number), (3, 0, 7));
+        let g = Event::Group.v4(0, 4).unwrap();
+        assert_eq!((g.kind, g.parent_obj as usize, g.rank), (1, 0, 4));
+        for e in [
+            Event::GroupApi {
+                depth: 1,
+                graph_captured: false,
+            },
+            Event::KernelLaunch { stream: 1 },
+        ] {
+            assert!(e.v4(0, 0).is_none() && e.v3(0, 0).is_none());
+            assert!(e.v2(0, 0).is_none() && e.v1(0, 0).is_none());
+        }
+    }
+
+    #[test]
+    fn v1_names_by_nccl_enum_values() {
+        let d = coll().v1(0, 0).unwrap();
+        // SAFETY: a Coll descriptor carries `coll`.
+        let c = unsafe { d.body.coll };
+        assert_eq!((c.func, c.datatype, c.algo, c.proto), (3, 9, 1, 1));
+        assert_eq!((c.seq_number, c.count, c.n_max_channels), (7, 300, 3));
+        assert_eq!(d.parent_obj as usize, 0x77);
+        let d = p2p().v1(0, 0).unwrap();
+        // SAFETY: a P2p descriptor carries `p2p`.
+        let p = unsafe { d.body.p2p };
+        assert_eq!((p.func, p.datatype, p.count, p.peer), (7, 4, 12, 5));
+        assert_eq!(names::algo_id(Algorithm::Tree), 0);
+        assert_eq!(names::proto_id(Protocol::Simple), 2);
+        assert_eq!(names::func_id(CollKind::AllReduce), 4);
+        assert_eq!(names::p2p_id(P2pDir::Send), 6);
     }
 }

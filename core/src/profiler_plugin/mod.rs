@@ -1,11 +1,14 @@
-//! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 of NCCL 2.28): a library that receives the start and stop of events (a group call, a collective or
+//! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 to v1 as NCCL 2.28.9 loads them): a
+//! library that receives the start and stop of events (a group call, a collective or
 //! send/receive call, a kernel launch, the operations of a launch) and writes traces or
 //! statistics.
 //!
 //! Found as NCCL finds it: unset means `libnccl-profiler.so`, `none` no plugin; a value is
 //! `dlopen`ed as given and, when that fails and it is a bare name, as
 //! `libnccl-profiler-<value>.so`; without a profiler library the network plugin's library is
-//! searched for `ncclProfiler_v5`. Each communicator gets a context (`init`, `finalize`).
+//! searched. The newest of `ncclProfiler_v5` … `ncclProfiler_v1` is used, and events are laid
+//! out in its version's descriptor as NCCL's adapters do ([`event`]). Each communicator gets a
+//! context (`init`, `finalize`).
 //!
 //! Which events an operation raises, and their parents, is decided where operations launch
 //! (`comm/ops/profile.rs`). The activation mask starts as `NCCL_PROFILE_EVENT_MASK` and the plugin's `init` may change it
@@ -13,6 +16,7 @@
 //! it, is in the mask ([`abi::event::raised_by`], NCCL's rules).
 
 pub mod abi;
+pub mod abi_legacy;
 pub mod event;
 mod group_api;
 pub mod names;
@@ -67,7 +71,7 @@ impl ProfilerPlugin {
         if profiler.is_some() {
             tracing::warn!(
                 target: "oxccl::init",
-                "NCCL_PROFILER_PLUGIN={}: no profiler plugin (ncclProfiler_v5) could be loaded",
+                "NCCL_PROFILER_PLUGIN={}: no profiler plugin (ncclProfiler_v5 … v1) could be loaded",
                 profiler.unwrap_or_default()
             );
         }

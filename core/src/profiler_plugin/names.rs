@@ -1,4 +1,4 @@
-//! What profilers are told an operation is: NCCL's names.
+//! What profilers are told an operation is: NCCL's names (v2-v5) and NCCL's enum values (v1).
 
 use crate::datatype::DataType;
 use crate::plan::{Algorithm, CollKind, P2pDir, Protocol};
@@ -63,5 +63,47 @@ pub fn proto_name(proto: Protocol) -> &'static CStr {
         Protocol::Ll => c"LL",
         Protocol::Ll128 => c"LL128",
         Protocol::Simple => c"SIMPLE",
+    }
+}
+
+/// `ncclFunc_t` of a collective; an AlltoAllv is an AlltoAll (NCCL has no value for it).
+pub fn func_id(kind: CollKind) -> u8 {
+    use CollKind::*;
+    match kind {
+        Broadcast => 0,
+        Reduce => 1,
+        AllGather => 2,
+        ReduceScatter => 3,
+        AllReduce => 4,
+        SendRecv => 5,
+        AllToAll | AllToAllv => 8,
+        Scatter => 9,
+        Gather => 10,
+    }
+}
+
+/// `ncclFunc_t` of a send or receive.
+pub fn p2p_id(dir: P2pDir) -> u8 {
+    match dir {
+        P2pDir::Send => 6,
+        P2pDir::Recv => 7,
+    }
+}
+
+/// `NCCL_ALGO_*`; the direct algorithm, which NCCL lacks, is `NCCL_ALGO_UNDEF` in a byte.
+pub fn algo_id(algo: Algorithm) -> u8 {
+    match algo {
+        Algorithm::Tree => 0,
+        Algorithm::Ring => 1,
+        Algorithm::Direct => u8::MAX,
+    }
+}
+
+/// `NCCL_PROTO_*`.
+pub fn proto_id(proto: Protocol) -> u8 {
+    match proto {
+        Protocol::Ll => 0,
+        Protocol::Ll128 => 1,
+        Protocol::Simple => 2,
     }
 }

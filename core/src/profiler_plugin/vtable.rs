@@ -1,22 +1,27 @@
-//! Calls into a profiler plugin (`ncclProfiler_v5`): every call to the plugin's functions is
-//! here.
+//! Calls into a profiler plugin of any ABI version NCCL 2.28.9 loads (v5 down to v1): every
+//! call to the plugin's functions is here.
 
 use super::abi::{self, ProfilerV5};
+use super::abi_legacy::{self as legacy, ProfilerV1, ProfilerV4};
 use super::event::{Event, Handle};
 use crate::net::plugin::abi::NcclResult;
 use libloading::os::unix::Library;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
-/// The exported struct of a plugin.
+/// The exported struct of a plugin, by version.
 #[derive(Clone, Copy)]
 pub(super) enum VTable {
     /// `ncclProfiler_v5`.
     V5(&'static ProfilerV5),
+    /// `ncclProfiler_v4`.
+    V4(&'static ProfilerV4),
+    /// `ncclProfiler_v3`, `_v2` or `_v1` (the version), which differ in their descriptors only.
+    V1To3(u32, &'static ProfilerV1),
 }
 
 /// What `init` needs besides the context and the mask.
 pub(super) struct InitArgs<'a> {
-    /// The communicator's id.
+    /// The communicator's id (v4: its hash).
     pub comm_id: u64,
     /// The communicator's name.
     pub name: &'a CStr,
@@ -29,27 +34,49 @@ pub(super) struct InitArgs<'a> {
 }
 
 impl VTable {
-    /// The plugin `lib` exports, if any.
+    /// The newest version `lib` exports, looked for in NCCL 2.28.9's order.
     pub fn find(lib: &Library) -> Option<VTable> {
-        // SAFETY: only the symbol's address is taken.
-        let p = unsafe { lib.get::<*mut c_void>(abi::SYMBOL_V5) }
-            .ok()
-            .map(|s| s.into_raw())
-            .filter(|p| !p.is_null())?;
-        // SAFETY: the library exports the symbol as `ncclProfiler_v5_t` (the ABI's contract);
-        // it stays mapped for the process (never closed).
-        Some(VTable::V5(unsafe { &*(p as *const ProfilerV5) }))
+        let symbol = |name: &[u8]| {
+            // SAFETY: only the symbol's address is taken.
+            unsafe { lib.get::<*mut c_void>(name) }
+                .ok()
+                .map(|s| s.into_raw())
+                .filter(|p| !p.is_null())
+        };
+        if let Some(p) = symbol(abi::SYMBOL_V5) {
+            // SAFETY: the library exports the symbol as `ncclProfiler_v5_t` (the ABI's
+            // contract); it stays mapped for the process (never closed).
+            return Some(VTable::V5(unsafe { &*(p as *const ProfilerV5) }));
+        }
+        for (version, name) in legacy::SYMBOLS {
+            let Some(p) = symbol(name) else { continue };
+            return Some(if version == 4 {
+                // SAFETY: as for v5, with `ncclProfiler_v4_t`.
+                VTable::V4(unsafe { &*(p as *const ProfilerV4) })
+            } else {
+                // SAFETY: as for v5, with `ncclProfiler_v<version>_t`, laid out alike.
+                VTable::V1To3(version, unsafe { &*(p as *const ProfilerV1) })
+            });
+        }
+        None
     }
 
     /// The ABI version.
     pub fn version(&self) -> u32 {
-        5
+        match self {
+            VTable::V5(_) => 5,
+            VTable::V4(_) => 4,
+            VTable::V1To3(v, _) => *v,
+        }
     }
 
     /// The plugin's name field (NULL or a C string in its library).
     pub fn name(&self) -> *const c_char {
-        let VTable::V5(t) = self;
-        t.name
+        match self {
+            VTable::V5(t) => t.name,
+            VTable::V4(t) => t.name,
+            VTable::V1To3(_, t) => t.name,
+        }
     }
 
     /// Calls `init`, which stores the plugin's context in `ctx` and may write the mask through
@@ -60,44 +87,73 @@ impl VTable {
         mask: *mut c_int,
         args: &InitArgs<'_>,
     ) -> Option<NcclResult> {
-        let VTable::V5(t) = self;
-        let init = t.init?;
-        // SAFETY: `ctx` and `mask` are valid for the call and `mask` for the process (a static);
-        // the name lives as long as the communicator.
-        let rc = unsafe {
-            init(
-                ctx,
-                args.comm_id,
-                mask,
-                args.name.as_ptr(),
-                args.nnodes,
-                args.nranks,
-                args.rank,
-                crate::net::plugin::logger(),
-            )
+        let log = crate::net::plugin::logger();
+        let name = args.name.as_ptr();
+        let rc = match *self {
+            VTable::V5(t) => {
+                let init = t.init?;
+                // SAFETY: `ctx` and `mask` are valid for the call and `mask` for the process (a
+                // static); the name lives as long as the communicator.
+                unsafe {
+                    init(
+                        ctx,
+                        args.comm_id,
+                        mask,
+                        name,
+                        args.nnodes,
+                        args.nranks,
+                        args.rank,
+                        log,
+                    )
+                }
+            }
+            VTable::V4(t) => {
+                let init = t.init?;
+                // SAFETY: as for v5, in v4's order.
+                unsafe {
+                    init(
+                        ctx,
+                        mask,
+                        name,
+                        args.comm_id,
+                        args.nnodes,
+                        args.nranks,
+                        args.rank,
+                        log,
+                    )
+                }
+            }
+            VTable::V1To3(_, t) => {
+                let init = t.init?;
+                // SAFETY: as for v5; v1-v3 take the context and the mask only.
+                unsafe { init(ctx, mask) }
+            }
         };
         Some(rc)
     }
 
-    /// Starts `event` under `parent`; 0 when the plugin fails or returns no handle.
+    /// Starts `event` under `parent` in the plugin's layout; 0 when the plugin has no type for
+    /// it, fails, or returns no handle.
     pub fn start(&self, ctx: usize, event: &Event, parent: Handle, rank: c_int) -> Handle {
-        let VTable::V5(t) = self;
-        let Some(start) = t.start_event else {
-            return 0;
-        };
-        let mut descr = event.v5(parent, rank);
-        let mut handle: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the context came from this plugin's init; the descriptor and the static
-        // strings it points at outlive the call.
-        let rc = unsafe { start(ctx as *mut c_void, &mut handle, &mut descr) };
-        if rc != 0 { 0 } else { handle as usize }
+        let ctx = ctx as *mut c_void;
+        match *self {
+            VTable::V5(t) => raise(t.start_event, ctx, Some(event.v5(parent, rank))),
+            VTable::V4(t) => raise(t.start_event, ctx, event.v4(parent, rank)),
+            VTable::V1To3(3, t) => raise(t.start_event, ctx, event.v3(parent, rank)),
+            VTable::V1To3(2, t) => raise(t.start_event, ctx, event.v2(parent, rank)),
+            VTable::V1To3(_, t) => raise(t.start_event, ctx, event.v1(parent, rank)),
+        }
     }
 
     /// Stops an event `start` returned (0: nothing).
     pub fn stop(&self, handle: Handle) {
-        let VTable::V5(t) = self;
+        let stop = match self {
+            VTable::V5(t) => t.stop_event,
+            VTable::V4(t) => t.stop_event,
+            VTable::V1To3(_, t) => t.stop_event,
+        };
         if handle != 0
-            && let Some(stop) = t.stop_event
+            && let Some(stop) = stop
         {
             // SAFETY: a handle this plugin's startEvent returned, stopped once.
             unsafe { stop(handle as *mut c_void) };
@@ -106,9 +162,34 @@ impl VTable {
 
     /// Calls `finalize` on a context `init` made; `None` when the plugin has none.
     pub fn finalize(&self, ctx: usize) -> Option<NcclResult> {
-        let VTable::V5(t) = self;
-        let finalize = t.finalize?;
+        let finalize = match self {
+            VTable::V5(t) => t.finalize,
+            VTable::V4(t) => t.finalize,
+            VTable::V1To3(_, t) => t.finalize,
+        }?;
         // SAFETY: the context came from this plugin's init and is finalized once.
         Some(unsafe { finalize(ctx as *mut c_void) })
     }
+}
+
+/// Calls a `startEvent` whose descriptor parameter is `*mut P` with `descr`; 0 without one.
+fn raise<D, P>(
+    start: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            handle: *mut *mut c_void,
+            descr: *mut P,
+        ) -> NcclResult,
+    >,
+    ctx: *mut c_void,
+    descr: Option<D>,
+) -> Handle {
+    let (Some(start), Some(mut descr)) = (start, descr) else {
+        return 0;
+    };
+    let mut handle: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the context came from this plugin's init; `descr` is the layout of the plugin's
+    // version, and it and the static strings it points at outlive the call.
+    let rc = unsafe { start(ctx, &mut handle, (&raw mut descr).cast::<P>()) };
+    if rc != 0 { 0 } else { handle as usize }
 }

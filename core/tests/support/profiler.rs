@@ -1,7 +1,7 @@
 //! What the profiler-plugin tests share: the operations they run on host ranks, and the log of
 //! our test profiler (`tests/c/profiler_plugin/`) read back into events.
 
-use super::Buffers;
+use super::{Buffers, all_reduce_on_two_ranks};
 use oxccl_core::comm::group;
 use oxccl_core::datatype::DataType;
 use oxccl_core::plan::P2pDir;
@@ -242,4 +242,99 @@ pub mod bits {
     pub const KERNEL_LAUNCH: u32 = 1 << 11;
     /// Every event oxccl raises.
     pub const ALL: u32 = GROUP | COLL | P2P | GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH;
+}
+
+/// Checks what a plugin of ABI `version` (1-4) receives of an AllReduce on two ranks and of a
+/// grouped ring of sends and receives on three: Group events, and under each its Coll or P2p
+/// events in the version's layout; no API or kernel-launch events (their types do not fit).
+pub fn legacy_events_reach(version: u32) {
+    use_plugin(&format!("libnccl-profiler-oxtest{version}.so"));
+    let mut bufs = Vec::new();
+    let log = Log::of(bits::ALL, || bufs = all_reduce_on_two_ranks());
+    check_legacy_init(&log, version, 2);
+    assert_eq!(log.kinds(), ["Coll", "Group"], "v{version}: {}", log.text);
+    log.all_stopped();
+    for (rank, b) in bufs.iter().enumerate() {
+        let group = log.one("Group", rank);
+        assert_eq!(group.get("parent"), "0");
+        let coll = log.one("Coll", rank);
+        assert_eq!(coll.get("parent"), group.id, "v{version}");
+        assert!(log.stop_line(coll) < log.stop_line(group));
+        assert_eq!(
+            (coll.get("send"), coll.get("recv")),
+            (&*ptr(b.send), &*ptr(b.recv))
+        );
+        assert_eq!(coll.get("count"), "1000");
+        assert_eq!(coll.get("seq"), "0");
+        assert_eq!(coll.get("root"), "0");
+        assert_eq!(coll.get("nwarps"), "16");
+        assert_ne!(coll.get("nch"), "0");
+        if version == 1 {
+            // ncclFuncAllReduce, ncclFloat32, NCCL_ALGO_* / NCCL_PROTO_* (or undefined).
+            assert_eq!((coll.get("func"), coll.get("dtype")), ("4", "7"));
+            assert!(["0", "1", "255"].contains(&coll.get("algo")), "{coll:?}");
+            assert!(["0", "1", "2"].contains(&coll.get("proto")), "{coll:?}");
+        } else {
+            assert_eq!(
+                (coll.get("func"), coll.get("dtype")),
+                ("AllReduce", "ncclFloat32")
+            );
+            assert!(["RING", "TREE", "Direct"].contains(&coll.get("algo")));
+            assert!(["LL", "LL128", "SIMPLE"].contains(&coll.get("proto")));
+        }
+    }
+    let mut bufs = Vec::new();
+    let log = Log::of(bits::ALL, || bufs = grouped_ring(3));
+    check_legacy_init(&log, version, 3);
+    assert_eq!(log.kinds(), ["Group", "P2p"], "v{version}: {}", log.text);
+    log.all_stopped();
+    for (rank, b) in bufs.iter().enumerate() {
+        let group = log.one("Group", rank);
+        let (next, prev) = ((rank + 1) % 3, (rank + 2) % 3);
+        let (send_name, recv_name, dtype) = if version == 1 {
+            ("6", "7", "2")
+        } else {
+            ("Send", "Recv", "ncclInt32")
+        };
+        let send = log.find("P2p", rank, "func", send_name);
+        let recv = log.find("P2p", rank, "func", recv_name);
+        for (p, buf, count, peer) in [
+            (send, b.send, ring_count(rank), next),
+            (recv, b.recv, ring_count(prev), prev),
+        ] {
+            assert_eq!(p.get("parent"), group.id, "v{version} {p:?}");
+            assert_eq!(p.get("buff"), ptr(buf));
+            assert_eq!(p.get("count"), count.to_string());
+            assert_eq!(p.get("dtype"), dtype);
+            assert_eq!(p.get("peer"), peer.to_string());
+            if version == 4 {
+                assert_ne!(p.get("nch"), "0");
+            }
+            assert!(log.stop_line(p) < log.stop_line(group));
+        }
+    }
+}
+
+/// Checks the init lines of `nranks` communicators for a plugin of `version`.
+fn check_legacy_init(log: &Log, version: u32, nranks: usize) {
+    let inits: Vec<&str> = log.text.lines().filter(|l| l.starts_with("init")).collect();
+    assert_eq!(inits.len(), nranks, "{}", log.text);
+    for rank in 0..nranks {
+        let want = format!("init rank={rank} nranks={nranks} nnodes=1 name=");
+        // v1-v3's init gets the context and the mask only.
+        let found = inits.iter().any(|l| {
+            if version == 4 {
+                l.starts_with(&want)
+            } else {
+                *l == "init"
+            }
+        });
+        assert!(found, "v{version} rank {rank}: {}", log.text);
+    }
+    assert_eq!(
+        log.text.lines().filter(|l| *l == "finalize").count(),
+        nranks,
+        "{}",
+        log.text
+    );
 }

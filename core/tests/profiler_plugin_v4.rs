@@ -1,0 +1,10 @@
+//! A profiler plugin exporting only `ncclProfiler_v4` (our test profiler built for it): it
+//! receives Group, Coll and P2p events in v4's layout. One test: the plugin loads once per
+//! process.
+
+mod support;
+
+#[test]
+fn v4_plugin_gets_task_events_in_its_layout() {
+    support::profiler::legacy_events_reach(4);
+}
