@@ -1,6 +1,7 @@
 //! The callbacks a plugin's `init` receives (network and tuner plugins): the logger (a
 //! C-variadic function, defined in `core/csrc/net_plugin_log.c` because stable Rust cannot
-//! define one) and the v10+ profiler callback (a no-op: oxccl has no profiler plugins).
+//! define one) and the v10+ profiler callback (a no-op: a network plugin's events hang under
+//! proxy steps, which oxccl does not raise).
 
 use super::abi::{self, Logger, NcclResult, ProfilerCallback};
 use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};
@@ -99,7 +100,8 @@ pub(crate) fn logger() -> Logger {
     oxccl_net_plugin_logger
 }
 
-/// The v10+ profiler callback: oxccl loads no profiler, so events are ignored.
+/// The v10+ profiler callback: the events have no parent to hang under (oxccl raises no proxy
+/// steps), so they are ignored.
 extern "C" fn profiler(
     _e_handle: *mut *mut c_void,
     _kind: c_int,
