@@ -63,12 +63,7 @@ impl SymmetricWindow<'_> {
 
 impl Drop for SymmetricWindow<'_> {
     fn drop(&mut self) {
-        let mut api = self
-            .comm
-            .device_api
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(api) = api.as_mut() {
+        if let Some(api) = self.comm.api_state().as_mut() {
             // SAFETY: the window borrowed the buffer and the communicator; work queued on the
             // communicator's streams that used it is the caller's to have finished (the same
             // rule as for the buffer itself).
@@ -104,12 +99,7 @@ impl Drop for DevComm<'_> {
         if res == 0 {
             return;
         }
-        let mut api = self
-            .comm
-            .device_api
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(api) = api.as_mut() {
+        if let Some(api) = self.comm.api_state().as_mut() {
             // SAFETY: as for `SymmetricWindow`'s drop.
             let _ = unsafe { api.remove_resources(res) };
         }
@@ -142,8 +132,8 @@ impl Communicator {
                 Box::new(|f| self.with_api(f)),
             )
         }?;
-        let api = self.device_api.lock().unwrap_or_else(|p| p.into_inner());
-        let base = api
+        let base = self
+            .api_state()
             .as_ref()
             .and_then(|a| a.window(handle))
             .and_then(RegisteredWindow::flat)
@@ -169,12 +159,17 @@ impl Communicator {
         })
     }
 
+    /// The communicator's device API state (`None` until first used).
+    fn api_state(&self) -> std::sync::MutexGuard<'_, Option<DeviceApi>> {
+        self.device_api.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Runs `f` on the communicator's device API state, made on first use.
     fn with_api(
         &self,
         f: &mut dyn FnMut(&mut DeviceApi) -> oxccl_core::Result<()>,
     ) -> oxccl_core::Result<()> {
-        let mut g = self.device_api.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.api_state();
         if g.is_none() {
             *g = Some(DeviceApi::new(
                 self.comm.clone(),
