@@ -42,7 +42,10 @@ pub type After = Box<dyn FnOnce() -> Result<()>>;
 
 /// Collective host work that needs every rank of a communicator at once (window registration,
 /// device communicators): one thread recording it for several ranks in one group must not run
-/// the ranks' parts one after another, so the group end runs them side by side.
+/// the ranks' parts one after another, so the group end runs them side by side, one thread per
+/// communicator. A communicator's own pieces run in the order they were recorded: every rank
+/// must meet the others' pieces in the same order (a rank's second window must not pair with a
+/// peer's first).
 pub type Together = Box<dyn FnOnce() -> Result<()> + Send>;
 
 struct Recorded {
@@ -55,7 +58,7 @@ struct Recorded {
 struct State {
     depth: u32,
     ops: Vec<Recorded>,
-    together: Vec<Together>,
+    together: Vec<(usize, Together)>,
     after: Vec<After>,
     error: Option<Error>,
 }
@@ -151,15 +154,15 @@ pub fn after(f: After) -> Result<()> {
     }
 }
 
-/// Runs `f` now outside a group, or at the group end beside the group's other [`Together`]
-/// work, before its operations.
-pub fn together(f: Together) -> Result<()> {
+/// Runs `f`, collective work of the communicator `key` names, now outside a group, or at the
+/// group end beside the group's other [`Together`] work, before its operations.
+pub fn together(key: usize, f: Together) -> Result<()> {
     let f = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             Some(f)
         } else {
-            g.together.push(f);
+            g.together.push((key, f));
             None
         }
     });
@@ -169,13 +172,25 @@ pub fn together(f: Together) -> Result<()> {
     }
 }
 
-/// Runs every piece of `work` on a thread of its own (one inline), and returns the first error.
-fn run_together(work: Vec<Together>) -> Result<()> {
-    if work.len() <= 1 {
-        return work.into_iter().try_for_each(|f| f());
+/// Runs each communicator's pieces of `work` in order, the communicators side by side (one
+/// thread each, one inline), and returns the first error.
+fn run_together(work: Vec<(usize, Together)>) -> Result<()> {
+    let mut per_comm: Vec<(usize, Vec<Together>)> = Vec::new();
+    for (key, f) in work {
+        match per_comm.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, fs)) => fs.push(f),
+            None => per_comm.push((key, vec![f])),
+        }
+    }
+    let in_order = |fs: Vec<Together>| fs.into_iter().try_for_each(|f| f());
+    if per_comm.len() <= 1 {
+        return per_comm.into_iter().try_for_each(|(_, fs)| in_order(fs));
     }
     let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = work.into_iter().map(|f| s.spawn(f)).collect();
+        let handles: Vec<_> = per_comm
+            .into_iter()
+            .map(|(_, fs)| s.spawn(move || in_order(fs)))
+            .collect();
         handles
             .into_iter()
             .map(|h| {
@@ -193,7 +208,7 @@ fn run_together(work: Vec<Together>) -> Result<()> {
 /// What the outermost group end takes over.
 struct Taken {
     ops: Vec<Recorded>,
-    together: Vec<Together>,
+    together: Vec<(usize, Together)>,
     after: Vec<After>,
     error: Option<Error>,
 }
@@ -305,4 +320,42 @@ fn estimate_us(r: &Recorded) -> f64 {
         }
     };
     LATENCY_US * steps.max(1.0) + bytes / BYTES_PER_US
+}
+
+#[cfg(test)]
+mod together_tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A communicator's pieces keep their order (a rank's second window must not pair with a
+    /// peer's first), whatever the other communicators do.
+    #[test]
+    fn each_communicators_pieces_run_in_order() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut work: Vec<(usize, Together)> = Vec::new();
+        for (i, key) in [1usize, 2, 1, 2, 1, 3].into_iter().enumerate() {
+            let log = log.clone();
+            work.push((
+                key,
+                Box::new(move || {
+                    // The later pieces of a communicator would overtake a slow first one if
+                    // they ran on threads of their own.
+                    if i == 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    log.lock().unwrap().push((key, i));
+                    Ok(())
+                }),
+            ));
+        }
+        run_together(work).unwrap();
+        let log = log.lock().unwrap();
+        for key in [1, 2, 3] {
+            let order: Vec<usize> = log.iter().filter(|(k, _)| *k == key).map(|e| e.1).collect();
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(order, sorted, "communicator {key}");
+        }
+        assert_eq!(log.len(), 6);
+    }
 }

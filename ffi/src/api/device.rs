@@ -273,26 +273,29 @@ unsafe fn dev_comm_create(
     };
     let outs: Vec<usize> = user.iter().map(|r| r.outBufferHandle as usize).collect();
     let (handle, out_addr) = (live.handle, out_dev_comm as usize);
-    group::together(Box::new(move || {
-        let comm = handle.lock().comm.clone();
-        let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
-        let backend = runtime::backend()?.clone();
-        let (made, handles) = device_api::create_dev_comm(
-            &comm,
-            &backend,
-            &spec,
-            Box::new(|f| f(handle.lock().device_api()?)),
-        )?;
-        for (out, h) in outs.into_iter().zip(handles) {
-            if out != 0 {
-                // SAFETY: the caller's requirement named a writable handle.
-                unsafe { *(out as *mut u32) = h };
+    group::together(
+        handle as *const _ as usize,
+        Box::new(move || {
+            let comm = handle.lock().comm.clone();
+            let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            let backend = runtime::backend()?.clone();
+            let (made, handles) = device_api::create_dev_comm(
+                &comm,
+                &backend,
+                &spec,
+                Box::new(|f| f(handle.lock().device_api()?)),
+            )?;
+            for (out, h) in outs.into_iter().zip(handles) {
+                if out != 0 {
+                    // SAFETY: the caller's requirement named a writable handle.
+                    unsafe { *(out as *mut u32) = h };
+                }
             }
-        }
-        // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).
-        unsafe { *(out_addr as *mut ncclDevComm_t) = made.raw };
-        Ok(())
-    }))
+            // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).
+            unsafe { *(out_addr as *mut ncclDevComm_t) = made.raw };
+            Ok(())
+        }),
+    )
 }
 
 fn multimem_refused() -> Error {

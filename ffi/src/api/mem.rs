@@ -91,23 +91,28 @@ unsafe fn comm_window_register(
     // Collective, as NCCL's: inside a group the window is made, and `*win` written, at the
     // group end, where every rank this thread registered maps its peers' buffers at once.
     let (handle, user, out_addr) = (live.handle, buff as usize, slot as *mut _ as usize);
-    group::together(Box::new(move || {
-        let comm = handle.lock().comm.clone();
-        let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
-        // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
-        let at = unsafe {
-            device_api::register_window(
-                &comm,
-                user as u64,
-                size,
-                win_flags,
-                Box::new(|f| f(handle.lock().device_api()?)),
-            )
-        }?;
-        // SAFETY: `win` stays writable until the group end (NCCL's contract for grouped calls).
-        unsafe { *(out_addr as *mut ncclWindow_t) = ncclWindow_t(at as *mut ncclWindow_vidmem) };
-        Ok(())
-    }))
+    group::together(
+        handle as *const _ as usize,
+        Box::new(move || {
+            let comm = handle.lock().comm.clone();
+            let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
+            let at = unsafe {
+                device_api::register_window(
+                    &comm,
+                    user as u64,
+                    size,
+                    win_flags,
+                    Box::new(|f| f(handle.lock().device_api()?)),
+                )
+            }?;
+            // SAFETY: `win` stays writable until the group end (NCCL's contract for grouped calls).
+            unsafe {
+                *(out_addr as *mut ncclWindow_t) = ncclWindow_t(at as *mut ncclWindow_vidmem)
+            };
+            Ok(())
+        }),
+    )
 }
 
 unsafe fn comm_window_deregister(comm: ncclComm_t, win: ncclWindow_t) -> Result<()> {
