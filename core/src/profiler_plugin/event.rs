@@ -58,47 +58,90 @@ pub enum Event {
     /// The operations of one launch.
     Group,
     /// A collective as launched.
-    Coll {
-        /// The communicator's collective sequence number.
-        seq: u64,
-        /// The operation.
-        kind: CollKind,
-        /// Input.
-        send: u64,
-        /// Output.
-        recv: u64,
-        /// The call's count.
-        count: u64,
-        /// Root rank.
-        root: u32,
-        /// Element type.
-        dtype: DataType,
-        /// Channels of the plan.
-        n_channels: u32,
-        /// The plan's algorithm.
-        algo: Algorithm,
-        /// The plan's protocol.
-        proto: Protocol,
-        /// The launch's Group event.
-        group: Handle,
-    },
+    Coll(CollTask),
     /// A send or receive as launched.
-    P2p {
-        /// Which.
-        dir: P2pDir,
-        /// The buffer.
-        buff: u64,
-        /// Elements.
-        count: u64,
-        /// Element type.
-        dtype: DataType,
-        /// The other rank.
-        peer: u32,
-        /// Channels of the plan.
-        n_channels: u32,
-        /// The launch's Group event.
-        group: Handle,
-    },
+    P2p(P2pTask),
+}
+
+/// A collective as launched (the task event [`Event::Coll`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CollTask {
+    /// The communicator's collective sequence number.
+    pub seq: u64,
+    /// The operation.
+    pub kind: CollKind,
+    /// Input.
+    pub send: u64,
+    /// Output.
+    pub recv: u64,
+    /// The call's count.
+    pub count: u64,
+    /// Root rank.
+    pub root: u32,
+    /// Element type.
+    pub dtype: DataType,
+    /// Channels of the plan.
+    pub n_channels: u32,
+    /// The plan's algorithm.
+    pub algo: Algorithm,
+    /// The plan's protocol.
+    pub proto: Protocol,
+    /// The launch's Group event.
+    pub group: Handle,
+}
+
+/// A send or receive as launched (the task event [`Event::P2p`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct P2pTask {
+    /// Which.
+    pub dir: P2pDir,
+    /// The buffer.
+    pub buff: u64,
+    /// Elements.
+    pub count: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// The other rank.
+    pub peer: u32,
+    /// Channels of the plan.
+    pub n_channels: u32,
+    /// The launch's Group event.
+    pub group: Handle,
+}
+
+/// The C values every version's Coll descriptor shares.
+impl CollTask {
+    fn func(&self) -> *const std::ffi::c_char {
+        names::func_name(self.kind).as_ptr()
+    }
+    fn send_buff(&self) -> *const c_void {
+        self.send as *const c_void
+    }
+    fn recv_buff(&self) -> *mut c_void {
+        self.recv as *mut c_void
+    }
+    fn datatype(&self) -> *const std::ffi::c_char {
+        names::type_name(self.dtype).as_ptr()
+    }
+    fn algo(&self) -> *const std::ffi::c_char {
+        names::algo_name(self.algo).as_ptr()
+    }
+    fn proto(&self) -> *const std::ffi::c_char {
+        names::proto_name(self.proto).as_ptr()
+    }
+}
+
+/// The C values every version's P2p descriptor shares.
+impl P2pTask {
+    fn func(&self) -> *const std::ffi::c_char {
+        names::p2p_name(self.dir).as_ptr()
+    }
+    fn buff(&self) -> *mut c_void {
+        self.buff as *mut c_void
+    }
+    fn datatype(&self) -> *const std::ffi::c_char {
+        names::type_name(self.dtype).as_ptr()
+    }
 }
 
 /// Warps per block that Coll events report (oxccl's kernels do not vary it per plan).
@@ -113,15 +156,17 @@ impl Event {
             Event::P2pApi { .. } => bit::P2P_API,
             Event::KernelLaunch { .. } => bit::KERNEL_LAUNCH,
             Event::Group => bit::GROUP,
-            Event::Coll { .. } => bit::COLL,
-            Event::P2p { .. } => bit::P2P,
+            Event::Coll(_) => bit::COLL,
+            Event::P2p(_) => bit::P2P,
         }
     }
 
     /// The event, a task event under the launch's Group event `group`.
     pub fn under_group(mut self, group: Handle) -> Event {
-        if let Event::Coll { group: g, .. } | Event::P2p { group: g, .. } = &mut self {
-            *g = group;
+        match &mut self {
+            Event::Coll(c) => c.group = group,
+            Event::P2p(p) => p.group = group,
+            _ => {}
         }
         self
     }
@@ -177,51 +222,31 @@ impl Event {
                 };
             }
             Event::Group => {}
-            Event::Coll {
-                seq,
-                kind,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                n_channels,
-                algo,
-                proto,
-                group,
-            } => {
+            Event::Coll(c) => {
                 body.coll = abi::Coll {
-                    seq_number: seq,
-                    func: names::func_name(kind).as_ptr(),
-                    send_buff: send as *const c_void,
-                    recv_buff: recv as *mut c_void,
-                    count: count as usize,
-                    root: clamp(root),
-                    datatype: names::type_name(dtype).as_ptr(),
-                    n_channels: byte(n_channels),
+                    seq_number: c.seq,
+                    func: c.func(),
+                    send_buff: c.send_buff(),
+                    recv_buff: c.recv_buff(),
+                    count: c.count as usize,
+                    root: clamp(c.root),
+                    datatype: c.datatype(),
+                    n_channels: byte(c.n_channels),
                     n_warps: N_WARPS,
-                    algo: names::algo_name(algo).as_ptr(),
-                    proto: names::proto_name(proto).as_ptr(),
-                    parent_group: group as *mut c_void,
+                    algo: c.algo(),
+                    proto: c.proto(),
+                    parent_group: c.group as *mut c_void,
                 };
             }
-            Event::P2p {
-                dir,
-                buff,
-                count,
-                dtype,
-                peer,
-                n_channels,
-                group,
-            } => {
+            Event::P2p(p) => {
                 body.p2p = abi::P2p {
-                    func: names::p2p_name(dir).as_ptr(),
-                    buff: buff as *mut c_void,
-                    datatype: names::type_name(dtype).as_ptr(),
-                    count: count as usize,
-                    peer: clamp(peer),
-                    n_channels: byte(n_channels),
-                    parent_group: group as *mut c_void,
+                    func: p.func(),
+                    buff: p.buff(),
+                    datatype: p.datatype(),
+                    count: p.count as usize,
+                    peer: clamp(p.peer),
+                    n_channels: byte(p.n_channels),
+                    parent_group: p.group as *mut c_void,
                 };
             }
         }
@@ -238,52 +263,32 @@ impl Event {
         let mut body = legacy::BodyV4 { zeroed: [0; 10] };
         let parent = match *self {
             Event::Group => parent,
-            Event::Coll {
-                seq,
-                kind,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                n_channels,
-                algo,
-                proto,
-                group,
-            } => {
+            Event::Coll(c) => {
                 body.coll = legacy::CollV4 {
-                    seq_number: seq,
-                    func: names::func_name(kind).as_ptr(),
-                    send_buff: send as *const c_void,
-                    recv_buff: recv as *mut c_void,
-                    count: count as usize,
-                    root: clamp(root),
-                    datatype: names::type_name(dtype).as_ptr(),
-                    n_channels: byte(n_channels),
+                    seq_number: c.seq,
+                    func: c.func(),
+                    send_buff: c.send_buff(),
+                    recv_buff: c.recv_buff(),
+                    count: c.count as usize,
+                    root: clamp(c.root),
+                    datatype: c.datatype(),
+                    n_channels: byte(c.n_channels),
                     n_warps: N_WARPS,
-                    algo: names::algo_name(algo).as_ptr(),
-                    proto: names::proto_name(proto).as_ptr(),
+                    algo: c.algo(),
+                    proto: c.proto(),
                 };
-                group
+                c.group
             }
-            Event::P2p {
-                dir,
-                buff,
-                count,
-                dtype,
-                peer,
-                n_channels,
-                group,
-            } => {
+            Event::P2p(p) => {
                 body.p2p = legacy::P2pV4 {
-                    func: names::p2p_name(dir).as_ptr(),
-                    buff: buff as *mut c_void,
-                    datatype: names::type_name(dtype).as_ptr(),
-                    count: count as usize,
-                    peer: clamp(peer),
-                    n_channels: byte(n_channels),
+                    func: p.func(),
+                    buff: p.buff(),
+                    datatype: p.datatype(),
+                    count: p.count as usize,
+                    peer: clamp(p.peer),
+                    n_channels: byte(p.n_channels),
                 };
-                group
+                p.group
             }
             _ => return None,
         };
@@ -295,39 +300,27 @@ impl Event {
         let mut body = legacy::BodyV3 { zeroed: [0; 12] };
         let parent = match *self {
             Event::Group => parent,
-            Event::Coll {
-                seq,
-                kind,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                n_channels,
-                algo,
-                proto,
-                group,
-            } => {
+            Event::Coll(c) => {
                 body.coll = legacy::CollV3 {
                     name: std::ptr::null(),
                     comm_hash: 0,
-                    seq_number: seq,
-                    func: names::func_name(kind).as_ptr(),
-                    send_buff: send as *const c_void,
-                    recv_buff: recv as *mut c_void,
-                    count: count as usize,
-                    root: clamp(root),
-                    datatype: names::type_name(dtype).as_ptr(),
-                    n_max_channels: byte(n_channels),
+                    seq_number: c.seq,
+                    func: c.func(),
+                    send_buff: c.send_buff(),
+                    recv_buff: c.recv_buff(),
+                    count: c.count as usize,
+                    root: clamp(c.root),
+                    datatype: c.datatype(),
+                    n_max_channels: byte(c.n_channels),
                     n_warps: N_WARPS,
-                    algo: names::algo_name(algo).as_ptr(),
-                    proto: names::proto_name(proto).as_ptr(),
+                    algo: c.algo(),
+                    proto: c.proto(),
                 };
-                group
+                c.group
             }
-            Event::P2p { group, .. } => {
-                body.p2p = self.p2p_v2()?;
-                group
+            Event::P2p(p) => {
+                body.p2p = p2p_v2(&p);
+                p.group
             }
             _ => return None,
         };
@@ -339,40 +332,28 @@ impl Event {
         let mut body = legacy::BodyV2 { zeroed: [0; 13] };
         let parent = match *self {
             Event::Group => parent,
-            Event::Coll {
-                seq,
-                kind,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                n_channels,
-                algo,
-                proto,
-                group,
-            } => {
+            Event::Coll(c) => {
                 body.coll = legacy::CollV2 {
                     name: std::ptr::null(),
                     comm_hash: 0,
-                    seq_number: seq,
-                    func: names::func_name(kind).as_ptr(),
-                    send_buff: send as *const c_void,
-                    recv_buff: recv as *mut c_void,
-                    count: count as usize,
-                    root: clamp(root),
-                    datatype: names::type_name(dtype).as_ptr(),
+                    seq_number: c.seq,
+                    func: c.func(),
+                    send_buff: c.send_buff(),
+                    recv_buff: c.recv_buff(),
+                    count: c.count as usize,
+                    root: clamp(c.root),
+                    datatype: c.datatype(),
                     traffic_bytes: 0,
-                    n_max_channels: byte(n_channels),
+                    n_max_channels: byte(c.n_channels),
                     n_warps: N_WARPS,
-                    algo: names::algo_name(algo).as_ptr(),
-                    proto: names::proto_name(proto).as_ptr(),
+                    algo: c.algo(),
+                    proto: c.proto(),
                 };
-                group
+                c.group
             }
-            Event::P2p { group, .. } => {
-                body.p2p = self.p2p_v2()?;
-                group
+            Event::P2p(p) => {
+                body.p2p = p2p_v2(&p);
+                p.group
             }
             _ => return None,
         };
@@ -384,87 +365,43 @@ impl Event {
         let mut body = legacy::BodyV1 { zeroed: [0; 12] };
         let parent = match *self {
             Event::Group => parent,
-            Event::Coll {
-                seq,
-                kind,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                n_channels,
-                algo,
-                proto,
-                group,
-            } => {
+            Event::Coll(c) => {
                 body.coll = legacy::CollV1 {
                     name: std::ptr::null(),
                     comm_hash: 0,
-                    seq_number: seq,
-                    func: names::func_id(kind),
-                    send_buff: send as *const c_void,
-                    recv_buff: recv as *mut c_void,
-                    count: count as usize,
-                    root: clamp(root),
-                    datatype: dtype as u8,
+                    seq_number: c.seq,
+                    func: names::func_id(c.kind),
+                    send_buff: c.send_buff(),
+                    recv_buff: c.recv_buff(),
+                    count: c.count as usize,
+                    root: clamp(c.root),
+                    datatype: c.dtype as u8,
                     op: 0,
                     traffic_bytes: 0,
-                    n_max_channels: byte(n_channels),
+                    n_max_channels: byte(c.n_channels),
                     n_warps: N_WARPS,
-                    algo: names::algo_id(algo),
-                    proto: names::proto_id(proto),
+                    algo: names::algo_id(c.algo),
+                    proto: names::proto_id(c.proto),
                     is_collnet: 0,
                     is_nvls: 0,
                 };
-                group
+                c.group
             }
-            Event::P2p {
-                dir,
-                buff,
-                count,
-                dtype,
-                peer,
-                group,
-                ..
-            } => {
+            Event::P2p(p) => {
                 body.p2p = legacy::P2pV1 {
                     name: std::ptr::null(),
                     comm_hash: 0,
-                    func: names::p2p_id(dir),
-                    buff: buff as *mut c_void,
-                    datatype: dtype as u8,
-                    count: count as usize,
-                    peer: clamp(peer),
+                    func: names::p2p_id(p.dir),
+                    buff: p.buff(),
+                    datatype: p.dtype as u8,
+                    count: p.count as usize,
+                    peer: clamp(p.peer),
                 };
-                group
+                p.group
             }
             _ => return None,
         };
         Some(self.legacy(parent, rank, body))
-    }
-
-    /// The `p2p` member of v2 and v3.
-    fn p2p_v2(&self) -> Option<legacy::P2pV2> {
-        let Event::P2p {
-            dir,
-            buff,
-            count,
-            dtype,
-            peer,
-            ..
-        } = *self
-        else {
-            return None;
-        };
-        Some(legacy::P2pV2 {
-            name: std::ptr::null(),
-            comm_hash: 0,
-            func: names::p2p_name(dir).as_ptr(),
-            buff: buff as *mut c_void,
-            datatype: names::type_name(dtype).as_ptr(),
-            count: count as usize,
-            peer: clamp(peer),
-        })
     }
 
     /// A v1-v4 descriptor of this event's type (below 256 for every event that has one).
@@ -475,6 +412,19 @@ impl Event {
             rank,
             body,
         }
+    }
+}
+
+/// The `p2p` member of v2 and v3.
+fn p2p_v2(p: &P2pTask) -> legacy::P2pV2 {
+    legacy::P2pV2 {
+        name: std::ptr::null(),
+        comm_hash: 0,
+        func: p.func(),
+        buff: p.buff(),
+        datatype: p.datatype(),
+        count: p.count as usize,
+        peer: clamp(p.peer),
     }
 }
 
@@ -494,7 +444,7 @@ mod tests {
     use std::ffi::CStr;
 
     fn coll() -> Event {
-        Event::Coll {
+        Event::Coll(CollTask {
             seq: 7,
             kind: CollKind::ReduceScatter,
             send: 0x1000,
@@ -506,11 +456,11 @@ mod tests {
             algo: Algorithm::Ring,
             proto: Protocol::Ll128,
             group: 0x77,
-        }
+        })
     }
 
     fn p2p() -> Event {
-        Event::P2p {
+        Event::P2p(P2pTask {
             dir: P2pDir::Recv,
             buff: 0x3000,
             count: 12,
@@ -518,7 +468,7 @@ mod tests {
             peer: 5,
             n_channels: 2,
             group: 0x88,
-        }
+        })
     }
 
     fn text(p: *const std::ffi::c_char) -> &'static str {

@@ -22,7 +22,7 @@ mod group_api;
 pub mod names;
 mod vtable;
 
-pub use event::{Event, Handle};
+pub use event::{CollTask, Event, Handle, P2pTask};
 pub use group_api::end_group;
 
 use crate::config::{get, vars};

@@ -15,7 +15,7 @@ use crate::comm::group;
 use crate::datatype::DataType;
 use crate::error::Result;
 use crate::plan::P2pDir;
-use crate::profiler_plugin::{self, Event, Handle, ProfilerContext, Started};
+use crate::profiler_plugin::{self, CollTask, Event, Handle, P2pTask, ProfilerContext, Started};
 use std::sync::atomic::Ordering;
 
 /// A call's API events, kept with its operation until it launches.
@@ -154,7 +154,7 @@ impl<B: Backend> Communicator<B> {
         let choice = self
             .steered(&c, a.kind, bytes, a.dtype)
             .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
-        let task = Event::Coll {
+        let task = Event::Coll(CollTask {
             seq: self.inner.coll_seq.load(Ordering::Relaxed),
             kind: a.kind,
             send: a.send,
@@ -166,7 +166,7 @@ impl<B: Backend> Communicator<B> {
             algo: choice.algo,
             proto: choice.proto,
             group: 0,
-        };
+        });
         Some(LaunchEvents::start(
             c.profiler.as_ref()?,
             vec![(call, task)],
@@ -181,7 +181,7 @@ impl<B: Backend> Communicator<B> {
         let tasks = ops
             .iter_mut()
             .filter_map(|o| {
-                let task = Event::P2p {
+                let task = Event::P2p(P2pTask {
                     dir: o.dir,
                     buff: o.buf,
                     count: o.count,
@@ -189,7 +189,7 @@ impl<B: Backend> Communicator<B> {
                     peer: o.peer,
                     n_channels,
                     group: 0,
-                };
+                });
                 Some((o.profile.take()?, task))
             })
             .collect();
