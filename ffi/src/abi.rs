@@ -176,8 +176,7 @@ pub const NCCL_SHRINK_ABORT: c_int = 1;
 pub const NCCL_REVOKE_DEFAULT: c_int = 0;
 /// `NCCL_SUSPEND_MEM`.
 pub const NCCL_SUSPEND_MEM: c_int = 1;
-/// `NCCL_WIN_COLL_SYMMETRIC`.
-pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
+pub use oxccl::device_api::shared::NCCL_WIN_COLL_SYMMETRIC;
 /// `NCCL_WIN_STRICT_ORDERING` (2.29).
 pub const NCCL_WIN_STRICT_ORDERING: c_int = 2;
 

@@ -41,7 +41,7 @@ pub struct DevCommRequirements {
     pub resources: Vec<(usize, usize)>,
 }
 
-/// A created device communicator: NCCL's struct and the handle of each requested resource.
+/// A created device communicator (the handles of the requested resources come beside it).
 #[derive(Debug, Clone, Copy)]
 pub struct MadeDevComm {
     /// What kernels take by value.
