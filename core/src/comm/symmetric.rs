@@ -164,3 +164,39 @@ impl<B: Backend> Communicator<B> {
         self.connected()?.bootstrap.barrier()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::Backend;
+    use crate::testing::on_host_ranks;
+
+    /// Ranks registering their windows at different offsets of their allocations all get a
+    /// sentence naming both offsets, instead of a mapping that would put a peer's data at the
+    /// wrong address; with equal offsets the host backend says it has no flat mappings.
+    #[test]
+    fn mismatched_offsets_and_a_backend_without_mappings_are_refused() {
+        let out = on_host_ranks(
+            2,
+            |_| {},
+            |rank, comm, _| {
+                let b = comm.backend();
+                let mem = b.mem_alloc(0, 4096).unwrap();
+                let skew = if rank == 1 { 128 } else { 0 };
+                // SAFETY: the allocation outlives both calls, and nothing is mapped from it.
+                let mismatched = unsafe { comm.map_flat(mem + skew, 1024) }.unwrap_err();
+                // SAFETY: as above.
+                let unmappable = unsafe { comm.map_flat(mem, 1024) }.unwrap_err();
+                // SAFETY: nothing uses the allocation any more.
+                unsafe { b.mem_free(mem) }.unwrap();
+                (mismatched.to_string(), unmappable.to_string())
+            },
+        );
+        for (mismatched, unmappable) in out {
+            assert!(
+                mismatched.contains("offset 128") && mismatched.contains("offset 0"),
+                "{mismatched}"
+            );
+            assert!(unmappable.contains("no symmetric memory"), "{unmappable}");
+        }
+    }
+}
