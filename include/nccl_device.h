@@ -9,6 +9,7 @@
  *   coop.h         cooperative groups: ncclCoopThread, ncclCoopWarp, ncclCoopCta, ...
  *   ptr.h          addresses in windows and resource buffers; ncclSymPtr<T>
  *   window.h       ncclFindWindow
+ *   gin.h          GIN's declarations (every operation traps: see the differences below)
  *   lsa_barrier.h  ncclLsaBarrierSession
  *   barrier.h      ncclBarrierSession (its LSA form)
  *   ll_a2a.h       ncclLLA2ASession, low-latency all-to-all
@@ -20,9 +21,10 @@
  * and the barrier and LL state they leave in resource buffers is NVIDIA's.
  *
  * Differences from NVIDIA's headers:
- *  - No GIN (device-initiated networking): no ncclGin, GIN barriers, signals or counters, and
- *    ncclBarrierSession only in its LSA form. The GIN fields of the structs are kept for
- *    their layout; oxccl's ncclDevCommCreate refuses requirements that need GIN.
+ *  - No GIN (device-initiated networking): ncclGin, its actions and the world and rail forms
+ *    of ncclBarrierSession are declared, so GIN kernels compile, but trap if they run; no
+ *    device communicator of oxccl can reach them, since ncclDevCommCreate refuses every
+ *    requirement that needs GIN. The GIN fields of the structs are kept for their layout.
  *  - Multimem (NVLink multicast) addresses and barrier/LL paths are present, but oxccl does
  *    not create multicast objects yet (ncclDevCommCreate refuses lsaMultimem).
  *  - Only the nccl::utility helpers the API needs; internal helper names differ.
@@ -40,6 +42,7 @@
 #include "nccl_device/coop.h"
 #include "nccl_device/ptr.h"
 #include "nccl_device/window.h"
+#include "nccl_device/gin.h"
 #include "nccl_device/lsa_barrier.h"
 #include "nccl_device/barrier.h"
 #include "nccl_device/ll_a2a.h"

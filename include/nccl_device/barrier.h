@@ -2,9 +2,9 @@
  * nccl_device/barrier.h for oxccl's libnccl.so.2: ncclBarrierSession, NCCL's barrier over a
  * team built from an LSA barrier inside the LSA team and a GIN barrier across the rail team.
  *
- * oxccl has no GIN (device-initiated networking), so only the form that needs none is here: the
+ * oxccl has no GIN (device-initiated networking), so only the form that needs none works: the
  * LSA-team constructor, whose barrier is the device communicator's LSA barrier. The world- and
- * rail-team constructors and ginBarrier() take or return GIN objects and are left out; a world
+ * rail-team constructors take a GIN context and trap (gin.h); ginBarrier() is left out. A world
  * barrier within one host is this LSA form, since the LSA team is then the world.
  * ncclGinFenceLevel is declared because sync() takes one. (NVIDIA's 2.28.9 header declares this
  * LSA constructor too, but its instantiation does not compile there.)
@@ -15,6 +15,7 @@
 #ifndef OXCCL_NCCL_DEVICE_BARRIER_H
 #define OXCCL_NCCL_DEVICE_BARRIER_H
 
+#include "gin.h"
 #include "lsa_barrier.h"
 
 #if defined(__CUDACC__)
@@ -26,6 +27,17 @@ struct ncclBarrierSession {
   NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagLsa tag, ncclDevComm const &comm,
                                         uint32_t index, bool multimem = false)
       : lsa_(coop, comm, tag, index, multimem) {}
+
+  /* The world and rail forms join hosts through GIN, which oxccl's device communicators never
+     have (gin.h): they trap. */
+  NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagWorld, ncclGin gin, uint32_t index)
+      : lsa_(coop, gin.comm, ncclTeamTagLsa(), index) {
+    __trap();
+  }
+  NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagRail, ncclGin gin, uint32_t index)
+      : lsa_(coop, gin.comm, ncclTeamTagLsa(), index) {
+    __trap();
+  }
 
   ncclBarrierSession(ncclBarrierSession const &) = delete;
 
