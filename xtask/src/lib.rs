@@ -10,9 +10,9 @@
 //! <prefix>/include/nccl_device/*.h
 //! ```
 //!
-//! `nccl_device.h` and its folder are oxccl's own device-API headers (NCCL 2.28.9's, minus
-//! GIN), copied as they are from `include/`. They are CUDA code (PTX, libcu++ atomics), so the
-//! RCCL flavour does not install them.
+//! `nccl_device.h` and its folder are oxccl's own device-API headers (NCCL 2.28.9's, GIN
+//! declared only), copied as they are from `include/`. They are CUDA code (PTX, libcu++
+//! atomics), so the RCCL flavour does not install them.
 //!
 //! The two flavours are mutually exclusive cargo features of one crate, so each is built in its
 //! own target directory (`target/` and `target-rccl/`) and neither rebuild clobbers the other.
