@@ -7,6 +7,7 @@ pub mod work;
 
 pub mod bias;
 mod direct;
+mod heuristics;
 pub mod hosts;
 pub mod msccl;
 pub mod net_link;

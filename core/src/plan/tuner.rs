@@ -1,6 +1,6 @@
 //! The tuner: which algorithm, protocol, channel count and chunk size an operation runs with.
 //!
-//! Defaults come from one table of crossover points (`HEURISTICS`); users restrict the choice
+//! Defaults come from one table of crossover points (`heuristics.txt`); users restrict the choice
 //! with NCCL's variables `NCCL_ALGO` and `NCCL_PROTO` and force sizes with `OXCCL_NCHANNELS` and
 //! `OXCCL_CHUNK_BYTES`. A restriction never makes an operation unplannable: when none of the
 //! allowed algorithms implements the operation, the default is used, as NCCL does. Across hosts
@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::heuristics::HEURISTICS;
 use super::net_link::NetLink;
 use super::tags::MAX_CHANNELS;
 use super::{Algorithm, CollKind, Protocol, algorithms_for};
@@ -44,130 +45,8 @@ pub struct Choice {
     pub chunk_elems: u64,
 }
 
-/// Crossover points and sizes of the default choice, in bytes as nccl-tests counts them.
-///
-/// Arrays are indexed by [`topo_index`]. The NVLink column comes from `oxccl-bench` sweeps on
-/// 2x H200 (docs/perf/h200x2.md, "Where the defaults came from"); the several-host column's
-/// LL, direct and channel thresholds were measured over the built-in sockets on loopback
-/// ([`NetLink::SOCKETS_ON_LOOPBACK`]) and move with the network ([`crossovers`]); the others
-/// follow the shape of NCCL's choices until measured.
-struct Heuristics {
-    /// Direct up to this size (latency-bound: one hop beats n-1 hops)...
-    direct_max: u64,
-    /// ...for at most this many ranks, per topology: a direct plan sends n-1 messages through
-    /// each rank's proxy and needs a connection to every rank, where a tree takes log n hops.
-    direct_max_ranks: [u32; 4],
-    /// With two ranks, Direct up to this size: ring and direct then move the same bytes, and
-    /// direct does it in one hop.
-    direct_max_two_ranks: [u64; 4],
-    /// Tree for AllReduce above this size (and above `direct_max`), per topology...
-    tree_min: [u64; 4],
-    /// ...up to this size...
-    tree_max: u64,
-    /// ...when there are at least this many ranks (below, the ring's extra hops are cheap).
-    tree_min_ranks: [u32; 4],
-    /// LL up to this size.
-    ll_max: [u64; 4],
-    /// LL128 up to this size, Simple above.
-    ll128_max: u64,
-    /// Chunk bytes on the host backend, indexed by [`proto_index`].
-    chunk_host: [u64; 3],
-    /// Chunk bytes on GPUs, indexed by [`proto_index`].
-    chunk_gpu: [u64; 3],
-    /// Most channels per topology: host, GPUs over PCIe, GPUs over NVLink, several nodes.
-    max_channels: [u32; 4],
-    /// A channel is added only for every this many bytes, so small messages stay on few channels.
-    bytes_per_channel: [u64; 4],
-    /// The same for LL, whose per-channel rate is low but whose channels cost no extra latency.
-    ll_bytes_per_channel: [u64; 4],
-    /// Zero-copy plans from this size on, when the ranks share one address space (`u64::MAX`:
-    /// never), per topology; on NVLink per operation ([`Heuristics::zero_copy_min_nvlink`]).
-    zero_copy_min: [u64; 4],
-    /// NVLink's zero-copy thresholds, indexed by [`kind_index`].
-    zero_copy_min_nvlink: [u64; 10],
-    /// One-shot kernels up to this per-peer message size on GPUs over NVLink, indexed by
-    /// [`kind_index`] (0: never).
-    one_shot_max_nvlink: [u64; 10],
-    /// Their LL variant up to this per-peer size, the Simple one above it.
-    one_shot_ll_max_nvlink: u64,
-}
-
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-
-/// The default choice's table (see [`Heuristics`]: placeholders until measured).
-const HEURISTICS: Heuristics = Heuristics {
-    direct_max: 64 * KIB,
-    // Several hosts: direct won up to 16 ranks; beyond, the bound follows the model (n-1 proxy
-    // sends of a few us each against 2 log n network hops of about 10) and keeps communicators
-    // of many hosts off full meshes (docs/perf/defaults.md, "Direct across hosts").
-    direct_max_ranks: [u32::MAX, u32::MAX, u32::MAX, 16],
-    // Two ranks move the same bytes either way, and direct in one hop: it wins until the link
-    // is the limit (docs/perf/defaults.md, "Direct at two ranks").
-    direct_max_two_ranks: [64 * KIB, 64 * KIB, 4 * MIB, 8 * MIB],
-    // Several hosts: the ring up to 256 KiB, the tree from there (docs/perf/defaults.md,
-    // "Ring and tree across hosts").
-    tree_min: [0, 0, 0, 256 * KIB],
-    tree_max: 4 * MIB,
-    // Several hosts: every ring hop that crosses the network costs a network latency, and the
-    // tree ordered by host (chains inside hosts) crosses fewer (docs/perf/defaults.md, "Ring
-    // and tree across hosts").
-    tree_min_ranks: [8, 8, 8, 4],
-    // NVLink: LL over 32 channels beat Simple up to 512 KiB; through host memory (SHM, NET)
-    // only up to a few KiB (docs/perf/defaults.md, "LL against Simple").
-    ll_max: [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB],
-    ll128_max: 8 * MIB,
-    chunk_host: [16 * KIB, 120 * KIB, 512 * KIB],
-    chunk_gpu: [128 * KIB, 512 * KIB, MIB],
-    max_channels: [2, 4, 32, 8],
-    // Several nodes: each channel is a network connection per peer; the same run as above,
-    // direct on 8 channels against 4: 2 MiB 530 / 339 us, 4 MiB 545 / 674, 32 MiB 2790 / 3404.
-    bytes_per_channel: [MIB, 256 * KIB, 64 * KIB, 512 * KIB],
-    // NVLink: 64 KiB AllReduce took 34 us on one LL channel, 7.2 on 16.
-    ll_bytes_per_channel: [MIB, 256 * KIB, 4 * KIB, 256 * KIB],
-    // Host threads: reading the peers' memory beats copying through sockets at any size the
-    // table exchange (a few small messages) is cheap against. NVLink: per operation, below.
-    zero_copy_min: [64 * KIB, u64::MAX, u64::MAX, u64::MAX],
-    // 2x H200 (docs/perf/data/h200x2/zero-copy/): the table and token exchanges cost about
-    // 15 us, so zero copy wins only where bandwidth dominates. Eager at 32 MiB, zero copy /
-    // FIFO: AllGather 71.9 / 81.3 us, ReduceScatter 75.5 / 91.5, AllReduce 140.0 / 143.6; at
-    // 1 GiB zero copy reaches 310, 300, 303 GB/s against the FIFOs' 229, 224, 255. Broadcast
-    // ties at 64 MiB and is faster from 256 MiB (1 GiB: 3376 / 3697 us); so is Reduce (256 MiB:
-    // 808 / 839 us). Gather wins only at 1 GiB (1629 / 1730 us) and Scatter never: one rank's
-    // SMs move every byte.
-    zero_copy_min_nvlink: [
-        32 * MIB,  // AllReduce
-        128 * MIB, // Broadcast
-        256 * MIB, // Reduce
-        32 * MIB,  // AllGather
-        32 * MIB,  // ReduceScatter
-        u64::MAX,  // AllToAll
-        u64::MAX,  // AllToAllv
-        GIB,       // Gather
-        u64::MAX,  // Scatter
-        u64::MAX,  // SendRecv
-    ],
-    // Per-peer message bytes (AllGather: send count; ReduceScatter: receive count): the LL
-    // variant's range only. The Simple variant (to 2 MiB per peer) wins where it runs at full
-    // speed, but under nccl-tests it ran at about 16 GB/s for whole sizes at a time (always with
-    // one thread driving both GPUs in CUDA graphs, now and then eagerly), 3-5x NCCL's time,
-    // where the plans never fell off (docs/perf/nccl-tests.md). `OXCCL_ONE_SHOT=1` still
-    // forces it.
-    one_shot_max_nvlink: [
-        256 * KIB, // AllReduce
-        0,         // Broadcast
-        0,         // Reduce
-        256 * KIB, // AllGather
-        256 * KIB, // ReduceScatter
-        256 * KIB, // AllToAll: the traffic of an AllGather
-        0,
-        0,
-        0,
-        0,
-    ],
-    one_shot_ll_max_nvlink: 256 * KIB,
-};
 
 /// What one network hop costs in oxccl's proxies on top of the link's own latency, in ns:
 /// `net::latency_probe` measured about 10 us one way through two proxies and the sockets on
