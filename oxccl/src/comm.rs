@@ -23,6 +23,9 @@ pub struct Communicator {
     pub(crate) stream: Stream,
     /// Windows and device communicators of the device API, made on first use.
     pub(crate) device_api: Mutex<Option<DeviceApi>>,
+    /// Held through each device-API collective, so that two threads of one rank cannot
+    /// interleave theirs (every rank must meet the others' in one order).
+    pub(crate) device_api_order: Mutex<()>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -106,6 +109,7 @@ impl Communicator {
             device: device.clone(),
             stream,
             device_api: Mutex::new(None),
+            device_api_order: Mutex::new(()),
         })
     }
 

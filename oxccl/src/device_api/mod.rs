@@ -115,13 +115,15 @@ impl Communicator {
 
     /// Registers `buf` as a symmetric window (`ncclCommWindowRegister` with
     /// `NCCL_WIN_COLL_SYMMETRIC`). Collective: every rank registers its buffer of the same
-    /// role, in the same order; ranks of one thread must use one thread each.
+    /// role, in the same order (calls from several threads of one rank take turns); ranks
+    /// driven by one thread must get a thread each.
     pub fn register_window<'a, T: Element>(
         &'a self,
         buf: &'a DeviceBuffer<T>,
     ) -> Result<SymmetricWindow<'a>> {
         let bytes = buf.len() * size_of::<T>();
         let team = self.comm.lsa_team()?;
+        let _order = self.collective_order();
         // SAFETY: the window borrows `buf`, so it stays allocated until the window is dropped.
         let handle = unsafe {
             shared::register_window(
@@ -150,6 +152,7 @@ impl Communicator {
     /// [`Communicator::register_window`].
     pub fn create_dev_comm(&self, req: &DevCommRequirements) -> Result<DevComm<'_>> {
         let backend = self.device.runtime.backend.clone();
+        let _order = self.collective_order();
         let (made, handles) =
             shared::create_dev_comm(&self.comm, &backend, req, Box::new(|f| self.with_api(f)))?;
         Ok(DevComm {
@@ -157,6 +160,13 @@ impl Communicator {
             made,
             handles,
         })
+    }
+
+    /// Orders this rank's device-API collectives.
+    fn collective_order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.device_api_order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The communicator's device API state (`None` until first used).
