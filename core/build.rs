@@ -1,10 +1,13 @@
-//! Builds the C logger shim that network plugins receive (`csrc/net_plugin_log.c`), and the
-//! test network, tuner, environment and profiler plugins that the plugin tests load by path
-//! (`tests/c/net_plugin/`, `tests/c/tuner_plugin/`, `tests/c/env_plugin/`,
-//! `tests/c/profiler_plugin/`).
+//! Builds the C logger shim that every plugin kind receives (`csrc/net_plugin_log.c`), and the
+//! test tuner, environment and profiler plugins that the plugin tests load by path
+//! (`tests/c/tuner_plugin/`, `tests/c/env_plugin/`, `tests/c/profiler_plugin/`). The test
+//! network plugins are `oxccl-net`'s (`net/build.rs`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "build_so.rs"]
+mod build_so;
+
+use build_so::build_so;
+use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/net_plugin_log.c");
@@ -15,69 +18,20 @@ fn main() {
     test_plugins();
 }
 
-/// Compiles `tests/c/net_plugin/oxccl_test_net.c` into shared libraries, one per variant, in
-/// `OUT_DIR` (named by `OXCCL_TEST_NET_PLUGIN_DIR` for the tests). `cc` builds only static
-/// archives, so its compiler is invoked directly with `-shared -fPIC`.
+/// Compiles the test tuner, environment and profiler plugins into shared libraries, one per
+/// variant, in `OUT_DIR` (named by `OXCCL_TEST_PLUGIN_DIR` for the tests).
 fn test_plugins() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
-    let src = manifest.join("../tests/c/net_plugin/oxccl_test_net.c");
-    println!("cargo:rerun-if-changed={}", src.display());
+    let tuner = manifest.join("../tests/c/tuner_plugin/oxccl_test_tuner.c");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    println!(
-        "cargo:rustc-env=OXCCL_TEST_NET_PLUGIN_DIR={}",
-        out.display()
-    );
-    if !src.exists() {
+    println!("cargo:rustc-env=OXCCL_TEST_PLUGIN_DIR={}", out.display());
+    if !tuner.exists() {
         // A packaged crate (`cargo package`, a registry) has no workspace tests beside it; only
         // the workspace's own tests load these plugins.
         return;
     }
     let compiler = cc::Build::new().get_compiler();
-    let variants: [(&str, &[&str]); 14] = [
-        ("libnccl-net-oxtest.so", &[]),
-        ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
-        ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
-        ("libnccl-net-oxtest8.so", &["-DOXTEST_V8"]),
-        ("libnccl-net-oxtest9.so", &["-DOXTEST_V9"]),
-        ("libnccl-net-oxtest10.so", &["-DOXTEST_V10"]),
-        ("libnccl-net-oxtest12.so", &["-DOXTEST_V12"]),
-        // Both of NCCL 2.30's newest symbols: v12 must win.
-        ("libnccl-net-oxtest12-11.so", &["-DOXTEST_V12_AND_V11"]),
-        ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
-        ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
-        // Four devices at made-up PCI places (far, none, two beside the GPU of
-        // `connect::tests`): choosing the devices nearest a GPU.
-        (
-            "libnccl-net-oxtest-devs.so",
-            &[concat!(
-                "-DOXTEST_PCI_PATHS_DEFAULT=\"",
-                "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0;-;",
-                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.1;",
-                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.2\""
-            )],
-        ),
-        // GPU memory (GPUDirect RDMA) in host memory standing in for it: the CPU tests.
-        ("libnccl-net-oxtest-gdr.so", &["-DOXTEST_GDR_DEFAULT=fake"]),
-        (
-            "libnccl-net-oxtest-gdr-dmabuf.so",
-            &[
-                "-DOXTEST_GDR_DEFAULT=fake",
-                "-DOXTEST_DMABUF_DEFAULT=1",
-                "-DOXTEST_FORCE_FLUSH_DEFAULT=1",
-            ],
-        ),
-        // Real GPU memory through the CUDA driver, opened at run time: for the GPU machine
-        // (`tests/gpu/run.sh`, OXCCL_GDR_PLUGIN); the CPU tests never load it.
-        (
-            "libnccl-net-oxtest-gdr-cuda.so",
-            &["-DOXTEST_GDR_DEFAULT=cuda"],
-        ),
-    ];
-    for (name, defs) in variants {
-        build_so(&compiler, &src, &out.join(name), defs);
-    }
     // The test tuner plugin (`tests/c/tuner_plugin/`), one library per ABI version.
-    let tuner = manifest.join("../tests/c/tuner_plugin/oxccl_test_tuner.c");
     println!("cargo:rerun-if-changed={}", tuner.display());
     let tuners: [(&str, &[&str]); 4] = [
         ("libnccl-tuner-oxtest.so", &[]),
@@ -122,24 +76,5 @@ fn test_plugins() {
     ];
     for (name, defs) in profilers {
         build_so(&compiler, &profiler, &out.join(name), defs);
-    }
-}
-
-fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {
-    let status = Command::new(compiler.path())
-        .args(["-shared", "-fPIC", "-O2", "-Wall", "-std=gnu11", "-o"])
-        .arg(out)
-        .arg(src)
-        .args(defs)
-        // dlopen of the CUDA driver (part of libc since glibc 2.34, a library before).
-        .arg("-ldl")
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!(
-            "building the test net plugin {}: compiler exited with {s}",
-            out.display()
-        ),
-        Err(e) => panic!("building the test net plugin {}: {e}", out.display()),
     }
 }

@@ -1,5 +1,5 @@
 //! Finding plugin libraries as NCCL 2.28 does, for the tuner, profiler and environment plugins
-//! (the network plugins' entries, a comma list, are `net::plugin::loader`'s).
+//! (the network plugins' entries, a comma list, are `oxccl_net::plugin::loader`'s).
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 

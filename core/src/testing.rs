@@ -1,5 +1,10 @@
 //! Helpers shared by oxccl's tests (unit, ffi and integration); not part of the API.
 
+use crate::abort::AbortFlag;
+use crate::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
+use std::sync::Arc;
+use std::time::Duration;
+
 /// A deterministic xorshift64* generator: fuzz tests reproduce from their seed without a crate.
 pub struct Rng(u64);
 
@@ -76,4 +81,40 @@ pub fn on_host_ranks<T: Send>(
             .map(|h| h.join().expect("rank thread"))
             .collect()
     })
+}
+
+/// Bootstrap options with short handshake and linger times, so tests stay fast.
+pub fn bootstrap_opts(init_timeout: Duration) -> BootstrapOptions {
+    BootstrapOptions {
+        init_timeout,
+        handshake_timeout: Duration::from_millis(500),
+        root_linger: Duration::from_secs(30),
+        ..BootstrapOptions::default()
+    }
+}
+
+/// Initialises `n` bootstrap ranks on threads of this process and runs `f` on each; returns the
+/// results by rank (the bootstrap's tests, and the network's in `oxccl-net`).
+pub fn run_ranks<T, F>(n: u32, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Bootstrap) -> T + Send + Sync + 'static,
+{
+    let o = bootstrap_opts(Duration::from_secs(20));
+    let id = UniqueId::generate(&o).expect("generate");
+    let f = Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let (f, o) = (f.clone(), o.clone());
+            std::thread::spawn(move || {
+                let b = Bootstrap::init(&id, r, n, &o, &AbortFlag::new())
+                    .unwrap_or_else(|e| panic!("rank {r} init: {e}"));
+                f(b)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread panicked"))
+        .collect()
 }

@@ -8,7 +8,7 @@ use oxccl_core::plan::{Algorithm, CollKind, Protocol};
 use oxccl_core::tuner_plugin::{Steer, TunerPlugin, file_names};
 
 fn plugin_path(name: &str) -> String {
-    format!("{}/{name}", env!("OXCCL_TEST_NET_PLUGIN_DIR"))
+    format!("{}/{name}", env!("OXCCL_TEST_PLUGIN_DIR"))
 }
 
 /// Loads `name` for the life of the test process (contexts borrow the plugin for 'static).

@@ -220,15 +220,15 @@ run_gdr() { # name, WANT, then run's env... -- args...
 }
 
 # NET with GPUDirect RDMA: 2 ranks as 2 hosts over the test plugin in its cuda mode, which
-# copies GPU memory through the CUDA driver (core/build.rs builds it as
-# target/release/build/oxccl-core-*/out/libnccl-net-oxtest-gdr-cuda.so). The FIFOs' slots are in
+# copies GPU memory through the CUDA driver (net/build.rs builds it as
+# target/release/build/oxccl-net-*/out/libnccl-net-oxtest-gdr-cuda.so). The FIFOs' slots are in
 # GPU memory: registered with regMr as CUDA memory, then with every receive flushed, then
 # through a dma-buf (needs CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; without it oxccl falls back to
 # regMr and the configuration fails its check).
 gdr_configs() {
   if [ -z "${OXCCL_GDR_PLUGIN:-}" ]; then
     local found
-    found=$(ls "$BIN"/build/oxccl-core-*/out/libnccl-net-oxtest-gdr-cuda.so 2>/dev/null | head -1)
+    found=$(ls "$BIN"/build/oxccl-net-*/out/libnccl-net-oxtest-gdr-cuda.so 2>/dev/null | head -1)
     echo "n2-procs-gdr*: skipped: OXCCL_GDR_PLUGIN is not set${found:+ (built: $found)}"
     return 0
   fi

@@ -66,7 +66,7 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// Whether this build has the one-shot kernels ([`DeviceApi::one_shot`]).
     fn has_one_shot(&self) -> bool;
     /// The PCI bus id of `device` (`DDDD:BB:DD.F`), which places it among the network devices
-    /// ([`oxccl_core::net::nic_affinity`]); `None` when the runtime does not say.
+    /// ([`oxccl_net::nic_affinity`]); `None` when the runtime does not say.
     fn pci_bus_id(&self, device: i32) -> Option<String>;
     /// Multiprocessors (SMs, CUs) of `device`; 0 when unknown.
     fn multiprocessors(&self, device: i32) -> Result<u32>;

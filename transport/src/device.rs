@@ -17,9 +17,6 @@ use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
-use oxccl_core::net::Net;
-use oxccl_core::net::connect::{NetDevices, choose_net};
-use oxccl_core::net::proxy_cpus;
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::link_summary;
@@ -29,6 +26,9 @@ use oxccl_kernel_abi::{
     kernel_params, one_shot_grid, one_shot_max_bytes, placements, publish,
     shared_device_max_blocks,
 };
+use oxccl_net::Net;
+use oxccl_net::connect::{NetDevices, choose_net};
+use oxccl_net::proxy_cpus;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -179,9 +179,7 @@ fn p2p_disabled() -> bool {
 /// The link of the devices this rank's NET connections over `net` use, as the tuner weighs
 /// it: the first one's (they are equally near and equally fast, [`NetDevices::choose`]).
 fn device_link(net: &dyn Net, devices: &NetDevices) -> Result<NetLink> {
-    Ok(NetLink::from_properties(
-        &net.properties(devices.for_channel(0))?,
-    ))
+    Ok(net.properties(devices.for_channel(0))?.link())
 }
 
 /// The slowest link among the ranks' records of the all-gather in `connect` (a flag byte, bit 0:

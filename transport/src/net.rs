@@ -3,13 +3,13 @@
 //! vendors: the memory comes from [`DeviceApi`]).
 //!
 //! The kernels use a NET FIFO exactly like a peer's P2P FIFO (Simple protocol): the send side
-//! also writes each slot's byte count (`DevConn::sizes`), which the proxy (`oxccl_core::net`)
+//! also writes each slot's byte count (`DevConn::sizes`), which the proxy (`oxccl_net`)
 //! reads to send only what a slot holds. Without GPUDirect RDMA every FIFO lives in host memory
 //! the GPU reaches over PCIe, as NCCL stages it; with it ([`net_gdr`]), the slots of each side
 //! that uses it move to device memory, which the network reads and writes itself, while the
 //! counters and sizes stay in host memory for the proxy to poll. The kernels see no difference:
 //! `DevConn::buff` points wherever the slots are. Each FIFO also has an LL area in host memory
-//! (`ll_area`), which the proxy drives over a connection of its own (`oxccl_core::net::ll`).
+//! (`ll_area`), which the proxy drives over a connection of its own (`oxccl_net::ll`).
 
 use crate::api::DeviceApi;
 use crate::ll_area::{LlArea, ll_counters, point_ll_at};
@@ -17,15 +17,13 @@ use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
-use oxccl_core::net::connect::{self, NetDevices, PeerFifos};
-use oxccl_core::net::gdr::{
-    self, DmaBufExport, GdrEnv, GpuBinding, GpuCaps, GpuRegistration, NetGdr,
-};
-use oxccl_core::net::ll::LlFifo;
-use oxccl_core::net::nic_affinity::{self, PathKind};
-use oxccl_core::net::proxy::{FifoLayout, HostFifo, Proxy};
-use oxccl_core::net::{Net, PTR_CUDA, PTR_DMABUF};
 use oxccl_kernel_abi::{DevConn, FifoGeometry};
+use oxccl_net::connect::{self, NetDevices, PeerFifos};
+use oxccl_net::gdr::{self, DmaBufExport, GdrEnv, GpuBinding, GpuCaps, GpuRegistration, NetGdr};
+use oxccl_net::ll::LlFifo;
+use oxccl_net::nic_affinity::{self, PathKind};
+use oxccl_net::proxy::{FifoLayout, HostFifo, Proxy};
+use oxccl_net::{Net, PTR_CUDA, PTR_DMABUF};
 use std::any::Any;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;

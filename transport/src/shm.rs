@@ -17,9 +17,9 @@ use crate::net::{ConnSlot, DevFifo, alias_channels, fifo_layout, point_conn_at};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
-use oxccl_core::net::proxy::FifoLayout;
 use oxccl_core::shm_segment::ShmSegment;
 use oxccl_kernel_abi::FifoGeometry;
+use oxccl_net::proxy::FifoLayout;
 
 /// Bytes of one SHM FIFO: the Simple part ([`FifoLayout`]), then its [`LlArea`].
 fn shm_fifo_bytes(layout: &FifoLayout, ll: &LlArea) -> u64 {

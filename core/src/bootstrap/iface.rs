@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 /// One interface address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IfaceAddr {
+pub struct IfaceAddr {
     pub name: String,
     pub addr: IpAddr,
 }
@@ -91,7 +91,7 @@ fn map_ipv4(locals: &[Ipv4Addr], routes: &[(String, [u8; 4], [u8; 4])]) -> Vec<I
 }
 
 /// Every interface address this host has: IPv4 first, then IPv6, each sorted by name.
-pub(crate) fn list_interfaces() -> Vec<IfaceAddr> {
+pub fn list_interfaces() -> Vec<IfaceAddr> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let mut v4 = map_ipv4(
         &parse_fib_trie_locals(&read("/proc/net/fib_trie")),
@@ -131,7 +131,7 @@ pub(crate) fn matches_filter(spec: &str, name: &str) -> bool {
 
 /// An address family NCCL's `NCCL_SOCKET_FAMILY` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
+pub enum Family {
     /// `AF_INET`.
     V4,
     /// `AF_INET6`.
@@ -204,7 +204,7 @@ fn select_by_name(spec: &str, family: Option<Family>, ifaces: &[IfaceAddr]) -> R
 /// Every interface matching `spec` (and `family`, if given), one address each (the first
 /// listed), loopback ones only when nothing else matches: the devices of NCCL's socket network
 /// under `NCCL_SOCKET_IFNAME`. Empty when nothing matches.
-pub(crate) fn interfaces_matching(
+pub fn interfaces_matching(
     spec: &str,
     family: Option<Family>,
     ifaces: &[IfaceAddr],

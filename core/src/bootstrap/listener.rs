@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A listening socket served by a background accept thread; stops (and closes the port) on drop.
-pub(crate) struct AuthListener {
+pub struct AuthListener {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
 }

@@ -15,17 +15,20 @@
 #[cfg(test)]
 mod fuzz;
 mod handshakes;
-pub(crate) mod iface;
+#[doc(hidden)]
+pub mod iface;
 mod info;
 mod linger;
-pub(crate) mod listener;
+#[doc(hidden)]
+pub mod listener;
 pub(crate) mod mailbox;
 mod peers;
 pub(crate) mod process;
 mod root;
 pub(crate) mod side;
 mod unique_id;
-pub(crate) mod wire;
+#[doc(hidden)]
+pub mod wire;
 
 pub use info::PeerInfo;
 pub use unique_id::UniqueId;
@@ -385,40 +388,8 @@ impl Drop for Bootstrap {
 pub(crate) mod test_util {
     use super::*;
 
-    /// Options with short handshake and linger times, so tests stay fast.
-    pub(crate) fn opts(init_timeout: Duration) -> BootstrapOptions {
-        BootstrapOptions {
-            init_timeout,
-            handshake_timeout: Duration::from_millis(500),
-            root_linger: Duration::from_secs(30),
-            ..BootstrapOptions::default()
-        }
-    }
-
-    /// Initialises `n` ranks on threads and runs `f` on each; returns the results by rank.
-    pub(crate) fn run_ranks<T, F>(n: u32, f: F) -> Vec<T>
-    where
-        T: Send + 'static,
-        F: Fn(Bootstrap) -> T + Send + Sync + 'static,
-    {
-        let o = opts(Duration::from_secs(20));
-        let id = UniqueId::generate(&o).expect("generate");
-        let f = Arc::new(f);
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let (f, o) = (f.clone(), o.clone());
-                std::thread::spawn(move || {
-                    let b = Bootstrap::init(&id, r, n, &o, &AbortFlag::new())
-                        .unwrap_or_else(|e| panic!("rank {r} init: {e}"));
-                    f(b)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect()
-    }
+    // In `testing` (public) because the network's tests, in oxccl-net, run ranks too.
+    pub(crate) use crate::testing::{bootstrap_opts as opts, run_ranks};
 
     /// Starts `init` of each `(rank, nranks)` on its own thread and returns every result.
     pub(crate) fn init_each(

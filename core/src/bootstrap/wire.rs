@@ -20,7 +20,7 @@ pub(crate) const HELLO_MAGIC: [u8; 8] = *b"OXCCL-HS";
 /// the machine hash).
 pub(crate) const PROTOCOL_VERSION: u16 = 2;
 /// Size of [`Hello`] on the wire.
-pub(crate) const HELLO_BYTES: usize = 32;
+pub const HELLO_BYTES: usize = 32;
 /// Size of a frame header on the wire.
 pub(crate) const FRAME_HEADER_BYTES: usize = 16;
 /// Largest bootstrap message (a frame announcing more is a protocol error).
@@ -50,7 +50,7 @@ impl std::fmt::Debug for SessionKey {
 
 /// Which service a connection is for (a hello for one service is refused by the others).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ConnKind {
+pub enum ConnKind {
     /// A rank registering with the rendezvous root.
     Root = 1,
     /// Bootstrap messages between two ranks.
@@ -63,7 +63,7 @@ pub(crate) enum ConnKind {
 
 /// The first message on every connection, in both directions for rank-to-rank connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Hello {
+pub struct Hello {
     pub kind: ConnKind,
     pub rank: u32,
     pub key: SessionKey,
@@ -146,7 +146,7 @@ pub(crate) fn parse_header(h: &[u8; FRAME_HEADER_BYTES]) -> (u64, u64) {
 
 /// What a socket wait watches besides the socket: a deadline and up to two abort flags.
 #[derive(Clone, Copy)]
-pub(crate) struct Watch<'a> {
+pub struct Watch<'a> {
     pub deadline: Deadline,
     pub aborts: [Option<&'a AbortFlag>; 2],
 }
@@ -185,7 +185,7 @@ impl<'a> Watch<'a> {
 
 /// Why a watched socket operation stopped.
 #[derive(Debug)]
-pub(crate) enum IoFail {
+pub enum IoFail {
     /// The peer closed the connection (or the read side was shut down).
     Eof,
     /// The deadline passed.
@@ -219,7 +219,7 @@ fn is_retry(e: &io::Error) -> bool {
 
 /// Fills `buf`, waking every [`POLL_INTERVAL`] to look at the watch; keeps partial progress
 /// across wake-ups (unlike `read_exact` with a timeout, which loses it).
-pub(crate) fn read_exact_watched(
+pub fn read_exact_watched(
     stream: &TcpStream,
     buf: &mut [u8],
     watch: &Watch<'_>,
@@ -313,7 +313,7 @@ fn send_all(
 }
 
 /// Writes all of `parts`, giving up on the watch's deadline or abort.
-pub(crate) fn write_all_watched(
+pub fn write_all_watched(
     stream: &TcpStream,
     parts: &[&[u8]],
     watch: &Watch<'_>,
@@ -326,7 +326,7 @@ pub(crate) fn write_all_watched(
 ///
 /// The connect runs on a helper thread so that an abort returns at once even while the kernel
 /// still waits for a SYN-ACK; the helper gives up on its own after its current attempt.
-pub(crate) fn connect_watched(
+pub fn connect_watched(
     addr: SocketAddr,
     retry_refused: Option<Deadline>,
     watch: &Watch<'_>,

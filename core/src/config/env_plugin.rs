@@ -12,7 +12,7 @@ use std::ffi::{CStr, CString, OsString, c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
 
-type Logger = crate::net::plugin::abi::Logger;
+type Logger = crate::plugin_abi::Logger;
 
 /// `ncclEnv_v1_t`.
 #[repr(C)]
@@ -71,7 +71,7 @@ fn load() -> Option<EnvPlugin> {
                 VERSION.1,
                 VERSION.2,
                 suffix.as_ptr(),
-                crate::net::plugin::logger(),
+                crate::plugin_abi::logger(),
             )
         });
         (t.name, rc, t.get_env)

@@ -3,7 +3,6 @@
 
 #![forbid(unsafe_code)]
 
-use crate::net::Properties;
 use std::fmt;
 
 /// Speed of a device that reports none, in Mbit/s (the built-in sockets and the plugin adapter
@@ -20,7 +19,7 @@ const MIN_LATENCY_NS: u32 = 100;
 const MAX_LATENCY_NS: u32 = 1_000_000;
 
 /// Latency assumed where a device reports none (0: the built-in sockets), in ns: one way over
-/// plain loopback TCP between two polling threads, by `net::latency_probe`
+/// plain loopback TCP between two polling threads, by `oxccl-net`'s `latency_probe`
 /// (docs/perf/defaults.md, "Network hop").
 pub const SOCKET_LATENCY_NS: u32 = 5_000;
 
@@ -55,11 +54,6 @@ impl NetLink {
             0
         };
         NetLink::sane(u64::try_from(speed_mbps).unwrap_or(0), latency_ns)
-    }
-
-    /// The link of a device with `props`.
-    pub fn from_properties(props: &Properties) -> NetLink {
-        NetLink::reported(props.speed_mbps, props.latency_us)
     }
 
     /// Clamps `speed_mbps` (0: unknown) and `latency_ns` (0: unknown) into the sane ranges.

@@ -49,8 +49,9 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
 /// What one network hop costs in oxccl's proxies on top of the link's own latency, in ns:
-/// `net::latency_probe` measured about 10 us one way through two proxies and the sockets on
-/// loopback, against about 5 over plain loopback TCP (docs/perf/defaults.md, "Network hop").
+/// `oxccl-net`'s `latency_probe` measured about 10 us one way through two proxies and the
+/// sockets on loopback, against about 5 over plain loopback TCP (docs/perf/defaults.md,
+/// "Network hop").
 const PROXY_HOP_NS: u64 = 5_000;
 
 /// How far a link may move a measured crossover from its table value, either way: the model

@@ -2,7 +2,7 @@
 //! pointers, the event descriptor, and NCCL's event-type bits (the older versions are in
 //! `abi_legacy`).
 
-use crate::net::plugin::abi::{Logger, NcclResult};
+use crate::plugin_abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_int, c_void};
 
 /// The symbol NCCL 2.28.9 looks for first.

@@ -3,7 +3,7 @@
 //! their exported structs. Their type field is one byte, so API and kernel-launch events, whose
 //! bits are above it, have no encoding and are never passed to them.
 
-use crate::net::plugin::abi::{Logger, NcclResult};
+use crate::plugin_abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_int, c_void};
 
 /// The symbols NCCL 2.28.9 tries after `ncclProfiler_v5`, newest first.

@@ -4,7 +4,7 @@
 use super::abi::{self, ProfilerV5};
 use super::abi_legacy::{self as legacy, ProfilerV1, ProfilerV4};
 use super::event::{Event, Handle};
-use crate::net::plugin::abi::NcclResult;
+use crate::plugin_abi::NcclResult;
 use libloading::os::unix::Library;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -87,7 +87,7 @@ impl VTable {
         mask: *mut c_int,
         args: &InitArgs<'_>,
     ) -> Option<NcclResult> {
-        let log = crate::net::plugin::logger();
+        let log = crate::plugin_abi::logger();
         let name = args.name.as_ptr();
         let rc = match *self {
             VTable::V5(t) => {

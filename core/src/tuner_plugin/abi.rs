@@ -1,7 +1,7 @@
 //! The tuner-plugin ABI NCCL 2.28 loads: the exported `ncclTunerPlugin_v5` … `v2` structs of
 //! function pointers, their arguments, and NCCL's ids for collectives, algorithms and protocols.
 
-use crate::net::plugin::abi::{Logger, NcclResult};
+use crate::plugin_abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_float, c_int, c_void};
 
 /// Symbols tried, newest first, with their versions.

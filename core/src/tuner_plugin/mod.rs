@@ -141,7 +141,7 @@ impl TunerPlugin {
         nnodes: usize,
         ranks_per_node: (usize, usize),
     ) -> Result<TunerContext> {
-        let log = crate::net::plugin::logger();
+        let log = crate::plugin_abi::logger();
         let mut ctx: *mut c_void = std::ptr::null_mut();
         let mut nvl = abi::NvlDomainInfo {
             n_nvl_domains: nnodes as c_int,

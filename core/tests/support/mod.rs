@@ -11,7 +11,7 @@ use std::time::Duration;
 /// through it: the plugin answers `OXCCL_OP_TIMEOUT` (7) over the process environment (99)
 /// and hands other names on to the process environment.
 pub fn registry_reads_through(lib: &str, name: &str) {
-    let lib = format!("{}/{lib}", env!("OXCCL_TEST_NET_PLUGIN_DIR"));
+    let lib = format!("{}/{lib}", env!("OXCCL_TEST_PLUGIN_DIR"));
     // SAFETY: each binary's only test, before anything reads the environment.
     unsafe {
         std::env::set_var("NCCL_ENV_PLUGIN", &lib);

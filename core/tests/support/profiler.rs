@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// Loads our test profiler of `lib` (`libnccl-profiler-oxtest*.so`) for this process, logging
 /// to a file of this process's.
 pub fn use_plugin(lib: &str) {
-    let lib = format!("{}/{lib}", env!("OXCCL_TEST_NET_PLUGIN_DIR"));
+    let lib = format!("{}/{lib}", env!("OXCCL_TEST_PLUGIN_DIR"));
     // SAFETY: called first by each binary's only test: no other thread reads the environment.
     unsafe {
         std::env::set_var("NCCL_PROFILER_PLUGIN", lib);

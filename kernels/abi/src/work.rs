@@ -206,7 +206,7 @@ pub struct DevConn {
     pub ll_nslots: u32,
     /// Send side of a NET connection (0 otherwise): address of the per-slot `u64` byte counts
     /// the network proxy reads, written before `tail` moves; the LL slots' records follow at
-    /// index `nslots` (`oxccl_core::net::ll`).
+    /// index `nslots` (`oxccl_net::ll`).
     pub sizes: u64,
 }
 

@@ -4,8 +4,8 @@
 //! a machine, e.g. AWS's aws-ofi-nccl with its `env.sh` sourced:
 //! `NCCL_DEBUG=INFO net-plugin-probe`.
 
-use oxccl_core::net::plugin::{PluginLib, PluginNet, select};
-use oxccl_core::net::{CommRef, HANDLE_BYTES, Net, PTR_HOST, RecvComm, SendComm};
+use oxccl_net::plugin::{PluginLib, PluginNet, select};
+use oxccl_net::{CommRef, HANDLE_BYTES, Net, PTR_HOST, RecvComm, SendComm};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -10,11 +10,11 @@ use super::proxy::{HostFifo, Proxy, ProxyConn, ProxyLinks, Side, SlotMemory};
 use super::proxy_cpus::{self, ProxyCpus};
 use super::socket::{SocketConfig, SocketNet};
 use super::{HANDLE_BYTES, Handle, Listen, Net, Properties, RecvComm, SendComm};
-use crate::abort::{AbortFlag, Deadline};
-use crate::bootstrap::Bootstrap;
-use crate::bootstrap::iface::{Family, interfaces_matching, list_interfaces};
-use crate::config::{self, vars};
-use crate::error::{Error, Result};
+use oxccl_core::abort::{AbortFlag, Deadline};
+use oxccl_core::bootstrap::Bootstrap;
+use oxccl_core::bootstrap::iface::{Family, interfaces_matching, list_interfaces};
+use oxccl_core::config::{self, vars};
+use oxccl_core::error::{Error, Result};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -493,10 +493,10 @@ fn connect_links(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::test_util::run_ranks;
-    use crate::net::plugin::{PluginLib, PluginNet};
-    use crate::net::proxy::FifoLayout;
-    use crate::net::proxy::testkit::Mem;
+    use crate::plugin::{PluginLib, PluginNet};
+    use crate::proxy::FifoLayout;
+    use crate::proxy::testkit::Mem;
+    use oxccl_core::testing::run_ranks;
 
     /// Connects this rank of two with the other over `net`: `channels` Simple and `ll` LL
     /// channels each way, on `devices`, in fresh host memory standing in for the FIFOs.
@@ -622,8 +622,8 @@ mod tests {
     /// rank 2, and a wait for a peer that never comes ends when `stop` is raised.
     #[test]
     fn later_connections_join_a_running_proxy_and_stop_ends_their_wait() {
-        use crate::net::proxy::testkit::{Kernel, socket_net};
-        use crate::net::socket::SocketConfig;
+        use crate::proxy::testkit::{Kernel, socket_net};
+        use crate::socket::SocketConfig;
         use std::sync::atomic::Ordering;
         let layout = FifoLayout {
             nslots: 2,

@@ -13,7 +13,7 @@
 //! the side clears when a read finds nothing.
 
 use super::epoll::Epoll;
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};

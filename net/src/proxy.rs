@@ -23,10 +23,10 @@ use super::ll::{LlConn, LlLink};
 use super::proxy_cpus::ProxyCpus;
 use super::proxy_drain::Drain;
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
-use crate::abort::AbortFlag;
-use crate::config::CommConfig;
-use crate::error::{Error, Result};
-use crate::lock::lock;
+use oxccl_core::abort::AbortFlag;
+use oxccl_core::config::CommConfig;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -764,16 +764,16 @@ fn run(net: &dyn Net, how: RunAs, inbox: &Inbox, abort: &AbortFlag, stop: &Atomi
 #[cfg(test)]
 pub(crate) mod testkit {
     use super::*;
-    use crate::net::RecvComm;
+    use crate::RecvComm;
     use std::alloc::Layout;
 
     /// A socket network for rank `rank` on the loopback interface.
-    pub(crate) fn socket_net(rank: u32, config: crate::net::socket::SocketConfig) -> Arc<dyn Net> {
-        Arc::new(crate::net::socket::SocketNet::new(
+    pub(crate) fn socket_net(rank: u32, config: crate::socket::SocketConfig) -> Arc<dyn Net> {
+        Arc::new(crate::socket::SocketNet::new(
             std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             "lo",
             rank,
-            crate::bootstrap::wire::SessionKey {
+            oxccl_core::bootstrap::wire::SessionKey {
                 secret: 11,
                 nonce: 12,
             },
@@ -787,8 +787,8 @@ pub(crate) mod testkit {
     pub(crate) fn complete(
         a: &Arc<dyn Net>,
         b: &Arc<dyn Net>,
-        listen: &mut crate::net::Listen,
-        handle: &mut crate::net::Handle,
+        listen: &mut crate::Listen,
+        handle: &mut crate::Handle,
     ) -> (SendComm, RecvComm) {
         let s = loop {
             if let Some(s) = a.connect(0, handle).unwrap() {
@@ -806,7 +806,7 @@ pub(crate) mod testkit {
 
     /// A connection from `a` to `b`.
     pub(crate) fn link(a: &Arc<dyn Net>, b: &Arc<dyn Net>) -> (SendComm, RecvComm) {
-        let mut h = [0u8; crate::net::HANDLE_BYTES];
+        let mut h = [0u8; crate::HANDLE_BYTES];
         let mut l = b.listen(0, &mut h).unwrap();
         complete(a, b, &mut l, &mut h)
     }

@@ -6,7 +6,7 @@
 use super::proxy::testkit::{Kernel, Mem, conn, link, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, Side};
 use super::socket::SocketConfig;
-use crate::abort::AbortFlag;
+use oxccl_core::abort::AbortFlag;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -256,16 +256,16 @@ fn socket_net_one_way(duplex: bool) {
     n0.pair(1, &mut s01, &mut r10).unwrap();
     n1.pair(0, &mut s10, &mut r01).unwrap();
     let iters = 20_000usize;
-    let play = |net: std::sync::Arc<dyn crate::net::Net>,
-                mut s: crate::net::SendComm,
-                mut r: crate::net::RecvComm,
+    let play = |net: std::sync::Arc<dyn crate::Net>,
+                mut s: crate::SendComm,
+                mut r: crate::RecvComm,
                 first: bool| {
         std::thread::spawn(move || {
             let mh_s = net
-                .reg_mr(crate::net::CommRef::Send(&s), std::ptr::null_mut(), 0, 1)
+                .reg_mr(crate::CommRef::Send(&s), std::ptr::null_mut(), 0, 1)
                 .unwrap();
             let mh_r = net
-                .reg_mr(crate::net::CommRef::Recv(&r), std::ptr::null_mut(), 0, 1)
+                .reg_mr(crate::CommRef::Recv(&r), std::ptr::null_mut(), 0, 1)
                 .unwrap();
             let (mut sbuf, mut rbuf) = ([7u8; 8], [0u8; 8]);
             let mut times = Vec::with_capacity(iters);
@@ -275,7 +275,7 @@ fn socket_net_one_way(duplex: bool) {
                 let mut rq = unsafe { net.irecv(&mut r, rbuf.as_mut_ptr(), 8, 0, &mh_r) }
                     .unwrap()
                     .unwrap();
-                let send = |s: &mut crate::net::SendComm, buf: &mut [u8; 8]| {
+                let send = |s: &mut crate::SendComm, buf: &mut [u8; 8]| {
                     // SAFETY: as above.
                     let mut sq = unsafe { net.isend(s, buf.as_mut_ptr(), 8, 0, &mh_s) }
                         .unwrap()
@@ -322,7 +322,7 @@ fn latency_probe_idle_test_cost() {
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let (_s01, mut r01) = link(&n0, &n1);
     let mh = n1
-        .reg_mr(crate::net::CommRef::Recv(&r01), std::ptr::null_mut(), 0, 1)
+        .reg_mr(crate::CommRef::Recv(&r01), std::ptr::null_mut(), 0, 1)
         .unwrap();
     let mut buf = [0u8; 64];
     // SAFETY: `buf` outlives the request, which never completes here.

@@ -3,7 +3,7 @@
 //! ranks that share this machine (not the communicator's size, and not `NCCL_HOSTID`'s hosts:
 //! ranks that name themselves different hosts on one machine still share its CPUs).
 
-use crate::bootstrap::Bootstrap;
+use oxccl_core::bootstrap::Bootstrap;
 
 /// CPUs a rank needs for its LL sends to get a thread of their own: the proxy, the LL send
 /// thread and the application's thread all poll. Where the ranks on a machine have fewer, the

@@ -2,11 +2,11 @@
 
 use super::SocketConfig;
 use super::parts::parts;
-use crate::error::{Error, Result};
-use crate::lock::lock;
-use crate::net::ll_trace::{Syscall, time_syscall};
-use crate::net::readiness::Readiness;
-use crate::net::socket_workers::{Job, Lane, ReqState, Span};
+use crate::ll_trace::{Syscall, time_syscall};
+use crate::readiness::Readiness;
+use crate::socket_workers::{Job, Lane, ReqState, Span};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 /// call after every read; small reads and 2-rank AllReduce at 512 B-2 KiB got faster with it
 /// (docs/perf/defaults.md, "Delayed ACKs"). Errors are ignored: the ACKs are then merely
 /// early.
-pub(in crate::net) fn set_quickack(s: &TcpStream, on: bool) {
+pub(crate) fn set_quickack(s: &TcpStream, on: bool) {
     let v = libc::c_int::from(on);
     // SAFETY: a valid socket, and an option value of the size given, for the call's duration.
     unsafe {
@@ -67,7 +67,7 @@ pub(super) struct RecvSide {
     pub(super) stage_len: usize,
     /// A read took data since delayed ACKs were last asked for (`set_quickack`).
     pub(super) ack_mode_due: bool,
-    /// `ctrl` also carries the other direction ([`Net::pair`](crate::net::Net::pair)): closing
+    /// `ctrl` also carries the other direction ([`Net::pair`](crate::Net::pair)): closing
     /// shuts down reads only.
     pub(super) shared: bool,
 }

@@ -4,12 +4,10 @@
 //! and offsets against the tables of the reference. Function members are `Option`s of function
 //! pointers, so a NULL member reads as `None`.
 
-use std::ffi::{c_char, c_int, c_ulong, c_void};
+use std::ffi::{c_char, c_int, c_void};
 
-/// `ncclResult_t`.
-pub type NcclResult = c_int;
-/// `ncclSuccess`.
-pub const SUCCESS: NcclResult = 0;
+// Shared by every plugin kind, so core has them (the tuner, profiler and environment plugins).
+pub use oxccl_core::plugin_abi::{Logger, NcclResult, SUCCESS, level};
 /// `ncclSystemError`.
 pub const SYSTEM_ERROR: NcclResult = 2;
 /// `ncclInternalError`.
@@ -44,25 +42,6 @@ pub const DEVICE_UNPACK: c_int = 1;
 /// `TRAFFIC_CLASS_UNDEF`.
 pub const TRAFFIC_CLASS_UNDEF: c_int = -1;
 
-/// Logger levels (`ncclDebugLogLevel`).
-pub mod level {
-    use std::ffi::c_int;
-    /// `NCCL_LOG_NONE`.
-    pub const NONE: c_int = 0;
-    /// `NCCL_LOG_VERSION`.
-    pub const VERSION: c_int = 1;
-    /// `NCCL_LOG_WARN`.
-    pub const WARN: c_int = 2;
-    /// `NCCL_LOG_INFO`.
-    pub const INFO: c_int = 3;
-    /// `NCCL_LOG_ABORT`.
-    pub const ABORT: c_int = 4;
-    /// `NCCL_LOG_TRACE`.
-    pub const TRACE: c_int = 5;
-}
-
-/// The logger a plugin's `init` receives: C varargs after `fmt`.
-pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 /// The profiler callback of v10+: `(eHandle, type, pHandle, pluginId, extData)`.
 pub type ProfilerCallback =
     unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_void, i64, *mut c_void) -> NcclResult;

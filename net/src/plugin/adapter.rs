@@ -11,9 +11,9 @@
 //! Every method is an `unsafe fn`: it calls into the plugin with pointers the caller vouches for.
 
 use super::abi::*;
-use super::logger;
-use crate::error::{Error, Result};
-use crate::net::Properties;
+use crate::Properties;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::plugin_abi::logger;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::null_mut;
 
@@ -191,7 +191,7 @@ impl VTable {
     /// # Safety
     /// Called once per process for this library, before any other member.
     pub(crate) unsafe fn init_process(&self) -> Result<()> {
-        let log = logger::logger();
+        let log = logger();
         // SAFETY: `init` takes the logger (and the profiler callback for v10), both valid for
         // the life of the process.
         let rc = unsafe {
@@ -200,7 +200,7 @@ impl VTable {
                 VTable::V7(t) => member!(t, init)(log),
                 VTable::V8(t) => member!(t, init)(log),
                 VTable::V9(t) => member!(t, init)(log),
-                VTable::V10(t) => member!(t, init)(log, logger::profiler_callback()),
+                VTable::V10(t) => member!(t, init)(log, profiler_callback()),
                 VTable::V11(_) | VTable::V12(_) => {
                     return Err(Error::Internal(
                         "v11 and v12 plugins init per communicator".into(),
@@ -228,15 +228,8 @@ impl VTable {
         let mut ctx = null_mut();
         // SAFETY: `ctx` receives the context; `config` lives as the caller promised; the
         // callbacks live for the process.
-        let rc = unsafe {
-            member!(t, init)(
-                &mut ctx,
-                comm_id,
-                config,
-                logger::logger(),
-                logger::profiler_callback(),
-            )
-        };
+        let rc =
+            unsafe { member!(t, init)(&mut ctx, comm_id, config, logger(), profiler_callback()) };
         if let Err(e) = check("init", rc) {
             // As NCCL does: a failed init still gets `finalize` with whatever context it left.
             // SAFETY: the context (possibly NULL) this plugin's init just produced.
@@ -370,7 +363,7 @@ impl VTable {
             }
         };
         if !self.has_dma_buf() {
-            got.props.ptr_support &= !crate::net::PTR_DMABUF;
+            got.props.ptr_support &= !crate::PTR_DMABUF;
         }
         Ok(got)
     }
@@ -706,10 +699,27 @@ impl VTable {
     }
 }
 
+/// The v10+ profiler callback: the events have no parent to hang under (oxccl raises no proxy
+/// steps), so they are ignored.
+extern "C" fn profiler(
+    _e_handle: *mut *mut c_void,
+    _kind: c_int,
+    _p_handle: *mut c_void,
+    _plugin_id: i64,
+    _ext: *mut c_void,
+) -> NcclResult {
+    SUCCESS
+}
+
+/// The profiler callback to pass to a v10+ `init`.
+fn profiler_callback() -> ProfilerCallback {
+    profiler
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::{PTR_DMABUF, PTR_HOST};
+    use crate::{PTR_DMABUF, PTR_HOST};
 
     unsafe extern "C" fn dma_buf_props(dev: c_int, p: *mut PropsV11) -> NcclResult {
         // SAFETY: the adapter passes a properties struct of this version.

@@ -1,7 +1,7 @@
 //! The socket network end to end: two networks of one process, connected over loopback.
 
 use super::*;
-use crate::net::HANDLE_BYTES;
+use crate::HANDLE_BYTES;
 use std::net::Ipv4Addr;
 use std::sync::MutexGuard;
 

@@ -1,9 +1,9 @@
 //! The sending side of a connection: its queue of control bytes, written as the socket takes them.
 
 use super::SocketConfig;
-use crate::error::{Error, Result};
-use crate::net::ll_trace::{Syscall, time_syscall};
-use crate::net::socket_workers::{Lane, ReqState};
+use crate::ll_trace::{Syscall, time_syscall};
+use crate::socket_workers::{Lane, ReqState};
+use oxccl_core::error::{Error, Result};
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,7 +20,7 @@ pub(super) struct SendSide {
     pub(super) failed: Option<String>,
     /// The receiving end allows a shared control socket (its handle said so).
     pub(super) peer_duplex: bool,
-    /// `ctrl` also carries the other direction ([`Net::pair`](crate::net::Net::pair)): closing
+    /// `ctrl` also carries the other direction ([`Net::pair`](crate::Net::pair)): closing
     /// shuts down writes only.
     pub(super) shared: bool,
 }
@@ -64,7 +64,7 @@ pub(super) struct SendReq {
     pub(super) size: usize,
 }
 
-/// What a [`SendComm`](crate::net::SendComm) of the socket network holds.
+/// What a [`SendComm`](crate::SendComm) of the socket network holds.
 pub(super) struct SocketSendComm {
     pub(super) side: Arc<Mutex<SendSide>>,
 }

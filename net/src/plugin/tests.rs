@@ -4,13 +4,13 @@
 
 use super::select::{self, BUILTIN};
 use super::{PluginLib, PluginNet, abi, loader};
-use crate::bootstrap::wire::SessionKey;
-use crate::error::{Error, ErrorKind};
-use crate::net::gdr::{self, GdrEnv, GpuCaps, GpuRegistration};
-use crate::net::proxy::testkit::{Placement, transfer, transfer_with};
-use crate::net::proxy::{FifoLayout, SlotMemory};
-use crate::net::socket::{SocketConfig, SocketNet};
-use crate::net::{CommRef, HANDLE_BYTES, Net, PTR_CUDA, PTR_DMABUF, PTR_HOST, RecvComm, SendComm};
+use crate::gdr::{self, GdrEnv, GpuCaps, GpuRegistration};
+use crate::proxy::testkit::{Placement, transfer, transfer_with};
+use crate::proxy::{FifoLayout, SlotMemory};
+use crate::socket::{SocketConfig, SocketNet};
+use crate::{CommRef, HANDLE_BYTES, Net, PTR_CUDA, PTR_DMABUF, PTR_HOST, RecvComm, SendComm};
+use oxccl_core::bootstrap::wire::SessionKey;
+use oxccl_core::error::{Error, ErrorKind};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::OwnedFd;
@@ -98,7 +98,7 @@ fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
 }
 
 /// Polls a never-blocking connect or accept until it yields.
-fn poll<T>(mut step: impl FnMut() -> crate::Result<Option<T>>) -> (T, usize) {
+fn poll<T>(mut step: impl FnMut() -> oxccl_core::Result<Option<T>>) -> (T, usize) {
     let t0 = Instant::now();
     let mut nulls = 0;
     loop {
@@ -549,7 +549,7 @@ fn child_sends_over_the_plugin() {
     let bytes: Vec<u8> = (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect();
-    let mut handle: crate::net::Handle = bytes.try_into().unwrap();
+    let mut handle: crate::Handle = bytes.try_into().unwrap();
     let lib = load(V11);
     let net = net_of(&lib, 77);
     let (mut s, _) = poll(|| net.connect(0, &mut handle));
@@ -585,7 +585,7 @@ fn plugin_v11_connects_across_two_processes() {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "net::plugin::tests::child_sends_over_the_plugin",
+            "plugin::tests::child_sends_over_the_plugin",
             "--test-threads=1",
             "--nocapture",
         ])

@@ -1,6 +1,6 @@
 //! How the socket network cuts and carries messages ([`SocketConfig`]), read from the environment.
 
-use crate::net::socket_workers::MAX_WORKERS;
+use crate::socket_workers::MAX_WORKERS;
 
 /// Largest data socket count (`NCCL_SOCKET_NTHREADS` x `NCCL_NSOCKS_PERTHREAD`, as NCCL caps it).
 pub const MAX_SOCKS: usize = 64;
@@ -18,7 +18,7 @@ pub struct SocketConfig {
     /// local to each side, unlike the fields above, which the connecting side adopts.
     pub delay_acks: bool,
     /// Both directions of a link may share one control socket
-    /// ([`Net::pair`](crate::net::Net::pair)); they do where both ends allow it (each handle says
+    /// ([`Net::pair`](crate::Net::pair)); they do where both ends allow it (each handle says
     /// whether its side does).
     pub duplex: bool,
     /// Most helper threads serving the network's data sockets (local to each side).
@@ -38,7 +38,7 @@ impl SocketConfig {
     /// moves everything on the control socket, and no helper thread takes CPU time from the
     /// other ranks' (docs/perf/defaults.md, "Crowded machines").
     pub fn from_env_on(crowded: bool) -> SocketConfig {
-        use crate::config::{get, vars};
+        use oxccl_core::config::{get, vars};
         let d = SocketConfig {
             nsocks: if crowded { 0 } else { DEFAULT_NSOCKS },
             ..SocketConfig::default()
@@ -103,7 +103,7 @@ mod tests {
     /// elsewhere two (unless the variables, which the test environment leaves unset, say).
     #[test]
     fn a_crowded_machine_defaults_to_no_data_sockets() {
-        use crate::config::{is_set, vars};
+        use oxccl_core::config::{is_set, vars};
         if is_set(&vars::NCCL_SOCKET_NTHREADS) || is_set(&vars::NCCL_NSOCKS_PERTHREAD) {
             return;
         }

@@ -17,7 +17,7 @@
 
 use super::ll_trace::LlTrace;
 use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -341,8 +341,8 @@ fn close_side(net: &dyn Net, side: LlSide) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::proxy::testkit::{Mem, link, socket_net};
-    use crate::net::socket::SocketConfig;
+    use crate::proxy::testkit::{Mem, link, socket_net};
+    use crate::socket::SocketConfig;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};

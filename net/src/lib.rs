@@ -1,8 +1,10 @@
-//! Networks between hosts, behind one interface shaped like NCCL's net-plugin ABI (v11).
+//! oxccl-net: the NET transport between hosts, on top of oxccl-core: the built-in socket
+//! network, NCCL's network plugins, and the host proxy that moves the device's FIFO slots over
+//! them (Simple and LL). The device side of these connections is `oxccl-device-transport`'s.
 //!
-//! A [`Net`] is what a `libnccl-net.so` plugin exports, in Rust: devices with properties,
-//! listen / connect / accept that never block (a `None` comm means "call again"), memory
-//! registration, and asynchronous `isend` / `irecv` whose requests are polled with `test`. The
+//! Every network is behind one interface shaped like NCCL's net-plugin ABI (v11). A [`Net`] is
+//! what a `libnccl-net.so` plugin exports, in Rust: devices with properties, listen / connect /
+//! accept that never block (a `None` comm means "call again"), memory registration, and asynchronous `isend` / `irecv` whose requests are polled with `test`. The
 //! built-in socket network ([`socket::SocketNet`]) implements it, so the host proxy
 //! ([`proxy::Proxy`]) that moves FIFO slots between the device and the network has one path for
 //! every network. Opaque objects are boxed values the network downcasts, as a plugin casts its
@@ -27,7 +29,8 @@ mod reset_tests;
 pub mod socket;
 mod socket_workers;
 
-use crate::error::{Error, Result};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::plan::NetLink;
 use std::any::Any;
 use std::os::fd::BorrowedFd;
 
@@ -66,6 +69,13 @@ pub struct Properties {
     pub max_recvs: i32,
     /// Largest message one `isend` takes.
     pub max_p2p_bytes: u64,
+}
+
+impl Properties {
+    /// The link the tuner weighs for this device (its speed and latency, made sane).
+    pub fn link(&self) -> NetLink {
+        NetLink::reported(self.speed_mbps, self.latency_us)
+    }
 }
 
 /// A listening endpoint (a plugin's `listenComm`).

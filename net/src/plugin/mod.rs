@@ -5,7 +5,8 @@
 //!   `ncclNetPlugin_v12` .. `v6` symbol (NCCL 2.30's search order).
 //! - [`abi`] has the C layouts of every version; `adapter` calls whichever version the library
 //!   exports, with NCCL's adapter rules for the older ones.
-//! - `logger` is the logger plugins receive (a C shim: the ABI's logger is C-variadic).
+//! - the logger plugins receive is core's (`oxccl_core::plugin_abi`, shared with the tuner,
+//!   profiler and environment plugins); `adapter` adds the v10+ profiler callback.
 //! - [`PluginLib`] is one opened library (once per process); [`PluginNet`] one communicator's
 //!   use of it: v11 and v12 plugins get an `init` (a context) per communicator, v6-v10 plugins
 //!   one `init` per process.
@@ -17,17 +18,15 @@
 pub mod abi;
 pub(crate) mod adapter;
 pub mod loader;
-mod logger;
-pub(crate) use logger::logger;
 pub mod select;
 #[cfg(test)]
 mod tests;
 
 use super::{CommRef, Handle, Listen, MemHandle, Net, Properties, RecvComm, Request, SendComm};
-use crate::error::{Error, Result};
-use crate::lock::lock;
 use adapter::{RecvArgs, VTable};
 use loader::{OpenError, Opened};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd};

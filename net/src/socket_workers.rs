@@ -14,8 +14,8 @@
 //! work never sleeps. Sockets join threads only while the network connects, before any part.
 
 use super::epoll::Epoll;
-use crate::error::{Error, Result};
-use crate::lock::lock;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::TcpStream;

@@ -24,7 +24,8 @@ const KEEP: usize = 1 << 16;
 fn dir() -> Option<&'static str> {
     static DIR: OnceLock<Option<String>> = OnceLock::new();
     DIR.get_or_init(|| {
-        crate::config::get(&crate::config::vars::OXCCL_NET_TRACE).filter(|d| !d.is_empty())
+        oxccl_core::config::get(&oxccl_core::config::vars::OXCCL_NET_TRACE)
+            .filter(|d| !d.is_empty())
     })
     .as_deref()
 }

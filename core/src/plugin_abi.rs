@@ -1,10 +1,35 @@
-//! The callbacks a plugin's `init` receives (network and tuner plugins): the logger (a
+//! What every kind of NCCL plugin (network, tuner, profiler, environment) shares at the C
+//! boundary: `ncclResult_t`, the log levels, and the logger a plugin's `init` receives (a
 //! C-variadic function, defined in `core/csrc/net_plugin_log.c` because stable Rust cannot
-//! define one) and the v10+ profiler callback (a no-op: a network plugin's events hang under
-//! proxy steps, which oxccl does not raise).
+//! define one). It lives in core because the tuner, profiler and environment plugins, which core
+//! loads, hand plugins the same logger as the network plugins of `oxccl-net` do.
 
-use super::abi::{self, Logger, NcclResult, ProfilerCallback};
-use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_ulong};
+
+/// `ncclResult_t`.
+pub type NcclResult = c_int;
+/// `ncclSuccess`.
+pub const SUCCESS: NcclResult = 0;
+
+/// Logger levels (`ncclDebugLogLevel`).
+pub mod level {
+    use std::ffi::c_int;
+    /// `NCCL_LOG_NONE`.
+    pub const NONE: c_int = 0;
+    /// `NCCL_LOG_VERSION`.
+    pub const VERSION: c_int = 1;
+    /// `NCCL_LOG_WARN`.
+    pub const WARN: c_int = 2;
+    /// `NCCL_LOG_INFO`.
+    pub const INFO: c_int = 3;
+    /// `NCCL_LOG_ABORT`.
+    pub const ABORT: c_int = 4;
+    /// `NCCL_LOG_TRACE`.
+    pub const TRACE: c_int = 5;
+}
+
+/// The logger a plugin's `init` receives: C varargs after `fmt`.
+pub type Logger = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 
 unsafe extern "C" {
     /// Formats a plugin's message and hands it to the sink (C, `net_plugin_log.c`).
@@ -54,28 +79,28 @@ extern "C" fn sink(
         let msg = msg.trim_end();
         if flags & SUBSYS_TUNING != 0 {
             match level {
-                abi::level::WARN | abi::level::ABORT => {
+                level::WARN | level::ABORT => {
                     tracing::warn!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
                 }
-                abi::level::TRACE => {
+                level::TRACE => {
                     tracing::trace!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
                 }
-                abi::level::NONE => {}
+                level::NONE => {}
                 _ => tracing::info!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}"),
             }
             return;
         }
         match level {
-            abi::level::WARN => {
+            level::WARN => {
                 tracing::warn!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
             }
-            abi::level::ABORT => {
+            level::ABORT => {
                 tracing::error!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
             }
-            abi::level::TRACE => {
+            level::TRACE => {
                 tracing::trace!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
             }
-            abi::level::NONE => {}
+            level::NONE => {}
             _ => tracing::info!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
         }
     });
@@ -85,34 +110,17 @@ extern "C" fn sink(
 fn max_level() -> c_int {
     use tracing::level_filters::LevelFilter;
     match LevelFilter::current() {
-        LevelFilter::OFF => abi::level::NONE,
-        LevelFilter::ERROR | LevelFilter::WARN => abi::level::WARN,
-        LevelFilter::INFO | LevelFilter::DEBUG => abi::level::INFO,
-        _ => abi::level::TRACE,
+        LevelFilter::OFF => level::NONE,
+        LevelFilter::ERROR | LevelFilter::WARN => level::WARN,
+        LevelFilter::INFO | LevelFilter::DEBUG => level::INFO,
+        _ => level::TRACE,
     }
 }
 
 /// The logger to pass to a plugin's `init` (connects the sink, and sets the level from what
 /// `tracing` lets through at this moment).
-pub(crate) fn logger() -> Logger {
+pub fn logger() -> Logger {
     // SAFETY: stores a function pointer and an int in the shim's atomics.
     unsafe { oxccl_net_log_set_sink(sink, max_level()) };
     oxccl_net_plugin_logger
-}
-
-/// The v10+ profiler callback: the events have no parent to hang under (oxccl raises no proxy
-/// steps), so they are ignored.
-extern "C" fn profiler(
-    _e_handle: *mut *mut c_void,
-    _kind: c_int,
-    _p_handle: *mut c_void,
-    _plugin_id: i64,
-    _ext: *mut c_void,
-) -> NcclResult {
-    abi::SUCCESS
-}
-
-/// The profiler callback to pass to a v10+ `init`.
-pub(crate) fn profiler_callback() -> ProfilerCallback {
-    profiler
 }

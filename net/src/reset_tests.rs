@@ -7,7 +7,7 @@ use super::HANDLE_BYTES;
 use super::proxy::testkit::{Kernel, Mem, complete, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, ProxyConn, Side};
 use super::socket::{SocketConfig, redirect_handle};
-use crate::abort::AbortFlag;
+use oxccl_core::abort::AbortFlag;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;

@@ -10,7 +10,7 @@
 
 use super::nic_affinity::PathKind;
 use super::{PTR_CUDA, PTR_DMABUF, Properties};
-use crate::config::{self, Env, vars};
+use oxccl_core::config::{self, Env, vars};
 use std::os::fd::OwnedFd;
 
 /// What the user asked of GDR through NCCL's variables.
@@ -147,7 +147,7 @@ pub type DmaBufExport<'a> = &'a dyn Fn(*mut u8, usize) -> Option<OwnedFd>;
 
 /// Makes the communicator's GPU current on the calling thread until what it returns is dropped.
 pub type GpuBinding =
-    std::sync::Arc<dyn Fn() -> crate::error::Result<Box<dyn std::any::Any>> + Send + Sync>;
+    std::sync::Arc<dyn Fn() -> oxccl_core::error::Result<Box<dyn std::any::Any>> + Send + Sync>;
 
 /// What the proxy needs of the GPU: for FIFOs whose slots are in GPU memory, and for its
 /// threads.
@@ -176,7 +176,7 @@ impl std::fmt::Debug for GpuRegistration<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::PTR_HOST;
+    use crate::PTR_HOST;
 
     fn props(ptr_support: u32) -> Properties {
         Properties {

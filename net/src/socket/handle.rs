@@ -1,8 +1,8 @@
 //! A listen handle's bytes: the listener's address, its token and how it cuts messages.
 
 use super::MAX_SOCKS;
-use crate::error::{Error, Result};
-use crate::net::{HANDLE_BYTES, Handle};
+use crate::{HANDLE_BYTES, Handle};
+use oxccl_core::error::{Error, Result};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// First bytes of a socket handle (tells a socket handle from another network's).
@@ -77,7 +77,7 @@ pub(super) fn decode_handle(h: &Handle) -> Result<HandleInfo> {
 /// Points a listen handle at `to` instead (a relay standing between the ranks in tests);
 /// returns the address it named.
 #[cfg(test)]
-pub(in crate::net) fn redirect_handle(h: &mut Handle, to: SocketAddr) -> Result<SocketAddr> {
+pub(crate) fn redirect_handle(h: &mut Handle, to: SocketAddr) -> Result<SocketAddr> {
     let mut info = decode_handle(h)?;
     let was = std::mem::replace(&mut info.addr, to);
     encode_handle(h, &info);

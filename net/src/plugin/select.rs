@@ -8,9 +8,9 @@
 //! invalid-usage error that names what was asked for and what exists.
 
 use super::{PluginLib, PluginNet, loader};
-use crate::config::{self, vars};
-use crate::error::{Error, Result};
-use crate::net::Net;
+use crate::Net;
+use oxccl_core::config::{self, vars};
+use oxccl_core::error::{Error, Result};
 use std::sync::{Arc, OnceLock};
 
 /// The built-in network's name.

@@ -2,12 +2,12 @@
 
 use super::handle::{HandleInfo, encode_handle};
 use super::{MAX_SOCKS, SocketNet};
-use crate::abort::Deadline;
-use crate::bootstrap::listener::AuthListener;
-use crate::bootstrap::wire::{self, ConnKind, HELLO_BYTES, Hello, SessionKey, Watch};
-use crate::error::{Error, Result};
-use crate::lock::lock;
-use crate::net::{Handle, Listen, Net};
+use crate::{Handle, Listen, Net};
+use oxccl_core::abort::Deadline;
+use oxccl_core::bootstrap::listener::AuthListener;
+use oxccl_core::bootstrap::wire::{self, ConnKind, HELLO_BYTES, Hello, SessionKey, Watch};
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,1 @@
+../core/build_so.rs
