@@ -1,7 +1,7 @@
 //! How long a small message takes through two proxies and the socket network, with CPU threads
 //! playing the kernels: the host's share of a NET operation's latency. Ignored by default (it
 //! measures, it does not check); run it on the machine in question with
-//! `cargo test --release -p oxccl-core --lib latency_probe -- --ignored --nocapture`.
+//! `cargo test --release -p oxccl-net --lib latency_probe -- --ignored --nocapture`.
 
 use super::proxy::testkit::{Kernel, Mem, conn, link, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, Side};
