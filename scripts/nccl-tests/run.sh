@@ -14,6 +14,9 @@
 #                                         t  one thread per GPU (-t N -g 1)
 #                                         G  CUDA graphs (-g N -G 20)
 #                                         R  symmetric registration (-g N -R 2)
+#                                         D1, D2  nccl-tests' device-API kernels on registered
+#                                            windows (-g N -R 2 -D 1 or 2; all_reduce and
+#                                            alltoall have them, other ops are skipped)
 #                   (default: g,t,G,R; 'p', a process per GPU, needs MPI and is skipped)
 #   --min SIZE --max SIZE   sizes to sweep, doubling (default 8 and 1G)
 #   --ngpus N       GPUs to use (default: all that nvidia-smi lists)
@@ -133,9 +136,9 @@ IFS=, read -r -a mode_list <<<"$modes"
 kept=()
 for m in "${mode_list[@]}"; do
   case "$m" in
-    g|t|G|R) kept+=("$m") ;;
+    g|t|G|R|D1|D2) kept+=("$m") ;;
     p) echo "nccl-tests/run: mode p (a process per GPU) needs an MPI build of nccl-tests; skipped" >&2 ;;
-    *) die "unknown mode $m (g, t, G or R)" ;;
+    *) die "unknown mode $m (g, t, G, R, D1 or D2)" ;;
   esac
 done
 [ "${#kept[@]}" -gt 0 ] || die "no mode left to run"
@@ -176,16 +179,27 @@ common=(-b "$min" -e "$max" -f 2 -c 1)
 [ -n "$iters" ] && common+=(-n "$iters")
 [ -n "$warmup" ] && common+=(-w "$warmup")
 
-total=$((${#op_list[@]} * ${#mode_list[@]} * 2 * repeat))
+# The device-API modes exist only for the binaries that have device kernels.
+has_mode() { # op, mode
+  case "$2" in D1 | D2) [ "$1" = all_reduce ] || [ "$1" = alltoall ] ;; *) true ;; esac
+}
+total=0
+for op in "${op_list[@]}"; do
+  for m in "${mode_list[@]}"; do
+    if has_mode "$op" "$m"; then total=$((total + 2 * repeat)); fi
+  done
+done
 n=0 failed=0
 for op in "${op_list[@]}"; do
   exe="$bin/${op}_perf"
   for m in "${mode_list[@]}"; do
+    has_mode "$op" "$m" || continue
     case "$m" in
       g) flags=(-g "$ngpus") ;;
       t) flags=(-t "$ngpus" -g 1) ;;
       G) flags=(-g "$ngpus" -G 20) ;;
       R) flags=(-g "$ngpus" -R 2) ;;
+      D1 | D2) flags=(-g "$ngpus" -R 2 -D "${m#D}") ;;
     esac
     for ((r = 1; r <= repeat; r++)); do
       for side in nv ours; do

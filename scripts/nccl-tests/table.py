@@ -27,12 +27,14 @@ MODE_NAMES = {
     "t": "one thread per GPU (-t N)",
     "G": "CUDA graphs (-G 20)",
     "R": "symmetric registration (-R 2)",
+    "D1": "device-API kernel 1 on registered windows (-R 2 -D 1)",
+    "D2": "device-API kernel 2 on registered windows (-R 2 -D 2)",
 }
 SIDES = ("nv", "ours")
 # Tables follow this order (run.sh's defaults); anything else comes after, by name.
 OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter",
        "gather", "sendrecv", "hypercube", "alltoallv"]
-MODES = ["g", "t", "G", "R"]
+MODES = ["g", "t", "G", "R", "D1", "D2"]
 
 
 def num(tok):
