@@ -33,6 +33,8 @@ fn collective_events() {
         assert_eq!(group_api.get("parent"), "0");
         // The call's own group, as NCCL counts it.
         assert_eq!(group_api.get("depth"), "1");
+        // NCCL's two GroupApi states: the group start over, then its end called.
+        assert_eq!(log.states_of(group_api), [23, 24]);
         assert_eq!(group_api.get("captured"), "0");
         let api = log.one("CollApi", rank);
         assert_eq!(api.get("parent"), group_api.id);
@@ -87,6 +89,8 @@ fn p2p_events() {
         let group_api = log.one("GroupApi", rank);
         assert_eq!(group_api.get("parent"), "0");
         assert_eq!(group_api.get("depth"), "2");
+        // Two states for the whole group, not per call.
+        assert_eq!(log.states_of(group_api), [23, 24]);
         let group = log.one("Group", rank);
         assert_eq!(group.get("parent"), "0");
         assert_eq!(log.of_rank("P2pApi", rank).len(), 2);

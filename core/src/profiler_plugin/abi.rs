@@ -8,6 +8,15 @@ use std::ffi::{c_char, c_int, c_void};
 /// The symbol NCCL 2.28.9 looks for first.
 pub const SYMBOL_V5: &[u8] = b"ncclProfiler_v5\0";
 
+/// The event states oxccl records (`ncclProfilerEventState_v5_t` values).
+pub mod state {
+    /// A GroupApi event's group start is over, recorded as the event starts
+    /// (`ncclProfilerGroupStartApiStop`).
+    pub const GROUP_START_API_STOP: i32 = 23;
+    /// Its group's end has been called (`ncclProfilerGroupEndApiStart`).
+    pub const GROUP_END_API_START: i32 = 24;
+}
+
 /// NCCL's event-type bits (`ncclProfileGroup` …); the activation mask is a set of them.
 pub mod event {
     /// The operations of one launch (a kernel plan).
@@ -217,7 +226,7 @@ pub struct ProfilerV5 {
     >,
     /// Stops an event.
     pub stop_event: Option<unsafe extern "C" fn(handle: *mut c_void) -> NcclResult>,
-    /// Records a state of an event (oxccl raises no events with states).
+    /// Records a state of an event (oxccl records GroupApi events' two states, as NCCL).
     pub record_event_state: Option<
         unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut c_void) -> NcclResult,
     >,

@@ -4,6 +4,7 @@
 //! the other communicators' calls under it too, each communicator gets its own, so a plugin never
 //! sees a parent from another communicator's context.
 
+use super::abi::state;
 use super::{Event, Handle, ProfilerContext, Started};
 use std::cell::RefCell;
 
@@ -18,7 +19,7 @@ impl ProfilerContext {
     /// [`end_group`]; outside a group it is the call's own, returned to stop with the operation.
     pub fn group_api(&self, in_group: bool, event: &Event) -> (Handle, Option<Started>) {
         if !in_group {
-            let own = self.start(event, 0);
+            let own = self.start_group_api(event);
             return (own.handle(), Some(own));
         }
         let open = OPEN.with_borrow(|o| {
@@ -29,12 +30,21 @@ impl ProfilerContext {
         if let Some(h) = open {
             return (h, None);
         }
-        let started = self.start(event, 0);
+        let started = self.start_group_api(event);
         let h = started.handle();
         if h != 0 {
             OPEN.with_borrow_mut(|o| o.push((self.ctx, started)));
         }
         (h, None)
+    }
+}
+
+impl ProfilerContext {
+    /// Starts a GroupApi event with NCCL's two states: its group start over (now), its
+    /// group's end called (just before it stops).
+    fn start_group_api(&self, event: &Event) -> Started {
+        self.start(event, 0)
+            .with_states(state::GROUP_START_API_STOP, state::GROUP_END_API_START)
     }
 }
 

@@ -190,6 +190,7 @@ impl ProfilerContext {
         Started {
             plugin: (handle != 0).then_some(self.plugin),
             handle,
+            end_state: None,
         }
     }
 }
@@ -199,6 +200,8 @@ impl ProfilerContext {
 pub struct Started {
     plugin: Option<&'static ProfilerPlugin>,
     handle: Handle,
+    /// A state recorded just before the event stops.
+    end_state: Option<c_int>,
 }
 
 impl Started {
@@ -206,17 +209,30 @@ impl Started {
     pub const NONE: Started = Started {
         plugin: None,
         handle: 0,
+        end_state: None,
     };
 
     /// The plugin's handle, for the parent field of events under it (0: not raised).
     pub fn handle(&self) -> Handle {
         self.handle
     }
+
+    /// Records `state` now, and `at_end` just before the event stops (GroupApi events' two).
+    pub fn with_states(mut self, now: c_int, at_end: c_int) -> Started {
+        if let Some(p) = self.plugin {
+            p.vtable.record(self.handle, now);
+            self.end_state = Some(at_end);
+        }
+        self
+    }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
         if let Some(p) = self.plugin {
+            if let Some(s) = self.end_state {
+                p.vtable.record(self.handle, s);
+            }
             p.vtable.stop(self.handle);
         }
     }

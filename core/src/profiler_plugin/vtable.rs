@@ -160,6 +160,18 @@ impl VTable {
         }
     }
 
+    /// Records `state` of an event `start` returned (v5 only: the older versions have no
+    /// events with the states oxccl records).
+    pub fn record(&self, handle: Handle, state: c_int) {
+        if let VTable::V5(t) = self
+            && handle != 0
+            && let Some(record) = t.record_event_state
+        {
+            // SAFETY: a live handle this plugin's startEvent returned; no state arguments.
+            unsafe { record(handle as *mut c_void, state, std::ptr::null_mut()) };
+        }
+    }
+
     /// Calls `finalize` on a context `init` made; `None` when the plugin has none.
     pub fn finalize(&self, ctx: usize) -> Option<NcclResult> {
         let finalize = match self {

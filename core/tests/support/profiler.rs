@@ -53,6 +53,8 @@ pub struct Log {
     pub starts: Vec<Start>,
     /// The line number of each stop, by id.
     pub stops: BTreeMap<String, Vec<usize>>,
+    /// The (line, state) of each recorded state, by id.
+    pub states: BTreeMap<String, Vec<(usize, i32)>>,
 }
 
 impl Log {
@@ -67,6 +69,7 @@ impl Log {
         let _ = std::fs::remove_file(&path);
         let mut starts = Vec::new();
         let mut stops: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut states: BTreeMap<String, Vec<(usize, i32)>> = BTreeMap::new();
         for (line, l) in text.lines().enumerate() {
             let mut words = l.split_whitespace();
             match words.next() {
@@ -90,6 +93,11 @@ impl Log {
                     .entry(words.next().unwrap().to_string())
                     .or_default()
                     .push(line),
+                Some("state") => {
+                    let id = words.next().unwrap().to_string();
+                    let state = words.next().unwrap().parse().unwrap();
+                    states.entry(id).or_default().push((line, state));
+                }
                 _ => {}
             }
         }
@@ -97,6 +105,7 @@ impl Log {
             text,
             starts,
             stops,
+            states,
         }
     }
 
@@ -143,6 +152,20 @@ impl Log {
         assert_eq!(lines.len(), 1, "stops of {e:?}: {}", self.text);
         assert!(lines[0] > e.line, "{e:?} stopped before it started");
         lines[0]
+    }
+
+    /// The states recorded on `e`, in order, checking they came while it was open.
+    pub fn states_of(&self, e: &Start) -> Vec<i32> {
+        let stop = self.stop_line(e);
+        let v = self.states.get(&e.id).cloned().unwrap_or_default();
+        for &(line, _) in &v {
+            assert!(
+                e.line < line && line < stop,
+                "state of {e:?} outside it: {}",
+                self.text
+            );
+        }
+        v.into_iter().map(|(_, s)| s).collect()
     }
 
     /// Checks that every started event was stopped exactly once, and nothing else was.

@@ -223,7 +223,8 @@ static result_t stop(void* handle) {
 }
 
 static result_t record(void* handle, int state, void* args) {
-  (void)handle; (void)state; (void)args;
+  (void)args;
+  log_line("state %ld %d", id_of(handle), state);
   return 0;
 }
 
