@@ -1,8 +1,9 @@
 // A program written against NVIDIA's NCCL 2.28 device API (nccl_device.h from the
 // nvidia-nccl-cu13 wheel), run unchanged on whichever libnccl.so.2 is loaded: NRANKS ranks, one
 // thread each, rank r on GPU r % GPUs (several ranks may share a GPU). Each rank registers a
-// symmetric window, creates a device communicator with LSA barriers, and its kernel sums every
-// LSA peer's input through ncclGetLsaPointer between barriers, ITERS times with new inputs.
+// symmetric window (in one group after a decoy window), creates a device communicator with LSA
+// barriers, and its kernel sums every LSA peer's input through ncclGetLsaPointer between
+// barriers, ITERS times with new inputs.
 // Every output element is checked; the last line is `RESULT pass=P fail=F`.
 //
 // Usage: device-api-check [NRANKS] [COUNT] [ITERS]
@@ -99,8 +100,19 @@ int main(int argc, char** argv) {
         const size_t bytes = 2 * count * sizeof(float);
         float* buf = nullptr;
         CHECK_NCCL(ncclMemAlloc((void**)&buf, bytes));
-        ncclWindow_t win;
+        // A decoy window of the same size, registered in the same group first, full of a value
+        // no sum contains: were a rank's window paired with a peer's decoy, the sums show it.
+        float* decoy = nullptr;
+        CHECK_NCCL(ncclMemAlloc((void**)&decoy, bytes));
+        {
+          std::vector<float> junk(2 * count, -1e6f);
+          CHECK_CUDA(cudaMemcpy(decoy, junk.data(), bytes, cudaMemcpyHostToDevice));
+        }
+        ncclWindow_t win, decoy_win;
+        CHECK_NCCL(ncclGroupStart());
+        CHECK_NCCL(ncclCommWindowRegister(comm, decoy, bytes, &decoy_win, NCCL_WIN_COLL_SYMMETRIC));
         CHECK_NCCL(ncclCommWindowRegister(comm, buf, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+        CHECK_NCCL(ncclGroupEnd());
         ncclDevCommRequirements reqs = {};
         reqs.lsaBarrierCount = kBlocks;
         ncclDevComm dc;
@@ -142,7 +154,9 @@ int main(int argc, char** argv) {
         }
         CHECK_NCCL(ncclDevCommDestroy(comm, &dc));
         CHECK_NCCL(ncclCommWindowDeregister(comm, win));
+        CHECK_NCCL(ncclCommWindowDeregister(comm, decoy_win));
         CHECK_NCCL(ncclMemFree(buf));
+        CHECK_NCCL(ncclMemFree(decoy));
         CHECK_CUDA(cudaFree(bad));
         CHECK_CUDA(cudaStreamDestroy(s));
         CHECK_NCCL(ncclCommDestroy(comm));
