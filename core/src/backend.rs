@@ -11,8 +11,7 @@ use crate::plan::{HostLayout, Protocol, WorkDesc};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A device (or host-backend) address.
-pub type DevicePtr = u64;
+pub use crate::plan::DevicePtr;
 
 /// What a pointer query found out about an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -47,6 +47,10 @@ use wire::Watch;
 
 /// Bytes in an `ncclUniqueId`.
 pub const UNIQUE_ID_BYTES: usize = 128;
+/// Most ranks a communicator may have (2^24, far above any real job). A larger nranks is refused
+/// at init as an invalid argument instead of sizing per-rank tables for it: `nranks = INT_MAX`
+/// used to abort the process on a failed allocation.
+pub const MAX_NRANKS: u32 = 1 << 24;
 
 /// Tags with this bit set are reserved for oxccl's own bootstrap collectives.
 pub const RESERVED_TAG_BIT: u64 = 1 << 63;

@@ -190,7 +190,7 @@ impl Book {
         let r = &a.reg;
         let who = r.info.describe();
         tracing::debug!(target: "oxccl::bootstrap", "bootstrap root: {who} arrived (nranks={})", r.nranks);
-        if r.nranks == 0 || r.info.rank >= r.nranks || r.nranks > crate::comm::MAX_NRANKS {
+        if r.nranks == 0 || r.info.rank >= r.nranks || r.nranks > super::MAX_NRANKS {
             return Err(Refusal::Alone(
                 Error::arg(format!(
                     "{who} called init as rank {} of nranks={}",

@@ -34,10 +34,7 @@ pub const SPLIT_NOCOLOR: i32 = -1;
 /// Number of built-in `ncclRedOp_t` values; user-created operators start here.
 pub const NUM_BUILTIN_OPS: i32 = 5;
 
-/// Most ranks a communicator may have (2^24, far above any real job). A larger nranks is refused
-/// at init as an invalid argument instead of sizing per-rank tables for it: `nranks = INT_MAX`
-/// used to abort the process on a failed allocation.
-pub const MAX_NRANKS: u32 = 1 << 24;
+pub use crate::bootstrap::MAX_NRANKS;
 
 /// Message size the tuner is asked about for every send/recv group (see `launch_p2p`).
 const P2P_TUNING_BYTES: u64 = 1 << 30;

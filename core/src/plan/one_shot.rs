@@ -5,11 +5,11 @@
 //! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.
 //! Two variants: LL (flagged 8-byte packets) for the smallest messages, Simple (a copy and one
 //! flag per block) for larger ones. A backend that has such kernels says how large a message
-//! each takes ([`crate::backend::Backend::one_shot_bytes`]); the tuner decides when they win.
+//! each takes (the backend's `one_shot_bytes`); the tuner decides when they win.
 //! The host backend has none and runs the plan.
 
+use super::DevicePtr;
 use super::{CollKind, Protocol};
-use crate::backend::DevicePtr;
 use crate::datatype::{DataType, Reduction};
 
 /// Most ranks a one-shot communicator may have (the kernels keep one inbox address per rank in
