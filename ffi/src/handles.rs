@@ -59,13 +59,17 @@ pub struct HandleState {
 }
 
 impl HandleState {
+    /// The live communicator (work deferred to a group's end may find it destroyed).
+    pub fn live_comm(&self) -> Result<AnyComm> {
+        self.comm
+            .clone()
+            .ok_or_else(|| Error::usage("communicator was destroyed"))
+    }
+
     /// The device API's state of the live communicator, made on first use.
     pub fn device_api(&mut self) -> Result<&mut DeviceApi> {
         if self.device_api.is_none() {
-            let comm = self
-                .comm
-                .clone()
-                .ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            let comm = self.live_comm()?;
             let backend = oxccl::dispatch::backend()?.clone();
             self.device_api = Some(DeviceApi::new(comm, backend)?);
         }

@@ -276,8 +276,7 @@ unsafe fn dev_comm_create(
     group::together(
         handle as *const _ as usize,
         Box::new(move || {
-            let comm = handle.lock().comm.clone();
-            let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            let comm = handle.lock().live_comm()?;
             let backend = runtime::backend()?.clone();
             let (made, handles) = device_api::create_dev_comm(
                 &comm,

@@ -94,8 +94,7 @@ unsafe fn comm_window_register(
     group::together(
         handle as *const _ as usize,
         Box::new(move || {
-            let comm = handle.lock().comm.clone();
-            let comm = comm.ok_or_else(|| Error::usage("communicator was destroyed"))?;
+            let comm = handle.lock().live_comm()?;
             // SAFETY: the caller keeps the buffer allocated until it deregisters the window.
             let at = unsafe {
                 device_api::register_window(
