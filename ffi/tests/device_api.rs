@@ -8,7 +8,7 @@ use oxccl_ffi::abi::ncclResult_t as R;
 use oxccl_ffi::abi::{
     NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
     ncclDevResourceRequirements_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
-    ncclWindow_t,
+    ncclTeamRequirements_t, ncclWindow_t,
 };
 use oxccl_ffi::api::*;
 use std::ffi::{CStr, c_int, c_void};
@@ -262,5 +262,19 @@ fn multicast_and_gin_are_refused_with_a_sentence() {
     let got = unsafe { ncclDevCommCreate(c[0], std::ptr::null(), &mut dc) };
     assert_eq!(got, R::INVALID_ARGUMENT);
     assert!(last_error().contains("reqs"), "{}", last_error());
+    // A team list that loops back on itself is refused, not walked forever.
+    // SAFETY: plain C data.
+    let mut team: ncclTeamRequirements_t = unsafe { std::mem::zeroed() };
+    team.next = &mut team;
+    let mut reqs = zero_reqs();
+    reqs.teamRequirementsList = &mut team;
+    // SAFETY: valid pointers; the list's one entry points at itself.
+    let got = unsafe { ncclDevCommCreate(c[0], &reqs, &mut dc) };
+    assert_eq!(got, R::INVALID_ARGUMENT);
+    assert!(
+        last_error().contains("teamRequirementsList does not end"),
+        "{}",
+        last_error()
+    );
     destroy(c);
 }

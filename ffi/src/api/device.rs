@@ -228,27 +228,24 @@ unsafe fn dev_comm_create(
     }
     // SAFETY: the caller passes a valid requirements struct of NCCL 2.28's layout.
     let reqs = unsafe { *reqs };
-    let mut user = Vec::new();
-    let mut r = reqs.resourceRequirementsList;
-    while !r.is_null() {
-        // SAFETY: the list's entries are valid until the call (group end) returns.
-        let req = unsafe { *r };
-        user.push(req);
-        r = req.next;
-        if user.len() > 1 << 16 {
-            return Err(Error::arg(
-                "resourceRequirementsList does not end (a cycle?)",
-            ));
-        }
-    }
-    let mut t = reqs.teamRequirementsList;
-    while !t.is_null() {
-        // SAFETY: as above.
-        let tr = unsafe { *t };
-        if tr.multimem {
-            return Err(multimem_refused());
-        }
-        t = tr.next;
+    // SAFETY: the lists' entries are valid until the call (group end) returns.
+    let user = unsafe {
+        c_list(
+            reqs.resourceRequirementsList,
+            |r| r.next,
+            "resourceRequirementsList",
+        )
+    }?;
+    // SAFETY: as above.
+    let teams = unsafe {
+        c_list(
+            reqs.teamRequirementsList,
+            |t| t.next,
+            "teamRequirementsList",
+        )
+    }?;
+    if teams.iter().any(|t| t.multimem) {
+        return Err(multimem_refused());
     }
     if reqs.lsaMultimem {
         return Err(multimem_refused());
@@ -295,6 +292,26 @@ unsafe fn dev_comm_create(
             Ok(())
         }),
     )
+}
+
+/// The entries of a C list from `head` along `next`; one that does not end within 2^16
+/// entries (a cycle) is refused rather than walked forever.
+///
+/// # Safety
+/// Every entry reachable from `head` is valid for reads.
+unsafe fn c_list<T: Copy>(head: *mut T, next: impl Fn(&T) -> *mut T, what: &str) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: the caller's contract.
+        let e = unsafe { *p };
+        p = next(&e);
+        out.push(e);
+        if out.len() > 1 << 16 {
+            return Err(Error::arg(format!("{what} does not end (a cycle?)")));
+        }
+    }
+    Ok(out)
 }
 
 fn multimem_refused() -> Error {
