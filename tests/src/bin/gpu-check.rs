@@ -399,6 +399,7 @@ fn prepare<B: CheckDevice>(
     let es = t.size();
     let (se, re) = case.sizes(n, rank);
     let (send_len, recv_len) = (se * es, re * es);
+    let mem = Mem::of(o, rank);
     let (dsend, drecv, owned, guards) = match &rc.arena {
         Some(a) => {
             let (so, ro) = offsets(idx, rank);
@@ -413,12 +414,12 @@ fn prepare<B: CheckDevice>(
             (ds, dr, false, guards)
         }
         None => {
-            let s = dalloc(b, rc.dev, send_len, Mem::of(o, rank))?;
-            let r = match dalloc(b, rc.dev, recv_len, Mem::of(o, rank)) {
+            let s = dalloc(b, rc.dev, send_len, mem)?;
+            let r = match dalloc(b, rc.dev, recv_len, mem) {
                 Ok(r) => r,
                 Err(e) => {
                     // SAFETY: just allocated, unused.
-                    let _ = unsafe { dfree(b, rc.dev, s, Mem::of(o, rank)) };
+                    let _ = unsafe { dfree(b, rc.dev, s, mem) };
                     return Err(e);
                 }
             };
@@ -468,7 +469,7 @@ fn prepare<B: CheckDevice>(
         send_len,
         recv_len,
         owned,
-        mem: Mem::of(o, rank),
+        mem,
         args,
         out: rp,
         out_len: recv_len,
