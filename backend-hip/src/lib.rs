@@ -474,6 +474,13 @@ fn read_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// The exporter's pid and descriptor in a `HANDLE_FD` handle's bytes.
+fn fd_handle_owner(b: &[u8]) -> Option<(u32, i32)> {
+    let pid = u32::from_le_bytes(b.get(17..21)?.try_into().ok()?);
+    let fd = i32::from_le_bytes(b.get(21..25)?.try_into().ok()?);
+    Some((pid, fd))
+}
+
 impl Backend for HipBackend {
     type Stream = HipStream;
     type Event = HipEvent;
@@ -617,18 +624,7 @@ impl Backend for HipBackend {
                     return Err(malformed());
                 }
                 let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
-                let pid = u32::from_le_bytes(
-                    b.get(17..21)
-                        .ok_or_else(malformed)?
-                        .try_into()
-                        .expect("4 bytes"),
-                );
-                let fd = i32::from_le_bytes(
-                    b.get(21..25)
-                        .ok_or_else(malformed)?
-                        .try_into()
-                        .expect("4 bytes"),
-                );
+                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
                 if size > stride {
                     return Err(Error::arg(
                         "a symmetric window's allocation exceeds the stride",
@@ -739,10 +735,7 @@ impl Backend for HipBackend {
         let device = self.current_device()?;
         match tag {
             HANDLE_FD => {
-                let pid = b.get(17..21).ok_or_else(malformed)?;
-                let pid = u32::from_le_bytes(pid.try_into().expect("4 bytes"));
-                let fd = b.get(21..25).ok_or_else(malformed)?;
-                let fd = i32::from_le_bytes(fd.try_into().expect("4 bytes"));
+                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
                 // In this process the exporter's descriptor is ours already; it stays open
                 // until the exporting allocation is freed.
                 let h = self.import_allocation(pid, fd)?;
