@@ -6,7 +6,8 @@
 // - no peer: a local copy/reduce from src to dst;
 // - this rank (RECV_SELF/SEND_SELF): a staging area in `loopback`, one message per index, with a
 //   ready flag per message so a receive in one channel may wait for a send in another;
-// - another rank: an OxcclConn FIFO, split into slot-sized chunks: Simple (copy, fence, publish
+// - another rank: an OxcclConn FIFO of the channel's `fifo` index (a send/receive plan may run
+//   a FIFO's sends and its receives in different blocks), split into slot-sized chunks: Simple (copy, fence, publish
 //   a counter) or, for steps with OXCCL_STEP_LL, LL (flagged 16-byte packets, no fence).
 // - a peer's published buffer (zero-copy plans, OXCCL_ZC_DIRECT_*): read or written directly,
 //   at the address the peer sent in its buffer table at the plan's start.
@@ -203,7 +204,7 @@ OXCCL_DEVICE typename E::Bits element_rt(unsigned op, bool have_r, typename E::B
 template <class E>
 OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                               const StepMath<typename E::Bits>& math,
-                              const typename E::Bits* src, typename E::Bits* dst,
+                              const typename E::Bits* src, typename E::Bits* dst, uint32_t fifo,
                               int* shared_abort, uint64_t* shared_pos) {
   typedef typename E::Bits T;
   constexpr uint32_t kPer = 8 / sizeof(T);  // elements per packet
@@ -218,7 +219,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
       if (!block_wait_geq(&args.loopback_flags[msg], args.epoch, args, shared_abort)) return false;
       rcv_whole = reinterpret_cast<const T*>(args.loopback + args.loopback_offs[msg]);
     } else {
-      rconn = &args.recv_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.recv_peer];
+      rconn = &args.recv_conns[(uint64_t)fifo * args.nranks + (uint32_t)st.recv_peer];
     }
   }
   T* snd_whole = nullptr;
@@ -227,7 +228,7 @@ OXCCL_DEVICE bool run_step_ll(const OxcclLaunchArgs& args, const OxcclDevStep& s
     if (flags & OXCCL_STEP_SEND_SELF) {
       snd_whole = reinterpret_cast<T*>(args.loopback + args.loopback_offs[(uint32_t)st.send_peer]);
     } else {
-      sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
+      sconn = &args.send_conns[(uint64_t)fifo * args.nranks + (uint32_t)st.send_peer];
     }
   }
   // Every LL FIFO of a communicator has the same geometry (checked at connect).
@@ -345,7 +346,7 @@ OXCCL_DEVICE void run_step_direct(const OxcclLaunchArgs& args, const OxcclDevSte
 template <class E>
 OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                            const StepMath<typename E::Bits>& math_in, ZcState& zs,
-                           int* shared_abort, uint64_t* shared_slot) {
+                           uint32_t fifo, int* shared_abort, uint64_t* shared_slot) {
   typedef typename E::Bits T;
   const uint64_t count = st.count;
   const uint32_t flags = st.flags;
@@ -380,7 +381,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
   const bool peer_recv = st.recv_peer >= 0 && !(flags & OXCCL_STEP_RECV_SELF);
   const bool peer_send = st.send_peer >= 0 && !(flags & OXCCL_STEP_SEND_SELF);
   if ((flags & OXCCL_STEP_LL) && (peer_recv || peer_send)) {
-    return run_step_ll<E>(args, st, math, src, dst, shared_abort, shared_slot + 1);
+    return run_step_ll<E>(args, st, math, src, dst, fifo, shared_abort, shared_slot + 1);
   }
 
   const uint64_t kWhole = ~0ull;  // slot size of a side that is not chunked
@@ -395,7 +396,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
       if (!block_wait_geq(&args.loopback_flags[msg], args.epoch, args, shared_abort)) return false;
       rcv_whole = reinterpret_cast<const T*>(args.loopback + args.loopback_offs[msg]);
     } else {
-      rconn = &args.recv_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.recv_peer];
+      rconn = &args.recv_conns[(uint64_t)fifo * args.nranks + (uint32_t)st.recv_peer];
       r_slot = rconn->slot_bytes / sizeof(T);
       r_pos = block_read_own(rconn->head, shared_slot);
     }
@@ -409,7 +410,7 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
     if (flags & OXCCL_STEP_SEND_SELF) {
       snd_whole = reinterpret_cast<T*>(args.loopback + args.loopback_offs[(uint32_t)st.send_peer]);
     } else {
-      sconn = &args.send_conns[(uint64_t)blockIdx.x * args.nranks + (uint32_t)st.send_peer];
+      sconn = &args.send_conns[(uint64_t)fifo * args.nranks + (uint32_t)st.send_peer];
       s_slot = sconn->slot_bytes / sizeof(T);
       s_pos = block_read_own(sconn->tail_mirror != nullptr ? sconn->tail_mirror : sconn->tail,
                              shared_slot);
@@ -554,7 +555,7 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
       oxccl_fence_system();
       oxccl_block_sync();
     }
-    if (!run_step<E>(args, st, math, zs, &shared_abort, shared_slot)) return;
+    if (!run_step<E>(args, st, math, zs, ch.fifo, &shared_abort, shared_slot)) return;
     OXCCL_MARK(4 + 2 * i);
   }
   OXCCL_MARK(30);

@@ -1118,9 +1118,7 @@ mod tests {
             exposed: false,
             channels: counts
                 .iter()
-                .map(|c| ChannelWork {
-                    steps: c.iter().map(|&n| Step::new(n, 0)).collect(),
-                })
+                .map(|c| ChannelWork::new(c.iter().map(|&n| Step::new(n, 0)).collect()))
                 .collect(),
         }
     }

@@ -320,12 +320,8 @@ mod tests {
             scratch_elems: 0,
             exposed: false,
             channels: vec![
-                ChannelWork {
-                    steps: vec![step(Some(3), Some(5)), step(Some(1), None)],
-                },
-                ChannelWork {
-                    steps: vec![step(None, Some(6)), step(Some(3), Some(7))],
-                },
+                ChannelWork::new(vec![step(Some(3), Some(5)), step(Some(1), None)]),
+                ChannelWork::new(vec![step(None, Some(6)), step(Some(3), Some(7))]),
             ],
         };
         let waiting: BTreeSet<u32> = [1, 3, 6, 9].into();

@@ -498,6 +498,16 @@ impl<B: Backend> Communicator<B> {
             hosts: c.hosts.clone(),
         };
         let mut work = plan::build_coll(&req)?;
+        if a.kind == CollKind::AllToAll {
+            // Each buffer holds n blocks of `count` elements.
+            let span = a
+                .count
+                .saturating_mul(n)
+                .saturating_mul(a.dtype.size() as u64);
+            if !byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter()) {
+                plan::split_directions(&mut work);
+            }
+        }
         let zero_copy = steered.is_none()
             && c.one_process
             && inner.backend.zero_copy()
@@ -641,14 +651,18 @@ impl<B: Backend> Communicator<B> {
             },
             None => plan::P2pLl::default(),
         };
+        let shape = plan::P2pShape {
+            nchannels: choice.nchannels,
+            chunk_elems: choice.chunk_elems,
+            ll,
+        };
         let work = Arc::new(plan::build_p2p(
             inner.rank,
             inner.nranks,
             planned,
             DataType::Uint8,
-            choice.nchannels,
-            choice.chunk_elems,
-            ll,
+            shape,
+            !sends_overlap_receives(ops),
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
@@ -757,6 +771,30 @@ impl<B: Backend> Deferred for PendingColl<B> {
     }
 }
 
+/// Whether a receive buffer of the group overlaps one of its send buffers: its sends and
+/// receives then stay in order (`plan::build_p2p`'s `split`), as an in-place exchange needs.
+fn sends_overlap_receives<B: Backend>(ops: &[PendingP2p<B>]) -> bool {
+    byte_ranges_cross(ops.iter().map(|o| (o.buf, o.bytes, o.dir == P2pDir::Recv)))
+}
+
+/// Whether a range of one side overlaps a range of the other, among (start, bytes, side)s.
+fn byte_ranges_cross(ranges: impl Iterator<Item = (DevicePtr, u64, bool)>) -> bool {
+    let mut spans: Vec<(u64, u64, bool)> = ranges
+        .filter(|r| r.1 > 0)
+        .map(|(start, bytes, side)| (start, start.saturating_add(bytes), side))
+        .collect();
+    spans.sort_unstable_by_key(|s| s.0);
+    // In order of start, a range overlaps an earlier one iff it starts before that one's end.
+    let mut end = [0u64; 2];
+    for (start, stop, side) in spans {
+        if start < end[usize::from(!side)] {
+            return true;
+        }
+        end[usize::from(side)] = end[usize::from(side)].max(stop);
+    }
+    false
+}
+
 struct PendingP2p<B: Backend> {
     comm: Communicator<B>,
     dir: P2pDir,
@@ -841,5 +879,28 @@ impl<B: Backend> Deferred for PendingInit<B> {
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_ranges_cross;
+
+    #[test]
+    fn byte_ranges_cross_only_between_sides() {
+        let cross = |r: &[(u64, u64, bool)]| byte_ranges_cross(r.iter().copied());
+        assert!(!cross(&[]));
+        // Disjoint, touching, and empty ranges do not cross.
+        assert!(!cross(&[(0, 16, false), (16, 16, true)]));
+        assert!(!cross(&[(32, 16, true), (0, 32, false)]));
+        assert!(!cross(&[(0, 64, false), (8, 0, true)]));
+        // Ranges of one side may overlap each other.
+        assert!(!cross(&[(0, 64, false), (8, 8, false), (64, 8, true)]));
+        // Overlap in any order, the same start, one inside the other, the last byte.
+        assert!(cross(&[(0, 16, false), (15, 16, true)]));
+        assert!(cross(&[(15, 16, true), (0, 16, false)]));
+        assert!(cross(&[(100, 8, true), (100, 8, false)]));
+        assert!(cross(&[(0, 1000, true), (10, 1, false), (2000, 8, false)]));
+        assert!(cross(&[(0, 8, false), (0, 100, false), (99, 1, true)]));
     }
 }

@@ -49,7 +49,7 @@ pub fn combine_into_output(
         },
         scratch_elems: 0,
         exposed: false,
-        channels: vec![ChannelWork { steps }],
+        channels: vec![ChannelWork::new(steps)],
     }
 }
 

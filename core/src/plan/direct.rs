@@ -7,7 +7,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::{Builder, Ctx, Region, Step, chunks, split};
+use super::{Builder, ChannelWork, Ctx, Path, Region, Step, WorkDesc, chunks, split};
 
 /// Adds the n contributions of one chunk into `acc` strictly in rank order, `x0 ⊕ x1 ⊕ ...`, so
 /// that every rank that computes the same sum gets bitwise the same floating-point result.
@@ -184,6 +184,51 @@ pub(crate) fn all_to_all(ctx: &Ctx, b: &mut Builder) {
             }
         }
     }
+}
+
+/// Runs each channel's sends and its receives in two channels on the channel's FIFO index
+/// (sends and local copies in one, receives in the other; every channel's send half first),
+/// so that a rank sends and receives at once instead of in turns. Only for plans whose every
+/// step sends, receives into a region no later step reads, or copies locally, as AlltoAll's;
+/// and only where no receive overwrites what a send still has to read (an in-place AlltoAll
+/// needs its turns), which the caller knows from the buffers. Changes nothing and returns false
+/// when some step does more.
+pub fn split_directions(work: &mut WorkDesc) -> bool {
+    let simple = |s: &Step| {
+        s.peer_src.is_none()
+            && s.peer_dst.is_none()
+            && !s.publish
+            && !s.learn
+            && s.path == Path::Always
+            && !(s.recv.is_some() && (s.send.is_some() || s.src.is_some()))
+    };
+    if work.channels.iter().any(|c| c.fifo.is_some())
+        || !work.channels.iter().flat_map(|c| &c.steps).all(simple)
+    {
+        return false;
+    }
+    let halves: Vec<(u32, Vec<Step>, Vec<Step>)> = std::mem::take(&mut work.channels)
+        .into_iter()
+        .enumerate()
+        .map(|(c, ch)| {
+            let (recvs, sends) = ch.steps.into_iter().partition(|s| s.recv.is_some());
+            (c as u32, sends, recvs)
+        })
+        .collect();
+    let (send_halves, recv_halves): (Vec<_>, Vec<_>) = halves
+        .into_iter()
+        .map(|(c, sends, recvs)| ((c, sends), (c, recvs)))
+        .unzip();
+    work.channels = send_halves
+        .into_iter()
+        .chain(recv_halves)
+        .filter(|(_, steps)| !steps.is_empty())
+        .map(|(c, steps)| ChannelWork {
+            steps,
+            fifo: Some(c),
+        })
+        .collect();
+    true
 }
 
 /// AlltoAll with per-peer counts and displacements. The receiver splits its block from a peer

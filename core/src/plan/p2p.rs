@@ -88,40 +88,58 @@ pub fn only_self_copies(rank: u32, ops: &[P2pOp]) -> Option<Vec<(usize, usize)>>
     Some(copies)
 }
 
+/// How a group's messages are cut into chunks and spread over channels: it must be the same on
+/// both ends of every message (both know only the message itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct P2pShape {
+    /// Channels of the group (`nchannels / (nranks - 1)` per rank distance, at least one).
+    pub nchannels: u32,
+    /// Largest Simple chunk in elements.
+    pub chunk_elems: u64,
+    /// Which messages move as LL packets.
+    pub ll: P2pLl,
+}
+
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
-/// A message uses the same channel index at both ends, one channel per rank distance, with sends
-/// and receives alternating (see the body), so a group in which every rank sends and receives
-/// (including to itself) cannot deadlock even with bounded device buffers. Uses
-/// `nch * nranks` channels with `nch = max(1, nchannels / (nranks - 1))`, the last `nch` for
-/// messages to self. Messages up to `ll.max_bytes` move as LL packets (latency), larger ones
-/// with the Simple protocol. `nchannels`, `chunk_elems` and `ll` must be the same on both ends
-/// of every message. Panics if the group has more operations than buffer
-/// ids exist (65532).
+/// A message uses the same FIFO channel index at both ends, one per rank distance: FIFO
+/// channel (ch, d) of rank x only sends to x+d and only receives from x-d, with
+/// `nch = max(1, nchannels / (nranks - 1))` values of ch. Messages up to `shape.ll.max_bytes`
+/// move as LL packets (latency), larger ones with the Simple protocol. `shape` must be the
+/// same on both ends of every message.
+///
+/// With `split`, a FIFO channel's sends and its receives run in channels of their own (sends
+/// first, then receives, then messages to self), so a rank sends and receives at once, as
+/// NCCL's send and receive warps do; a receive may then overwrite a send's buffer before the
+/// send has read it, so the caller splits only groups whose send and receive buffers are
+/// disjoint. Without it, each FIFO channel is one channel that alternates its sends and
+/// receives (see the body), which keeps a group whose buffers overlap in order. Either way no
+/// group can deadlock, even with bounded device buffers and whatever each rank chose.
+/// Panics if the group has more operations than buffer ids exist (65532).
 pub fn build_p2p(
     rank: u32,
     nranks: u32,
     ops: &[P2pOp],
     dtype: DataType,
-    nchannels: u32,
-    chunk_elems: u64,
-    ll: P2pLl,
+    shape: P2pShape,
+    split: bool,
 ) -> WorkDesc {
     let n = nranks.max(1);
-    // Executing channels: `nch` logical channels times one per rank distance d = (to - from)
-    // mod n. Both ends of a message compute the same index (device FIFOs are per channel), and
-    // channel (ch, d) of rank x only sends to x+d and only receives from x-d. Messages to self
-    // (d = 0) use no FIFO, so their channels come after every FIFO channel: the channel budget
-    // goes to the n-1 distances that move data between ranks.
+    // FIFO channels: `nch` logical channels times one per rank distance d = (to - from) mod n.
+    // Both ends of a message compute the same index (device FIFOs are per channel). Messages
+    // to self (d = 0) use no FIFO, so their channels come after every FIFO channel: the channel
+    // budget goes to the n-1 distances that move data between ranks.
     let dists = n - 1;
-    let nch = (nchannels / dists.max(1)).clamp(1, MAX_CHANNELS);
-    let chunk = clamp_chunk(chunk_elems, grain(dtype));
+    let nch = (shape.nchannels / dists.max(1)).clamp(1, MAX_CHANNELS);
+    let chunk = clamp_chunk(shape.chunk_elems, grain(dtype));
+    let ll = shape.ll;
     let dsize = dtype.size() as u64;
+    let fifos = (nch * dists) as usize;
     let index = |sender: u32, receiver: u32, ch: u32| {
         let d = (receiver + n - sender) % n;
         if d == 0 {
-            (nch * dists + ch) as usize
+            fifos + ch as usize
         } else {
             (ch * dists + d - 1) as usize
         }
@@ -190,12 +208,31 @@ pub fn build_p2p(
             });
         }
     }
-    // Alternate sends and receives within a channel: with every rank doing so, a blocked send
-    // waits on a peer that is blocked at an earlier position, so no wait cycle can form even
-    // when FIFOs hold a single chunk (a self-send precedes its receive, as loopback needs).
-    // Indices stay stable on both ends, so empty channels are kept, except a trailing run.
-    // (One flat list sorted by channel: a Vec per channel and side cost microseconds a launch.)
     items.sort_by_key(|it| it.0); // stable: keeps each side's order
+    let channels = if split {
+        split_channels(&items, fifos)
+    } else {
+        alternating_channels(&items)
+    };
+    WorkDesc {
+        kind: CollKind::SendRecv,
+        algo: Algorithm::Direct,
+        proto: Protocol::Simple,
+        dtype,
+        reduction: Reduction::none(),
+        scratch_elems: 0,
+        exposed: false,
+        channels,
+    }
+}
+
+/// One channel per index of `items` (sorted by index): sends and receives alternate within
+/// it. With every rank doing so, a blocked send waits on a peer that is blocked at an earlier
+/// position, so no wait cycle can form even when FIFOs hold a single chunk (a self-send
+/// precedes its receive, as loopback needs). Indices are the FIFO indices, so empty channels
+/// are kept, except a trailing run. (One flat list sorted by channel: a Vec per channel and side
+/// cost microseconds a launch.)
+fn alternating_channels(items: &[(usize, bool, Step)]) -> Vec<ChannelWork> {
     let used = items.last().map_or(0, |it| it.0 + 1);
     let mut channels = vec![ChannelWork::default(); used];
     for group in items.chunk_by(|a, b| a.0 == b.0) {
@@ -210,16 +247,38 @@ pub fn build_p2p(
             }
         }
     }
-    WorkDesc {
-        kind: CollKind::SendRecv,
-        algo: Algorithm::Direct,
-        proto: Protocol::Simple,
-        dtype,
-        reduction: Reduction::none(),
-        scratch_elems: 0,
-        exposed: false,
-        channels,
+    channels
+}
+
+/// The channels of `items` (sorted by index) whose index is below `fifos` split in two, each
+/// naming its FIFO index: every FIFO channel's sends, then every FIFO channel's receives, then
+/// the messages to self (indices from `fifos`, one channel each, send before receive). A send
+/// channel waits only for its receiver's receive channel, which waits for nothing but data, so
+/// no wait cycle can form; channels with nothing to do are left out.
+fn split_channels(items: &[(usize, bool, Step)], fifos: usize) -> Vec<ChannelWork> {
+    let (peers, selves) = items.split_at(items.partition_point(|it| it.0 < fifos));
+    let mut channels = Vec::new();
+    for receives in [false, true] {
+        for group in peers.chunk_by(|a, b| a.0 == b.0) {
+            let steps: Vec<Step> = group
+                .iter()
+                .filter(|it| it.1 == receives)
+                .map(|it| it.2)
+                .collect();
+            if !steps.is_empty() {
+                channels.push(ChannelWork {
+                    steps,
+                    fifo: Some(group[0].0 as u32),
+                });
+            }
+        }
     }
+    for group in selves.chunk_by(|a, b| a.0 == b.0) {
+        let mut steps: Vec<Step> = group.iter().filter(|it| !it.1).map(|it| it.2).collect();
+        steps.extend(group.iter().filter(|it| it.1).map(|it| it.2));
+        channels.push(ChannelWork::new(steps));
+    }
+    channels
 }
 
 #[cfg(test)]

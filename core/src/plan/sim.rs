@@ -361,19 +361,19 @@ fn divide(dtype: DataType, a: &mut [u8], n: u32) {
     }
 }
 
-/// Messages a device FIFO is modelled to hold per (sender, receiver, channel).
+/// Messages a device FIFO is modelled to hold per (sender, receiver, FIFO channel).
 const FIFO_MESSAGES: usize = 2;
 
-/// One message in flight: the sender's channel index, the bytes, and whether they are (a prefix
-/// of) the sender's buffer table rather than data.
+/// One message in flight: the sender's FIFO channel index, the bytes, and whether they are (a
+/// prefix of) the sender's buffer table rather than data.
 struct Message {
-    channel: usize,
+    fifo: usize,
     bytes: Vec<u8>,
     published: bool,
 }
 
 /// Messages in flight per (sender, receiver, tag), and their number per (sender, receiver,
-/// sender's channel).
+/// FIFO channel).
 #[derive(Default)]
 struct Mailbox {
     queues: HashMap<(u32, u32, u64), VecDeque<Message>>,
@@ -382,14 +382,14 @@ struct Mailbox {
 
 impl Mailbox {
     fn push(&mut self, from: u32, to: u32, tag: u64, m: Message) {
-        *self.in_flight.entry((from, to, m.channel)).or_default() += 1;
+        *self.in_flight.entry((from, to, m.fifo)).or_default() += 1;
         self.queues.entry((from, to, tag)).or_default().push_back(m);
     }
     fn pop(&mut self, from: u32, to: u32, tag: u64) -> Option<Message> {
         let m = self.queues.get_mut(&(from, to, tag))?.pop_front()?;
         *self
             .in_flight
-            .get_mut(&(from, to, m.channel))
+            .get_mut(&(from, to, m.fifo))
             .expect("counted when sent") -= 1;
         Some(m)
     }
@@ -398,11 +398,8 @@ impl Mailbox {
             .get(&(from, to, tag))
             .is_some_and(|q| !q.is_empty())
     }
-    fn in_flight(&self, from: u32, to: u32, channel: usize) -> usize {
-        self.in_flight
-            .get(&(from, to, channel))
-            .copied()
-            .unwrap_or(0)
+    fn in_flight(&self, from: u32, to: u32, fifo: usize) -> usize {
+        self.in_flight.get(&(from, to, fifo)).copied().unwrap_or(0)
     }
 }
 
@@ -519,6 +516,7 @@ fn exec(
     let es = d.dtype.size();
     let nbytes = s.count as usize * es;
     let me = rank as u32;
+    let fifo = d.channels[channel].fifo_index(channel);
     let mut direct = 0;
     let received = match (s.recv, s.peer_src) {
         (Some(k), Some(region)) => {
@@ -536,13 +534,13 @@ fn exec(
             let m = mail
                 .pop(p, me, s.tag)
                 .ok_or("receive scheduled without a message")?;
-            // Device transports have one FIFO per (peer, channel): a message between two ranks
-            // must travel on the same channel index at both ends (self-messages use loopback).
-            if p != me && m.channel != channel {
+            // Device transports have one FIFO per (peer, FIFO channel): a message between two
+            // ranks must travel on the same FIFO index at both ends (self-messages use loopback).
+            if p != me && m.fifo != fifo {
                 return Err(format!(
-                    "rank {rank} receives on channel {channel} a message rank {p} sent on \
-                     channel {} (tag {:#x}): device FIFOs are per channel",
-                    m.channel, s.tag
+                    "rank {rank} receives on FIFO channel {fifo} a message rank {p} sent on \
+                     FIFO channel {} (tag {:#x}): device FIFOs are per channel",
+                    m.fifo, s.tag
                 ));
             }
             if m.bytes.len() != nbytes {
@@ -632,7 +630,7 @@ fn exec(
                 p,
                 s.tag,
                 Message {
-                    channel,
+                    fifo,
                     bytes: v,
                     published: s.publish,
                 },
@@ -761,13 +759,14 @@ pub fn run(descs: &[WorkDesc], mems: &mut [RankMem], seed: u64) -> Result<Stats,
                     break;
                 }
                 // Bounded FIFOs, as on devices: at most FIFO_MESSAGES messages in flight per
-                // (sender, receiver, channel). Device FIFOs hold one chunk with a slot to spare
+                // (sender, receiver, FIFO channel). Device FIFOs hold one chunk with a slot to spare
                 // and stream slot by slot, which this atomic model approximates with two
                 // messages; a plan that queues more (many sends before a receive) hangs a GPU.
                 if s.peer_dst.is_none()
                     && let Some(p) = s.send
                     && p != r as u32
-                    && mail.in_flight(r as u32, p, c) >= FIFO_MESSAGES
+                    && mail.in_flight(r as u32, p, descs[r].channels[c].fifo_index(c))
+                        >= FIFO_MESSAGES
                 {
                     break;
                 }

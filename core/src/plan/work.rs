@@ -197,6 +197,22 @@ impl Step {
 pub struct ChannelWork {
     /// Steps in execution order.
     pub steps: Vec<Step>,
+    /// The FIFO channel its steps to and from other ranks use, when not its own index: a
+    /// send/receive plan runs a FIFO's sends and its receives in two channels, so that neither
+    /// waits for the other.
+    pub fifo: Option<u32>,
+}
+
+impl ChannelWork {
+    /// A channel of `steps` on its own FIFO index.
+    pub fn new(steps: Vec<Step>) -> ChannelWork {
+        ChannelWork { steps, fifo: None }
+    }
+
+    /// The FIFO channel index of this channel when it is channel `index` of its plan.
+    pub fn fifo_index(&self, index: usize) -> usize {
+        self.fifo.map_or(index, |f| f as usize)
+    }
 }
 
 /// The operation a work description implements (for logs, tuning and executors' fast paths).

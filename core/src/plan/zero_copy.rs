@@ -105,7 +105,7 @@ pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
                 );
             }
             steps.extend(fb.steps.into_iter().map(|s| s.on(Path::Fallback)));
-            ChannelWork { steps }
+            ChannelWork::new(steps)
         })
         .collect();
     WorkDesc {

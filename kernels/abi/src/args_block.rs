@@ -75,7 +75,7 @@ impl ArgsLayout {
             let ch = DevChannel {
                 steps: (self.steps + r.start * STEP) as u64,
                 nsteps: r.len() as u32,
-                pad: 0,
+                fifo: enc.fifos[c],
             };
             let at = self.channels + c * size_of::<DevChannel>();
             bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());

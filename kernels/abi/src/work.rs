@@ -166,8 +166,8 @@ pub struct DevChannel {
     pub steps: u64,
     /// Number of steps.
     pub nsteps: u32,
-    /// Zero.
-    pub pad: u32,
+    /// The FIFO channel index its steps to and from other ranks use.
+    pub fifo: u32,
 }
 
 /// One side of a Simple-protocol FIFO between two ranks (`OxcclConn`); see `work.h`.
@@ -277,6 +277,7 @@ const _: () = {
     assert!(align_of::<DevChannel>() == 8);
     assert!(offset_of!(DevChannel, steps) == 0);
     assert!(offset_of!(DevChannel, nsteps) == 8);
+    assert!(offset_of!(DevChannel, fifo) == 12);
     assert!(size_of::<DevConn>() == 104);
     assert!(align_of::<DevConn>() == 8);
     assert!(offset_of!(DevConn, buff) == 0);
@@ -392,6 +393,11 @@ impl DevChannel {
             &mut b,
             offset_of!(DevChannel, nsteps),
             &self.nsteps.to_le_bytes(),
+        );
+        put(
+            &mut b,
+            offset_of!(DevChannel, fifo),
+            &self.fifo.to_le_bytes(),
         );
         b
     }
@@ -547,6 +553,8 @@ pub struct EncodedWork {
     pub steps: Vec<DevStep>,
     /// Where each channel's steps are in `steps`.
     pub channels: Vec<Range<usize>>,
+    /// Each channel's FIFO channel index ([`oxccl_core::plan::ChannelWork::fifo_index`]).
+    pub fifos: Vec<u32>,
     /// Byte offset in the loopback staging of each message this rank sends to itself.
     pub loopback_offsets: Vec<u64>,
     /// Bytes of loopback staging the launch must provide.
@@ -554,18 +562,22 @@ pub struct EncodedWork {
 }
 
 impl EncodedWork {
-    /// Channels a transport needs FIFOs for: up to the last channel with a step that sends to
-    /// or receives from another rank (later channels only copy locally or through loopback).
+    /// FIFO channels a transport needs: up to the highest FIFO index of a channel with a step
+    /// that sends to or receives from another rank (other channels only copy locally or
+    /// through loopback).
     pub fn fifo_channels(&self) -> usize {
         self.channels
             .iter()
-            .rposition(|r| {
-                self.steps[r.clone()].iter().any(|st| {
+            .zip(&self.fifos)
+            .filter(|(r, _)| {
+                self.steps[(*r).clone()].iter().any(|st| {
                     (st.recv_peer >= 0 && st.flags & STEP_RECV_SELF == 0)
                         || (st.send_peer >= 0 && st.flags & STEP_SEND_SELF == 0)
                 })
             })
-            .map_or(0, |c| c + 1)
+            .map(|(_, &f)| f as usize + 1)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -653,6 +665,7 @@ pub fn encode(work: &WorkDesc, rank: u32) -> Result<EncodedWork> {
     let mut out = EncodedWork {
         steps: Vec::with_capacity(work.step_count()),
         channels: Vec::with_capacity(work.channels.len()),
+        fifos: Vec::with_capacity(work.channels.len()),
         loopback_offsets,
         loopback_bytes,
     };
@@ -670,6 +683,10 @@ pub fn encode(work: &WorkDesc, rank: u32) -> Result<EncodedWork> {
             out.steps.push(encode_step(st, recv, send, c, i)?);
         }
         out.channels.push(first..out.steps.len());
+        let fifo = ch.fifo_index(c);
+        out.fifos.push(
+            u32::try_from(fifo).map_err(|_| plan_bug(format!("channel {c}: FIFO index {fifo}")))?,
+        );
     }
     Ok(out)
 }
@@ -813,7 +830,7 @@ mod tests {
             exposed: false,
             channels: channels
                 .into_iter()
-                .map(|steps| ChannelWork { steps })
+                .map(|steps| ChannelWork::new(steps))
                 .collect(),
         }
     }
@@ -1004,6 +1021,7 @@ mod tests {
                 steps.extend(c);
             }
             EncodedWork {
+                fifos: (0..channels.len() as u32).collect(),
                 steps,
                 channels,
                 loopback_offsets: Vec::new(),
@@ -1028,6 +1046,12 @@ mod tests {
             enc(vec![vec![], vec![local], vec![from_peer]]).fifo_channels(),
             3
         );
+        // A channel on another channel's FIFO counts by its FIFO index.
+        let mut split = enc(vec![vec![to_peer], vec![from_peer], vec![local]]);
+        split.fifos = vec![0, 0, 7];
+        assert_eq!(split.fifo_channels(), 1);
+        split.fifos = vec![4, 0, 0];
+        assert_eq!(split.fifo_channels(), 5);
     }
 
     #[test]
@@ -1154,9 +1178,12 @@ mod tests {
         let ch = DevChannel {
             steps: 0xaa,
             nsteps: 3,
-            pad: 0,
+            fifo: 9,
         };
-        assert_eq!(ch.to_bytes()[..9], [0xaa, 0, 0, 0, 0, 0, 0, 0, 3]);
+        assert_eq!(
+            ch.to_bytes(),
+            [0xaa, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0]
+        );
         let conn = DevConn {
             buff: 1,
             head: 2,

@@ -58,11 +58,13 @@ struct OxcclDevStep {
   uint64_t peer_dst_off;  // OXCCL_ZC_DIRECT_SEND
 };
 
-// The steps of one channel; one thread block runs one channel.
+// The steps of one channel; one thread block runs one channel. Its steps to and from other
+// ranks use the FIFOs of channel index `fifo` (send_conns/recv_conns row), the same index at
+// both ends of a message.
 struct OxcclDevChannel {
   const struct OxcclDevStep* steps;
   uint32_t nsteps;
-  uint32_t pad;
+  uint32_t fifo;
 };
 
 // A one-way FIFO of the Simple protocol between this rank and a peer, as seen from one side.
@@ -219,6 +221,8 @@ struct OxcclKernelParamsSmall {
 #include <stddef.h>
 // The Rust mirror asserts the same numbers with size_of/align_of/offset_of.
 #define OXCCL_AT(T, F, N) static_assert(offsetof(T, F) == N, #T "." #F " offset is shared with Rust")
+OXCCL_AT(OxcclDevChannel, nsteps, 8);
+OXCCL_AT(OxcclDevChannel, fifo, 12);
 OXCCL_AT(OxcclDevStep, count, 0);
 OXCCL_AT(OxcclDevStep, tag, 8);
 OXCCL_AT(OxcclDevStep, src_off, 16);

@@ -115,7 +115,7 @@ impl MscclAlgo {
             exposed: false,
             channels: steps
                 .into_iter()
-                .map(|steps| ChannelWork { steps })
+                .map(|steps| ChannelWork::new(steps))
                 .collect(),
         })
     }

@@ -11,8 +11,8 @@ use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
     Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, HostLayout, P2pDir,
-    P2pLl, P2pOp, Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for, build_coll,
-    build_p2p, coll_tag, tuner::Topology, zero_copy,
+    P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for,
+    build_coll, build_p2p, coll_tag, split_directions, tuner::Topology, zero_copy,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -959,7 +959,23 @@ fn msg_val(m: usize, from: u32, j: u64) -> u64 {
     u64::from(from) * 1_000_003 + m as u64 * 100_019 + j
 }
 
+/// Runs the group with every rank's sends and receives in alternating channels, in split ones,
+/// and half the ranks each way (each rank chooses for itself).
 fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u64) {
+    for split in [|_| false, |_| true, |r: u32| r % 2 == 0] {
+        run_p2p_split(n, msgs, nch, chunk, dtype, seed, split);
+    }
+}
+
+fn run_p2p_split(
+    n: u32,
+    msgs: &[Msg],
+    nch: u32,
+    chunk: u64,
+    dtype: DataType,
+    seed: u64,
+    split: fn(u32) -> bool,
+) {
     let es = dtype.size();
     // Per rank: (op, message index).
     let mut ops: Vec<Vec<(P2pOp, usize)>> = vec![Vec::new(); n as usize];
@@ -1011,7 +1027,12 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
             max_bytes: 96,
             chunk_bytes: 32,
         };
-        let d = build_p2p(r, n, &list, dtype, nch, chunk, ll);
+        let shape = P2pShape {
+            nchannels: nch,
+            chunk_elems: chunk,
+            ll,
+        };
+        let d = build_p2p(r, n, &list, dtype, shape, split(r));
         for st in d.channels.iter().flat_map(|c| &c.steps) {
             if st.ll {
                 assert!(st.count * dtype.size() as u64 <= ll.chunk_bytes, "{st:?}");
@@ -1023,8 +1044,14 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
                 );
             }
         }
-        // One rank distance per channel: a channel sends to one peer and receives from one.
+        // One rank distance per channel: a channel sends to one peer and receives from one;
+        // split, it only sends or only receives (or copies to self).
         for ch in &d.channels {
+            if split(r) {
+                let peer_sends = ch.steps.iter().any(|s| s.send.is_some_and(|p| p != r));
+                let peer_recvs = ch.steps.iter().any(|s| s.recv.is_some_and(|p| p != r));
+                assert!(!(peer_sends && peer_recvs), "rank {r}: {ch:?}");
+            }
             let to: std::collections::BTreeSet<u32> =
                 ch.steps.iter().filter_map(|s| s.send).collect();
             let from: std::collections::BTreeSet<u32> =
@@ -1066,7 +1093,8 @@ fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u6
         mems.push(RankMem { arena, bufs });
         wants.push(want);
     }
-    let ctx = format!("n={n} nch={nch} chunk={chunk} {dtype:?} msgs={msgs:?}");
+    let splits: Vec<bool> = (0..n).map(split).collect();
+    let ctx = format!("n={n} nch={nch} chunk={chunk} {dtype:?} split={splits:?} msgs={msgs:?}");
     run(&descs, &mut mems, seed).unwrap_or_else(|e| panic!("{ctx}: {e}"));
     for r in 0..n as usize {
         assert!(mems[r].arena == wants[r], "{ctx}: rank {r} buffers differ");
@@ -1157,7 +1185,7 @@ fn desc(channels: Vec<Vec<Step>>) -> WorkDesc {
         exposed: false,
         channels: channels
             .into_iter()
-            .map(|steps| ChannelWork { steps })
+            .map(|steps| ChannelWork::new(steps))
             .collect(),
     }
 }
@@ -1255,8 +1283,15 @@ fn huge_chunks_do_not_overflow() {
         run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
     }
     // An empty group has no channels at all (empty channels are dropped).
-    let d = build_p2p(0, 1, &[], DataType::Int64, 0, u64::MAX, P2pLl::default());
-    assert_eq!((d.channels.len(), d.step_count()), (0, 0));
+    for split in [false, true] {
+        let shape = P2pShape {
+            nchannels: 0,
+            chunk_elems: u64::MAX,
+            ll: P2pLl::default(),
+        };
+        let d = build_p2p(0, 1, &[], DataType::Int64, shape, split);
+        assert_eq!((d.channels.len(), d.step_count()), (0, 0));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1671,4 +1706,50 @@ fn zero_copy_premulsum_per_rank_scalars() {
             "{kind:?}: per-rank scalars should break the zero-copy branch"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AlltoAll with each channel's sends and receives in channels of their own.
+
+#[test]
+fn all_to_all_split_directions() {
+    let mut seed = 300;
+    for n in RANKS {
+        for count in [0, 1, 7, 1000] {
+            for (nch, chunk) in [(1, 7), (2, 64), (3, 100_000)] {
+                let c = Case {
+                    n,
+                    count,
+                    nch,
+                    chunk,
+                    ..Case::new(CollKind::AllToAll, Algorithm::Direct)
+                };
+                let base = plans(&c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                // Every rank split, and every other rank (each rank chooses for itself).
+                for every in [1, 2] {
+                    seed += 1;
+                    let mut descs = base.clone();
+                    for d in descs.iter_mut().step_by(every) {
+                        assert!(split_directions(d), "{c:?}");
+                        for ch in &d.channels {
+                            let sends = ch.steps.iter().any(|s| s.send.is_some());
+                            let recvs = ch.steps.iter().any(|s| s.recv.is_some());
+                            assert!(!(sends && recvs), "{c:?}: {ch:?}");
+                        }
+                    }
+                    run_plans(&c, &descs, seed).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                }
+            }
+        }
+    }
+    // A plan whose steps receive and send at once keeps its channels.
+    let c = Case {
+        n: 4,
+        count: 100,
+        ..Case::new(CollKind::AllReduce, Algorithm::Ring)
+    };
+    let mut d = plans(&c).expect("ring plan").remove(1);
+    let before = d.clone();
+    assert!(!split_directions(&mut d));
+    assert_eq!(d, before);
 }
