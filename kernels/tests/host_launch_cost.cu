@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <chrono>
 
@@ -20,6 +21,17 @@ struct Params {
 };
 
 __global__ void empty_kernel(const __grid_constant__ Params p) {
+  if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
+}
+
+// The executor's parameter sizes: inline argument blocks of up to 1008 and 16000 bytes
+// (kernels/common/oxccl/work.h), and blocks in between.
+template <int B>
+struct Sized {
+  unsigned char bytes[B];
+};
+template <int B>
+__global__ void sized_kernel(const __grid_constant__ Sized<B> p) {
   if (p.bytes[0] == 255 && threadIdx.x == 1000) printf("never\n");
 }
 
@@ -90,6 +102,34 @@ int main() {
            cuCtxSetCurrent(ctx[0]);
            launch(0);
          }));
+  // A launch's cost by the size of its inline parameters, against a block passed by address
+  // (a pinned staging copy to device memory, then a 16-byte parameter).
+  auto sized = [&](auto tag, const char* name) {
+    using S = decltype(tag);
+    static S big = {};
+    void* a[] = {&big};
+    printf("  launch, %-28s %6.2f\n", name, per_call_us(nd, [&](int) {
+             CHECK(cudaLaunchKernel((const void*)sized_kernel<sizeof(S)>, dim3(1), dim3(32), a, 0,
+                                    s[0]));
+           }));
+  };
+  sized(Sized<1008>{}, "1008-byte parameters");
+  sized(Sized<4096>{}, "4096-byte parameters");
+  sized(Sized<8192>{}, "8192-byte parameters");
+  sized(Sized<16000>{}, "16000-byte parameters");
+  {
+    const size_t block = 8192;
+    void *host, *dev;
+    CHECK(cudaMallocHost(&host, block));
+    CHECK(cudaMalloc(&dev, block));
+    Sized<16> ptr = {};
+    memcpy(ptr.bytes, &dev, sizeof(dev));
+    void* a[] = {&ptr};
+    printf("  8 KiB copied to device + launch      %6.2f\n", per_call_us(nd, [&](int) {
+             CHECK(cudaMemcpyAsync(dev, host, block, cudaMemcpyHostToDevice, s[0]));
+             CHECK(cudaLaunchKernel((const void*)sized_kernel<16>, dim3(1), dim3(32), a, 0, s[0]));
+           }));
+  }
   printf("  event record alone                   %6.2f\n",
          per_call_us(nd, [&](int) { CHECK(cudaEventRecord(ev[0], s[0])); }));
   printf("  stream wait event alone              %6.2f\n",

@@ -498,12 +498,14 @@ impl<B: Backend> Communicator<B> {
             hosts: c.hosts.clone(),
         };
         let mut work = plan::build_coll(&req)?;
-        if a.kind == CollKind::AllToAll {
-            // Each buffer holds n blocks of `count` elements.
-            let span = a
-                .count
-                .saturating_mul(n)
-                .saturating_mul(a.dtype.size() as u64);
+        let block = a.count.saturating_mul(a.dtype.size() as u64);
+        if a.kind == CollKind::AllToAll
+            && inner
+                .tuner
+                .split_directions(block, self.topology(&c.transport))
+        {
+            // Each buffer holds n blocks.
+            let span = block.saturating_mul(n);
             if !byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter()) {
                 plan::split_directions(&mut work);
             }
@@ -651,6 +653,11 @@ impl<B: Backend> Communicator<B> {
             },
             None => plan::P2pLl::default(),
         };
+        let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
+        let split = inner
+            .tuner
+            .split_directions(largest, self.topology(&c.transport))
+            && !sends_overlap_receives(ops);
         let shape = plan::P2pShape {
             nchannels: choice.nchannels,
             chunk_elems: choice.chunk_elems,
@@ -662,7 +669,7 @@ impl<B: Backend> Communicator<B> {
             planned,
             DataType::Uint8,
             shape,
-            !sends_overlap_receives(ops),
+            split,
         ));
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));

@@ -52,6 +52,10 @@ pub(crate) struct Heuristics {
     pub one_shot_max_nvlink: [u64; 10],
     /// Their LL variant up to this per-peer size, the Simple one above it.
     pub one_shot_ll_max_nvlink: u64,
+    /// Send/receive groups and AlltoAll run each FIFO channel's sends and receives in blocks of
+    /// their own from this message size on (largest message of a group; AlltoAll's per-peer
+    /// block), `u64::MAX`: never.
+    pub split_directions_min: [u64; 4],
 }
 
 /// The table, parsed on first use.
@@ -124,6 +128,7 @@ impl Heuristics {
             zero_copy_min_nvlink: get("zero_copy_min_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
+            split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,
         };
         match rows.keys().next() {
             Some(extra) => Err(format!("{extra} is not a setting")),

@@ -462,6 +462,12 @@ impl Tuner {
         }
     }
 
+    /// Whether a send/receive group whose largest message is `bytes` (an AlltoAll whose
+    /// per-peer block is) runs its sends and receives in blocks of their own.
+    pub fn split_directions(&self, bytes: u64, topo: Topology) -> bool {
+        bytes >= HEURISTICS.split_directions_min[topo_index(topo)]
+    }
+
     /// Picks algorithm, protocol, channel count and chunk size for `kind` moving `bytes` (total
     /// message bytes per rank as nccl-tests counts them) over `nranks` ranks.
     pub fn choose(
@@ -580,6 +586,23 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Tuner::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn split_directions_from_the_table_size_on_nvlink_only() {
+        let t = tuner(&[]);
+        let nvl = Topology::SingleNodeGpu { nvlink: true };
+        assert!(!t.split_directions(64 * MIB - 1, nvl));
+        assert!(t.split_directions(64 * MIB, nvl));
+        for topo in [
+            Topology::Host,
+            Topology::SingleNodeGpu { nvlink: false },
+            Topology::MultiNode {
+                link: NetLink::SOCKETS_ON_LOOPBACK,
+            },
+        ] {
+            assert!(!t.split_directions(1 << 40, topo), "{topo:?}");
+        }
     }
 
     #[test]
