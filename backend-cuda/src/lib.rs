@@ -251,8 +251,14 @@ impl Backend for CudaBackend {
         Ok(transport::capture_state(stream.raw())?
             != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
-    fn event_create(&self) -> Result<CudaEvent> {
-        // Timing disabled, in the current context: the transport's events are made alike.
+    fn event_create(&self, stream: &CudaStream) -> Result<CudaEvent> {
+        // An event records only on streams of the context it was made in, and the calling
+        // thread's current context may be another device's: make it in the stream's.
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the stream is live (`stream_from_raw`'s contract); `ctx` is an out-pointer.
+        unsafe { call!(cuStreamGetCtx(stream.raw(), &mut ctx)) }?;
+        let _g = self.mem.bind_context(ctx)?;
+        // Timing disabled: the transport's events are made alike.
         let e = self.api().event_create()?;
         Ok(CudaEvent(Shared(e as CUevent)))
     }

@@ -185,18 +185,23 @@ impl Memory {
     /// Makes `device`'s primary context current until the guard drops.
     pub fn bind(&self, device: i32) -> Result<CtxGuard> {
         let d = self.check_device(device)?;
+        // A primary context retained for the process lifetime.
+        self.bind_context(self.ctx(d)?)
+    }
+
+    /// Makes `ctx` (a live context) current on the calling thread until the guard drops.
+    pub fn bind_context(&self, ctx: CUcontext) -> Result<CtxGuard> {
         let mut prev: CUcontext = std::ptr::null_mut();
         // SAFETY: writes the calling thread's current context into `prev`.
         unsafe { call!(cuCtxGetCurrent(&mut prev)) }?;
-        let want = self.ctx(d)?;
-        if prev == want {
+        if prev == ctx {
             return Ok(CtxGuard {
                 prev,
                 changed: false,
             });
         }
-        // SAFETY: `want` is a primary context retained for the process lifetime.
-        unsafe { call!(cuCtxSetCurrent(want)) }?;
+        // SAFETY: the caller passes a live context.
+        unsafe { call!(cuCtxSetCurrent(ctx)) }?;
         Ok(CtxGuard {
             prev,
             changed: true,

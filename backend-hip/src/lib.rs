@@ -809,8 +809,9 @@ impl Backend for HipBackend {
         unsafe { hip_call!(self.hip, hipStreamIsCapturing(stream.raw(), &mut status)) }?;
         Ok(status != sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone)
     }
-    fn event_create(&self) -> Result<HipEvent> {
-        // Timing off (cheaper, never read): the transport's events are made alike.
+    fn event_create(&self, _stream: &HipStream) -> Result<HipEvent> {
+        // Timing off (cheaper, never read): the transport's events are made alike. On the
+        // current device: the runtime's bindings have no call that names a stream's device.
         let raw = HipApi(self.clone()).event_create()?;
         Ok(HipEvent {
             raw,

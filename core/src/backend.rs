@@ -134,8 +134,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn stream_synchronize(&self, stream: &Self::Stream) -> Result<()>;
     /// True while `stream` is being captured into a graph.
     fn is_capturing(&self, stream: &Self::Stream) -> Result<bool>;
-    /// A new event.
-    fn event_create(&self) -> Result<Self::Event>;
+    /// A new event that can be recorded on `stream` (made on the stream's device: one thread
+    /// may drive several devices, as `ncclCommInitAll` and nccl-tests `-g N` do).
+    fn event_create(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Records `event` at the current tail of `stream`.
     fn event_record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
     /// Blocks the calling thread until the work before `event` has run.

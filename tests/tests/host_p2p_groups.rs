@@ -246,7 +246,7 @@ fn events_order_streams() {
     let src = vec![7u8; 1 << 20];
     let mid = vec![0u8; 1 << 20];
     let dst = vec![0u8; 1 << 20];
-    let ev = b.event_create().unwrap();
+    let ev = b.event_create(&s1).unwrap();
     // SAFETY: all buffers outlive both synchronisations below.
     unsafe {
         b.memcpy_async(0, mid.as_ptr() as u64, src.as_ptr() as u64, src.len(), &s1)

@@ -225,7 +225,7 @@ impl<B: Backend> OpLog<B> {
         }
         let e = match ev.free.pop() {
             Some(e) => e,
-            None => match self.backend.event_create() {
+            None => match self.backend.event_create(stream) {
                 Ok(e) => e,
                 Err(_) => return false,
             },

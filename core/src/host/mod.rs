@@ -161,7 +161,7 @@ impl Backend for HostBackend {
     fn is_capturing(&self, _stream: &HostStream) -> Result<bool> {
         Ok(false)
     }
-    fn event_create(&self) -> Result<HostEvent> {
+    fn event_create(&self, _stream: &HostStream) -> Result<HostEvent> {
         Ok(HostEvent::default())
     }
     fn event_record(&self, event: &HostEvent, stream: &HostStream) -> Result<()> {

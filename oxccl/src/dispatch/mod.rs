@@ -199,8 +199,9 @@ impl<B: DeviceBackend> RuntimeBackend for Backed<B> {
         self.0.query(self.own(stream)?)
     }
     fn order_after(&self, later: &AnyStream, earlier: &AnyStream) -> Result<()> {
-        let event = self.0.event_create()?;
-        self.0.event_record(&event, self.own(earlier)?)?;
+        let earlier = self.own(earlier)?;
+        let event = self.0.event_create(earlier)?;
+        self.0.event_record(&event, earlier)?;
         self.0.stream_wait_event(self.own(later)?, &event)
     }
     unsafe fn copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
