@@ -257,7 +257,8 @@ impl Backend for CudaBackend {
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: the stream is live (`stream_from_raw`'s contract); `ctx` is an out-pointer.
         unsafe { call!(cuStreamGetCtx(stream.raw(), &mut ctx)) }?;
-        let _g = self.mem.bind_context(ctx)?;
+        // SAFETY: the driver just named the live stream's context.
+        let _g = unsafe { self.mem.bind_context(ctx) }?;
         // Timing disabled: the transport's events are made alike.
         let e = self.api().event_create()?;
         Ok(CudaEvent(Shared(e as CUevent)))

@@ -185,12 +185,15 @@ impl Memory {
     /// Makes `device`'s primary context current until the guard drops.
     pub fn bind(&self, device: i32) -> Result<CtxGuard> {
         let d = self.check_device(device)?;
-        // A primary context retained for the process lifetime.
-        self.bind_context(self.ctx(d)?)
+        // SAFETY: a primary context retained for the process lifetime.
+        unsafe { self.bind_context(self.ctx(d)?) }
     }
 
-    /// Makes `ctx` (a live context) current on the calling thread until the guard drops.
-    pub fn bind_context(&self, ctx: CUcontext) -> Result<CtxGuard> {
+    /// Makes `ctx` current on the calling thread until the guard drops.
+    ///
+    /// # Safety
+    /// `ctx` is a live context.
+    pub unsafe fn bind_context(&self, ctx: CUcontext) -> Result<CtxGuard> {
         let mut prev: CUcontext = std::ptr::null_mut();
         // SAFETY: writes the calling thread's current context into `prev`.
         unsafe { call!(cuCtxGetCurrent(&mut prev)) }?;

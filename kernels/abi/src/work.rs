@@ -828,10 +828,7 @@ mod tests {
             reduction: Reduction::none(),
             scratch_elems: 0,
             exposed: false,
-            channels: channels
-                .into_iter()
-                .map(|steps| ChannelWork::new(steps))
-                .collect(),
+            channels: channels.into_iter().map(ChannelWork::new).collect(),
         }
     }
 

@@ -113,10 +113,7 @@ impl MscclAlgo {
             },
             scratch_elems: self.scratch_elems(rank, chunk),
             exposed: false,
-            channels: steps
-                .into_iter()
-                .map(|steps| ChannelWork::new(steps))
-                .collect(),
+            channels: steps.into_iter().map(ChannelWork::new).collect(),
         })
     }
 

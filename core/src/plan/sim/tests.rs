@@ -962,7 +962,7 @@ fn msg_val(m: usize, from: u32, j: u64) -> u64 {
 /// Runs the group with every rank's sends and receives in alternating channels, in split ones,
 /// and half the ranks each way (each rank chooses for itself).
 fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u64) {
-    for split in [|_| false, |_| true, |r: u32| r % 2 == 0] {
+    for split in [|_| false, |_| true, |r: u32| r.is_multiple_of(2)] {
         run_p2p_split(n, msgs, nch, chunk, dtype, seed, split);
     }
 }
@@ -1183,10 +1183,7 @@ fn desc(channels: Vec<Vec<Step>>) -> WorkDesc {
         reduction: Reduction::none(),
         scratch_elems: 0,
         exposed: false,
-        channels: channels
-            .into_iter()
-            .map(|steps| ChannelWork::new(steps))
-            .collect(),
+        channels: channels.into_iter().map(ChannelWork::new).collect(),
     }
 }
 
