@@ -56,6 +56,17 @@ fn run_one(lib: &NcclLib, path: &str, label: &str, o: &Options, rt: Option<&Cuda
 /// JSON file; exits 1 when an element was wrong or a library failed.
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("net-latency") {
+        let rounds = match args.get(1).map(|r| r.parse::<usize>()) {
+            None => 20_000,
+            Some(Ok(r)) if r >= 10 => r,
+            Some(_) => die("net-latency ROUNDS: an integer of at least 10"),
+        };
+        for line in oxccl_net::latency_probe::report(rounds) {
+            println!("{line}");
+        }
+        return;
+    }
     let gpus = || Cudart::load().map_or(0, |rt| rt.device_count());
     let o = match options::parse(&args, gpus) {
         Ok(o) => o,

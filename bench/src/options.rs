@@ -162,7 +162,12 @@ usage: oxccl-bench [options]
   -h, --help            this text
 Sizes follow nccl-tests: the size is the total message (allgather/alltoall/gather: all ranks'
 blocks); busbw uses nccl-tests' factors. Times are the slowest rank's average per iteration.
-Environment variables named NCCL_* or OXCCL_* are passed to the libraries and printed.";
+Environment variables named NCCL_* or OXCCL_* are passed to the libraries and printed.
+
+usage: oxccl-bench net-latency [ROUNDS]
+  The host's share of a NET operation's latency on this machine, no GPU and no library: small
+  messages through two of oxccl's proxies and its socket network over loopback, the socket
+  network alone, and plain loopback TCP; ROUNDS per probe (default 20000).";
 
 /// Parses a byte count with an optional K/M/G/T suffix (binary units), without overflow.
 pub fn parse_size(s: &str) -> Result<usize, String> {

@@ -1,7 +1,7 @@
 //! How long a small message takes through two proxies and the socket network, with CPU threads
-//! playing the kernels: the host's share of a NET operation's latency. Ignored by default (it
-//! measures, it does not check); run it on the machine in question with
-//! `cargo test --release -p oxccl-net --lib latency_probe -- --ignored --nocapture`.
+//! playing the kernels: the host's share of a NET operation's latency, and the floors under it
+//! (the socket network without proxies, plain loopback TCP). Built with the `probes` feature;
+//! `oxccl-bench net-latency` prints [`report`] on the machine in question.
 
 use super::proxy::testkit::{Kernel, Mem, conn, link, socket_net};
 use super::proxy::{FifoLayout, HostFifo, Proxy, Side};
@@ -60,16 +60,16 @@ fn median(t: &[f64]) -> f64 {
     t[t.len() / 2]
 }
 
-/// Prints "<what>: median, p10, p90, p99" of sorted times `t`.
-fn print_times(what: &str, t: &[f64]) {
+/// "<what>: median, p10, p90, p99" of sorted times `t`.
+fn times_line(what: &str, t: &[f64]) -> String {
     let at = |q: usize| t[t.len() * q / 100];
-    println!(
+    format!(
         "{what}: median {:.2} us, p10 {:.2}, p90 {:.2}, p99 {:.2}",
         at(50),
         at(10),
         at(90),
         at(99)
-    );
+    )
 }
 
 /// Sorted times (us, first tenth dropped) of 8-byte messages through two proxies and the socket
@@ -77,7 +77,7 @@ fn print_times(what: &str, t: &[f64]) {
 /// rounds in which both sides send and then wait for the other's message, as two ranks of a
 /// direct AllReduce do. `duplex`: both directions share one control socket
 /// ([`Net::pair`](super::Net::pair)).
-fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
+fn through_proxies(duplex: bool, exchange: bool, iters: u64) -> Vec<f64> {
     let layout = FifoLayout {
         nslots: 8,
         slot_bytes: 256 << 10,
@@ -115,7 +115,6 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
         a1.clone(),
     )
     .unwrap();
-    let iters = 20_000u64;
     let n = u64::from(layout.nslots);
     // A side that sends first sends message i and waits for message i; the other (ping-pong
     // only) answers each message.
@@ -157,30 +156,6 @@ fn through_proxies(duplex: bool, exchange: bool) -> Vec<f64> {
     t
 }
 
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_small_message_one_way() {
-    for duplex in [false, true] {
-        print_times(
-            &format!(
-                "one-way 8-byte message through two proxies and the socket network, duplex {duplex}"
-            ),
-            &halved(&through_proxies(duplex, false)),
-        );
-    }
-}
-
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_small_message_exchange() {
-    for duplex in [false, true] {
-        print_times(
-            &format!("8-byte exchange through two proxies and the socket network, duplex {duplex}"),
-            &through_proxies(duplex, true),
-        );
-    }
-}
-
 /// Rounds of 16-byte messages over plain loopback TCP between two threads that poll
 /// non-blocking sockets, nothing else: a ping-pong, or (`exchange`) rounds in which both sides
 /// write and then read the other's message, as two ranks of a direct AllReduce do. Both
@@ -188,7 +163,12 @@ fn latency_probe_small_message_exchange() {
 /// without [`Net::pair`](super::Net::pair); `quickack`: what the receiver asks for after each
 /// read ([`set_quickack`](super::socket::set_quickack)), if anything. Returns the first
 /// player's round times (us), sorted, the first tenth dropped.
-fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec<f64> {
+fn plain_tcp_rounds(
+    shared: bool,
+    exchange: bool,
+    quickack: Option<bool>,
+    iters: usize,
+) -> Vec<f64> {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -198,7 +178,6 @@ fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec
     } else {
         loopback_connection(&l)
     };
-    let iters = 20_000usize;
     let play = |mut out: TcpStream, mut inp: TcpStream, first: bool| {
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
@@ -225,27 +204,9 @@ fn plain_tcp_rounds(shared: bool, exchange: bool, quickack: Option<bool>) -> Vec
     round_times_us(pinger, ponger)
 }
 
-/// The floor under the proxies: a ping-pong over one plain loopback TCP connection.
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_plain_tcp_one_way() {
-    print_times(
-        "one-way 16-byte message over plain loopback TCP",
-        &halved(&plain_tcp_rounds(true, false, None)),
-    );
-}
-
 /// The socket network alone, without proxies: one thread per side posts a receive, sends 8
-/// bytes and polls both requests with `test`, as a proxy would, in a ping-pong.
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_socket_net_one_way() {
-    for duplex in [false, true] {
-        socket_net_one_way(duplex);
-    }
-}
-
-fn socket_net_one_way(duplex: bool) {
+/// bytes and polls both requests with `test`, as a proxy would, in a ping-pong; its result line.
+fn socket_net_one_way(duplex: bool, iters: usize) -> String {
     let config = SocketConfig {
         duplex,
         ..SocketConfig::from_env()
@@ -255,7 +216,6 @@ fn socket_net_one_way(duplex: bool) {
     let (mut s10, mut r10) = link(&n1, &n0);
     n0.pair(1, &mut s01, &mut r10).unwrap();
     n1.pair(0, &mut s10, &mut r01).unwrap();
-    let iters = 20_000usize;
     let play = |net: std::sync::Arc<dyn crate::Net>,
                 mut s: crate::SendComm,
                 mut r: crate::RecvComm,
@@ -296,28 +256,15 @@ fn socket_net_one_way(duplex: bool) {
     };
     let pinger = play(n0.clone(), s01, r10, true);
     let ponger = play(n1.clone(), s10, r01, false);
-    print_times(
+    times_line(
         &format!("one-way 8-byte message through the socket network, no proxy, duplex {duplex}"),
         &halved(&round_times_us(pinger, ponger)),
-    );
-}
-
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_plain_tcp_two_connections() {
-    for q in [None, Some(false), Some(true)] {
-        println!(
-            "one-way 16-byte message over plain loopback TCP, a connection per direction, quickack {q:?}: median {:.2} us",
-            median(&halved(&plain_tcp_rounds(false, false, q)))
-        );
-    }
+    )
 }
 
 /// What one idle `test` of a posted receive costs the proxy (it runs one per receive
-/// connection in every pass).
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_idle_test_cost() {
+/// connection in every pass), over `n` calls.
+fn idle_test_cost(n: u32) -> String {
     let config = SocketConfig::default();
     let (n0, n1) = (socket_net(0, config), socket_net(1, config));
     let (_s01, mut r01) = link(&n0, &n1);
@@ -329,45 +276,22 @@ fn latency_probe_idle_test_cost() {
     let mut rq = unsafe { n1.irecv(&mut r01, buf.as_mut_ptr(), 64, 0, &mh) }
         .unwrap()
         .unwrap();
-    let n = 1_000_000;
     let t = Instant::now();
     for _ in 0..n {
         assert!(n1.test(&mut rq).unwrap().is_none());
     }
-    println!(
+    format!(
         "one idle test of a posted receive: {:.0} ns",
         t.elapsed().as_secs_f64() * 1e9 / f64::from(n)
-    );
-}
-
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_plain_tcp_exchange() {
-    for (shared, q) in [
-        (true, None),
-        (true, Some(false)),
-        (false, None),
-        (false, Some(false)),
-    ] {
-        println!(
-            "16-byte exchange over plain loopback TCP, {}, quickack {q:?}: median {:.2} us",
-            if shared {
-                "one connection"
-            } else {
-                "a connection per direction"
-            },
-            median(&plain_tcp_rounds(shared, true, q))
-        );
-    }
+    )
 }
 
 /// Medians of a [`plain_tcp_rounds`] exchange on one connection with the `write` and the `read` that
 /// took the message timed apart: (whole exchange, write, read), microseconds.
-fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
+fn plain_tcp_exchange_parts(iters: usize) -> (f64, f64, f64) {
     use std::io::{ErrorKind, Read, Write};
     use std::net::{TcpListener, TcpStream};
     let (a, b) = loopback_connection(&TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
-    let iters = 20_000usize;
     let play = |mut s: TcpStream| {
         std::thread::spawn(move || {
             let mut buf = [0u8; 16];
@@ -405,11 +329,74 @@ fn plain_tcp_exchange_parts() -> (f64, f64, f64) {
     (part(0), part(1), part(2))
 }
 
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn latency_probe_plain_tcp_exchange_parts() {
-    let (t, w, r) = plain_tcp_exchange_parts();
-    println!(
+/// Every probe's result line, each probe `iters` rounds (the first tenth dropped as warm-up):
+/// through two proxies and the socket network (one way, exchange; control sockets per direction
+/// or shared), the socket network alone, plain loopback TCP (one way, exchange, write and read
+/// apart, with and without quick acknowledgements), and an idle `test`'s cost.
+pub fn report(iters: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for duplex in [false, true] {
+        lines.push(times_line(
+            &format!(
+                "one-way 8-byte message through two proxies and the socket network, duplex {duplex}"
+            ),
+            &halved(&through_proxies(duplex, false, iters as u64)),
+        ));
+        lines.push(times_line(
+            &format!("8-byte exchange through two proxies and the socket network, duplex {duplex}"),
+            &through_proxies(duplex, true, iters as u64),
+        ));
+        lines.push(socket_net_one_way(duplex, iters));
+    }
+    lines.push(times_line(
+        "one-way 16-byte message over plain loopback TCP",
+        &halved(&plain_tcp_rounds(true, false, None, iters)),
+    ));
+    for q in [None, Some(false), Some(true)] {
+        lines.push(format!(
+            "one-way 16-byte message over plain loopback TCP, a connection per direction, quickack {q:?}: median {:.2} us",
+            median(&halved(&plain_tcp_rounds(false, false, q, iters)))
+        ));
+    }
+    for (shared, q) in [
+        (true, None),
+        (true, Some(false)),
+        (false, None),
+        (false, Some(false)),
+    ] {
+        lines.push(format!(
+            "16-byte exchange over plain loopback TCP, {}, quickack {q:?}: median {:.2} us",
+            if shared {
+                "one connection"
+            } else {
+                "a connection per direction"
+            },
+            median(&plain_tcp_rounds(shared, true, q, iters))
+        ));
+    }
+    let (t, w, r) = plain_tcp_exchange_parts(iters);
+    lines.push(format!(
         "16-byte exchange over plain loopback TCP, one connection: {t:.2} us, of which write {w:.2}, read {r:.2} (medians)"
-    );
+    ));
+    lines.push(idle_test_cost(
+        u32::try_from(iters.saturating_mul(50)).unwrap_or(u32::MAX),
+    ));
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every probe runs to its end (a few rounds each) and reports a time.
+    #[test]
+    fn every_probe_reports() {
+        let lines = super::report(50);
+        assert_eq!(lines.len(), 16, "{lines:#?}");
+        for l in &lines {
+            let us = l.split(": ").nth(1).and_then(|v| {
+                v.split_whitespace()
+                    .find_map(|w| w.trim_end_matches(',').parse::<f64>().ok())
+            });
+            assert!(us.is_some_and(|v| v.is_finite() && v >= 0.0), "{l}");
+        }
+    }
 }

@@ -13,8 +13,8 @@
 pub mod connect;
 mod epoll;
 pub mod gdr;
-#[cfg(test)]
-mod latency_probe;
+#[cfg(any(test, feature = "probes"))]
+pub mod latency_probe;
 pub mod ll;
 mod ll_trace;
 pub mod nic_affinity;

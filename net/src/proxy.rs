@@ -759,9 +759,11 @@ fn run(net: &dyn Net, how: RunAs, inbox: &Inbox, abort: &AbortFlag, stop: &Atomi
     }
 }
 
-/// What the proxy tests and the network-plugin tests share: memory standing in for pinned host
-/// FIFOs, CPU threads playing the kernels, and a whole transfer through two proxies.
-#[cfg(test)]
+/// What the proxy tests, the network-plugin tests and the latency probes share: memory standing
+/// in for pinned host FIFOs, CPU threads playing the kernels, and a whole transfer through two
+/// proxies.
+#[cfg(any(test, feature = "probes"))]
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod testkit {
     use super::*;
     use crate::RecvComm;

@@ -29,7 +29,7 @@ mod send;
 pub use config::{DEFAULT_WORKERS, MAX_SOCKS, SocketConfig};
 #[cfg(test)]
 pub(super) use handle::redirect_handle;
-#[cfg(test)]
+#[cfg(any(test, feature = "probes"))]
 pub(super) use recv::set_quickack;
 
 use self::connection::{Arrivals, SocketListen, dial};
