@@ -71,6 +71,8 @@ pub(crate) struct OpLog<B: Backend> {
     events: Mutex<Events<B::Event>>,
     /// Whether the backend answers event queries (asked once, on the first event).
     queries: OnceLock<bool>,
+    /// Whether a failure to make or record a completion event was logged (once per communicator).
+    event_failure_logged: AtomicBool,
     report: Mutex<Option<String>>,
 }
 
@@ -87,6 +89,7 @@ impl<B: Backend> OpLog<B> {
                 pending: VecDeque::with_capacity(MAX_TRACKED),
             }),
             queries: OnceLock::new(),
+            event_failure_logged: AtomicBool::new(false),
             report: Mutex::new(None),
         });
         let weak: Weak<dyn ReportSource> = Arc::downgrade(&log) as Weak<dyn ReportSource>;
@@ -227,16 +230,33 @@ impl<B: Backend> OpLog<B> {
             Some(e) => e,
             None => match self.backend.event_create(stream) {
                 Ok(e) => e,
-                Err(_) => return false,
+                Err(err) => {
+                    self.event_failed(&err);
+                    return false;
+                }
             },
         };
+        if let Err(err) = self.backend.event_record(&e, stream) {
+            self.event_failed(&err);
+            ev.free.push(e);
+            return false;
+        }
         let answers = || matches!(self.backend.event_query(&e), Ok(Some(_)));
-        if self.backend.event_record(&e, stream).is_err() || !*self.queries.get_or_init(answers) {
+        if !*self.queries.get_or_init(answers) {
             ev.free.push(e);
             return false;
         }
         ev.pending.push_back((range, e));
         true
+    }
+
+    /// Says once per communicator that the watchdog cannot follow its operations: a hang among
+    /// them would go unreported.
+    fn event_failed(&self, err: &crate::error::Error) {
+        if !self.event_failure_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(target: "oxccl::watchdog",
+                "the watchdog cannot follow this communicator's operations (a completion event failed: {err}); a hang among them would not be reported");
+        }
     }
 
     /// Ends the operations whose completion events have run (called by the watchdog). Looks
