@@ -15,6 +15,7 @@ pub mod procs;
 pub mod progress;
 pub mod report;
 pub mod sweep;
+mod tune;
 
 use mem::reg_support;
 use options::{Launch, Mem, Options, USAGE};
@@ -56,6 +57,9 @@ fn run_one(lib: &NcclLib, path: &str, label: &str, o: &Options, rt: Option<&Cuda
 /// JSON file; exits 1 when an element was wrong or a library failed.
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("tune") {
+        std::process::exit(tune::main(&args[1..]));
+    }
     if args.first().map(String::as_str) == Some("net-latency") {
         let rounds = match args.get(1).map(|r| r.parse::<usize>()) {
             None => 20_000,

@@ -167,7 +167,17 @@ Environment variables named NCCL_* or OXCCL_* are passed to the libraries and pr
 usage: oxccl-bench net-latency [ROUNDS]
   The host's share of a NET operation's latency on this machine, no GPU and no library: small
   messages through two of oxccl's proxies and its socket network over loopback, the socket
-  network alone, and plain loopback TCP; ROUNDS per probe (default 20000).";
+  network alone, and plain loopback TCP; ROUNDS per probe (default 20000).
+
+usage: oxccl-bench tune --column host|pcie|nvlink|net [--apply FILE] [--out DIR] -- [options]
+  Measures the tuner's alternatives with the options above (protocols, algorithms, one-shot
+  kernels, zero copy, each forced by its variable in a run of its own) and derives the settings
+  of one topology column of the tuner's table (core/src/plan/heuristics.txt; --apply writes
+  them there). Raw rows and tune.md go to DIR (default tune-out).";
+
+/// The `tune` subcommand's part of [`USAGE`], printed with its errors.
+pub const TUNE_USAGE: &str =
+    "usage: oxccl-bench tune --column host|pcie|nvlink|net [--apply FILE] [--out DIR] -- [options]";
 
 /// Parses a byte count with an optional K/M/G/T suffix (binary units), without overflow.
 pub fn parse_size(s: &str) -> Result<usize, String> {
