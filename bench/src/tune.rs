@@ -105,6 +105,13 @@ fn variants() -> Vec<Variant> {
 /// Times (us) by operation and total message bytes, of one variant.
 type Times = BTreeMap<String, BTreeMap<u64, f64>>;
 
+/// The ranks the rows of a `--json` file ran with (the benchmark's default depends on the
+/// machine, so the tuner reads what was used).
+fn rows_ranks(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|row| field(row, "ranks").and_then(|r| r.parse().ok()))
+}
+
 /// The value of `key` in one row of the benchmark's own `--json` output (one object per line,
 /// flat, keys unique): the raw token, quotes removed from strings.
 fn field<'a>(row: &'a str, key: &str) -> Option<&'a str> {
@@ -344,14 +351,10 @@ fn run(args: &[String]) -> Result<(), String> {
     {
         return Err(format!("{bad} is the tuner's to set"));
     }
-    let ranks = bench
-        .windows(2)
-        .find(|w| w[0] == "-n" || w[0] == "--ranks")
-        .and_then(|w| w[1].parse::<u64>().ok())
-        .unwrap_or(2);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut runs: BTreeMap<&str, Times> = BTreeMap::new();
+    let mut ranks = None;
     for v in variants() {
         let json = out.join(format!("{}.json", v.name));
         let mut cmd = Command::new(&exe);
@@ -367,7 +370,9 @@ fn run(args: &[String]) -> Result<(), String> {
         let text =
             std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
         runs.insert(v.name, parse_rows(&text, v.name)?);
+        ranks = ranks.or(rows_ranks(&text));
     }
+    let ranks = ranks.ok_or("the benchmark wrote no rows")?;
     let derived = derive(&runs, column, ranks);
     let report = report(&derived, COLUMNS[column], ranks, &bench);
     print!("{report}");
@@ -449,6 +454,8 @@ mod tests {
         let bad = text.replace("\"wrong\":0,\"ranks\"", "\"wrong\":3,\"ranks\"");
         assert!(parse_rows(&bad, "v").unwrap_err().contains("3 wrong"));
         assert_eq!(field("{\"k\":\"v\",\"n\":7}", "n"), Some("7"));
+        assert_eq!(rows_ranks(text), Some(2));
+        assert_eq!(rows_ranks("[\n]\n"), None);
         assert_eq!(field("{\"k\":\"v\"}", "missing"), None);
     }
 
