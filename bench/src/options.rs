@@ -170,10 +170,12 @@ usage: oxccl-bench net-latency [ROUNDS]
   network alone, and plain loopback TCP; ROUNDS per probe (default 20000).
 
 usage: oxccl-bench tune --column host|pcie|nvlink|net [--apply FILE] [--out DIR] -- [options]
+       oxccl-bench tune --column ... --from DIR [--apply FILE]
   Measures the tuner's alternatives with the options above (protocols, algorithms, one-shot
   kernels, zero copy, each forced by its variable in a run of its own) and derives the settings
   of one topology column of the tuner's table (core/src/plan/heuristics.txt; --apply writes
-  them there). Raw rows and tune.md go to DIR (default tune-out).";
+  them there). Raw rows and tune.md go to DIR (default tune-out); --from derives from the rows
+  of an earlier run in DIR instead of measuring.";
 
 /// The `tune` subcommand's part of [`USAGE`], printed with its errors.
 pub const TUNE_USAGE: &str =

@@ -6,7 +6,8 @@
 //! caller's options, so every run reads its configuration afresh. A setting "X up to S" is the
 //! largest measured size up to which X is never more than [`TOLERANCE`] slower than the
 //! alternative; "X from S" the smallest size from which it never is. `--apply FILE` writes the
-//! derived values into the table; the measurements go to `--out`.
+//! derived values into the table; the measurements go to `--out`, and `--from DIR` derives from
+//! the measurements of an earlier run (made on a GPU machine, applied here).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -324,6 +325,7 @@ pub fn main(args: &[String]) -> i32 {
 
 fn run(args: &[String]) -> Result<(), String> {
     let (mut column, mut apply_to, mut out) = (None, None::<PathBuf>, PathBuf::from("tune-out"));
+    let mut from = None::<PathBuf>;
     let mut it = args.iter();
     let mut bench: Vec<String> = Vec::new();
     while let Some(a) = it.next() {
@@ -340,6 +342,7 @@ fn run(args: &[String]) -> Result<(), String> {
             }
             "--apply" => apply_to = Some(val()?.into()),
             "--out" => out = val()?.into(),
+            "--from" => from = Some(val()?.into()),
             "--" => bench.extend(it.by_ref().cloned()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -351,21 +354,27 @@ fn run(args: &[String]) -> Result<(), String> {
     {
         return Err(format!("{bad} is the tuner's to set"));
     }
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if from.is_some() && !bench.is_empty() {
+        return Err("--from derives from earlier measurements: no benchmark options".into());
+    }
+    let dir = from.clone().unwrap_or_else(|| out.clone());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut runs: BTreeMap<&str, Times> = BTreeMap::new();
     let mut ranks = None;
     for v in variants() {
-        let json = out.join(format!("{}.json", v.name));
-        let mut cmd = Command::new(&exe);
-        cmd.args(&bench)
-            .args(["--op", &v.ops.join(","), "--json"])
-            .arg(&json)
-            .envs(v.env.iter().copied());
-        eprintln!("tune: {} ({})", v.name, describe(&v.env));
-        let status = cmd.status().map_err(|e| format!("{}: {e}", v.name))?;
-        if !status.success() {
-            return Err(format!("{}: the benchmark exited with {status}", v.name));
+        let json = dir.join(format!("{}.json", v.name));
+        if from.is_none() {
+            let mut cmd = Command::new(&exe);
+            cmd.args(&bench)
+                .args(["--op", &v.ops.join(","), "--json"])
+                .arg(&json)
+                .envs(v.env.iter().copied());
+            eprintln!("tune: {} ({})", v.name, describe(&v.env));
+            let status = cmd.status().map_err(|e| format!("{}: {e}", v.name))?;
+            if !status.success() {
+                return Err(format!("{}: the benchmark exited with {status}", v.name));
+            }
         }
         let text =
             std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
@@ -376,7 +385,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let derived = derive(&runs, column, ranks);
     let report = report(&derived, COLUMNS[column], ranks, &bench);
     print!("{report}");
-    std::fs::write(out.join("tune.md"), &report).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("tune.md"), &report).map_err(|e| e.to_string())?;
     if let Some(path) = apply_to {
         write_table(&path, &derived)?;
     }

@@ -6,6 +6,9 @@
 #   safe                     safe-check on every GPU (matrix and misuse scenarios)
 #   suite                    tests/gpu/run.sh, QUICK
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
+#   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
+#                            column and the raw rows in tune/; here, `oxccl-bench tune --column
+#                            nvlink --from DIR --apply core/src/plan/heuristics.txt` writes it)
 #
 # OXCCL_COMMIT names the commit the build came from in the logs.
 set -u
@@ -34,6 +37,10 @@ for step in "$@"; do
       timeout $(( $(left) - 10 )) scripts/nccl-tests/run.sh --ours /tmp/oxccl-build/lib --out "$work/nt$n" \
         --ngpus "$n" --ops "$ops" --modes "$modes" --timeout 60 > "$work/nt$n-run.log" 2>&1
       echo "nccl-tests on $n GPUs rc=$?"; tail -3 "$work/nt$n-run.log" ;;
+    tune)
+      timeout $(( $(left) - 10 )) /tmp/oxccl-build/bin/oxccl-bench tune --column nvlink --out "$work/tune" \
+        -- --lib /tmp/oxccl-build/lib/libnccl.so.2 -b 8 -e 1G -f 4 -w 2 -i 10 -c 0 > "$work/tune.log" 2>&1
+      echo "tune rc=$?"; tail -12 "$work/tune.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done
