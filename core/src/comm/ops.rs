@@ -504,11 +504,11 @@ impl<B: Backend> Communicator<B> {
                 .tuner
                 .split_directions(block, self.topology(&c.transport))
         {
-            // Each buffer holds n blocks.
+            // Each buffer holds n blocks; in place, each receive waits for the sends before it.
             let span = block.saturating_mul(n);
-            if !byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter()) {
-                plan::split_directions(&mut work);
-            }
+            let overlap =
+                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
+            plan::split_directions(&mut work, overlap.then_some(inner.rank));
         }
         let zero_copy = steered.is_none()
             && c.one_process
@@ -654,10 +654,16 @@ impl<B: Backend> Communicator<B> {
             None => plan::P2pLl::default(),
         };
         let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
-        let split = inner
+        let split = if !inner
             .tuner
             .split_directions(largest, self.topology(&c.transport))
-            && !sends_overlap_receives(ops);
+        {
+            plan::Split::No
+        } else if sends_overlap_receives(ops) {
+            plan::Split::Ordered
+        } else {
+            plan::Split::Unordered
+        };
         let shape = plan::P2pShape {
             nchannels: choice.nchannels,
             chunk_elems: choice.chunk_elems,
@@ -778,8 +784,8 @@ impl<B: Backend> Deferred for PendingColl<B> {
     }
 }
 
-/// Whether a receive buffer of the group overlaps one of its send buffers: its sends and
-/// receives then stay in order (`plan::build_p2p`'s `split`), as an in-place exchange needs.
+/// Whether a receive buffer of the group overlaps one of its send buffers: its receives then
+/// stay behind the sends before them (`plan::Split::Ordered`), as an in-place exchange needs.
 fn sends_overlap_receives<B: Backend>(ops: &[PendingP2p<B>]) -> bool {
     byte_ranges_cross(ops.iter().map(|o| (o.buf, o.bytes, o.dir == P2pDir::Recv)))
 }

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::split::split_steps;
 use super::{Builder, ChannelWork, Ctx, Path, Region, Step, WorkDesc, chunks, split};
 
 /// Adds the n contributions of one chunk into `acc` strictly in rank order, `x0 ⊕ x1 ⊕ ...`, so
@@ -188,12 +189,13 @@ pub(crate) fn all_to_all(ctx: &Ctx, b: &mut Builder) {
 
 /// Runs each channel's sends and its receives in two channels on the channel's FIFO index
 /// (sends and local copies in one, receives in the other; every channel's send half first),
-/// so that a rank sends and receives at once instead of in turns. Only for plans whose every
-/// step sends, receives into a region no later step reads, or copies locally, as AlltoAll's;
-/// and only where no receive overwrites what a send still has to read (an in-place AlltoAll
-/// needs its turns), which the caller knows from the buffers. Changes nothing and returns false
-/// when some step does more.
-pub fn split_directions(work: &mut WorkDesc) -> bool {
+/// so that a rank sends and receives at once instead of in turns ([`super::split`]). Only for
+/// plans whose every step sends, receives into a region no later step reads, or copies locally,
+/// as AlltoAll's. `order`: this rank, when a receive may overwrite what an earlier send still
+/// reads (an in-place AlltoAll, which the caller knows from the buffers); its receives then
+/// stay behind the sends before them. Changes nothing and returns false when some step does
+/// more.
+pub fn split_directions(work: &mut WorkDesc, order: Option<u32>) -> bool {
     let simple = |s: &Step| {
         s.peer_src.is_none()
             && s.peer_dst.is_none()
@@ -207,17 +209,15 @@ pub fn split_directions(work: &mut WorkDesc) -> bool {
     {
         return false;
     }
-    let halves: Vec<(u32, Vec<Step>, Vec<Step>)> = std::mem::take(&mut work.channels)
+    let esize = work.dtype.size() as u64;
+    let (send_halves, recv_halves): (Vec<_>, Vec<_>) = std::mem::take(&mut work.channels)
         .into_iter()
         .enumerate()
         .map(|(c, ch)| {
-            let (recvs, sends) = ch.steps.into_iter().partition(|s| s.recv.is_some());
-            (c as u32, sends, recvs)
+            let c = c as u32;
+            let (sends, recvs) = split_steps(ch.steps, order.map(|rank| (rank, c)), esize);
+            ((c, sends), (c, recvs))
         })
-        .collect();
-    let (send_halves, recv_halves): (Vec<_>, Vec<_>) = halves
-        .into_iter()
-        .map(|(c, sends, recvs)| ((c, sends), (c, recvs)))
         .unzip();
     work.channels = send_halves
         .into_iter()

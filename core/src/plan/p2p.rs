@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::split::split_steps;
 use super::tags::{MAX_CHANNELS, p2p_chunk_tag};
 use super::{
     Algorithm, BufId, ChannelWork, CollKind, P2pDir, P2pOp, Protocol, Region, Step, WorkDesc,
@@ -20,6 +21,17 @@ use std::collections::HashMap;
 const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
 /// The same for LL messages: an LL channel moves little, but adds no latency.
 const P2P_LL_MIN_CHUNK_BYTES: u64 = 4 << 10;
+
+/// How a group lays out its sends and receives ([`build_p2p`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// One channel per FIFO index, sends and receives in turns.
+    No,
+    /// Sends and receives in channels of their own.
+    Unordered,
+    /// In channels of their own, each receive behind the sends before it (buffers overlap).
+    Ordered,
+}
 
 /// Which send/receive messages move as LL packets, and in chunks of what size; the same on
 /// both ends of every message.
@@ -111,19 +123,19 @@ pub struct P2pShape {
 ///
 /// With `split`, a FIFO channel's sends and its receives run in channels of their own (sends
 /// first, then receives, then messages to self), so a rank sends and receives at once, as
-/// NCCL's send and receive warps do; a receive may then overwrite a send's buffer before the
-/// send has read it, so the caller splits only groups whose send and receive buffers are
-/// disjoint. Without it, each FIFO channel is one channel that alternates its sends and
-/// receives (see the body), which keeps a group whose buffers overlap in order. Either way no
-/// group can deadlock, even with bounded device buffers and whatever each rank chose.
-/// Panics if the group has more operations than buffer ids exist (65532).
+/// NCCL's send and receive warps do. Without it, each FIFO channel is one channel that
+/// alternates its sends and receives (see the body). `Split::Ordered` keeps each receive behind
+/// the sends that precede it in that alternation ([`super::split`]), for a group whose receive
+/// buffers overlap its send buffers. Either way no group can deadlock, even with bounded device
+/// buffers and whatever each rank chose. Panics if the group has more operations than buffer
+/// ids exist (65532).
 pub fn build_p2p(
     rank: u32,
     nranks: u32,
     ops: &[P2pOp],
     dtype: DataType,
     shape: P2pShape,
-    split: bool,
+    split: Split,
 ) -> WorkDesc {
     let n = nranks.max(1);
     // FIFO channels: `nch` logical channels times one per rank distance d = (to - from) mod n.
@@ -209,10 +221,10 @@ pub fn build_p2p(
         }
     }
     items.sort_by_key(|it| it.0); // stable: keeps each side's order
-    let channels = if split {
-        split_channels(&items, fifos)
-    } else {
-        alternating_channels(&items)
+    let channels = match split {
+        Split::No => alternating_channels(&items),
+        Split::Unordered => split_channels(&items, fifos, None, dsize),
+        Split::Ordered => split_channels(&items, fifos, Some(rank), dsize),
     };
     WorkDesc {
         kind: CollKind::SendRecv,
@@ -236,43 +248,53 @@ fn alternating_channels(items: &[(usize, bool, Step)]) -> Vec<ChannelWork> {
     let used = items.last().map_or(0, |it| it.0 + 1);
     let mut channels = vec![ChannelWork::default(); used];
     for group in items.chunk_by(|a, b| a.0 == b.0) {
-        let mut s = group.iter().filter(|it| !it.1).map(|it| it.2);
-        let mut r = group.iter().filter(|it| it.1).map(|it| it.2);
-        let steps = &mut channels[group[0].0].steps;
-        steps.reserve_exact(group.len());
-        loop {
-            match (s.next(), r.next()) {
-                (None, None) => break,
-                (a, b) => steps.extend(a.into_iter().chain(b)),
-            }
-        }
+        channels[group[0].0].steps = alternate(group);
     }
     channels
+}
+
+/// One channel's items (same index) as its steps: a send, a receive, a send, ...
+fn alternate(group: &[(usize, bool, Step)]) -> Vec<Step> {
+    let mut s = group.iter().filter(|it| !it.1).map(|it| it.2);
+    let mut r = group.iter().filter(|it| it.1).map(|it| it.2);
+    let mut steps = Vec::with_capacity(group.len());
+    loop {
+        match (s.next(), r.next()) {
+            (None, None) => break,
+            (a, b) => steps.extend(a.into_iter().chain(b)),
+        }
+    }
+    steps
 }
 
 /// The channels of `items` (sorted by index) whose index is below `fifos` split in two, each
 /// naming its FIFO index: every FIFO channel's sends, then every FIFO channel's receives, then
 /// the messages to self (indices from `fifos`, one channel each, send before receive). A send
-/// channel waits only for its receiver's receive channel, which waits for nothing but data, so
-/// no wait cycle can form; channels with nothing to do are left out.
-fn split_channels(items: &[(usize, bool, Step)], fifos: usize) -> Vec<ChannelWork> {
+/// channel waits only for its receiver's receive channel, which waits for nothing but data (and,
+/// `order` = `Some(rank)`, for tokens from this rank's own send channel, sent without waiting),
+/// so no wait cycle can form; channels with nothing to do are left out.
+fn split_channels(
+    items: &[(usize, bool, Step)],
+    fifos: usize,
+    order: Option<u32>,
+    esize: u64,
+) -> Vec<ChannelWork> {
     let (peers, selves) = items.split_at(items.partition_point(|it| it.0 < fifos));
-    let mut channels = Vec::new();
-    for receives in [false, true] {
-        for group in peers.chunk_by(|a, b| a.0 == b.0) {
-            let steps: Vec<Step> = group
-                .iter()
-                .filter(|it| it.1 == receives)
-                .map(|it| it.2)
-                .collect();
+    let mut halves = [Vec::new(), Vec::new()];
+    for group in peers.chunk_by(|a, b| a.0 == b.0) {
+        let f = group[0].0 as u32;
+        let (sends, recvs) = split_steps(alternate(group), order.map(|rank| (rank, f)), esize);
+        for (half, steps) in halves.iter_mut().zip([sends, recvs]) {
             if !steps.is_empty() {
-                channels.push(ChannelWork {
+                half.push(ChannelWork {
                     steps,
-                    fifo: Some(group[0].0 as u32),
+                    fifo: Some(f),
                 });
             }
         }
     }
+    let [mut channels, recv_channels] = halves;
+    channels.extend(recv_channels);
     for group in selves.chunk_by(|a, b| a.0 == b.0) {
         let mut steps: Vec<Step> = group.iter().filter(|it| !it.1).map(|it| it.2).collect();
         steps.extend(group.iter().filter(|it| it.1).map(|it| it.2));

@@ -40,7 +40,7 @@
 
 #![forbid(unsafe_code)]
 
-use super::{BufId, Path, Region, Step, TABLE_BYTES, WorkDesc};
+use super::{BufId, ChannelWork, Path, Region, Step, TABLE_BYTES, WorkDesc};
 use crate::datatype::{DataType, ReduceOp, Scalar, ScalarSource};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -135,10 +135,18 @@ fn intersects(a: &[std::ops::Range<usize>], b: &[std::ops::Range<usize>]) -> Opt
 
 /// Checks every step on its own, then that no two channels use a rank's memory while one of
 /// them writes it, counting direct accesses (`peer_src`, `peer_dst`) to other ranks' memory as
-/// accesses by the accessing lane's channel index.
+/// accesses by the accessing lane's channel index. The halves of a split channel (one FIFO
+/// index) count as one channel: whether one may overtake the other is for the run to show.
 fn check_static(descs: &[WorkDesc], mems: &[RankMem]) -> Result<(), String> {
     let nranks = descs.len();
-    let nch = descs.iter().map(|d| d.channels.len()).max().unwrap_or(0);
+    // Channel ids: a FIFO index where the plan names one, else past every FIFO index.
+    let fifos = descs
+        .iter()
+        .flat_map(|d| d.channels.iter().filter_map(|c| c.fifo))
+        .max()
+        .map_or(0, |f| f as usize + 1);
+    let id = |ch: &ChannelWork, c: usize| ch.fifo.map_or(fifos + c, |f| f as usize);
+    let nch = fifos + descs.iter().map(|d| d.channels.len()).max().unwrap_or(0);
     // Per accessed rank, per channel index: byte ranges written, and ranges used at all.
     let mut writes = vec![vec![Vec::new(); nch]; nranks];
     let mut touches = vec![vec![Vec::new(); nch]; nranks];
@@ -237,11 +245,11 @@ fn check_static(descs: &[WorkDesc], mems: &[RankMem]) -> Result<(), String> {
                     }
                 }
                 for (k, b) in ins {
-                    touches[k][c].push(b);
+                    touches[k][id(ch, c)].push(b);
                 }
                 for (k, b) in outs {
-                    touches[k][c].push(b.clone());
-                    writes[k][c].push(b);
+                    touches[k][id(ch, c)].push(b.clone());
+                    writes[k][id(ch, c)].push(b);
                 }
             }
         }

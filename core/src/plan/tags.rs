@@ -41,6 +41,13 @@ pub fn p2p_chunk_tag(peer_seq: u64, channel: u32) -> u64 {
     p2p_tag(peer_seq) | (u64::from(channel) & CHANNEL_MASK)
 }
 
+/// Tag of the order tokens of FIFO channel `fifo` (messages to self that keep a split
+/// channel's receives behind its sends, [`super::split`]): a point-to-point tag with every
+/// sequence bit set, which no pair reaches in practice (2^55 messages).
+pub fn order_token_tag(fifo: u32) -> u64 {
+    p2p_chunk_tag(SEQ_MASK, fifo)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,11 +56,15 @@ mod tests {
     #[test]
     fn tags_never_collide() {
         let mut seen = HashSet::new();
-        for seq in [0u64, 1, 2, 255, 256, 1 << 40, SEQ_MASK] {
+        // Every sequence number but the last, which the order tokens take.
+        for seq in [0u64, 1, 2, 255, 256, 1 << 40, SEQ_MASK - 1] {
             for ch in 0..MAX_CHANNELS {
                 assert!(seen.insert(coll_tag(seq, ch)));
                 assert!(seen.insert(p2p_chunk_tag(seq, ch)));
             }
+        }
+        for ch in 0..MAX_CHANNELS {
+            assert!(seen.insert(order_token_tag(ch)));
         }
         assert_eq!(p2p_tag(5), p2p_chunk_tag(5, 0));
         assert_eq!(coll_tag(3, 1) & P2P_BIT, 0);

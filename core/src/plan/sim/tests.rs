@@ -11,7 +11,7 @@ use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
     Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, HostLayout, P2pDir,
-    P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Step, Tuner, WorkDesc, algorithms_for,
+    P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Split, Step, Tuner, WorkDesc, algorithms_for,
     build_coll, build_p2p, coll_tag, split_directions, tuner::Topology, zero_copy,
 };
 use std::collections::HashMap;
@@ -959,10 +959,17 @@ fn msg_val(m: usize, from: u32, j: u64) -> u64 {
     u64::from(from) * 1_000_003 + m as u64 * 100_019 + j
 }
 
-/// Runs the group with every rank's sends and receives in alternating channels, in split ones,
-/// and half the ranks each way (each rank chooses for itself).
+/// Runs the group with every rank's sends and receives in alternating channels, in split ones
+/// (unordered, and ordered with tokens), and the ranks mixing the three (each rank chooses for
+/// itself).
 fn run_p2p(n: u32, msgs: &[Msg], nch: u32, chunk: u64, dtype: DataType, seed: u64) {
-    for split in [|_| false, |_| true, |r: u32| r.is_multiple_of(2)] {
+    let ways: [fn(u32) -> Split; 4] = [
+        |_| Split::No,
+        |_| Split::Unordered,
+        |_| Split::Ordered,
+        |r| [Split::No, Split::Unordered, Split::Ordered][r as usize % 3],
+    ];
+    for split in ways {
         run_p2p_split(n, msgs, nch, chunk, dtype, seed, split);
     }
 }
@@ -974,7 +981,7 @@ fn run_p2p_split(
     chunk: u64,
     dtype: DataType,
     seed: u64,
-    split: fn(u32) -> bool,
+    split: fn(u32) -> Split,
 ) {
     let es = dtype.size();
     // Per rank: (op, message index).
@@ -1047,15 +1054,25 @@ fn run_p2p_split(
         // One rank distance per channel: a channel sends to one peer and receives from one;
         // split, it only sends or only receives (or copies to self).
         for ch in &d.channels {
-            if split(r) {
+            if split(r) != Split::No {
                 let peer_sends = ch.steps.iter().any(|s| s.send.is_some_and(|p| p != r));
                 let peer_recvs = ch.steps.iter().any(|s| s.recv.is_some_and(|p| p != r));
                 assert!(!(peer_sends && peer_recvs), "rank {r}: {ch:?}");
             }
-            let to: std::collections::BTreeSet<u32> =
-                ch.steps.iter().filter_map(|s| s.send).collect();
-            let from: std::collections::BTreeSet<u32> =
-                ch.steps.iter().filter_map(|s| s.recv).collect();
+            // Order tokens go to this rank itself, beside a FIFO channel's messages.
+            let others = |p: &u32| *p != r || ch.fifo.is_none();
+            let to: std::collections::BTreeSet<u32> = ch
+                .steps
+                .iter()
+                .filter_map(|s| s.send)
+                .filter(others)
+                .collect();
+            let from: std::collections::BTreeSet<u32> = ch
+                .steps
+                .iter()
+                .filter_map(|s| s.recv)
+                .filter(others)
+                .collect();
             assert!(
                 to.len() <= 1 && from.len() <= 1,
                 "rank {r}: several peers in {ch:?}"
@@ -1093,7 +1110,7 @@ fn run_p2p_split(
         mems.push(RankMem { arena, bufs });
         wants.push(want);
     }
-    let splits: Vec<bool> = (0..n).map(split).collect();
+    let splits: Vec<Split> = (0..n).map(split).collect();
     let ctx = format!("n={n} nch={nch} chunk={chunk} {dtype:?} split={splits:?} msgs={msgs:?}");
     run(&descs, &mut mems, seed).unwrap_or_else(|e| panic!("{ctx}: {e}"));
     for r in 0..n as usize {
@@ -1280,7 +1297,7 @@ fn huge_chunks_do_not_overflow() {
         run_case(&c, 11).unwrap_or_else(|e| panic!("{c:?}: {e}"));
     }
     // An empty group has no channels at all (empty channels are dropped).
-    for split in [false, true] {
+    for split in [Split::No, Split::Unordered, Split::Ordered] {
         let shape = P2pShape {
             nchannels: 0,
             chunk_elems: u64::MAX,
@@ -1727,7 +1744,7 @@ fn all_to_all_split_directions() {
                     seed += 1;
                     let mut descs = base.clone();
                     for d in descs.iter_mut().step_by(every) {
-                        assert!(split_directions(d), "{c:?}");
+                        assert!(split_directions(d, None), "{c:?}");
                         for ch in &d.channels {
                             let sends = ch.steps.iter().any(|s| s.send.is_some());
                             let recvs = ch.steps.iter().any(|s| s.recv.is_some());
@@ -1747,6 +1764,47 @@ fn all_to_all_split_directions() {
     };
     let mut d = plans(&c).expect("ring plan").remove(1);
     let before = d.clone();
-    assert!(!split_directions(&mut d));
+    assert!(!split_directions(&mut d, None));
     assert_eq!(d, before);
+}
+
+/// In place, the split AlltoAll keeps each receive behind the sends before it (order tokens),
+/// on every rank or every other; without the tokens some interleaving overwrites a block before
+/// it is sent, which the simulation sees.
+#[test]
+fn in_place_all_to_all_split_keeps_receives_behind_sends() {
+    let mut seed = 900;
+    let mut unordered_failed = false;
+    for n in [2, 3, 4, 8] {
+        for count in [1, 7, 1000] {
+            for (nch, chunk) in [(1, 7), (2, 64), (3, 100_000)] {
+                let c = Case {
+                    n,
+                    count,
+                    nch,
+                    chunk,
+                    inplace: true,
+                    ..Case::new(CollKind::AllToAll, Algorithm::Direct)
+                };
+                let base = plans(&c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                for every in [1, 2] {
+                    seed += 1;
+                    let mut descs = base.clone();
+                    for (r, d) in descs.iter_mut().enumerate().step_by(every) {
+                        assert!(split_directions(d, Some(r as u32)), "{c:?}");
+                    }
+                    run_plans(&c, &descs, seed).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                }
+                let mut unordered = base.clone();
+                for d in &mut unordered {
+                    split_directions(d, None);
+                }
+                unordered_failed |= (0..8).any(|k| run_plans(&c, &unordered, seed + k).is_err());
+            }
+        }
+    }
+    assert!(
+        unordered_failed,
+        "the simulation never caught an unordered in-place split"
+    );
 }
