@@ -372,9 +372,10 @@ if [ "$NGPU" -ge 2 ]; then
   run w2-initall-256threads OXCCL_BLOCK_THREADS=256 -- --mode initall --ranks 2 $SMALL $BIG
   run w2-procs-256threads   OXCCL_BLOCK_THREADS=256 -- --mode procs --ranks 2 $SMALL $BIG1
   # Send/receive groups and AlltoAll from 64 MiB per message run their sends and receives in
-  # blocks of their own (split_directions_min): one case each, out of place.
+  # blocks of their own (split_directions_min): out of place, and AlltoAll in place (order
+  # tokens).
   run p2-initall-split-64M -- --mode initall --ranks 2 --counts none --p2p-counts none \
-    --big-count 16777216 --big-types f32 --big-ops alltoall,sendrecv
+    --big-count 16777216 --big-types f32 --big-ops alltoall,sendrecv --in-place-alltoall
   if [ "${QUICK:-0}" != 1 ]; then
     run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
   fi

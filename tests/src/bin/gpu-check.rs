@@ -5,7 +5,8 @@
 //!           [--counts 0,1,7|none] [--types all|f32,bf16]
 //!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
 //!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
-//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--p2p-alltoall] [--list]
+//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--p2p-alltoall]
+//!           [--in-place-alltoall] [--list]
 //! gpu-check --mode procs --ranks N --dead-peer COUNT
 //! ```
 //! Every rank `r` runs on device `r % devices`. `initall` drives every rank from one thread
@@ -37,6 +38,9 @@
 //!   them, a group of `ncclSend` / `ncclRecv` to and from every rank, instead of through
 //!   `ncclAlltoAll`: send/receive plans give each rank distance a channel of its own, so this
 //!   reaches channels that ring shifts and collectives never use.
+//! - `--in-place-alltoall`: adds an in-place AlltoAll (send and receive buffer the same) of
+//!   `--big-count` elements per big type, which NCCL leaves undefined and oxccl keeps right
+//!   (from 64 MiB per peer its split receives wait for order tokens).
 //! - `--dead-peer COUNT` (procs): the last rank exits right after init without destroying its
 //!   communicator; every other rank runs an AllReduce of COUNT f32 elements, which must end
 //!   within 15 s with the communicator reporting the death as a remote error (one pass each).
@@ -87,6 +91,7 @@ struct Opts {
     hide_rank: Option<usize>,
     /// Out-of-place AlltoAll cases as grouped sends and receives.
     p2p_alltoall: bool,
+    in_place_alltoall: bool,
     /// Print the cases and exit (no GPU needed).
     list: bool,
     worker: Option<usize>,
@@ -189,6 +194,7 @@ fn opts() -> Opts {
         vmm: false,
         hide_rank: None,
         p2p_alltoall: false,
+        in_place_alltoall: false,
         list: false,
         worker: None,
         dead_peer: None,
@@ -217,6 +223,7 @@ fn opts() -> Opts {
             "--offsets" => (o.offsets, flag) = (true, true),
             "--vmm" => (o.vmm, flag) = (true, true),
             "--p2p-alltoall" => (o.p2p_alltoall, flag) = (true, true),
+            "--in-place-alltoall" => (o.in_place_alltoall, flag) = (true, true),
             "--list" => (o.list, flag) = (true, true),
             other => panic!("unknown argument {other}"),
         }
@@ -240,6 +247,16 @@ fn cases(o: &Opts) -> Vec<Case> {
                     _ => true,
                 }),
         );
+    }
+    if big && o.in_place_alltoall {
+        v.extend(o.big_types.iter().map(|&dtype| Case {
+            kind: CollKind::AllToAll,
+            dtype,
+            op: None,
+            count: o.big_count,
+            root: 0,
+            in_place: true,
+        }));
     }
     let ring_shift = |dtype, count| Case {
         kind: CollKind::SendRecv,
@@ -443,6 +460,10 @@ fn prepare<B: CheckDevice>(
                 (drecv + (off * es) as u64, drecv)
             }
             CollKind::ReduceScatter => (dsend, dsend + (rank * c * es) as u64),
+            CollKind::AllToAll => {
+                seg = Some((0, n * c));
+                (drecv, drecv)
+            }
             CollKind::Scatter if rank == case.root => (dsend, dsend + (case.root * c * es) as u64),
             _ => (dsend, drecv),
         }
