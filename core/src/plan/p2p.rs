@@ -270,9 +270,11 @@ fn alternate(group: &[(usize, bool, Step)]) -> Vec<Step> {
 /// The channels of `items` (sorted by index) whose index is below `fifos` split in two, each
 /// naming its FIFO index: every FIFO channel's sends, then every FIFO channel's receives, then
 /// the messages to self (indices from `fifos`, one channel each, send before receive). A send
-/// channel waits only for its receiver's receive channel, which waits for nothing but data (and,
-/// `order` = `Some(rank)`, for tokens from this rank's own send channel, sent without waiting),
-/// so no wait cycle can form; channels with nothing to do are left out.
+/// channel waits only for its receiver's receive channel, which waits for nothing but data, so
+/// no wait cycle can form. With `order` = `Some(rank)` a receive channel also waits for its own
+/// rank's send channel (order tokens); a send channel blocked on a full FIFO then waits for a
+/// receiver that is further back in the same alternation, so the waits still end (the
+/// simulation runs every pattern with bounded FIFOs). Channels with nothing to do are left out.
 fn split_channels(
     items: &[(usize, bool, Step)],
     fifos: usize,
