@@ -189,7 +189,7 @@ pub(crate) fn all_to_all(ctx: &Ctx, b: &mut Builder) {
 
 /// Runs each channel's sends and its receives in two channels on the channel's FIFO index
 /// (sends and local copies in one, receives in the other; every channel's send half first),
-/// so that a rank sends and receives at once instead of in turns ([`super::split`]). Only for
+/// so that a rank sends and receives at once instead of in turns (`plan::split`). Only for
 /// plans whose every step sends, receives into a region no later step reads, or copies locally,
 /// as AlltoAll's. `order`: this rank, when a receive may overwrite what an earlier send still
 /// reads (an in-place AlltoAll, which the caller knows from the buffers); its receives then

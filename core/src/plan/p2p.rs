@@ -125,7 +125,7 @@ pub struct P2pShape {
 /// first, then receives, then messages to self), so a rank sends and receives at once, as
 /// NCCL's send and receive warps do. Without it, each FIFO channel is one channel that
 /// alternates its sends and receives (see the body). `Split::Ordered` keeps each receive behind
-/// the sends that precede it in that alternation ([`super::split`]), for a group whose receive
+/// the sends that precede it in that alternation (`plan::split`), for a group whose receive
 /// buffers overlap its send buffers. Either way no group can deadlock, even with bounded device
 /// buffers and whatever each rank chose. Panics if the group has more operations than buffer
 /// ids exist (65532).

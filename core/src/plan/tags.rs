@@ -42,7 +42,7 @@ pub fn p2p_chunk_tag(peer_seq: u64, channel: u32) -> u64 {
 }
 
 /// Tag of the order tokens of FIFO channel `fifo` (messages to self that keep a split
-/// channel's receives behind its sends, [`super::split`]): a point-to-point tag with every
+/// channel's receives behind its sends, `plan::split`): a point-to-point tag with every
 /// sequence bit set, which no pair reaches in practice (2^55 messages).
 pub fn order_token_tag(fifo: u32) -> u64 {
     p2p_chunk_tag(SEQ_MASK, fifo)
