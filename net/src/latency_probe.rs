@@ -72,16 +72,18 @@ fn times_line(what: &str, t: &[f64]) -> String {
     )
 }
 
-/// Sorted times (us, first tenth dropped) of 8-byte messages through two proxies and the socket
-/// network, with CPU threads playing the kernels: a ping-pong's round trips, or (`exchange`)
-/// rounds in which both sides send and then wait for the other's message, as two ranks of a
-/// direct AllReduce do. `duplex`: both directions share one control socket
-/// ([`Net::pair`](super::Net::pair)).
-fn through_proxies(duplex: bool, exchange: bool, iters: u64) -> Vec<f64> {
-    let layout = FifoLayout {
-        nslots: 8,
-        slot_bytes: 256 << 10,
-    };
+/// Two socket networks on loopback (ranks 0 and 1) joined both ways, each side's two
+/// connections paired ([`Net::pair`](super::Net::pair); `duplex`: on one control socket).
+struct Joined {
+    n0: std::sync::Arc<dyn crate::Net>,
+    n1: std::sync::Arc<dyn crate::Net>,
+    s01: crate::SendComm,
+    r01: crate::RecvComm,
+    s10: crate::SendComm,
+    r10: crate::RecvComm,
+}
+
+fn joined(duplex: bool) -> Joined {
     let config = SocketConfig {
         duplex,
         // The environment's other settings.
@@ -92,6 +94,34 @@ fn through_proxies(duplex: bool, exchange: bool, iters: u64) -> Vec<f64> {
     let (mut s10, mut r10) = link(&n1, &n0);
     n0.pair(1, &mut s01, &mut r10).unwrap();
     n1.pair(0, &mut s10, &mut r01).unwrap();
+    Joined {
+        n0,
+        n1,
+        s01,
+        r01,
+        s10,
+        r10,
+    }
+}
+
+/// Sorted times (us, first tenth dropped) of 8-byte messages through two proxies and the socket
+/// network, with CPU threads playing the kernels: a ping-pong's round trips, or (`exchange`)
+/// rounds in which both sides send and then wait for the other's message, as two ranks of a
+/// direct AllReduce do. `duplex`: both directions share one control socket
+/// ([`Net::pair`](super::Net::pair)).
+fn through_proxies(duplex: bool, exchange: bool, iters: u64) -> Vec<f64> {
+    let layout = FifoLayout {
+        nslots: 8,
+        slot_bytes: 256 << 10,
+    };
+    let Joined {
+        n0,
+        n1,
+        s01,
+        r01,
+        s10,
+        r10,
+    } = joined(duplex);
     let mems: Vec<Mem> = (0..4).map(|_| Mem::new(layout.bytes() as usize)).collect();
     let fifo = |i: usize| HostFifo::in_host(mems[i].ptr, layout);
     let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
@@ -207,15 +237,14 @@ fn plain_tcp_rounds(
 /// The socket network alone, without proxies: one thread per side posts a receive, sends 8
 /// bytes and polls both requests with `test`, as a proxy would, in a ping-pong; its result line.
 fn socket_net_one_way(duplex: bool, iters: usize) -> String {
-    let config = SocketConfig {
-        duplex,
-        ..SocketConfig::from_env()
-    };
-    let (n0, n1) = (socket_net(0, config), socket_net(1, config));
-    let (mut s01, mut r01) = link(&n0, &n1);
-    let (mut s10, mut r10) = link(&n1, &n0);
-    n0.pair(1, &mut s01, &mut r10).unwrap();
-    n1.pair(0, &mut s10, &mut r01).unwrap();
+    let Joined {
+        n0,
+        n1,
+        s01,
+        r01,
+        s10,
+        r10,
+    } = joined(duplex);
     let play = |net: std::sync::Arc<dyn crate::Net>,
                 mut s: crate::SendComm,
                 mut r: crate::RecvComm,
