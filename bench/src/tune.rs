@@ -2,7 +2,7 @@
 //! settings of one topology column of the tuner's table (`core/src/plan/heuristics.txt`).
 //!
 //! Each alternative is forced through the variable a user would set (`NCCL_PROTO`,
-//! `NCCL_ALGO`, `OXCCL_ONE_SHOT`, `OXCCL_ZERO_COPY`) in a child run of this benchmark with the
+//! `NCCL_ALGO`, `NCCL_P2P_LL_THRESHOLD`, `OXCCL_ONE_SHOT`, `OXCCL_ZERO_COPY`) in a child run of this benchmark with the
 //! caller's options, so every run reads its configuration afresh. A setting "X up to S" is the
 //! largest measured size up to which X is never more than [`TOLERANCE`] slower than the
 //! alternative; "X from S" the smallest size from which it never is. `--apply FILE` writes the
@@ -73,6 +73,14 @@ fn variants() -> Vec<Variant> {
             name,
             env: plain(("NCCL_PROTO", p)),
             ops: &["allreduce"],
+        });
+    }
+    // Send/receive in LL at every size against Simple at every size.
+    for (name, threshold) in [("p2p-LL", "18446744073709551615"), ("p2p-Simple", "0")] {
+        v.push(Variant {
+            name,
+            env: plain(("NCCL_P2P_LL_THRESHOLD", threshold)),
+            ops: &["sendrecv"],
         });
     }
     for (name, a) in [
@@ -231,6 +239,14 @@ fn derive(runs: &BTreeMap<&str, Times>, column: usize, ranks: u64) -> Vec<Derive
             index: column,
             value: v,
             why: "AllReduce: LL against the better of LL128 and Simple".into(),
+        });
+    }
+    if let (Some(ll), Some(simple)) = (get("p2p-LL", "sendrecv"), get("p2p-Simple", "sendrecv")) {
+        out.push(Derived {
+            setting: "p2p_ll_max",
+            index: column,
+            value: wins_up_to(ll, simple),
+            why: "SendRecv: LL against Simple".into(),
         });
     }
     if let (Some(direct), Some(ring)) = (
@@ -492,6 +508,9 @@ mod tests {
         runs.insert("proto-LL128", ar(&[(8, 2.0), (1 << 20, 8.0)]));
         runs.insert("proto-Simple", ar(&[(8, 3.0), (1 << 20, 7.0)]));
         runs.insert("zc-on", ar(&[(8, 9.0), (1 << 20, 1.0)]));
+        let sr = |pts: &[(u64, f64)]| Times::from([("sendrecv".to_string(), series(pts))]);
+        runs.insert("p2p-LL", sr(&[(8, 1.0), (16 << 10, 2.0), (64 << 10, 9.0)]));
+        runs.insert("p2p-Simple", sr(&[(8, 3.0), (16 << 10, 3.0), (64 << 10, 5.0)]));
         runs.insert("zc-off", ar(&[(8, 1.0), (1 << 20, 2.0)]));
         let nvlink = COLUMNS.iter().position(|&c| c == "nvlink").unwrap();
         let d = derive(&runs, nvlink, 2);
@@ -512,7 +531,8 @@ mod tests {
         };
         assert_eq!(row(&new, "ll_max")[nvlink + 1], "8");
         assert_eq!(row(&new, "zero_copy_min_nvlink")[1], "1M");
-        for name in ["ll_max", "zero_copy_min_nvlink", "chunk_gpu"] {
+        assert_eq!(row(&new, "p2p_ll_max")[nvlink + 1], "16K");
+        for name in ["ll_max", "p2p_ll_max", "zero_copy_min_nvlink", "chunk_gpu"] {
             assert_eq!(row(&new, name).len(), row(table, name).len(), "{name}");
         }
         // Every other line is unchanged.
@@ -521,7 +541,7 @@ mod tests {
             .zip(new.lines())
             .filter(|(a, b)| a != b)
             .count();
-        assert_eq!(changed, 2);
+        assert_eq!(changed, 3);
         assert!(
             apply(
                 table,

@@ -79,6 +79,7 @@ vars! {
     // Tuning.
     NCCL_ALGO: Option<String> = None, Comm, "algorithms allowed (ring, tree, direct; ^ excludes; per operation with op:list;...)";
     NCCL_PROTO: Option<String> = None, Comm, "protocols allowed (LL, LL128, Simple; ^ excludes)";
+    NCCL_P2P_LL_THRESHOLD: Option<u64> = None, Comm, "send/receive messages up to this many bytes move as LL packets (unset: by topology)";
     OXCCL_NCHANNELS: Option<u64> = None, Comm, "channel count for every plan (positive; at most 32 are used)",
         valid(positive, "a positive integer");
     OXCCL_CHUNK_BYTES: Option<u64> = None, Comm, "chunk size for every plan (positive)",

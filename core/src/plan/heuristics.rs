@@ -31,6 +31,8 @@ pub(crate) struct Heuristics {
     pub tree_min_ranks: [u32; 4],
     /// LL up to this size.
     pub ll_max: [u64; 4],
+    /// Send/receive messages to other ranks move as LL packets up to this size.
+    pub p2p_ll_max: [u64; 4],
     /// LL128 up to this size, Simple above.
     pub ll128_max: u64,
     /// Chunk bytes on the host backend.
@@ -118,6 +120,7 @@ impl Heuristics {
             tree_max: get("tree_max").and_then(|(n, v)| one(n, v))?,
             tree_min_ranks: get("tree_min_ranks").and_then(|(n, v)| counts(n, v))?,
             ll_max: get("ll_max").and_then(|(n, v)| fixed(n, v))?,
+            p2p_ll_max: get("p2p_ll_max").and_then(|(n, v)| fixed(n, v))?,
             ll128_max: get("ll128_max").and_then(|(n, v)| one(n, v))?,
             chunk_host: get("chunk_host").and_then(|(n, v)| fixed(n, v))?,
             chunk_gpu: get("chunk_gpu").and_then(|(n, v)| fixed(n, v))?,
@@ -154,6 +157,7 @@ mod tests {
             [64 * KIB, 64 * KIB, 4 * MIB, 8 * MIB]
         );
         assert_eq!(h.ll_max, [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB]);
+        assert_eq!(h.p2p_ll_max, [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB]);
         assert_eq!(h.chunk_gpu, [128 * KIB, 512 * KIB, MIB]);
         assert_eq!(h.max_channels, [2, 4, 32, 8]);
         assert_eq!(h.zero_copy_min_nvlink[0], 32 * MIB);

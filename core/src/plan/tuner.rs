@@ -91,6 +91,8 @@ fn scale_to_link(measured: u64, link: NetLink) -> u64 {
 struct Crossovers {
     /// LL up to this size.
     ll_max: u64,
+    /// Send/receive messages as LL packets up to this size.
+    p2p_ll_max: u64,
     /// With two ranks, Direct up to this size.
     direct_max_two_ranks: u64,
     /// A channel for every this many bytes (LL128, Simple).
@@ -105,6 +107,7 @@ impl Crossovers {
         let h = &HEURISTICS;
         Crossovers {
             ll_max: h.ll_max[ti],
+            p2p_ll_max: h.p2p_ll_max[ti],
             direct_max_two_ranks: h.direct_max_two_ranks[ti],
             bytes_per_channel: h.bytes_per_channel[ti],
             ll_bytes_per_channel: h.ll_bytes_per_channel[ti],
@@ -126,6 +129,7 @@ impl Crossovers {
     fn on_link(self, link: NetLink) -> Crossovers {
         Crossovers {
             ll_max: scale_to_link(self.ll_max, link),
+            p2p_ll_max: scale_to_link(self.p2p_ll_max, link),
             direct_max_two_ranks: scale_to_link(self.direct_max_two_ranks, link),
             ..self
         }
@@ -343,6 +347,8 @@ pub struct Tuner {
     protos: [Option<u8>; 10],
     /// Forced channel count.
     nchannels: Option<u32>,
+    /// `NCCL_P2P_LL_THRESHOLD`: send/receive LL up to this size on every topology.
+    p2p_ll_threshold: Option<u64>,
     /// Forced chunk size in bytes.
     chunk_bytes: Option<u64>,
     /// `OXCCL_ZERO_COPY`: `Some(false)` never, `Some(true)` at every size; `None`: the table.
@@ -385,6 +391,7 @@ impl Tuner {
             n.min(u64::from(MAX_CHANNELS)) as u32
         });
         t.chunk_bytes = env.get(&vars::OXCCL_CHUNK_BYTES);
+        t.p2p_ll_threshold = env.get(&vars::NCCL_P2P_LL_THRESHOLD);
         t.zero_copy = env.get(&vars::OXCCL_ZERO_COPY);
         t.one_shot = env.get(&vars::OXCCL_ONE_SHOT);
         t
@@ -452,13 +459,16 @@ impl Tuner {
         }
     }
 
-    /// Largest send/receive message on `topo` that moves as LL packets: the collectives' LL
-    /// range (NCCL's NCCL_P2P_LL_THRESHOLD is 16 KiB, its LL128 covers the rest), or 0 when
-    /// `NCCL_PROTO` excludes LL for send/receive. Both ends of a message must see the same value.
+    /// Largest send/receive message on `topo` that moves as LL packets: `NCCL_P2P_LL_THRESHOLD`
+    /// if set, else the table's `p2p_ll_max` (moved with the link across hosts as `ll_max` is);
+    /// 0 when `NCCL_PROTO` excludes LL for send/receive. Both ends of a message must see the
+    /// same value.
     pub fn p2p_ll_max(&self, topo: Topology) -> u64 {
         match self.protos[kind_index(CollKind::SendRecv)] {
             Some(mask) if mask & proto_bit(Protocol::Ll) == 0 => 0,
-            _ => crossovers(topo).ll_max,
+            _ => self
+                .p2p_ll_threshold
+                .unwrap_or_else(|| crossovers(topo).p2p_ll_max),
         }
     }
 
@@ -1071,6 +1081,14 @@ mod tests {
         );
         assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(nvlink), 0);
         assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host), 64 * KIB);
+        // NCCL's own threshold variable sets it on every topology; NCCL_PROTO still excludes.
+        let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "16384")]);
+        assert_eq!(t.p2p_ll_max(nvlink), 16 * KIB);
+        assert_eq!(t.p2p_ll_max(Topology::Host), 16 * KIB);
+        let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "0")]);
+        assert_eq!(t.p2p_ll_max(nvlink), 0);
+        let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "1073741824"), ("NCCL_PROTO", "^LL")]);
+        assert_eq!(t.p2p_ll_max(nvlink), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
         assert_eq!(c.proto, Protocol::Simple);
