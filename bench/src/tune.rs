@@ -510,7 +510,10 @@ mod tests {
         runs.insert("zc-on", ar(&[(8, 9.0), (1 << 20, 1.0)]));
         let sr = |pts: &[(u64, f64)]| Times::from([("sendrecv".to_string(), series(pts))]);
         runs.insert("p2p-LL", sr(&[(8, 1.0), (16 << 10, 2.0), (64 << 10, 9.0)]));
-        runs.insert("p2p-Simple", sr(&[(8, 3.0), (16 << 10, 3.0), (64 << 10, 5.0)]));
+        runs.insert(
+            "p2p-Simple",
+            sr(&[(8, 3.0), (16 << 10, 3.0), (64 << 10, 5.0)]),
+        );
         runs.insert("zc-off", ar(&[(8, 1.0), (1 << 20, 2.0)]));
         let nvlink = COLUMNS.iter().position(|&c| c == "nvlink").unwrap();
         let d = derive(&runs, nvlink, 2);

@@ -1087,7 +1087,10 @@ mod tests {
         assert_eq!(t.p2p_ll_max(Topology::Host), 16 * KIB);
         let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "0")]);
         assert_eq!(t.p2p_ll_max(nvlink), 0);
-        let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "1073741824"), ("NCCL_PROTO", "^LL")]);
+        let t = tuner(&[
+            ("NCCL_P2P_LL_THRESHOLD", "1073741824"),
+            ("NCCL_PROTO", "^LL"),
+        ]);
         assert_eq!(t.p2p_ll_max(nvlink), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
