@@ -9,6 +9,9 @@
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
 #                            nvlink --from DIR --apply core/src/plan/heuristics.txt` writes it)
+#   chan:OP                  our library only, OP (e.g. sendrecv) 8 KiB-4 MiB with one thread per
+#                            GPU and in CUDA graphs, with OXCCL_NCHANNELS 4/8/16/32 and (sendrecv)
+#                            NCCL_P2P_LL_THRESHOLD 0: which channel count and protocol win where
 #
 # OXCCL_COMMIT names the commit the build came from in the logs.
 set -u
@@ -41,6 +44,23 @@ for step in "$@"; do
       timeout $(( $(left) - 10 )) /tmp/oxccl-build/bin/oxccl-bench tune --column nvlink --out "$work/tune" \
         -- --lib /tmp/oxccl-build/lib/libnccl.so.2 -b 8 -e 1G -f 4 -w 2 -i 10 -c 0 > "$work/tune.log" 2>&1
       echo "tune rc=$?"; tail -12 "$work/tune.log" ;;
+    chan:*)
+      op=${step#chan:}; mkdir -p "$work/chan" "$work/nt-bin"
+      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
+      ngpus=$(nvidia-smi -L | wc -l)
+      for mode in "-t $ngpus -g 1" "-t $ngpus -g 1 -G 10"; do
+        for th in "" 0; do
+          for ch in 4 8 16 32; do
+            [ "$(left)" -gt 15 ] || break
+            tag="$op-$(echo "$mode" | tr -d ' ')-ch$ch${th:+-ll$th}"
+            env LD_LIBRARY_PATH=/tmp/oxccl-build/lib OXCCL_NCHANNELS=$ch ${th:+NCCL_P2P_LL_THRESHOLD=$th} \
+              timeout 30 "$work/nt-bin/nccl-tests/${op}_perf" -b 8K -e 4M -f 2 $mode -c 0 -w 5 -n 50 \
+              > "$work/chan/$tag.log" 2>&1
+            echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/chan/$tag.log")"
+          done
+          [ "$op" = sendrecv ] || break
+        done
+      done ;;
     *) echo "unknown step $step" ;;
   esac
 done
