@@ -12,6 +12,9 @@
 #   chan:OP                  our library only, OP (e.g. sendrecv) 8 KiB-4 MiB with one thread per
 #                            GPU and in CUDA graphs, with OXCCL_NCHANNELS 4/8/16/32 and (sendrecv)
 #                            NCCL_P2P_LL_THRESHOLD 0: which channel count and protocol win where
+#   reg:OP                   our library and NVIDIA's, OP 64 KiB-4 MiB driven by one thread with
+#                            -R 0, 1 and 2 (plain, ncclCommRegister, symmetric windows): what
+#                            registration costs each
 #
 # OXCCL_COMMIT names the commit the build came from in the logs.
 set -u
@@ -59,6 +62,21 @@ for step in "$@"; do
             echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/chan/$tag.log")"
           done
           [ "$op" = sendrecv ] || break
+        done
+      done ;;
+    reg:*)
+      op=${step#reg:}; mkdir -p "$work/reg" "$work/nt-bin"
+      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
+      ngpus=$(nvidia-smi -L | wc -l)
+      nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+      for r in 0 1 2; do
+        for lib in ours nv; do
+          [ "$(left)" -gt 15 ] || break
+          [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+          tag="$op-R$r-$lib"
+          env LD_LIBRARY_PATH=$dir timeout 30 "$work/nt-bin/nccl-tests/${op}_perf" -b 64K -e 4M -f 2 \
+            -g "$ngpus" -R $r -c 0 -w 5 -n 50 > "$work/reg/$tag.log" 2>&1
+          echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/reg/$tag.log")"
         done
       done ;;
     *) echo "unknown step $step" ;;
