@@ -499,27 +499,31 @@ impl<B: Backend> Communicator<B> {
         };
         let mut work = plan::build_coll(&req)?;
         let block = a.count.saturating_mul(a.dtype.size() as u64);
-        if a.kind == CollKind::AllToAll
-            && inner
-                .tuner
-                .split_directions(block, self.topology(&c.transport))
-        {
-            // Each buffer holds n blocks; in place, each receive waits for the sends before it.
-            let span = block.saturating_mul(n);
-            let overlap =
-                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
-            plan::split_directions(&mut work, overlap.then_some(inner.rank));
-        }
+        let topo = self.topology(&c.transport);
         let zero_copy = steered.is_none()
             && c.one_process
             && inner.backend.zero_copy()
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
             // Peers' buffers are read directly: no pair may meet through host memory.
-            && !matches!(self.topology(&c.transport), Topology::MultiNode { .. })
-            && inner
-                .tuner
-                .zero_copy(a.kind, bytes, self.topology(&c.transport));
+            && !matches!(topo, Topology::MultiNode { .. })
+            && inner.tuner.zero_copy(a.kind, bytes, topo);
+        if !zero_copy
+            && matches!(
+                a.kind,
+                CollKind::Scatter | CollKind::Gather | CollKind::AllToAll
+            )
+            && inner.tuner.copies_apart(block, topo)
+        {
+            plan::local_copies_apart(&mut work);
+        }
+        if a.kind == CollKind::AllToAll && inner.tuner.split_directions(block, topo) {
+            // Each buffer holds n blocks; in place, each receive waits for the sends before it.
+            let span = block.saturating_mul(n);
+            let overlap =
+                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
+            plan::split_directions(&mut work, overlap.then_some(inner.rank));
+        }
         if zero_copy {
             work = plan::zero_copy::wrap(&req, work);
             let backend = &inner.backend;

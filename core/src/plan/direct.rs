@@ -231,6 +231,40 @@ pub fn split_directions(work: &mut WorkDesc, order: Option<u32>) -> bool {
     true
 }
 
+/// Moves every step that only copies locally (no send, no receive, nothing of a peer's) into
+/// channels of their own after all others, one per channel that had some, so the copies run
+/// beside the channels' sends and receives instead of between them. Only for plans whose local
+/// copies touch regions no other step of the rank reads or writes, as this rank's own block in
+/// Scatter, Gather and AlltoAll (in place too: that copy's source is its destination). Peers see
+/// the same messages on the same FIFO indices, so each rank may choose alone. Returns whether
+/// a copy moved; changes nothing when some channel already names its FIFO index.
+pub fn local_copies_apart(work: &mut WorkDesc) -> bool {
+    if work.channels.iter().any(|c| c.fifo.is_some()) {
+        return false;
+    }
+    let local = |s: &Step| {
+        s.send.is_none()
+            && s.recv.is_none()
+            && s.peer_src.is_none()
+            && s.peer_dst.is_none()
+            && !s.publish
+            && !s.learn
+            && s.path == Path::Always
+    };
+    let mut copies = Vec::new();
+    for ch in &mut work.channels {
+        if ch.steps.iter().any(local) {
+            let (moved, kept): (Vec<Step>, Vec<Step>) =
+                std::mem::take(&mut ch.steps).into_iter().partition(local);
+            ch.steps = kept;
+            copies.push(ChannelWork::new(moved));
+        }
+    }
+    let moved = !copies.is_empty();
+    work.channels.extend(copies);
+    moved
+}
+
 /// AlltoAll with per-peer counts and displacements. The receiver splits its block from a peer
 /// exactly as that peer splits the block it sends (same count, same channels, same chunk), so
 /// the j-th chunk of a pair's stream on a channel has the same length at both ends.

@@ -58,6 +58,10 @@ pub(crate) struct Heuristics {
     /// their own from this message size on (largest message of a group; AlltoAll's per-peer
     /// block), `u64::MAX`: never.
     pub split_directions_min: [u64; 4],
+    /// Scatter, Gather and AlltoAll run this rank's own block's copy in blocks of their own from
+    /// this per-peer block size on, beside the sends and receives instead of between them
+    /// (`u64::MAX`: never).
+    pub copies_apart_min: [u64; 4],
 }
 
 /// The table, parsed on first use.
@@ -132,6 +136,7 @@ impl Heuristics {
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,
+            copies_apart_min: get("copies_apart_min").and_then(|(n, v)| fixed(n, v))?,
         };
         match rows.keys().next() {
             Some(extra) => Err(format!("{extra} is not a setting")),

@@ -23,7 +23,7 @@ mod tree;
 pub mod tuner;
 pub mod zero_copy;
 
-pub use direct::split_directions;
+pub use direct::{local_copies_apart, split_directions};
 pub use hosts::HostLayout;
 
 /// A device (or host-backend) address, as plans and their backends pass it.

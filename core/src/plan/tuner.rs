@@ -478,6 +478,12 @@ impl Tuner {
         bytes >= HEURISTICS.split_directions_min[topo_index(topo)]
     }
 
+    /// Whether a Scatter, Gather or AlltoAll whose per-peer block is `bytes` copies this rank's
+    /// own block in channels of its own ([`super::local_copies_apart`]).
+    pub fn copies_apart(&self, bytes: u64, topo: Topology) -> bool {
+        bytes >= HEURISTICS.copies_apart_min[topo_index(topo)]
+    }
+
     /// Picks algorithm, protocol, channel count and chunk size for `kind` moving `bytes` (total
     /// message bytes per rank as nccl-tests counts them) over `nranks` ranks.
     pub fn choose(
@@ -604,6 +610,9 @@ mod tests {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         assert!(!t.split_directions(64 * MIB - 1, nvl));
         assert!(t.split_directions(64 * MIB, nvl));
+        assert!(!t.copies_apart(MIB - 1, nvl));
+        assert!(t.copies_apart(MIB, nvl));
+        assert!(!t.copies_apart(u64::MAX - 1, Topology::Host));
         for topo in [
             Topology::Host,
             Topology::SingleNodeGpu { nvlink: false },

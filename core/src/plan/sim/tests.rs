@@ -12,7 +12,8 @@ use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource
 use crate::plan::{
     Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, HostLayout, P2pDir,
     P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Split, Step, Tuner, WorkDesc, algorithms_for,
-    build_coll, build_p2p, coll_tag, split_directions, tuner::Topology, zero_copy,
+    build_coll, build_p2p, coll_tag, local_copies_apart, split_directions, tuner::Topology,
+    zero_copy,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -1720,6 +1721,73 @@ fn zero_copy_premulsum_per_rank_scalars() {
             "{kind:?}: per-rank scalars should break the zero-copy branch"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scatter, Gather and AlltoAll with this rank's own block copied in channels of its own.
+
+#[test]
+fn own_block_copies_apart() {
+    let mut seed = 1300;
+    for kind in [CollKind::Scatter, CollKind::Gather, CollKind::AllToAll] {
+        for n in RANKS {
+            for count in [0, 1, 7, 1000] {
+                for (nch, chunk) in [(1, 7), (2, 64), (3, 100_000)] {
+                    for inplace in [false, true] {
+                        for root in [0, n - 1] {
+                            let c = Case {
+                                n,
+                                count,
+                                nch,
+                                chunk,
+                                inplace,
+                                root,
+                                ..Case::new(kind, Algorithm::Direct)
+                            };
+                            let base = plans(&c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                            // Every rank, and every other rank (each rank chooses alone).
+                            for every in [1, 2] {
+                                seed += 1;
+                                let mut descs = base.clone();
+                                for (r, d) in descs.iter_mut().enumerate().step_by(every) {
+                                    let before = d.channels.len();
+                                    let copies = kind == CollKind::AllToAll || r as u32 == root;
+                                    let moved = local_copies_apart(d);
+                                    assert_eq!(moved, copies && count > 0, "{c:?} rank {r}");
+                                    for ch in &d.channels[before..] {
+                                        assert!(
+                                            ch.steps
+                                                .iter()
+                                                .all(|s| s.send.is_none() && s.recv.is_none()),
+                                            "{c:?}: {ch:?}"
+                                        );
+                                    }
+                                    // AlltoAll may split directions on top (in place: ordered).
+                                    if kind == CollKind::AllToAll && every == 1 {
+                                        let order = inplace.then_some(r as u32);
+                                        assert!(split_directions(d, order), "{c:?}");
+                                    }
+                                }
+                                run_plans(&c, &descs, seed)
+                                    .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // A plan whose channels already name their FIFO indices is left as it is.
+    let c = Case {
+        n: 3,
+        count: 100,
+        ..Case::new(CollKind::AllToAll, Algorithm::Direct)
+    };
+    let mut d = plans(&c).expect("alltoall plan").remove(1);
+    assert!(split_directions(&mut d, None));
+    let before = d.clone();
+    assert!(!local_copies_apart(&mut d));
+    assert_eq!(d, before);
 }
 
 // ---------------------------------------------------------------------------------------------
