@@ -375,7 +375,7 @@ if [ "$NGPU" -ge 2 ]; then
   # blocks of their own (split_directions_min): out of place, and AlltoAll in place (order
   # tokens).
   run p2-initall-split-64M -- --mode initall --ranks 2 --counts none --p2p-counts none \
-    --big-count 16777216 --big-types f32 --big-ops alltoall,sendrecv --in-place-alltoall
+    --big-count 16777216 --big-types f32 --big-ops alltoall,sendrecv,scatter,gather --in-place-alltoall
   if [ "${QUICK:-0}" != 1 ]; then
     run_limit 180 h2-initall-256M -- --mode initall --ranks 2 $HUGE
   fi
