@@ -1,7 +1,8 @@
 /*
- * nccl_device.h for oxccl's libnccl.so.2: NCCL's device API, for kernels that communicate by
- * themselves through symmetric windows (ncclCommWindowRegister) and a device communicator
- * (ncclDevCommCreate). Include this file; the nccl_device/ headers hold its parts:
+ * nccl_device.h for oxccl's libnccl.so.2 and librccl.so.1 (installed as rccl/nccl_device.h):
+ * NCCL's device API, for kernels that communicate by themselves through symmetric windows
+ * (ncclCommWindowRegister) and a device communicator (ncclDevCommCreate). Include this file;
+ * the nccl_device/ headers hold its parts:
  *
  *   core.h         the data types the library fills in: ncclDevComm, ncclWindow_vidmem, the
  *                  window table, resource handles, requirement lists
@@ -29,9 +30,23 @@
  *    not create multicast objects yet (ncclDevCommCreate refuses lsaMultimem).
  *  - Only the nccl::utility helpers the API needs; internal helper names differ.
  *  - ncclFindWindow returns NULL for an address in no window.
- *  - Host functions (ncclDevCommCreate, ncclTeamLsa(ncclComm_t), ...) are declared in nccl.h.
- *  - Device functions need nvcc (__CUDACC__); C and host-only C++ get the types, the team
- *    arithmetic and ncclSymPtr.
+ *  - Host functions (ncclDevCommCreate, ncclTeamLsa(ncclComm_t), ...) are declared in nccl.h
+ *    (rccl/rccl.h for RCCL).
+ *  - Device functions need nvcc (__CUDACC__) or hipcc for AMD GPUs (HIP_PLATFORM=amd); C and
+ *    host-only C++ get the types, the team arithmetic and ncclSymPtr.
+ *
+ * On AMD GPUs (the RCCL flavour; AMD's RCCL has no device functions of this API for them) the
+ * same kernels compile with hipcc, with these differences:
+ *  - The signatures keep cuda::memory_order and cuda::thread_scope: libhipcxx's where it is
+ *    installed, else two enums of those names declared here.
+ *  - A warp stays 32 threads (ncclCoopWarp, ncclCoopWarpSpan); a CDNA wavefront holds two.
+ *    Tiles may span the wavefront; lane masks are 64-bit (nccl::utility::LaneMask).
+ *  - ncclCoopWarpSpan syncs only as the whole block, and traps otherwise: AMD GPUs have no
+ *    named barriers.
+ *  - No multimem: requests for it take the unicast paths.
+ *  - Barrier words are system-scope atomics and LL slots volatile 8-byte halves; both need the
+ *    window memory to be coherent between GPUs while a kernel runs. Compiled only, never run
+ *    on an AMD GPU (docs/hip.md).
  */
 #ifndef OXCCL_NCCL_DEVICE_H
 #define OXCCL_NCCL_DEVICE_H

@@ -18,7 +18,7 @@
 #include "gin.h"
 #include "lsa_barrier.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 /* How far GIN traffic is fenced by a barrier; no effect without GIN. */
 enum class ncclGinFenceLevel { Relaxed };
 
@@ -32,11 +32,11 @@ struct ncclBarrierSession {
      have (gin.h): they trap. */
   NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagWorld, ncclGin gin, uint32_t index)
       : lsa_(coop, gin.comm, ncclTeamTagLsa(), index) {
-    __trap();
+    nccl::utility::trap();
   }
   NCCL_DEVICE_INLINE ncclBarrierSession(Coop coop, ncclTeamTagRail, ncclGin gin, uint32_t index)
       : lsa_(coop, gin.comm, ncclTeamTagLsa(), index) {
-    __trap();
+    nccl::utility::trap();
   }
 
   ncclBarrierSession(ncclBarrierSession const &) = delete;
@@ -50,6 +50,6 @@ struct ncclBarrierSession {
  private:
   ncclLsaBarrierSession<Coop> lsa_;
 };
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_BARRIER_H */

@@ -12,6 +12,11 @@
  *                     the hardware barrier they sync on
  *   ncclCoopCta       the whole (one-dimensional) thread block
  *
+ * On AMD GPUs (hipcc) a "warp" of these groups stays 32 threads, as kernels written for CUDA
+ * count them; the hardware's wavefront is 64 lanes on CDNA (two such warps) and 32 on RDNA.
+ * Tiles may be as wide as the wavefront, lane masks are 64-bit (nccl::utility::LaneMask), and a
+ * warp span syncs only as the whole block (AMD has no named barriers; see sync()).
+ *
  * Written for oxccl from the published NCCL 2.28.9 device-API facts (names, signatures, struct
  * layouts, the layout of state in the resource buffer); see nccl_device.h.
  */
@@ -20,42 +25,48 @@
 
 #include "utility.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 template <int nThreadsPow2>
 struct ncclCoopTile {
-  static_assert(nThreadsPow2 >= 1 && nThreadsPow2 <= 32 && nccl::utility::isPow2(nThreadsPow2),
-                "a tile is 1, 2, 4, 8, 16 or 32 lanes");
+  static_assert(nThreadsPow2 >= 1 && nThreadsPow2 <= nccl::utility::kMaxTileLanes &&
+                    nccl::utility::isPow2(nThreadsPow2),
+                "a tile is a power of two of lanes, at most a warp (CUDA) or wavefront (AMD)");
 
   NCCL_DEVICE_INLINE int thread_rank() const { return nccl::utility::lane() & (nThreadsPow2 - 1); }
   NCCL_DEVICE_INLINE constexpr int size() const { return nThreadsPow2; }
   NCCL_DEVICE_INLINE constexpr int num_threads() const { return nThreadsPow2; }
 
-  NCCL_DEVICE_INLINE uint32_t laneMask() const {
-    return (0xffffffffu >> (32 - nThreadsPow2)) << (nccl::utility::lane() & -nThreadsPow2);
+  NCCL_DEVICE_INLINE nccl::utility::LaneMask laneMask() const {
+    typedef nccl::utility::LaneMask Mask;
+    return (Mask(-1) >> (8 * sizeof(Mask) - nThreadsPow2)) << (nccl::utility::lane() & -nThreadsPow2);
   }
   NCCL_DEVICE_INLINE void sync() {
-    if (nThreadsPow2 > 1) __syncwarp(laneMask());
+    if (nThreadsPow2 > 1) nccl::utility::syncLanes(laneMask());
   }
 };
 
+/* NVIDIA's warp, 32 lanes, on every target: kernels count warps as 32 threads (threadIdx.x /
+ * 32, ncclCoopWarpSpan), so on AMD's wave64 it is half a wavefront, not the wavefront. */
 typedef ncclCoopTile<1> ncclCoopThread;
 typedef ncclCoopTile<32> ncclCoopWarp;
 
 struct ncclCoopLanes {
-  uint32_t lmask;
+  nccl::utility::LaneMask lmask;
 
-  NCCL_DEVICE_INLINE constexpr ncclCoopLanes(uint32_t lmask = 0xffffffffu) : lmask(lmask) {}
+  NCCL_DEVICE_INLINE constexpr ncclCoopLanes(nccl::utility::LaneMask lmask = nccl::utility::kAllLanes)
+      : lmask(lmask) {}
 
   NCCL_DEVICE_INLINE int thread_rank() const {
-    return __popc(lmask & nccl::utility::lanemask_lt());
+    return nccl::utility::popcount(lmask & nccl::utility::lanemask_lt());
   }
-  NCCL_DEVICE_INLINE int size() const { return __popc(lmask); }
-  NCCL_DEVICE_INLINE int num_threads() const { return __popc(lmask); }
-  NCCL_DEVICE_INLINE void sync() { __syncwarp(lmask); }
+  NCCL_DEVICE_INLINE int size() const { return nccl::utility::popcount(lmask); }
+  NCCL_DEVICE_INLINE int num_threads() const { return nccl::utility::popcount(lmask); }
+  NCCL_DEVICE_INLINE void sync() { nccl::utility::syncLanes(lmask); }
 };
 
 /* Two spans with the same id must not be in a collective call at the same time: they would
- * share a hardware barrier (1 + id; barrier 0 is __syncthreads's). */
+ * share a hardware barrier (1 + id; barrier 0 is __syncthreads's). Warps are 32 threads here on
+ * every target, as kernels written for CUDA count them. */
 struct ncclCoopWarpSpan {
   uint32_t warp0 : 8, nWarps : 8, id : 8;
 
@@ -65,7 +76,17 @@ struct ncclCoopWarpSpan {
   NCCL_DEVICE_INLINE int thread_rank() const { return (int)threadIdx.x - 32 * (int)warp0; }
   NCCL_DEVICE_INLINE int size() const { return 32 * nWarps; }
   NCCL_DEVICE_INLINE int num_threads() const { return 32 * nWarps; }
-  NCCL_DEVICE_INLINE void sync() { __barrier_sync_count(1 + id, 32 * nWarps); }
+  NCCL_DEVICE_INLINE void sync() {
+#if defined(OXCCL_NCCL_DEVICE_AMD)
+    /* AMD GPUs before gfx12 have one barrier per workgroup and no named ones, and a barrier of
+     * our own in LDS would need LDS zeroed at launch, which HIP does not do. So a span is served
+     * only when it is the whole block; any other span traps rather than hang or pass early. */
+    if (32 * nWarps != blockDim.x) nccl::utility::trap();
+    __syncthreads();
+#else
+    __barrier_sync_count(1 + id, 32 * nWarps);
+#endif
+  }
 };
 
 struct ncclCoopCta {
@@ -76,14 +97,20 @@ struct ncclCoopCta {
 };
 
 /* The lanes of the calling warp that belong to the group (all of them for groups wider than a
- * warp). */
+ * warp). On AMD the mask is 64-bit and spans the wavefront. */
 template <int nThreads>
-NCCL_DEVICE_INLINE uint32_t ncclCoopGetLaneMask(ncclCoopTile<nThreads> coop) {
+NCCL_DEVICE_INLINE nccl::utility::LaneMask ncclCoopGetLaneMask(ncclCoopTile<nThreads> coop) {
   return coop.laneMask();
 }
-NCCL_DEVICE_INLINE uint32_t ncclCoopGetLaneMask(ncclCoopLanes coop) { return coop.lmask; }
-NCCL_DEVICE_INLINE uint32_t ncclCoopGetLaneMask(ncclCoopWarpSpan) { return 0xffffffffu; }
-NCCL_DEVICE_INLINE uint32_t ncclCoopGetLaneMask(ncclCoopCta) { return 0xffffffffu; }
+NCCL_DEVICE_INLINE nccl::utility::LaneMask ncclCoopGetLaneMask(ncclCoopLanes coop) {
+  return coop.lmask;
+}
+NCCL_DEVICE_INLINE nccl::utility::LaneMask ncclCoopGetLaneMask(ncclCoopWarpSpan) {
+  return nccl::utility::kAllLanes;
+}
+NCCL_DEVICE_INLINE nccl::utility::LaneMask ncclCoopGetLaneMask(ncclCoopCta) {
+  return nccl::utility::kAllLanes;
+}
 
 /* Known at compile time to be a single thread. */
 template <int nThreads>
@@ -104,10 +131,13 @@ NCCL_DEVICE_INLINE constexpr bool ncclCoopWithinWarp(ncclCoopWarpSpan) { return 
 NCCL_DEVICE_INLINE constexpr bool ncclCoopWithinWarp(ncclCoopCta) { return false; }
 
 /* The lanes of this warp that are running now, so usable together from any code path. */
-NCCL_DEVICE_INLINE ncclCoopLanes ncclCoopCoalesced() { return ncclCoopLanes(__activemask()); }
+NCCL_DEVICE_INLINE ncclCoopLanes ncclCoopCoalesced() {
+  return ncclCoopLanes(nccl::utility::activeLanes());
+}
 
 /* The part of coop inside the calling warp, for warp-wide work on behalf of a collective call
- * on coop: all of coop's lanes are known to be there, so no __activemask is needed. */
+ * on coop: all of coop's lanes are known to be there, so no __activemask is needed. Groups
+ * wider than a warp are made of whole 32-thread warps, on AMD too. */
 template <typename Coop>
 NCCL_DEVICE_INLINE ncclCoopTile<32> ncclCoopCoalesced(Coop) {
   return ncclCoopTile<32>();
@@ -120,7 +150,7 @@ NCCL_DEVICE_INLINE ncclCoopTile<nThreads> ncclCoopCoalesced(ncclCoopTile<nThread
 
 namespace nccl {
 namespace coop_detail {
-/* __shfl_sync moves 32 bits at a time. */
+/* Shuffles move 32 bits at a time. */
 template <typename T>
 struct Words {
   static constexpr int n = (sizeof(T) + 3) / 4;
@@ -160,9 +190,9 @@ NCCL_DEVICE_INLINE T ncclCoopBcast(ncclCoopTile<nThreads> coop, T value, int roo
   (void)entrySync;
   nccl::coop_detail::Words<T> v = {};
   __builtin_memcpy(v.w, &value, sizeof(T));
-  uint32_t mask = coop.laneMask();
+  nccl::utility::LaneMask mask = coop.laneMask();
 #pragma unroll
-  for (int i = 0; i < v.n; i++) v.w[i] = __shfl_sync(mask, v.w[i], root, nThreads);
+  for (int i = 0; i < v.n; i++) v.w[i] = nccl::utility::shfl(mask, v.w[i], root, nThreads);
   __builtin_memcpy(&value, v.w, sizeof(T));
   return value;
 }
@@ -170,12 +200,14 @@ NCCL_DEVICE_INLINE T ncclCoopBcast(ncclCoopTile<nThreads> coop, T value, int roo
 template <typename T>
 NCCL_DEVICE_INLINE T ncclCoopBcast(ncclCoopLanes coop, T value, int root, bool entrySync = true) {
   (void)entrySync;
-  /* The root-th set bit of the mask, as a lane number (__ffs is the quick way to the first). */
-  int src = root == 0 ? __ffs(coop.lmask) - 1 : (int)__fns(coop.lmask, 0, root + 1);
+  /* The root-th set bit of the mask, as a lane number of the whole warp or wavefront. */
+  int src = nccl::utility::nthLane(coop.lmask, root);
   nccl::coop_detail::Words<T> v = {};
   __builtin_memcpy(v.w, &value, sizeof(T));
 #pragma unroll
-  for (int i = 0; i < v.n; i++) v.w[i] = __shfl_sync(coop.lmask, v.w[i], src);
+  for (int i = 0; i < v.n; i++) {
+    v.w[i] = nccl::utility::shfl(coop.lmask, v.w[i], src, nccl::utility::kMaxTileLanes);
+  }
   __builtin_memcpy(&value, v.w, sizeof(T));
   return value;
 }
@@ -192,6 +224,6 @@ NCCL_DEVICE_INLINE T ncclCoopBcast(ncclCoopCta coop, T value, int root, bool ent
   return nccl::coop_detail::bcastThroughShared(coop, nccl::coop_detail::ctaSlot(), value, root,
                                                entrySync);
 }
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_COOP_H */

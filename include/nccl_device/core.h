@@ -14,8 +14,18 @@
 #ifndef OXCCL_NCCL_DEVICE_CORE_H
 #define OXCCL_NCCL_DEVICE_CORE_H
 
-/* Our own nccl.h, whatever else is on the include path: the two are one ABI. */
+/* Our own API header, whatever else is on the include path: the two are one ABI. The RCCL
+ * flavour installs these headers in include/rccl/, beside rccl.h; the NCCL flavour in include/,
+ * beside nccl.h (where no rccl.h sits: RCCL's is one folder down). */
+#if defined(__has_include)
+#if __has_include("../rccl.h")
+#include "../rccl.h"
+#else
 #include "../nccl.h"
+#endif
+#else
+#include "../nccl.h"
+#endif
 #include "utility.h"
 
 /* A resource buffer's position in the device communicator's resource window, in 128-byte

@@ -17,7 +17,7 @@
 #include "core.h"
 #include "ptr.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 /* What a put does at the destination (signals) or at the source (counters) once it lands. */
 struct ncclGin_None {};
 struct ncclGin_SignalAdd {
@@ -49,7 +49,7 @@ struct ncclGin {
                               Coop = Coop{}, DescriptorSmem = DescriptorSmem{},
                               cuda::thread_scope = cuda::thread_scope_thread,
                               cuda::thread_scope = cuda::thread_scope_device) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   template <typename T, typename RemoteAction = ncclGin_None,
@@ -60,7 +60,7 @@ struct ncclGin {
                               Coop = Coop{}, DescriptorSmem = DescriptorSmem{},
                               cuda::thread_scope = cuda::thread_scope_thread,
                               cuda::thread_scope = cuda::thread_scope_device) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   template <typename T, typename RemoteAction = ncclGin_None, typename Coop = ncclCoopThread,
@@ -70,7 +70,7 @@ struct ncclGin {
                                    DescriptorSmem = DescriptorSmem{},
                                    cuda::thread_scope = cuda::thread_scope_thread,
                                    cuda::thread_scope = cuda::thread_scope_device) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   template <typename T, typename RemoteAction = ncclGin_None, typename Coop = ncclCoopThread,
@@ -80,7 +80,7 @@ struct ncclGin {
                                    DescriptorSmem = DescriptorSmem{},
                                    cuda::thread_scope = cuda::thread_scope_thread,
                                    cuda::thread_scope = cuda::thread_scope_device) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   template <typename RemoteAction, typename Coop = ncclCoopThread,
@@ -89,41 +89,41 @@ struct ncclGin {
                                  DescriptorSmem = DescriptorSmem{},
                                  cuda::thread_scope = cuda::thread_scope_thread,
                                  cuda::thread_scope = cuda::thread_scope_device) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   template <typename Coop>
   NCCL_DEVICE_INLINE void flush(Coop, cuda::memory_order = cuda::memory_order_acquire) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   NCCL_DEVICE_INLINE uint64_t readCounter(ncclGinCounter_t, int = 56,
                                           cuda::memory_order = cuda::memory_order_acquire) const {
-    __trap();
+    nccl::utility::trap();
     return 0;
   }
 
   template <typename Coop>
   NCCL_DEVICE_INLINE void waitCounter(Coop, ncclGinCounter_t, uint64_t, int = 56,
                                       cuda::memory_order = cuda::memory_order_acquire) const {
-    __trap();
+    nccl::utility::trap();
   }
 
   NCCL_DEVICE_INLINE uint64_t readSignal(ncclGinSignal_t, int = 64,
                                          cuda::memory_order = cuda::memory_order_acquire) const {
-    __trap();
+    nccl::utility::trap();
     return 0;
   }
 
   template <typename Coop>
   NCCL_DEVICE_INLINE void waitSignal(Coop, ncclGinSignal_t, uint64_t, int = 64,
                                      cuda::memory_order = cuda::memory_order_acquire) const {
-    __trap();
+    nccl::utility::trap();
   }
 
-  NCCL_DEVICE_INLINE void resetCounter(ncclGinCounter_t) const { __trap(); }
-  NCCL_DEVICE_INLINE void resetSignal(ncclGinSignal_t) const { __trap(); }
+  NCCL_DEVICE_INLINE void resetCounter(ncclGinCounter_t) const { nccl::utility::trap(); }
+  NCCL_DEVICE_INLINE void resetSignal(ncclGinSignal_t) const { nccl::utility::trap(); }
 };
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_GIN_H */

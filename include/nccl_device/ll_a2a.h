@@ -22,7 +22,7 @@
 #include "core.h"
 #include "ptr.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 namespace nccl {
 namespace lla2a_detail {
 /* 8-byte pieces of a T. */
@@ -34,16 +34,34 @@ struct Pieces {
 
 /* Volatile: the peer's stores must be seen as they land, not from a register or cache. */
 NCCL_DEVICE_INLINE void storeUnit(uint4 *unit, uint32_t lo, uint32_t hi, uint32_t epoch) {
+#if defined(OXCCL_NCCL_DEVICE_AMD)
+  /* Two 8-byte stores, each {data, epoch}: the protocol needs each half to land whole (an
+   * aligned 8-byte store is single-copy atomic), not the 16 bytes together, as the receiver
+   * checks both epochs. */
+  volatile uint64_t *q = (volatile uint64_t *)unit;
+  q[0] = (uint64_t)lo | ((uint64_t)epoch << 32);
+  q[1] = (uint64_t)hi | ((uint64_t)epoch << 32);
+#else
   asm volatile("st.volatile.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(unit), "r"(lo), "r"(epoch),
                "r"(hi), "r"(epoch)
                : "memory");
+#endif
 }
 NCCL_DEVICE_INLINE uint4 loadUnit(uint4 const *unit) {
   uint4 u;
+#if defined(OXCCL_NCCL_DEVICE_AMD)
+  volatile uint64_t const *q = (volatile uint64_t const *)unit;
+  uint64_t a = q[0], b = q[1];
+  u.x = (uint32_t)a;
+  u.y = (uint32_t)(a >> 32);
+  u.z = (uint32_t)b;
+  u.w = (uint32_t)(b >> 32);
+#else
   asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                : "l"(unit)
                : "memory");
+#endif
   return u;
 }
 }  // namespace lla2a_detail
@@ -64,7 +82,7 @@ struct ncclLLA2ASession {
         handle_(handle),
         block_(block),
         pitch_(maxElts),
-        multimem_(multimem),
+        multimem_(multimemUsable(multimem)),
         mmHandle_(mmHandle) {
     epoch_ = header()->x + 2;
     half_ = halfOffset();
@@ -213,6 +231,16 @@ struct ncclLLA2ASession {
   uint32_t epoch_;
   uint32_t half_; /* unit offset of this epoch's slots */
 
+  /* AMD GPUs have no multicast memory: there bcast() sends to each member instead. */
+  NCCL_DEVICE_INLINE static bool multimemUsable(bool multimem) {
+#if defined(OXCCL_NCCL_DEVICE_AMD)
+    (void)multimem;
+    return false;
+#else
+    return multimem;
+#endif
+  }
+
   NCCL_DEVICE_INLINE uint32_t blockOffset() const { return block_ * (1 + 2 * handle_.nSlots); }
   NCCL_DEVICE_INLINE uint4 *header() const {
     return (uint4 *)ncclGetResourceBufferLocalPointer(comm_, handle_.bufHandle) + blockOffset();
@@ -231,6 +259,6 @@ struct ncclLLA2ASession {
     }
   }
 };
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_LL_A2A_H */

@@ -23,7 +23,7 @@
 #include "ptr.h"
 #include "team.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 template <typename Coop>
 struct ncclLsaBarrierSession {
   /* Every member of coop constructs the session with the same arguments. multimem = true
@@ -82,7 +82,7 @@ struct ncclLsaBarrierSession {
     for (int i = coop_.thread_rank(); i < team_.nRanks - 1; i += coop_.size()) {
       int peer = i < team_.rank ? i : i + 1;
       uint32_t *slot = unicastInbox(peer, team_.rank);
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*slot).store(epoch_ + 1, release);
+      nccl::utility::storeSys(slot, epoch_ + 1, release);
     }
   }
 
@@ -97,9 +97,8 @@ struct ncclLsaBarrierSession {
       if (coop_.thread_rank() == 0) {
         uint32_t *inbox = state() + 2 * handle_.nBarriers + index_;
         uint32_t target = epoch_ + (uint32_t)team_.nRanks;
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> ref(*inbox);
 #pragma unroll 1
-        while (!nccl::utility::rollingLessEq(target, ref.load(acquire))) {
+        while (!nccl::utility::rollingLessEq(target, nccl::utility::loadSys(inbox, acquire))) {
         }
         epoch_ = target;
       }
@@ -108,10 +107,9 @@ struct ncclLsaBarrierSession {
 #pragma unroll 1
       for (int i = coop_.thread_rank(); i < team_.nRanks - 1; i += coop_.size()) {
         int peer = i < team_.rank ? i : i + 1;
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_system> ref(
-            *unicastInbox(team_.rank, peer));
+        uint32_t *inbox = unicastInbox(team_.rank, peer);
 #pragma unroll 1
-        while (!nccl::utility::rollingLessEq(epoch_ + 1, ref.load(acquire))) {
+        while (!nccl::utility::rollingLessEq(epoch_ + 1, nccl::utility::loadSys(inbox, acquire))) {
         }
       }
       epoch_ += 1;
@@ -135,9 +133,10 @@ struct ncclLsaBarrierSession {
   uint32_t epoch_;
 
   /* NVIDIA's header turns the multimem path off for CUDA toolkits before 12.6 (their ptxas
-   * mishandles it); we do the same so a kernel behaves alike with either header. */
+   * mishandles it); we do the same so a kernel behaves alike with either header. AMD GPUs have
+   * no multicast memory: there the unicast path serves every request. */
   NCCL_DEVICE_INLINE static bool multimemUsable(bool multimem) {
-#if defined(CUDART_VERSION) && CUDART_VERSION < 12060
+#if defined(OXCCL_NCCL_DEVICE_AMD) || (defined(CUDART_VERSION) && CUDART_VERSION < 12060)
     (void)multimem;
     return false;
 #else
@@ -169,6 +168,6 @@ struct ncclLsaBarrierSession {
     state()[epochWord()] = epoch_;
   }
 };
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_LSA_BARRIER_H */

@@ -23,7 +23,7 @@ NCCL_EXTERN_C NCCL_HOST_DEVICE_INLINE size_t ncclGetResourceBufferOffset(ncclDev
   return (size_t)h * 128;
 }
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 namespace nccl {
 namespace ptr_detail {
 /* LSA rank `index`'s part of window w, at byte `offset`. */
@@ -107,7 +107,7 @@ NCCL_DEVICE_INLINE void *ncclGetResourceBufferLsaMultimemPointer(ncclDevComm con
                                                                  ncclDevResourceHandle h) {
   return ncclGetResourceBufferMultimemPointer(comm, h, comm.lsaMultimem);
 }
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #if defined(__cplusplus)
 /* A T at byte `offset` of a symmetric window: the same element on every rank, turned into an
@@ -146,7 +146,7 @@ struct ncclSymPtr {
     return advance(-(size_t)d);
   }
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
   NCCL_DEVICE_INLINE T *localPtr() const { return (T *)ncclGetLocalPointer(window, offset); }
   NCCL_DEVICE_INLINE T *lsaPtr(int peer) const {
     return (T *)ncclGetLsaPointer(window, offset, peer);
@@ -196,7 +196,7 @@ NCCL_HOST_DEVICE_INLINE bool operator!=(ncclSymPtr<T> a, ncclSymPtr<T> b) {
 }
 #endif /* __cplusplus */
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 /* Resource buffer h as a symmetric pointer into the resource window. */
 NCCL_DEVICE_INLINE ncclSymPtr<char> ncclGetResourceBuffer(ncclDevComm const &comm,
                                                           ncclDevResourceHandle h) {

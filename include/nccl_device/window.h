@@ -12,7 +12,7 @@
 #include "coop.h"
 #include "core.h"
 
-#if defined(__CUDACC__)
+#if defined(OXCCL_NCCL_DEVICE_CODE)
 /* A collective call on coop: every member gets the window holding ptr (an address in this
  * rank's registered buffer), or NULL if none does. The lanes of each warp split every 32-entry
  * table between them and agree on the first hit with one ballot. Unused entries are zero. */
@@ -23,7 +23,7 @@ NCCL_DEVICE_INLINE ncclWindow_t ncclFindWindow(Coop coop, ncclDevComm const &com
   using Entry = ncclDevCommWindowTable::Entry;
   constexpr int kEntries = sizeof(ncclDevCommWindowTable::entries) / sizeof(Entry);
   auto lanes = ncclCoopCoalesced(coop);
-  uint32_t mask = ncclCoopGetLaneMask(lanes);
+  nccl::utility::LaneMask mask = ncclCoopGetLaneMask(lanes);
   uintptr_t addr = (uintptr_t)ptr;
   for (ncclDevCommWindowTable const *t = comm.windowTable; t != nullptr; t = loadConst(&t->next)) {
     int hit = -1;
@@ -35,14 +35,15 @@ NCCL_DEVICE_INLINE ncclWindow_t ncclFindWindow(Coop coop, ncclDevComm const &com
         break;
       }
     }
-    uint32_t found = __ballot_sync(mask, hit >= 0);
+    nccl::utility::LaneMask found = nccl::utility::ballot(mask, hit >= 0);
     if (found != 0) {
-      int first = __shfl_sync(mask, hit, __ffs(found) - 1);
+      int first = (int)nccl::utility::shfl(mask, (uint32_t)hit, nccl::utility::nthLane(found, 0),
+                                           nccl::utility::kMaxTileLanes);
       return loadConst(&t->entries[first].window);
     }
   }
   return nullptr;
 }
-#endif /* __CUDACC__ */
+#endif /* OXCCL_NCCL_DEVICE_CODE */
 
 #endif /* OXCCL_NCCL_DEVICE_WINDOW_H */
