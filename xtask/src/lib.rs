@@ -6,13 +6,15 @@
 //! <prefix>/lib/libnccl.so.2 -> ...      <prefix>/lib/librccl.so.1 -> librccl.so.1.0
 //! <prefix>/lib/libnccl.so   -> ...      <prefix>/lib/librccl.so   -> librccl.so.1
 //! <prefix>/include/nccl.h               <prefix>/include/rccl/rccl.h
-//! <prefix>/include/nccl_device.h
-//! <prefix>/include/nccl_device/*.h
+//! <prefix>/include/nccl_device.h        <prefix>/include/rccl/nccl_device.h
+//! <prefix>/include/nccl_device/*.h      <prefix>/include/rccl/nccl_device/*.h
 //! ```
 //!
 //! `nccl_device.h` and its folder are oxccl's own device-API headers (NCCL 2.28.9's, GIN
-//! declared only), copied as they are from `include/`. They are CUDA code (PTX, libcu++
-//! atomics), so the RCCL flavour does not install them.
+//! declared only), copied as they are from `include/`: one set of files for nvcc and for hipcc
+//! (AMD GPUs), which each flavour installs beside its API header. AMD's RCCL installs no device
+//! headers (only `rccl/rccl.h` and plugin headers), so the RCCL flavour puts them where its
+//! users already point the compiler, `<rccl/nccl_device.h>`.
 //!
 //! The two flavours are mutually exclusive cargo features of one crate, so each is built in its
 //! own target directory (`target/` and `target-rccl/`) and neither rebuild clobbers the other.
@@ -25,6 +27,10 @@ use std::io;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The device-API headers in the source tree, below `include/`: the umbrella header and the
+/// folder of its parts.
+pub const DEVICE_HEADERS: (&str, &str) = ("nccl_device.h", "nccl_device");
 
 /// Which drop-in library to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,12 +77,13 @@ impl Flavour {
             Flavour::Rccl => "rccl/rccl.h",
         }
     }
-    /// The device-API headers installed beside [`Flavour::header`]: the umbrella header and
-    /// the folder of its parts, both below `include/` in the source tree and the install.
-    pub fn device_headers(self) -> Option<(&'static str, &'static str)> {
+    /// Where the device-API headers ([`DEVICE_HEADERS`]) are installed below `<prefix>/include`:
+    /// the umbrella header and the folder of its parts, in the folder of [`Flavour::header`].
+    /// Their `core.h` includes the API header one folder up, so it must sit there.
+    pub fn device_headers(self) -> (&'static str, &'static str) {
         match self {
-            Flavour::Nccl => Some(("nccl_device.h", "nccl_device")),
-            Flavour::Rccl => None,
+            Flavour::Nccl => ("nccl_device.h", "nccl_device"),
+            Flavour::Rccl => ("rccl/nccl_device.h", "rccl/nccl_device"),
         }
     }
     /// Cargo feature arguments selecting this flavour.
@@ -216,9 +223,8 @@ pub fn install_built(prefix: &Path, flavour: Flavour, built: &Path) -> Result<In
         &workspace_root().join("include").join(flavour.header()),
         &header_dst,
     )?;
-    if let Some((umbrella, folder)) = flavour.device_headers() {
-        install_device_headers(&include_dir, umbrella, folder)?;
-    }
+    let (umbrella, folder) = flavour.device_headers();
+    install_device_headers(&include_dir.join(umbrella), &include_dir.join(folder))?;
     Ok(Installed {
         prefix: prefix.to_path_buf(),
         lib_dir,
@@ -227,23 +233,25 @@ pub fn install_built(prefix: &Path, flavour: Flavour, built: &Path) -> Result<In
     })
 }
 
-/// Copies `include/<umbrella>` and the `.h` files of `include/<folder>` below `include_dir`.
-/// The folder is listed rather than named file by file, so a header added there is installed
-/// without touching this.
-fn install_device_headers(include_dir: &Path, umbrella: &str, folder: &str) -> Result<(), String> {
+/// Copies the umbrella header of [`DEVICE_HEADERS`] to `umbrella` and the `.h` files of its
+/// folder into `folder`. The folder is listed rather than named file by file, so a header added
+/// there is installed without touching this.
+fn install_device_headers(umbrella: &Path, folder: &Path) -> Result<(), String> {
     let src = workspace_root().join("include");
-    let dst = include_dir.join(folder);
-    std::fs::create_dir_all(&dst).map_err(|e| err(format!("creating {}", dst.display()), e))?;
-    replace_file(&src.join(umbrella), &include_dir.join(umbrella))?;
-    let listing = std::fs::read_dir(src.join(folder))
-        .map_err(|e| err(format!("listing {}", src.join(folder).display()), e))?;
+    let (src_umbrella, src_folder) = DEVICE_HEADERS;
+    let src_folder = src.join(src_folder);
+    std::fs::create_dir_all(folder)
+        .map_err(|e| err(format!("creating {}", folder.display()), e))?;
+    replace_file(&src.join(src_umbrella), umbrella)?;
+    let listing = std::fs::read_dir(&src_folder)
+        .map_err(|e| err(format!("listing {}", src_folder.display()), e))?;
     for entry in listing {
         let path = entry
-            .map_err(|e| err(format!("listing {}", src.join(folder).display()), e))?
+            .map_err(|e| err(format!("listing {}", src_folder.display()), e))?
             .path();
         if path.extension().is_some_and(|x| x == "h") {
             let name = path.file_name().expect("a listed file has a name");
-            replace_file(&path, &dst.join(name))?;
+            replace_file(&path, &folder.join(name))?;
         }
     }
     Ok(())
@@ -359,7 +367,10 @@ mod tests {
         assert_eq!(got, ["mscclD", "ncclA", "pncclC"]);
     }
 
-    /// The device headers land beside nccl.h, byte for byte, and only in the NCCL flavour.
+    /// The device headers land beside each flavour's API header, byte for byte: `nccl.h` and
+    /// `nccl_device.h` in `include/`, `rccl.h` and `nccl_device.h` in `include/rccl/` (where
+    /// `core.h`'s `../rccl.h` then finds the RCCL header, and no `nccl.h` is there to be taken
+    /// instead).
     #[test]
     fn install_lays_out_device_headers() {
         let root = std::env::temp_dir().join(format!("oxccl-xtask-install-{}", std::process::id()));
@@ -368,24 +379,37 @@ mod tests {
         let built = root.join("liboxccl_ffi.so");
         std::fs::write(&built, b"not a library").unwrap();
         let src = workspace_root().join("include");
-        let nccl = install_built(&root.join("nccl"), Flavour::Nccl, &built).unwrap();
-        let inc = &nccl.include_dir;
         let same = |a: &Path, b: &Path| std::fs::read(a).unwrap() == std::fs::read(b).unwrap();
-        assert!(same(&inc.join("nccl_device.h"), &src.join("nccl_device.h")));
         let parts: Vec<_> = std::fs::read_dir(src.join("nccl_device"))
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert!(parts.iter().any(|n| n == "core.h"), "{parts:?}");
-        for name in &parts {
-            assert!(same(
-                &inc.join("nccl_device").join(name),
-                &src.join("nccl_device").join(name)
-            ));
+        for (flavour, prefix, dir) in [(Flavour::Nccl, "nccl", ""), (Flavour::Rccl, "rccl", "rccl")]
+        {
+            let installed = install_built(&root.join(prefix), flavour, &built).unwrap();
+            let inc = installed.include_dir.join(dir);
+            assert!(
+                inc.join(flavour.header().rsplit('/').next().unwrap())
+                    .is_file()
+            );
+            assert!(same(&inc.join("nccl_device.h"), &src.join("nccl_device.h")));
+            for name in &parts {
+                assert!(same(
+                    &inc.join("nccl_device").join(name),
+                    &src.join("nccl_device").join(name)
+                ));
+            }
+            let (umbrella, folder) = flavour.device_headers();
+            assert_eq!(
+                inc.join("nccl_device.h"),
+                installed.include_dir.join(umbrella)
+            );
+            assert_eq!(inc.join("nccl_device"), installed.include_dir.join(folder));
         }
-        let rccl = install_built(&root.join("rccl"), Flavour::Rccl, &built).unwrap();
-        assert!(rccl.include_dir.join("rccl/rccl.h").is_file());
-        assert!(!rccl.include_dir.join("nccl_device.h").exists());
+        let rccl = root.join("rccl/include");
+        assert!(!rccl.join("nccl.h").exists() && !rccl.join("rccl/nccl.h").exists());
+        assert!(!rccl.join("nccl_device.h").exists());
         let _ = std::fs::remove_dir_all(&root);
     }
 

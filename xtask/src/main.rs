@@ -104,13 +104,12 @@ fn main() -> ExitCode {
                 flavour.soname()
             );
             println!("  {}", i.include_dir.join(flavour.header()).display());
-            if let Some((umbrella, folder)) = flavour.device_headers() {
-                println!(
-                    "  {}, {}/",
-                    i.include_dir.join(umbrella).display(),
-                    i.include_dir.join(folder).display()
-                );
-            }
+            let (umbrella, folder) = flavour.device_headers();
+            println!(
+                "  {}, {}/",
+                i.include_dir.join(umbrella).display(),
+                i.include_dir.join(folder).display()
+            );
             println!(
                 "link with: -I{} -L{} {}  (run with LD_LIBRARY_PATH={})",
                 i.include_dir.display(),
