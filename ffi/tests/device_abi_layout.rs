@@ -5,6 +5,12 @@
 //! (`OXCCL_NV_NCCL_INCLUDE`, or the wheel `scripts/nccl-tests/build.sh` unpacks, plus a CUDA
 //! include directory from `CUDA_HOME`) by compiling a C++ program that prints them, and the
 //! third compiles the same program against oxccl's own `include/nccl_device.h`.
+//!
+//! The last two compile `tests/device_api/kernels.cu`, kernels over every part of the device
+//! API, with the GPU compilers against the headers as each flavour installs them: hipcc for AMD
+//! GPUs (gfx90a, wave64, and gfx1030, wave32) against `rccl/nccl_device.h`, nvcc for sm_90
+//! against `nccl_device.h`, with [`NCCL_2_28_9`] as `static_assert`s the device compiler checks.
+//! Without a compiler they skip, unless `OXCCL_REQUIRE_KERNELS=1` (CI), where they fail.
 
 use oxccl_ffi::abi::{
     ncclDevComm_t, ncclDevCommRequirements_t, ncclDevCommWindowEntry, ncclDevCommWindowTable,
@@ -13,8 +19,13 @@ use oxccl_ffi::abi::{
     ncclWindow_vidmem,
 };
 use std::mem::{offset_of, size_of};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The kernel builds' rules for finding nvcc and hipcc and for `OXCCL_REQUIRE_KERNELS`.
+#[path = "../../kernels/build/common.rs"]
+#[allow(dead_code)]
+mod kernel_build;
 
 /// (C++ struct name, its size in ours, [(field, offset in ours)]) for every struct.
 macro_rules! layouts {
@@ -240,4 +251,197 @@ fn from_our_header() {
         return;
     }
     assert_eq!(printed_by_header(&[ours, cuda]), NCCL_2_28_9);
+}
+
+/// `static_assert`s of every size and offset in `table` (lines as in [`NCCL_2_28_9`]), for a
+/// device compiler to check against the headers it compiles.
+fn layout_asserts(table: &str) -> String {
+    let mut h = String::from("// Written by ffi/tests/device_abi_layout.rs.\n#pragma once\n");
+    for line in table.lines() {
+        let (what, n) = line
+            .rsplit_once(' ')
+            .expect("a layout line is `name number`");
+        h += &match what.rsplit_once('.') {
+            Some((ty, field)) => {
+                format!("static_assert(offsetof({ty}, {field}) == {n}, \"{what}\");\n")
+            }
+            None => format!("static_assert(sizeof({what}) == {n}, \"{what}\");\n"),
+        };
+    }
+    h
+}
+
+/// The kernels of `tests/device_api/kernels.cu`, each of which must be in the code object.
+const KERNELS: &[&str] = &[
+    "oxccl_dev_lsa_sum",
+    "oxccl_dev_teams",
+    "oxccl_dev_lla2a",
+    "oxccl_dev_coops",
+    "oxccl_dev_barriers",
+    "oxccl_dev_gin",
+];
+
+/// The GPU compiler the kernel builds would use, or None (with the reason printed) to skip;
+/// a panic when `OXCCL_REQUIRE_KERNELS` says it must be there.
+fn gpu_compiler(
+    name: &'static str,
+    compiler_env: &'static str,
+    home_envs: &'static [&'static str],
+    exe: &'static str,
+) -> Option<PathBuf> {
+    let f = kernel_build::Flavour {
+        name,
+        blob: "",
+        cfg: "",
+        compiler_env,
+        home_envs,
+        exe,
+        archs_env: "",
+        dir: "",
+    };
+    match kernel_build::find_compiler(&f) {
+        Ok(path) => Some(path),
+        Err(why) if kernel_build::require_kernels() => {
+            panic!("OXCCL_REQUIRE_KERNELS is set, but no {name} compiler: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// A fresh scratch directory holding `layout_asserts.h` from `table`, and the headers of
+/// `flavour` installed under `<dir>/prefix` as `cargo xtask install` lays them out (beside a
+/// stand-in library: only the headers are compiled against). Returns the directory and the
+/// installed include directory.
+fn scratch(tag: &str, flavour: xtask::Flavour, table: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("oxccl-devapi-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let stand_in = dir.join("lib.so");
+    std::fs::write(&stand_in, b"not a library").unwrap();
+    let installed = xtask::install_built(&dir.join("prefix"), flavour, &stand_in).unwrap();
+    std::fs::write(dir.join("layout_asserts.h"), layout_asserts(table)).unwrap();
+    (dir, installed.include_dir)
+}
+
+fn kernels_source() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/device_api/kernels.cu")
+}
+
+/// Runs `cmd`; its stderr when it fails.
+fn run(mut cmd: Command) -> Result<(), String> {
+    let out = cmd.output().expect("run the GPU compiler");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The code object holds every kernel and every target named in `parts`.
+fn assert_holds(object: &Path, parts: &[&str]) {
+    let bytes = std::fs::read(object).unwrap();
+    for part in KERNELS.iter().chain(parts) {
+        assert!(
+            bytes.windows(part.len()).any(|w| w == part.as_bytes()),
+            "{} lacks {part}",
+            object.display()
+        );
+    }
+}
+
+/// hipcc compiles the whole device API for AMD GPUs against the RCCL flavour's installed
+/// headers, with NCCL's layouts as the device pass sees them; and a layout off by one field
+/// fails that compile (so the layout check is not skipped by the headers or the compiler).
+#[test]
+fn rccl_flavour_compiles_for_amd_gpus() {
+    let Some(hipcc) = gpu_compiler("HIP", "HIPCC", &["ROCM_PATH", "HIP_PATH"], "hipcc") else {
+        return;
+    };
+    let hip = |dir: &Path, include: &Path, src: &Path, out: &Path, archs: &[&str]| {
+        let mut cmd = Command::new(&hipcc);
+        // hipcc targets NVIDIA whenever it finds an nvcc, which CI also installs.
+        cmd.env("HIP_PLATFORM", "amd")
+            .args([
+                "--genco",
+                "-std=c++17",
+                "-x",
+                "hip",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+            ])
+            .arg("-I")
+            .arg(include)
+            .arg("-I")
+            .arg(dir)
+            .arg("-o")
+            .arg(out)
+            .arg(src);
+        for a in archs {
+            cmd.arg(format!("--offload-arch={a}"));
+        }
+        run(cmd)
+    };
+
+    let (dir, include) = scratch("hip", xtask::Flavour::Rccl, NCCL_2_28_9);
+    assert!(include.join("rccl/nccl_device.h").is_file());
+    let object = dir.join("kernels.hipfb");
+    let archs = ["gfx90a", "gfx1030"];
+    if let Err(e) = hip(&dir, &include, &kernels_source(), &object, &archs) {
+        panic!("{e}");
+    }
+    assert_holds(&object, &archs);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let wrong = NCCL_2_28_9.replace("ncclDevComm.lsaBarrier 120", "ncclDevComm.lsaBarrier 124");
+    assert_ne!(wrong, NCCL_2_28_9);
+    let (dir, include) = scratch("hip-wrong", xtask::Flavour::Rccl, &wrong);
+    let src = dir.join("layout.hip");
+    std::fs::write(
+        &src,
+        "#include <rccl/rccl.h>\n#include <rccl/nccl_device.h>\n#include <cstddef>\n\
+         #include \"layout_asserts.h\"\n",
+    )
+    .unwrap();
+    let failed = hip(&dir, &include, &src, &dir.join("layout.hipfb"), &archs[..1])
+        .expect_err("a wrong layout number compiled");
+    assert!(failed.contains("ncclDevComm.lsaBarrier"), "{failed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// nvcc compiles the same kernels for sm_90 (where the multimem paths are compiled too) against
+/// the NCCL flavour's installed headers.
+#[test]
+fn nccl_flavour_compiles_for_nvidia_gpus() {
+    let Some(nvcc) = gpu_compiler("CUDA", "NVCC", &["CUDA_HOME", "CUDA_PATH"], "nvcc") else {
+        return;
+    };
+    let (dir, include) = scratch("cuda", xtask::Flavour::Nccl, NCCL_2_28_9);
+    let object = dir.join("kernels.cubin");
+    let mut cmd = Command::new(&nvcc);
+    cmd.args([
+        "--cubin",
+        "-arch=sm_90",
+        "-std=c++17",
+        "-Werror",
+        "all-warnings",
+    ])
+    .arg("-I")
+    .arg(&include)
+    .arg("-I")
+    .arg(&dir)
+    .arg("-o")
+    .arg(&object)
+    .arg(kernels_source());
+    if let Err(e) = run(cmd) {
+        panic!("{e}");
+    }
+    assert_holds(&object, &[]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,150 @@
+// Kernels over every part of the device API, compiled (never run) by device_abi_layout.rs: by
+// hipcc for AMD GPUs against the RCCL flavour's installed headers, and by nvcc for NVIDIA GPUs
+// against the NCCL flavour's, from this one source as a program using both would be written.
+// Each kernel is extern "C" so that the test finds its name in the code object: a kernel whose
+// body the headers had left out would not be there.
+//
+// layout_asserts.h is written by the test from NCCL 2.28.9's numbers (static_asserts of sizeof
+// and offsetof), so the device compiler itself checks the layouts the library fills in.
+#if defined(__HIP__)
+#include <rccl/rccl.h>
+#include <rccl/nccl_device.h>
+#else
+#include <nccl.h>
+#include <nccl_device.h>
+#endif
+
+#include <cstddef>
+
+#include "layout_asserts.h"
+
+// out[i] = the sum over LSA peers of their in[i] between two LSA barriers of the block, as
+// tests/gpu/device_api/lsa_sum.cu does; also the window table and local and peer pointers.
+extern "C" __global__ void oxccl_dev_lsa_sum(ncclDevComm dc, ncclWindow_t win, float* user,
+                                             size_t count, int* bad) {
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
+                                         blockIdx.x);
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+  float* out = (float*)ncclGetLocalPointer(win, count * sizeof(float));
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float s = 0;
+    for (int p = 0; p < dc.lsaSize; p++) s += ((const float*)ncclGetLsaPointer(win, 0, p))[i];
+    out[i] = s;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const float* local = (const float*)ncclGetLocalPointer(win, 0);
+    if (local[0] != user[0]) atomicAdd(bad, 1);
+    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)local) atomicAdd(bad, 1);
+    if (ncclGetPeerPointer(win, 0, ncclTeamWorld(dc), dc.rank) != (void*)local) atomicAdd(bad, 1);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < 32) {
+    ncclWindow_t found = ncclFindWindow(ncclCoopWarp(), dc, user + 5);
+    if (threadIdx.x == 0 && found != win) atomicAdd(bad, 1);
+  }
+  ncclWindow_t byCta = ncclFindWindow(ncclCoopCta(), dc, user);
+  if (threadIdx.x == 0 && byCta != win) atomicAdd(bad, 1);
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+}
+
+// The team arithmetic on the device, written out for the host to compare.
+extern "C" __global__ void oxccl_dev_teams(ncclDevComm dc, int* out) {
+  ncclTeam world = ncclTeamWorld(dc), lsa = ncclTeamLsa(dc), rail = ncclTeamRail(dc);
+  ncclTeam inner = ncclTeamInnerFactor(world, dc.lsaSize);
+  ncclTeam outer = ncclTeamOuterFactor(world, dc.lsaSize);
+  int k = 0;
+  out[k++] = rail.nRanks;
+  out[k++] = rail.rank;
+  out[k++] = ncclTeamRankToWorld(dc, rail, 0);
+  out[k++] = ncclTeamRankToLsa(dc, lsa, lsa.nRanks - 1);
+  out[k++] = ncclTeamRankIsMember(lsa, world, 0);
+  out[k++] = ncclTeamRankToTeam(world, rail, 0);
+  out[k++] = ncclTeamRankInDifference(world, lsa, 0);
+  out[k++] = inner.nRanks + outer.nRanks;
+}
+
+// A low-latency all-to-all within the LSA team, then a reduction of what came back; a block is
+// one session on its own block of slots.
+extern "C" __global__ void oxccl_dev_lla2a(ncclDevComm dc, ncclLLA2AHandle h, int maxElts,
+                                           double* out) {
+  ncclTeam lsa = ncclTeamLsa(dc);
+  ncclLLA2ASession<ncclCoopCta> s(ncclCoopCta(), dc, lsa, h, blockIdx.x, maxElts);
+  for (int peer = threadIdx.x; peer < lsa.nRanks; peer += blockDim.x) {
+    s.send(peer, lsa.rank, (double)(lsa.rank + 1));
+  }
+  if (threadIdx.x < (unsigned)lsa.nRanks) {
+    double got[4];
+    s.recvUnrolled<1, 4>(threadIdx.x, 1, 1, got);
+    out[threadIdx.x] = got[0];
+  }
+  s.endEpoch(ncclCoopCta());
+  // A 16-byte value goes in two 8-byte pieces, maxElts slots apart.
+  struct Pair {
+    double a, b;
+  };
+  if (threadIdx.x == 0) s.bcast(lsa.rank, Pair{1.0, 2.0});
+  if (threadIdx.x == 0) {
+    Pair p = s.recv<Pair>(0);
+    double sum = s.recvReduce<2, double>(
+        0, lsa.nRanks, 1, [](double x) { return x; }, [](double a, double b) { return a + b; });
+    out[lsa.nRanks] = p.a + p.b + sum;
+  }
+  s.endEpoch(ncclCoopCta());
+}
+
+// Broadcasts and syncs over every cooperative group.
+extern "C" __global__ void oxccl_dev_coops(int* out) {
+  int lane = threadIdx.x % 32;
+  int v = ncclCoopBcast(ncclCoopCta(), (int)threadIdx.x * 3, 5);
+  v += ncclCoopBcast(ncclCoopWarp(), lane, 7);
+  v += ncclCoopBcast(ncclCoopTile<4>(), lane, 1);
+  v += ncclCoopBcast(ncclCoopThread(), lane, 0);
+  ncclCoopWarpSpan all(0, blockDim.x / 32, 0);
+  v += ncclCoopBcast(all, (int)all.thread_rank(), 2);
+  if (lane % 2 == 0) {
+    ncclCoopLanes even = ncclCoopCoalesced();
+    v += ncclCoopBcast(even, lane, 1) + even.size() + even.thread_rank();
+    even.sync();
+  }
+  ncclCoopTile<16> tile;
+  tile.sync();
+  out[threadIdx.x] = v + ncclCoopIsThread(tile) + ncclCoopWithinWarp(ncclCoopCta()) +
+                     (int)(ncclCoopGetLaneMask(ncclCoopCoalesced(ncclCoopCta())) != 0);
+}
+
+// Barriers in their other forms (LSA barrier session of a warp and of a thread, split into
+// arrive and wait; ncclBarrierSession over the LSA team), resource buffers and ncclSymPtr.
+extern "C" __global__ void oxccl_dev_barriers(ncclDevComm dc, ncclWindow_t win,
+                                              ncclDevResourceHandle_t res, int* out) {
+  if (threadIdx.x < 32) {
+    ncclLsaBarrierSession<ncclCoopWarp> bar(ncclCoopWarp(), dc, ncclTeamTagLsa(), 1);
+    bar.arrive(ncclCoopWarp(), cuda::memory_order_release);
+    bar.wait(ncclCoopWarp(), cuda::memory_order_acquire);
+  }
+  if (threadIdx.x == 0) {
+    ncclLsaBarrierSession<ncclCoopThread> bar(ncclCoopThread(), dc, ncclTeamTagLsa(), 2);
+    bar.sync(ncclCoopThread(), cuda::memory_order_relaxed);
+  }
+  {
+    ncclBarrierSession<ncclCoopCta> bar(ncclCoopCta(), ncclTeamTagLsa(), dc, 0);
+    bar.sync(ncclCoopCta(), cuda::memory_order_seq_cst, ncclGinFenceLevel::Relaxed);
+  }
+  ncclSymPtr<int> p(win, 64);
+  p += 3;
+  int* mine = p.localPtr();
+  int* next = (p + 1).lsaPtr((dc.lsaRank + 1) % dc.lsaSize);
+  int* peer = p.peerPtr(ncclTeamLsa(dc), 0);
+  char* buf = ncclGetResourceBuffer(dc, res).localPtr();
+  char* lsaBuf = (char*)ncclGetResourceBufferLsaPointer(dc, res, 0);
+  char* peerBuf = (char*)ncclGetResourceBufferPeerPointer(dc, res, ncclTeamLsa(dc), 0);
+  if (threadIdx.x == 0) {
+    out[0] = *mine + *next + *peer + (int)(buf - lsaBuf) + (int)(peerBuf - lsaBuf);
+  }
+}
+
+// GIN is declared so that such kernels build; oxccl's device communicators never reach it.
+extern "C" __global__ void oxccl_dev_gin(ncclDevComm dc, ncclWindow_t win) {
+  ncclGin gin(dc, 0);
+  gin.put(ncclTeamWorld(dc), 0, win, 0, win, 0, 8);
+  gin.flush(ncclCoopThread());
+}
