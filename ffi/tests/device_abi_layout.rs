@@ -363,19 +363,13 @@ fn rccl_flavour_compiles_for_amd_gpus() {
     let Some(hipcc) = gpu_compiler("HIP", "HIPCC", &["ROCM_PATH", "HIP_PATH"], "hipcc") else {
         return;
     };
-    let hip = |dir: &Path, include: &Path, src: &Path, out: &Path, archs: &[&str]| {
+    // `mode`: --genco for the device code alone, -c for a program's object (host pass too).
+    let hip = |mode: &str, dir: &Path, include: &Path, src: &Path, out: &Path, archs: &[&str]| {
         let mut cmd = Command::new(&hipcc);
         // hipcc targets NVIDIA whenever it finds an nvcc, which CI also installs.
         cmd.env("HIP_PLATFORM", "amd")
-            .args([
-                "--genco",
-                "-std=c++17",
-                "-x",
-                "hip",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-            ])
+            .arg(mode)
+            .args(["-std=c++17", "-x", "hip", "-Wall", "-Wextra", "-Werror"])
             .arg("-I")
             .arg(include)
             .arg("-I")
@@ -393,10 +387,28 @@ fn rccl_flavour_compiles_for_amd_gpus() {
     assert!(include.join("rccl/nccl_device.h").is_file());
     let object = dir.join("kernels.hipfb");
     let archs = ["gfx90a", "gfx1030"];
-    if let Err(e) = hip(&dir, &include, &kernels_source(), &object, &archs) {
+    if let Err(e) = hip(
+        "--genco",
+        &dir,
+        &include,
+        &kernels_source(),
+        &object,
+        &archs,
+    ) {
         panic!("{e}");
     }
     assert_holds(&object, &archs);
+    let program = dir.join("kernels.o");
+    if let Err(e) = hip(
+        "-c",
+        &dir,
+        &include,
+        &kernels_source(),
+        &program,
+        &archs[..1],
+    ) {
+        panic!("{e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 
     let wrong = NCCL_2_28_9.replace("ncclDevComm.lsaBarrier 120", "ncclDevComm.lsaBarrier 124");
@@ -409,8 +421,15 @@ fn rccl_flavour_compiles_for_amd_gpus() {
          #include \"layout_asserts.h\"\n",
     )
     .unwrap();
-    let failed = hip(&dir, &include, &src, &dir.join("layout.hipfb"), &archs[..1])
-        .expect_err("a wrong layout number compiled");
+    let failed = hip(
+        "--genco",
+        &dir,
+        &include,
+        &src,
+        &dir.join("layout.hipfb"),
+        &archs[..1],
+    )
+    .expect_err("a wrong layout number compiled");
     assert!(failed.contains("ncclDevComm.lsaBarrier"), "{failed}");
     let _ = std::fs::remove_dir_all(&dir);
 }
