@@ -11,7 +11,8 @@
  *    HIP uses, and the declaration steps aside when HIP's own came first. Define
  *    OXCCL_INCLUDE_HIP_RUNTIME before including this file to pull in hip_runtime_api.h.
  *  - The device-API host functions are declared here with their structs left opaque except
- *    ncclTeam_t, which is returned by value.
+ *    ncclTeam_t, which is returned by value; oxccl's own rccl/nccl_device.h, installed beside
+ *    this file, lays them out.
  */
 #ifndef OXCCL_RCCL_H
 #define OXCCL_RCCL_H
@@ -424,9 +425,11 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 /* ---- Device-API host functions ---------------------------------------------------------------
- * NCCL and RCCL declare these in the nccl_device headers. Only ncclTeam_t is laid out here; the other structs
- * are used through pointers. oxccl does not provide device-side communicators yet:
- * ncclDevCommCreate and the requirement helpers return ncclInvalidUsage.
+ * NCCL declares these in the nccl_device headers. Only ncclTeam_t is laid out here; the other
+ * structs are used through pointers, and rccl/nccl_device.h (oxccl's own, installed beside this
+ * file, with NCCL 2.28.9's layouts and device functions that hipcc compiles for AMD GPUs) lays
+ * them out for kernels. oxccl has no GIN (device-initiated networking) or multimem yet:
+ * ncclDevCommCreate refuses requirements that need them.
  */
 
 /* A team of ranks: rank r of the team is world rank (worldRank - rank*stride + r*stride). */
