@@ -249,7 +249,7 @@ NCCL_DEVICE_INLINE LaneMask activeLanes() {
 NCCL_DEVICE_INLINE LaneMask ballot(LaneMask mask, bool pred) {
 #if defined(OXCCL_NCCL_DEVICE_AMD)
   /* A wavefront's lanes run in lockstep: the lanes of `mask` are here together without a
-   * synchronising form (ROCm before 6.2 has none), and lanes outside it are cut off. */
+   * synchronising form (ROCm 5.2 has none), and lanes outside it are cut off. */
   return __ballot(pred) & mask;
 #else
   return __ballot_sync(mask, pred);
