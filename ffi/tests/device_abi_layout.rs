@@ -273,7 +273,8 @@ fn layout_asserts(table: &str) -> String {
 
 /// The kernels of `tests/device_api/kernels.cu`, each of which must be in the code object.
 const KERNELS: &[&str] = &[
-    "oxccl_dev_lsa_sum",
+    "_Z7lsa_sum", // the suite's kernel keeps its C++ (mangled) name
+    "oxccl_dev_windows",
     "oxccl_dev_teams",
     "oxccl_dev_lla2a",
     "oxccl_dev_coops",
@@ -330,6 +331,11 @@ fn kernels_source() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/device_api/kernels.cu")
 }
 
+/// Where `lsa_sum_kernel.cuh`, the GPU suite's kernel that kernels.cu includes, is.
+fn suite_kernels() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/gpu/device_api")
+}
+
 /// Runs `cmd`; its stderr when it fails.
 fn run(mut cmd: Command) -> Result<(), String> {
     let out = cmd.output().expect("run the GPU compiler");
@@ -374,6 +380,8 @@ fn rccl_flavour_compiles_for_amd_gpus() {
             .arg(include)
             .arg("-I")
             .arg(dir)
+            .arg("-I")
+            .arg(suite_kernels())
             .arg("-o")
             .arg(out)
             .arg(src);
@@ -455,6 +463,8 @@ fn nccl_flavour_compiles_for_nvidia_gpus() {
     .arg(&include)
     .arg("-I")
     .arg(&dir)
+    .arg("-I")
+    .arg(suite_kernels())
     .arg("-o")
     .arg(&object)
     .arg(kernels_source());

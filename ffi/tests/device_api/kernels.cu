@@ -1,8 +1,8 @@
 // Kernels over every part of the device API, compiled (never run) by device_abi_layout.rs: by
 // hipcc for AMD GPUs against the RCCL flavour's installed headers, and by nvcc for NVIDIA GPUs
 // against the NCCL flavour's, from this one source as a program using both would be written.
-// Each kernel is extern "C" so that the test finds its name in the code object: a kernel whose
-// body the headers had left out would not be there.
+// The test finds each kernel's name in the code object (extern "C" but the suite's lsa_sum): a
+// kernel whose body the headers had left out would not be there.
 //
 // layout_asserts.h is written by the test from NCCL 2.28.9's numbers (static_asserts of sizeof
 // and offsetof), so the device compiler itself checks the layouts the library fills in.
@@ -18,33 +18,18 @@
 
 #include "layout_asserts.h"
 
-// out[i] = the sum over LSA peers of their in[i] between two LSA barriers of the block, as
-// tests/gpu/device_api/lsa_sum.cu does; also the window table and local and peer pointers.
-extern "C" __global__ void oxccl_dev_lsa_sum(ncclDevComm dc, ncclWindow_t win, float* user,
-                                             size_t count, int* bad) {
-  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
-                                         blockIdx.x);
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  float* out = (float*)ncclGetLocalPointer(win, count * sizeof(float));
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float s = 0;
-    for (int p = 0; p < dc.lsaSize; p++) s += ((const float*)ncclGetLsaPointer(win, 0, p))[i];
-    out[i] = s;
-  }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    const float* local = (const float*)ncclGetLocalPointer(win, 0);
-    if (local[0] != user[0]) atomicAdd(bad, 1);
-    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)local) atomicAdd(bad, 1);
-    if (ncclGetPeerPointer(win, 0, ncclTeamWorld(dc), dc.rank) != (void*)local) atomicAdd(bad, 1);
-  }
-  if (blockIdx.x == 0 && threadIdx.x < 32) {
-    ncclWindow_t found = ncclFindWindow(ncclCoopWarp(), dc, user + 5);
-    if (threadIdx.x == 0 && found != win) atomicAdd(bad, 1);
-  }
+// The GPU suite's LSA sum (tests/gpu/device_api/lsa_sum.cu): LSA barriers of a block, local,
+// LSA and peer pointers, the window table searched by a warp.
+#include "lsa_sum_kernel.cuh"
+
+// The other forms of the window functions: a peer through a team, the table searched by a
+// block.
+extern "C" __global__ void oxccl_dev_windows(ncclDevComm dc, ncclWindow_t win, float* user,
+                                             int* bad) {
+  void* local = ncclGetLocalPointer(win, 0);
+  if (ncclGetPeerPointer(win, 0, ncclTeamWorld(dc), dc.rank) != local) atomicAdd(bad, 1);
   ncclWindow_t byCta = ncclFindWindow(ncclCoopCta(), dc, user);
   if (threadIdx.x == 0 && byCta != win) atomicAdd(bad, 1);
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
 }
 
 // The team arithmetic on the device, written out for the host to compare.

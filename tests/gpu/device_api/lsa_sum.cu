@@ -39,33 +39,7 @@
 constexpr int kBlocks = 4;
 constexpr int kThreads = 256;
 
-// out[i] = the sum over LSA peers of their in[i]; `in` and `out` are the window's two halves.
-__global__ void lsa_sum(ncclDevComm dc, ncclWindow_t win, float* user, size_t count, int* bad) {
-  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamLsa(dc), dc.lsaBarrier,
-                                         blockIdx.x);
-  // Every peer's input is in place before anyone reads it.
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-  float* out = (float*)ncclGetLocalPointer(win, count * sizeof(float));
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float s = 0;
-    for (int p = 0; p < dc.lsaSize; p++) s += ((const float*)ncclGetLsaPointer(win, 0, p))[i];
-    out[i] = s;
-  }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    // The local pointer is another mapping of the user's buffer (the same memory, not the same
-    // address), and this rank's world-rank pointer is the local one.
-    const float* local = (const float*)ncclGetLocalPointer(win, 0);
-    if (local[count - 1] != user[count - 1] || local[0] != user[0]) atomicAdd(bad, 1);
-    if (ncclGetPeerPointer(win, 0, dc.rank) != (void*)local) atomicAdd(bad, 1);
-  }
-  if (blockIdx.x == 0 && threadIdx.x < 32) {
-    ncclWindow_t found = ncclFindWindow(ncclCoopWarp(), dc, user + 5);
-    if (threadIdx.x == 0 && found != win) atomicAdd(bad, 1);
-  }
-  // Nobody writes a new input while a peer may still read the old one.
-  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
-}
+#include "lsa_sum_kernel.cuh"
 
 static float input(int rank, int iter, size_t i) { return (float)((rank + 1) * (iter + 1) + (int)(i % 7)); }
 
