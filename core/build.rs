@@ -33,7 +33,8 @@ fn test_plugins() {
     let compiler = cc::Build::new().get_compiler();
     // The test tuner plugin (`tests/c/tuner_plugin/`), one library per ABI version.
     println!("cargo:rerun-if-changed={}", tuner.display());
-    let tuners: [(&str, &[&str]); 4] = [
+    let tuners: [(&str, &[&str]); 5] = [
+        ("libnccl-tuner-oxtest6.so", &["-DOXTEST_TUNER_V6"]),
         ("libnccl-tuner-oxtest.so", &[]),
         ("libnccl-tuner-oxtest4.so", &["-DOXTEST_TUNER_V4"]),
         ("libnccl-tuner-oxtest3.so", &["-DOXTEST_TUNER_V3"]),

@@ -2,6 +2,8 @@
 //! (`tests/c/tuner_plugin/`), one library per ABI version. One test: the plugin reads its
 //! forced choice from the environment, which nothing else in this process may read meanwhile.
 
+mod support;
+
 use oxccl_core::CollArgs;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::{Algorithm, CollKind, Protocol};
@@ -17,14 +19,7 @@ fn load(name: &str) -> &'static TunerPlugin {
     Box::leak(Box::new(p))
 }
 
-const ALL: [(Algorithm, Protocol); 6] = [
-    (Algorithm::Ring, Protocol::Ll),
-    (Algorithm::Ring, Protocol::Ll128),
-    (Algorithm::Ring, Protocol::Simple),
-    (Algorithm::Tree, Protocol::Ll),
-    (Algorithm::Tree, Protocol::Ll128),
-    (Algorithm::Tree, Protocol::Simple),
-];
+const ALL: [(Algorithm, Protocol); 6] = support::tuner::RING_AND_TREE;
 
 fn names_follow_nccl() {
     assert_eq!(
@@ -47,6 +42,7 @@ fn every_version_steers_and_logs() {
         std::env::set_var("OXTEST_TUNER_LOG", &log);
     }
     for (lib, version) in [
+        ("libnccl-tuner-oxtest6.so", 6),
         ("libnccl-tuner-oxtest.so", 5),
         ("libnccl-tuner-oxtest4.so", 4),
         ("libnccl-tuner-oxtest3.so", 3),
@@ -110,15 +106,15 @@ fn every_version_steers_and_logs() {
     }
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
-    assert_eq!(text.matches("init nranks=4 nnodes=2").count(), 8, "{text}");
-    // 8 contexts of the steering checks, 2 of the communicators.
-    assert_eq!(text.matches("finalize").count(), 10, "{text}");
+    assert_eq!(text.matches("init nranks=4 nnodes=2").count(), 10, "{text}");
+    // 10 contexts of the steering checks, 2 of the communicators.
+    assert_eq!(text.matches("finalize").count(), 12, "{text}");
     assert_eq!(text.matches("init nranks=2 nnodes=1").count(), 2, "{text}");
-    // v5 gets the NVLink domains: 2 of 2 ranks each.
+    // v5 and v6 get the NVLink domains: 2 of 2 ranks each.
     assert_eq!(
         text.matches("nvl nranks=4 nnodes=2 coll=2 bytes=2 nch=2")
             .count(),
-        2,
+        4,
         "{text}"
     );
     assert!(

@@ -1,6 +1,10 @@
-//! NVIDIA's example tuner plugin (NCCL's `ext-tuner/example` at v2.28.9, built unchanged with
-//! its Makefile), named by `OXCCL_NV_TUNER_EXAMPLE`, steering two host ranks through its CSV
-//! file. Without the variable it says it skipped: CI has no copy of NVIDIA's repository.
+//! NVIDIA's example tuner plugin (NCCL's `plugins/tuner/example` at v2.30.7, built unchanged
+//! with its Makefile; oxccl loads its `ncclTunerPlugin_v6`), named by `OXCCL_NV_TUNER_EXAMPLE`,
+//! steering two host ranks through its CSV file. Without the variable it says it skipped: CI
+//! has no copy of NVIDIA's repository. The example of NCCL 2.27.5 to 2.29.x (`ext-tuner/example`
+//! at v2.28.9) does not do: it indexes the cost table as row pointers, while NCCL's core, and
+//! oxccl, pass the address of a contiguous table, so it reads two costs as an address and
+//! crashes when a line of its file matches, under NCCL as under oxccl (NVIDIA fixed it in 2.30).
 
 use oxccl_core::datatype::DataType;
 use oxccl_core::plan::{Algorithm, CollKind, Protocol};

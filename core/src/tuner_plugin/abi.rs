@@ -1,11 +1,19 @@
-//! The tuner-plugin ABI NCCL 2.28 loads: the exported `ncclTunerPlugin_v5` … `v2` structs of
-//! function pointers, their arguments, and NCCL's ids for collectives, algorithms and protocols.
+//! The tuner-plugin ABI NCCL 2.28 loads, and v6 of NCCL 2.30: the exported `ncclTunerPlugin_v6`
+//! … `v2` structs of function pointers, their arguments, and NCCL's ids for collectives,
+//! algorithms and protocols.
+//!
+//! The cost table (`float** collCostTable` of v3-v6) is not an array of row pointers: NCCL's
+//! core passes the address of its contiguous `float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS]`
+//! cast to `float**`, and plugins cast it back (aws-ofi-nccl's tuner, NCCL's own basic and
+//! 2.30 example tuners). NCCL's 2.27-2.29 example tuner indexes it as `float**` instead, which
+//! reads two costs as a pointer, under NCCL as under oxccl.
 
 use crate::plugin_abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_float, c_int, c_void};
 
 /// Symbols tried, newest first, with their versions.
-pub const SYMBOLS: [(&[u8], u32); 4] = [
+pub const SYMBOLS: [(&[u8], u32); 5] = [
+    (b"ncclTunerPlugin_v6\0", 6),
     (b"ncclTunerPlugin_v5\0", 5),
     (b"ncclTunerPlugin_v4\0", 4),
     (b"ncclTunerPlugin_v3\0", 3),
@@ -88,7 +96,8 @@ impl Default for TunerConstants {
     }
 }
 
-/// `getCollInfo` of v4 and v5: the cost table `[numAlgo][numProto]` as row pointers.
+/// `getCollInfo` of v4-v6: `cost_table` is the address of a contiguous `[numAlgo][numProto]`
+/// table of `f32` (see the module's note).
 pub type GetCollInfoV4 = unsafe extern "C" fn(
     ctx: *mut c_void,
     coll: c_int,
@@ -122,6 +131,26 @@ pub struct TunerV5 {
     pub get_coll_info: Option<GetCollInfoV4>,
     /// Per-communicator teardown.
     pub finalize: Option<unsafe extern "C" fn(ctx: *mut c_void) -> NcclResult>,
+}
+
+/// `ncclTuner_v6_t` (NCCL 2.30): v5's members, then `getChunkSize`. The first four are v5's, so
+/// oxccl calls a v6 plugin through them; it sizes its own chunks and does not ask the plugin.
+#[repr(C)]
+pub struct TunerV6 {
+    /// v5's name, init, getCollInfo and finalize.
+    pub v5: TunerV5,
+    /// Sets the chunk size of one collective's algorithm/protocol (unused by oxccl).
+    pub get_chunk_size: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            coll: c_int,
+            bytes: usize,
+            algo: c_int,
+            proto: c_int,
+            nchannels: c_int,
+            chunk_size: *mut usize,
+        ) -> NcclResult,
+    >,
 }
 
 /// `init` of v2-v4.
@@ -204,6 +233,8 @@ mod tests {
         assert_eq!(size_of::<NvlDomainInfo>(), 12);
         assert_eq!(size_of::<TunerConstants>(), 132 * 8);
         assert_eq!(size_of::<TunerV5>(), 32);
+        assert_eq!(size_of::<TunerV6>(), 40);
+        assert_eq!(std::mem::offset_of!(TunerV6, get_chunk_size), 32);
         assert_eq!(size_of::<TunerV2>(), 32);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Found as NCCL 2.28 finds it: `NCCL_TUNER_PLUGIN` unset means `libnccl-tuner.so`, `none` no
 //! plugin; a value is `dlopen`ed as given and, when that fails and it is a bare name, as
-//! `libnccl-tuner-<value>.so`; the newest of `ncclTunerPlugin_v5` … `v2` it exports is used.
+//! `libnccl-tuner-<value>.so`; the newest of `ncclTunerPlugin_v6` … `v2` it exports is used
+//! (v6, of NCCL 2.30, through its v5 members).
 //! Without a tuner library, the network plugin's library (`NCCL_NET_PLUGIN`) is searched for
 //! the same symbols, as NCCL does. The library stays loaded for the life of the process; each
 //! communicator gets its own plugin context ([`TunerContext`]).
@@ -71,6 +72,8 @@ fn find_vtable(lib: &Library) -> Option<(VTable, u32)> {
         // contract); it stays mapped as long as the library (for the process: never closed).
         let vt = unsafe {
             match version {
+                // v6 begins with v5's members (`abi::TunerV6`).
+                6 => VTable::V5(&(*(p as *const abi::TunerV6)).v5),
                 5 => VTable::V5(&*(p as *const abi::TunerV5)),
                 4 => VTable::V4(&*(p as *const abi::TunerV4)),
                 3 => VTable::V3(&*(p as *const abi::TunerV3)),
@@ -93,7 +96,7 @@ impl TunerPlugin {
                 continue;
             };
             let Some((vtable, version)) = find_vtable(&lib) else {
-                tracing::debug!(target: "oxccl::tuning", "{path} exports no ncclTunerPlugin_v5..v2");
+                tracing::debug!(target: "oxccl::tuning", "{path} exports no ncclTunerPlugin_v6..v2");
                 continue;
             };
             let name_ptr = match vtable {
@@ -128,7 +131,7 @@ impl TunerPlugin {
         &self.name
     }
 
-    /// The ABI version in use (2 to 5).
+    /// The ABI version in use (2 to 6).
     pub fn version(&self) -> u32 {
         self.version
     }
@@ -322,6 +325,26 @@ fn estimate_us(algo: Algorithm, proto: Protocol, bytes: u64, nranks: u32) -> f32
     (latency * hops + bytes as f64 / (gbps * 1e3)) as f32
 }
 
+/// Cells either side of the cost table that a plugin may write by mistake: aws-ofi-nccl's
+/// model tuner (v1.21.1) writes `table[-1][-1]` when it models none of the algorithms of a
+/// collective, which under NCCL lands on another variable of its stack frame.
+const TABLE_GUARD: usize = NUM_PROTOCOLS + 1;
+
+/// The cost table handed to `getCollInfo` (NCCL's contiguous `[algo][proto]` layout), between
+/// guard cells that stray writes of the plugin land on instead of oxccl's stack.
+#[repr(C)]
+struct GuardedTable {
+    before: [c_float; TABLE_GUARD],
+    cells: [[c_float; NUM_PROTOCOLS]; NUM_ALGORITHMS],
+    after: [c_float; TABLE_GUARD],
+}
+
+const _: () = assert!(
+    std::mem::offset_of!(GuardedTable, cells) == TABLE_GUARD * size_of::<c_float>()
+        && size_of::<GuardedTable>()
+            == (2 * TABLE_GUARD + NUM_ALGORITHMS * NUM_PROTOCOLS) * size_of::<c_float>()
+);
+
 /// The cheapest entry of `table` that may be chosen.
 fn cheapest(table: &[[c_float; NUM_PROTOCOLS]; NUM_ALGORITHMS]) -> Option<(c_int, c_int)> {
     let mut best: Option<(c_int, c_int, c_float)> = None;
@@ -366,14 +389,25 @@ impl TunerContext {
             table[r][proto_col(chosen.1)] = (floor * 0.99).max(0.0);
         }
         let before = cheapest(&table);
-        let mut rows: Vec<*mut c_float> = table.iter_mut().map(|r| r.as_mut_ptr()).collect();
+        let mut guarded = GuardedTable {
+            before: [abi::IGNORE; TABLE_GUARD],
+            cells: table,
+            after: [abi::IGNORE; TABLE_GUARD],
+        };
+        // NCCL passes its contiguous table cast to `float**` (see `abi`), not row pointers. The
+        // pointer is taken from the whole struct, so that writes to the guards stay within it.
+        let base: *mut GuardedTable = &mut guarded;
+        let cost_table = base
+            .cast::<c_float>()
+            .wrapping_add(TABLE_GUARD)
+            .cast::<*mut c_float>();
         let mut algo: c_int = -1;
         let mut proto: c_int = -1;
-        // SAFETY: the context came from this plugin's init; the table's rows hold
-        // NUM_PROTOCOLS floats each and live across the call, as do the outputs.
+        // SAFETY: the context came from this plugin's init; the table holds NUM_ALGORITHMS rows
+        // of NUM_PROTOCOLS floats, as NCCL's, and lives across the call, as do the outputs.
         let rc = unsafe {
             match self.plugin.vtable {
-                // v4 and v5 share `getCollInfo`.
+                // v4, v5 and v6 share `getCollInfo`.
                 VTable::V5(&abi::TunerV5 { get_coll_info, .. })
                 | VTable::V4(&abi::TunerV4 { get_coll_info, .. }) => get_coll_info.map(|f| {
                     f(
@@ -381,7 +415,7 @@ impl TunerContext {
                         func,
                         bytes as usize,
                         1,
-                        rows.as_mut_ptr(),
+                        cost_table,
                         NUM_ALGORITHMS as c_int,
                         NUM_PROTOCOLS as c_int,
                         0,
@@ -394,7 +428,7 @@ impl TunerContext {
                         func,
                         bytes as usize,
                         1,
-                        rows.as_mut_ptr(),
+                        cost_table,
                         NUM_ALGORITHMS as c_int,
                         NUM_PROTOCOLS as c_int,
                         &mut nch,
@@ -416,13 +450,21 @@ impl TunerContext {
             }
         };
         drop(ctx);
+        if guarded
+            .before
+            .iter()
+            .chain(&guarded.after)
+            .any(|&v| v != abi::IGNORE)
+        {
+            tracing::debug!(target: "oxccl::tuning", "tuner plugin {}: getCollInfo wrote outside the cost table (ignored)", self.plugin.name);
+        }
         if rc != Some(0) {
             tracing::debug!(target: "oxccl::tuning", "tuner plugin {}: getCollInfo returned {rc:?}; oxccl's choice stands", self.plugin.name);
             return Steer::default();
         }
         let after = match self.plugin.vtable {
             VTable::V2(_) => (algo >= 0 && proto >= 0).then_some((algo, proto)),
-            _ => cheapest(&table).filter(|&cell| Some(cell) != before),
+            _ => cheapest(&guarded.cells).filter(|&cell| Some(cell) != before),
         };
         let algo_proto = after
             .and_then(|(r, c)| from_cell(r, c))
@@ -450,5 +492,94 @@ impl Drop for TunerContext {
         if rc.is_some_and(|rc| rc != 0) {
             tracing::warn!(target: "oxccl::tuning", "tuner plugin {}: finalize returned {rc:?}", self.plugin.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin_abi::{Logger, NcclResult};
+
+    /// What NCCL's tuners do with the table: cast it back to `float (*)[NCCL_NUM_PROTOCOLS]`.
+    unsafe extern "C" fn contiguous_info(
+        _ctx: *mut c_void,
+        _coll: c_int,
+        _bytes: usize,
+        _pipe: c_int,
+        table: *mut *mut c_float,
+        num_algo: c_int,
+        num_proto: c_int,
+        _reg: c_int,
+        nch: *mut c_int,
+    ) -> NcclResult {
+        assert_eq!((num_algo, num_proto), (7, 3));
+        let t = table.cast::<[c_float; NUM_PROTOCOLS]>();
+        // SAFETY: NCCL's layout: 7 rows of 3 floats from `table`; the write at [-1][-1] is the
+        // stray one of aws-ofi-nccl's model tuner, which the guard cells take.
+        unsafe {
+            assert!((*t.add(abi::ALGO_TREE as usize))[abi::PROTO_LL128 as usize] >= 0.0);
+            (*t.add(abi::ALGO_TREE as usize))[abi::PROTO_LL128 as usize] = 0.0;
+            t.cast::<c_float>()
+                .wrapping_sub(NUM_PROTOCOLS + 1)
+                .write(0.0);
+            *nch = 5;
+        }
+        0
+    }
+
+    unsafe extern "C" fn init(
+        ctx: *mut *mut c_void,
+        _comm_id: u64,
+        _nranks: usize,
+        _nnodes: usize,
+        _log: Logger,
+        _nvl: *mut abi::NvlDomainInfo,
+        _constants: *mut abi::TunerConstants,
+    ) -> NcclResult {
+        // SAFETY: `ctx` is valid for the call (the loader's contract).
+        unsafe { *ctx = std::ptr::null_mut() };
+        0
+    }
+
+    /// A plugin that indexes the table as NCCL lays it out (contiguous rows, as aws-ofi-nccl's
+    /// tuner does) steers oxccl, and its stray write before the table harms nothing.
+    #[test]
+    fn cost_table_is_contiguous_as_nccls() {
+        let vtable: &'static abi::TunerV6 = Box::leak(Box::new(abi::TunerV6 {
+            v5: abi::TunerV5 {
+                name: c"contiguous".as_ptr(),
+                init: Some(init),
+                get_coll_info: Some(contiguous_info),
+                finalize: None,
+            },
+            get_chunk_size: None,
+        }));
+        let plugin: &'static TunerPlugin = Box::leak(Box::new(TunerPlugin {
+            name: "contiguous".into(),
+            path: "test".into(),
+            version: 6,
+            vtable: VTable::V5(&vtable.v5),
+            _lib: Library::this(),
+        }));
+        let ctx = plugin.context(1, 8, 4, (2, 2)).unwrap();
+        let all = [Algorithm::Ring, Algorithm::Tree]
+            .into_iter()
+            .flat_map(|a| [Protocol::Ll, Protocol::Ll128, Protocol::Simple].map(|p| (a, p)))
+            .collect::<Vec<_>>();
+        let s = ctx.steer(
+            CollKind::AllReduce,
+            1 << 20,
+            8,
+            (Algorithm::Ring, Protocol::Simple),
+            2,
+            &all,
+        );
+        assert_eq!(
+            s,
+            Steer {
+                algo_proto: Some((Algorithm::Tree, Protocol::Ll128)),
+                nchannels: Some(5),
+            }
+        );
     }
 }

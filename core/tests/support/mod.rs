@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod profiler;
+pub mod tuner;
 
 use oxccl_core::config::{self, vars};
 use std::time::Duration;

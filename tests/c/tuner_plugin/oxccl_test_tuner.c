@@ -1,6 +1,6 @@
 /*
  * A tuner plugin for oxccl's tests, written against the ABI NCCL 2.28 loads (ncclTunerPlugin_v5,
- * and with -DOXTEST_TUNER_V4/V3/V2 the older members). It steers every collective it is asked
+ * and with -DOXTEST_TUNER_V4/V3/V2 the older members; with -DOXTEST_TUNER_V6 NCCL 2.30's v6). It steers every collective it is asked
  * about to one algorithm/protocol/channel count read from OXTEST_TUNER_FORCE ("algo,proto,nch":
  * NCCL's ids, e.g. "1,2,4" = ring, simple, 4 channels; unset: it changes nothing), and appends
  * one line per call to the file OXTEST_TUNER_LOG (when set) so tests see what it was given.
@@ -48,14 +48,16 @@ static struct ctx* new_ctx(size_t nranks, size_t nnodes, logger_t log) {
   return c;
 }
 
-/* The table is [numAlgo][numProto]; the forced entry becomes the cheapest. */
+/* The table is NCCL's contiguous float[numAlgo][numProto], passed cast to float** (as NCCL's
+ * core does); the forced entry becomes the cheapest. */
 #if !defined(OXTEST_TUNER_V2)
 static result_t steer(struct ctx* c, int coll, size_t bytes, float** table, int nalgo, int nproto,
                       int* nch) {
   log_line("coll", c, coll, bytes, *nch);
+  float* cells = (float*)table;
   if (c->force_algo >= 0 && c->force_algo < nalgo && c->force_proto >= 0 && c->force_proto < nproto &&
-      table[c->force_algo][c->force_proto] >= 0.0f) {
-    table[c->force_algo][c->force_proto] = 0.0f;
+      cells[c->force_algo * nproto + c->force_proto] >= 0.0f) {
+    cells[c->force_algo * nproto + c->force_proto] = 0.0f;
   }
   if (c->force_nch > 0) *nch = c->force_nch;
   return 0;
@@ -121,6 +123,16 @@ static result_t info_v45(void* ctx, int coll, size_t bytes, int pipe, float** ta
   (void)pipe; (void)reg;
   return steer(ctx, coll, bytes, table, nalgo, nproto, nch);
 }
+#if defined(OXTEST_TUNER_V6)
+/* v6 adds getChunkSize, which oxccl does not call. */
+static result_t chunk_v6(void* ctx, int coll, size_t bytes, int algo, int proto, int nch, size_t* chunk) {
+  (void)ctx; (void)coll; (void)bytes; (void)algo; (void)proto; (void)nch; (void)chunk;
+  abort();
+}
+struct { const char* name; void* init; void* info; void* finalize; void* chunk; } ncclTunerPlugin_v6 = {
+    "oxtest-v6", (void*)init_v5, (void*)info_v45, (void*)finish, (void*)chunk_v6};
+#else
 struct { const char* name; void* init; void* info; void* finalize; } ncclTunerPlugin_v5 = {
     "oxtest-v5", (void*)init_v5, (void*)info_v45, (void*)finish};
+#endif
 #endif
