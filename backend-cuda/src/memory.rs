@@ -50,7 +50,7 @@ struct Alloc {
 /// Per-process memory state shared by the backend and its transports.
 pub struct Memory {
     /// The driver's handle of each device.
-    devices: Vec<CUdevice>,
+    pub(crate) devices: Vec<CUdevice>,
     /// Each device's primary context, retained on first use: retaining initialises it, which
     /// takes hundreds of MiB on the device, so a process must not do it for GPUs it never uses
     /// (one process per GPU would otherwise hold a context on every GPU).

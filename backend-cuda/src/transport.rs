@@ -2,13 +2,13 @@
 //! the CUDA driver API. Connections, arenas, graph capture, NET and SHM are
 //! `oxccl_device_transport::DeviceTransport`, written once for both GPU backends.
 
-use crate::call;
-use crate::driver::{CUdeviceptr, CUevent, CUstream, Shared};
+use crate::driver::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream, Shared};
 use crate::kernels::{self, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES};
 use crate::memory::{CtxGuard, Memory};
 use crate::modules::{Modules, ParamsSize};
+use crate::{CudaEvent, call};
 use cudarc::driver::sys;
-use oxccl_core::backend::{DevicePtr, ShareableHandle};
+use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_device_transport::{CaptureStatus, DeviceApi, DeviceTransport, Executor, Handle};
@@ -80,6 +80,10 @@ impl DeviceApi for CudaApi {
     const BLOCK_THREADS: u32 = BLOCK_THREADS;
     const SIZED_LAUNCHES: bool = true;
     const NAME: &'static str = "cuda";
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+    const ZERO_COPY: bool = true;
+    const ONE_SHOT_KERNELS: bool = true;
 
     fn bind(&self, device: i32) -> Result<CtxGuard> {
         self.mem.bind(device)
@@ -179,9 +183,9 @@ impl DeviceApi for CudaApi {
         self.mem.alloc(device, bytes)
     }
 
-    unsafe fn shared_free(&self, ptr: DevicePtr) {
+    unsafe fn shared_free(&self, ptr: DevicePtr) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        let _ = unsafe { self.mem.free(ptr) };
+        unsafe { self.mem.free(ptr) }
     }
 
     fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
@@ -411,5 +415,147 @@ impl DeviceApi for CudaApi {
                 std::ptr::null_mut()
             ))
         }
+    }
+
+    fn load() -> Result<CudaApi> {
+        CudaApi::open()
+    }
+
+    fn stream_handle(stream: &CudaStream) -> Handle {
+        stream.handle()
+    }
+
+    fn stream_from_handle(raw: Handle) -> CudaStream {
+        CudaStream(Shared(raw as sys::CUstream))
+    }
+
+    fn event_handle(event: &CudaEvent) -> Handle {
+        event.0.0 as Handle
+    }
+
+    fn device_count(&self) -> Result<usize> {
+        Ok(self.mem.devices.len())
+    }
+
+    fn current_device(&self) -> Result<i32> {
+        let mut c: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes the calling thread's current context.
+        unsafe { call!(cuCtxGetCurrent(&mut c)) }?;
+        if c.is_null() {
+            return Ok(0);
+        }
+        let mut d: CUdevice = 0;
+        // SAFETY: a context is current.
+        unsafe { call!(cuCtxGetDevice(&mut d)) }?;
+        Ok(self.mem.devices.iter().position(|&x| x == d).unwrap_or(0) as i32)
+    }
+
+    fn set_device(&self, device: i32) -> Result<()> {
+        let g = self.mem.bind(device)?;
+        // Keep the new context current.
+        std::mem::forget(g);
+        Ok(())
+    }
+
+    fn granularity(&self, device: i32) -> Result<usize> {
+        self.mem.granularity(device)
+    }
+
+    unsafe fn import_here(&self, handle: &ShareableHandle, _bytes: usize) -> Result<DevicePtr> {
+        let d = self.current_device()?;
+        self.mem.import(handle, d)
+    }
+
+    unsafe fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr> {
+        self.mem.map_flat(device, handles, stride)
+    }
+
+    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.mem.unmap_flat(base) }
+    }
+
+    fn stream_event(&self, s: Handle) -> Result<CudaEvent> {
+        // An event records only on streams of the context it was made in, and the calling
+        // thread's current context may be another device's: make it in the stream's.
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the stream is live (`stream_from_raw`'s contract); `ctx` is an out-pointer.
+        unsafe { call!(cuStreamGetCtx(stream(s), &mut ctx)) }?;
+        // SAFETY: the driver just named the live stream's context.
+        let _g = unsafe { self.mem.bind_context(ctx) }?;
+        // Timing disabled: the transport's events are made alike.
+        let e = self.event_create()?;
+        Ok(CudaEvent(Shared(e as CUevent)))
+    }
+
+    fn event_query(&self, e: Handle) -> Result<Option<bool>> {
+        // SAFETY: the event is live; the query never blocks.
+        match unsafe { sys::cuEventQuery(event(e)) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(Some(false)),
+            rc => crate::driver::check("cuEventQuery", rc).map(|()| Some(true)),
+        }
+    }
+
+    unsafe fn memcpy_async(
+        &self,
+        device: i32,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        s: Handle,
+    ) -> Result<()> {
+        // One thread may drive several devices (ncclCommInitAll): queue from the stream's own.
+        let _g = self.mem.bind(device)?;
+        // SAFETY: the caller guarantees both ranges; unified addressing resolves their kinds.
+        unsafe { call!(cuMemcpyAsync(dst, src, bytes, stream(s))) }
+    }
+
+    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
+        self.mem.pointer_info(ptr)
+    }
+
+    fn exposable(&self, ptr: DevicePtr) -> bool {
+        self.mem.peer_accessible(ptr)
+    }
+
+    fn caller_stream_create(&self, device: i32) -> Result<CudaStream> {
+        // The inherent `CudaApi::stream_create`, not the transport's `DeviceApi` one.
+        CudaApi::stream_create(self, device)
+    }
+
+    unsafe fn caller_stream_destroy(&self, s: Handle) -> Result<()> {
+        // SAFETY: the caller guarantees the stream is ours, idle and not used again.
+        crate::driver::check("cuStreamDestroy", unsafe {
+            sys::cuStreamDestroy_v2(stream(s))
+        })
+    }
+
+    fn caller_stream_done(&self, s: Handle) -> Result<bool> {
+        // SAFETY: the stream is live (it came from `create_stream` or a caller who keeps it).
+        match unsafe { sys::cuStreamQuery(stream(s)) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => crate::driver::check("cuStreamQuery", r).map(|()| false),
+        }
+    }
+
+    unsafe fn caller_copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_to_device(device, dst, src) }
+    }
+
+    unsafe fn caller_copy_from_device(
+        &self,
+        device: i32,
+        dst: &mut [u8],
+        src: DevicePtr,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_from_device(device, dst, src) }
     }
 }

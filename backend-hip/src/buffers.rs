@@ -3,12 +3,12 @@
 //! with its own).
 
 use crate::runtime::hip_call;
-use crate::{HipBackend, HipStream, sys, with_device};
+use crate::{HipApi, HipStream, sys, with_device};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::error::Result;
 use std::ffi::c_void;
 
-impl HipBackend {
+impl HipApi {
     /// `hipMalloc` on `device` (plain device memory).
     pub fn plain_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
         with_device(self, device, || {
@@ -19,7 +19,7 @@ impl HipBackend {
         })
     }
 
-    /// Frees [`HipBackend::plain_alloc`] memory.
+    /// Frees [`HipApi::plain_alloc`] memory.
     ///
     /// # Safety
     /// `ptr` came from `plain_alloc` and no work uses it.
@@ -161,7 +161,7 @@ impl HipBackend {
     /// Replays an instantiated graph on `stream`.
     ///
     /// # Safety
-    /// `exec` came from [`HipBackend::graph_instantiate`] and everything the graph uses is live.
+    /// `exec` came from [`HipApi::graph_instantiate`] and everything the graph uses is live.
     pub unsafe fn graph_launch(&self, device: i32, exec: usize, stream: &HipStream) -> Result<()> {
         with_device(self, device, || {
             // SAFETY: forwarded from the caller; the stream is live.

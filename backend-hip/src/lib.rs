@@ -1,5 +1,6 @@
-//! oxccl backend for AMD GPUs: [`HipBackend`] implements [`Backend`] on the HIP runtime, which
-//! is loaded at run time ([`runtime`]), so a binary with this backend starts on any machine.
+//! oxccl backend for AMD GPUs: [`HipApi`] implements `oxccl-device-transport`'s [`DeviceApi`] on
+//! the HIP runtime, which is loaded at run time ([`runtime`]), so a binary with this backend
+//! starts on any machine; [`HipBackend`] is the GPU backend written once over it.
 //!
 //! What is here: device selection, VMM memory (with a `hipMalloc` fallback), export and import of
 //! memory for other processes (POSIX file descriptors of VMM allocations, `hipIpc*` handles of
@@ -19,20 +20,19 @@ pub mod transport;
 
 use code_object::CodeObject;
 pub use kernels::{FifoGeometry, MAX_CHANNELS};
-use oxccl_core::backend::{
-    Backend, ConnectContext, DevicePtr, Launch, PointerInfo, ShareableHandle,
-};
+use oxccl_core::backend::DevicePtr;
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::lock::lock;
-use oxccl_core::plan::Protocol;
-use oxccl_core::plan::tuner::Topology;
-use oxccl_device_transport::DeviceApi;
-use runtime::{Hip, MemoryType, hip_call};
+use oxccl_device_transport::{DeviceApi, GpuBackend};
+use runtime::{Hip, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex};
-pub use transport::{HipApi, HipTransport};
+pub use transport::HipTransport;
+
+/// The HIP backend: the GPU backend written once over [`HipApi`].
+pub type HipBackend = GpuBackend<HipApi>;
 
 /// Granularity reported when the runtime has no VMM (`hipMalloc` aligns to at least this).
 const FALLBACK_GRANULARITY: usize = 4096;
@@ -43,12 +43,12 @@ const HANDLE_FD: u8 = 1;
 const HANDLE_IPC: u8 = 2;
 
 /// A HIP stream handle (`hipStream_t`; 0 is the default stream). Not owned: C callers own their
-/// streams, and [`HipBackend::stream_create`]'s are freed with [`HipBackend::stream_destroy`].
+/// streams, and [`HipApi::stream_create`]'s are freed with [`HipApi::stream_destroy`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HipStream(pub usize);
 
 impl HipStream {
-    fn raw(self) -> sys::hipStream_t {
+    pub(crate) fn raw(self) -> sys::hipStream_t {
         self.0 as sys::hipStream_t
     }
 }
@@ -100,10 +100,10 @@ struct Alloc {
     kind: AllocKind,
 }
 
-/// The HIP backend. Clones share the runtime and every table (transports keep one to free
-/// their memory and find their kernels).
+/// The HIP runtime calls of the backend and its transports ([`DeviceApi`]). Clones share the
+/// runtime and every table (transports keep one to free their memory and find their kernels).
 #[derive(Clone)]
-pub struct HipBackend {
+pub struct HipApi {
     hip: Arc<Hip>,
     /// Memory this backend allocated or imported, by base address.
     allocs: Arc<Mutex<BTreeMap<DevicePtr, Alloc>>>,
@@ -113,15 +113,13 @@ pub struct HipBackend {
     granularity: Arc<Mutex<HashMap<i32, Option<usize>>>>,
     /// The kernels' module per device (`hipModule_t`).
     modules: Arc<Mutex<HashMap<i32, usize>>>,
-    /// How communicators' FIFOs are cut (`OXCCL_FIFO_*`).
-    geometry: FifoGeometry,
     /// The kernels' code object (embedded, or `OXCCL_HIP_CODE_OBJECT`).
     code: CodeObject,
 }
 
-impl std::fmt::Debug for HipBackend {
+impl std::fmt::Debug for HipApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HipBackend")
+        f.debug_struct("HipApi")
             .field("hip", &self.hip)
             .finish_non_exhaustive()
     }
@@ -145,7 +143,7 @@ fn with_source(e: Error, code: &CodeObject) -> Error {
 }
 
 /// Runs `f` with `device` current, restoring the previous device afterwards.
-fn with_device<T>(b: &HipBackend, device: i32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+fn with_device<T>(b: &HipApi, device: i32, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let prev = b.current_device()?;
     if prev != device {
         b.set_device(device)?;
@@ -157,7 +155,7 @@ fn with_device<T>(b: &HipBackend, device: i32, f: impl FnOnce() -> Result<T>) ->
     r
 }
 
-impl HipBackend {
+impl HipApi {
     /// Whether everything queued on `stream` has run (`hipStreamQuery`, never blocking);
     /// `None` when the runtime lacks it.
     pub fn stream_query(&self, stream: &HipStream) -> Result<Option<bool>> {
@@ -169,24 +167,21 @@ impl HipBackend {
     /// Loads the HIP runtime (`OXCCL_HIP_RUNTIME`, else ROCm's) and checks that a device exists
     /// ("no HIP runtime ..." / "no HIP device" otherwise); the kernels come from
     /// `OXCCL_HIP_CODE_OBJECT` when it is set, else from this build.
-    pub fn load() -> Result<HipBackend> {
-        let geometry = FifoGeometry::from_env()?;
+    fn open() -> Result<HipApi> {
         let code = CodeObject::from_env()?;
-        let mut be = HipBackend::with_runtime(Hip::load()?);
-        be.geometry = geometry;
+        let mut be = HipApi::with_runtime(Hip::load()?);
         be.code = code;
         Ok(be)
     }
 
-    /// A backend over an already loaded runtime.
-    pub fn with_runtime(hip: Hip) -> HipBackend {
-        HipBackend {
+    /// Runtime calls over an already loaded runtime (the embedded kernels).
+    pub fn with_runtime(hip: Hip) -> HipApi {
+        HipApi {
             hip: Arc::new(hip),
             allocs: Arc::new(Mutex::new(BTreeMap::new())),
             flat: Arc::new(Mutex::new(BTreeMap::new())),
             granularity: Arc::new(Mutex::new(HashMap::new())),
             modules: Arc::new(Mutex::new(HashMap::new())),
-            geometry: FifoGeometry::default(),
             code: CodeObject::embedded(),
         }
     }
@@ -199,11 +194,6 @@ impl HipBackend {
     /// The code object the kernels are loaded from.
     pub fn code_object(&self) -> &CodeObject {
         &self.code
-    }
-
-    /// How this backend's communicators cut their FIFOs.
-    pub fn geometry(&self) -> FifoGeometry {
-        self.geometry
     }
 
     /// The loaded runtime.
@@ -224,7 +214,7 @@ impl HipBackend {
         Ok(HipStream(s as usize))
     }
 
-    /// Destroys a stream from [`HipBackend::stream_create`].
+    /// Destroys a stream from [`HipApi::stream_create`].
     ///
     /// # Safety
     /// `stream` came from `stream_create` and is not used afterwards.
@@ -249,7 +239,7 @@ impl HipBackend {
         Ok((p.cast(), d as DevicePtr))
     }
 
-    /// Frees memory from [`HipBackend::host_alloc`].
+    /// Frees memory from [`HipApi::host_alloc`].
     ///
     /// # Safety
     /// `host` came from `host_alloc` and neither the host nor the device uses it any more.
@@ -479,491 +469,6 @@ fn fd_handle_owner(b: &[u8]) -> Option<(u32, i32)> {
     let pid = u32::from_le_bytes(b.get(17..21)?.try_into().ok()?);
     let fd = i32::from_le_bytes(b.get(21..25)?.try_into().ok()?);
     Some((pid, fd))
-}
-
-impl Backend for HipBackend {
-    type Stream = HipStream;
-    type Event = HipEvent;
-    type Transport = HipTransport;
-
-    fn name(&self) -> &'static str {
-        "hip"
-    }
-    fn device_count(&self) -> Result<usize> {
-        let mut n = 0;
-        // SAFETY: `n` is a valid out-pointer.
-        unsafe { hip_call!(self.hip, hipGetDeviceCount(&mut n)) }?;
-        Ok(n.max(0) as usize)
-    }
-    fn current_device(&self) -> Result<i32> {
-        let mut d = 0;
-        // SAFETY: `d` is a valid out-pointer.
-        unsafe { hip_call!(self.hip, hipGetDevice(&mut d)) }?;
-        Ok(d)
-    }
-    fn set_device(&self, device: i32) -> Result<()> {
-        // SAFETY: hipSetDevice validates the ordinal itself.
-        unsafe { hip_call!(self.hip, hipSetDevice(device)) }
-    }
-
-    fn granularity(&self, device: i32) -> Result<usize> {
-        Ok(self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY))
-    }
-
-    fn mem_alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
-        let Some(g) = self.vmm_granularity(device) else {
-            let size = size.max(1);
-            let p = with_device(self, device, || {
-                let mut p: *mut c_void = std::ptr::null_mut();
-                // SAFETY: `p` is a valid out-pointer.
-                unsafe { hip_call!(self.hip, hipMalloc(&mut p, size)) }?;
-                Ok(p as DevicePtr)
-            })?;
-            lock(&self.allocs).insert(
-                p,
-                Alloc {
-                    size,
-                    device,
-                    kind: AllocKind::Malloc,
-                },
-            );
-            return Ok(p);
-        };
-        let size = size.max(1).next_multiple_of(g);
-        let prop = self.hip.alloc_prop(device);
-        let mut handle: sys::hipMemGenericAllocationHandle_t = std::ptr::null_mut();
-        // SAFETY: `handle` is a valid out-pointer; `prop` is laid out for this runtime; `size`
-        // is a multiple of the granularity.
-        unsafe { hip_call!(self.hip, hipMemCreate(&mut handle, size, prop.as_ptr(), 0)) }?;
-        match self.map_vmm(handle, size, g, &self.access_devices(device)) {
-            Ok(va) => {
-                let kind = AllocKind::Vmm {
-                    handle: handle as usize,
-                    exported_fds: Vec::new(),
-                };
-                lock(&self.allocs).insert(va, Alloc { size, device, kind });
-                Ok(va)
-            }
-            Err(e) => {
-                // SAFETY: `handle` is unmapped and unused.
-                let _ = unsafe { hip_call!(self.hip, hipMemRelease(handle)) };
-                Err(e)
-            }
-        }
-    }
-
-    /// Also releases memory from [`Backend::import_handle`].
-    unsafe fn mem_free(&self, ptr: DevicePtr) -> Result<()> {
-        let a = lock(&self.allocs)
-            .remove(&ptr)
-            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
-        let p = ptr as *mut c_void;
-        match a.kind {
-            AllocKind::Vmm {
-                handle,
-                exported_fds,
-            } => {
-                for fd in exported_fds {
-                    // SAFETY: the descriptor came from hipMemExportToShareableHandle and is ours.
-                    unsafe { libc::close(fd) };
-                }
-                // SAFETY: the caller guarantees nothing uses the range; it was mapped by us
-                // with this size, and the handle is released once.
-                unsafe {
-                    hip_call!(self.hip, hipMemUnmap(p, a.size))?;
-                    hip_call!(self.hip, hipMemAddressFree(p, a.size))?;
-                    hip_call!(
-                        self.hip,
-                        hipMemRelease(handle as sys::hipMemGenericAllocationHandle_t)
-                    )
-                }
-            }
-            // SAFETY: from hipMalloc, unused from now on (caller's contract).
-            AllocKind::Malloc => unsafe { hip_call!(self.hip, hipFree(p)) },
-            // SAFETY: from hipIpcOpenMemHandle, unused from now on (caller's contract).
-            AllocKind::Ipc => unsafe { hip_call!(self.hip, hipIpcCloseMemHandle(p)) },
-        }
-    }
-
-    fn flat_mapping(&self) -> bool {
-        true
-    }
-
-    unsafe fn map_flat(
-        &self,
-        device: i32,
-        handles: &[ShareableHandle],
-        stride: usize,
-    ) -> Result<DevicePtr> {
-        let total = stride
-            .checked_mul(handles.len())
-            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
-        let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
-        let mut va: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `va` is a valid out-pointer; `total` is a multiple of the 4 GiB stride.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipMemAddressReserve(&mut va, total, g, std::ptr::null_mut(), 0)
-            )
-        }?;
-        let va = va as DevicePtr;
-        let mut range = FlatRange {
-            total,
-            maps: Vec::with_capacity(handles.len()),
-        };
-        let malformed = || {
-            Error::usage(
-                "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
-            )
-        };
-        let mut map_all = || -> Result<()> {
-            for (i, h) in handles.iter().enumerate() {
-                let b = &h.0;
-                if b.first() != Some(&HANDLE_FD) {
-                    return Err(malformed());
-                }
-                let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
-                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
-                if size > stride {
-                    return Err(Error::arg(
-                        "a symmetric window's allocation exceeds the stride",
-                    ));
-                }
-                let alloc = self.import_allocation(pid, fd)?;
-                let at = va + (i * stride) as u64;
-                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
-                // allocation of `size` bytes.
-                let mapped =
-                    unsafe { hip_call!(self.hip, hipMemMap(at as *mut c_void, size, 0, alloc, 0)) };
-                // SAFETY: the mapping, if made, holds a reference of its own.
-                let _ = unsafe { hip_call!(self.hip, hipMemRelease(alloc)) };
-                mapped?;
-                range.maps.push((at, size));
-                let desc = sys::hipMemAccessDesc {
-                    location: sys::hipMemLocation {
-                        type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
-                        id: device,
-                    },
-                    flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
-                };
-                // SAFETY: `at` maps `size` bytes; one valid descriptor.
-                unsafe { hip_call!(self.hip, hipMemSetAccess(at as *mut c_void, size, &desc, 1)) }?;
-            }
-            Ok(())
-        };
-        if let Err(e) = map_all() {
-            // SAFETY: nothing has used the range yet.
-            unsafe { self.release_flat(va, &range) };
-            return Err(e);
-        }
-        lock(&self.flat).insert(va, range);
-        Ok(va)
-    }
-
-    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
-        let range = lock(&self.flat)
-            .remove(&base)
-            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
-        // SAFETY: the caller's contract.
-        unsafe { self.release_flat(base, &range) };
-        Ok(())
-    }
-
-    /// Handle bytes: a tag, the offset of `ptr` in its allocation, the allocation's size, then
-    /// (VMM) the exporter's pid and file descriptor or (hipMalloc) the 64-byte IPC handle.
-    unsafe fn export_handle(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
-        let mut allocs = lock(&self.allocs);
-        let (&base, a) = allocs
-            .range_mut(..=ptr)
-            .next_back()
-            .filter(|(b, a)| ptr < **b + a.size as u64)
-            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
-        let mut out = Vec::with_capacity(84);
-        match &mut a.kind {
-            AllocKind::Vmm {
-                handle,
-                exported_fds,
-            } => {
-                let mut fd: i32 = -1;
-                // SAFETY: `fd` receives an int for the POSIX-fd handle type; `handle` is live.
-                unsafe {
-                    hip_call!(
-                        self.hip,
-                        hipMemExportToShareableHandle(
-                            (&mut fd as *mut i32).cast(),
-                            *handle as sys::hipMemGenericAllocationHandle_t,
-                            sys::hipMemAllocationHandleType::hipMemHandleTypePosixFileDescriptor,
-                            0
-                        )
-                    )
-                }?;
-                exported_fds.push(fd);
-                out.push(HANDLE_FD);
-                out.extend_from_slice(&(ptr - base).to_le_bytes());
-                out.extend_from_slice(&(a.size as u64).to_le_bytes());
-                out.extend_from_slice(&std::process::id().to_le_bytes());
-                out.extend_from_slice(&fd.to_le_bytes());
-            }
-            AllocKind::Malloc => {
-                let mut h = sys::hipIpcMemHandle_t::default();
-                // SAFETY: `h` is a valid out-pointer; `base` is the start of a hipMalloc block.
-                unsafe { hip_call!(self.hip, hipIpcGetMemHandle(&mut h, base as *mut c_void)) }?;
-                out.push(HANDLE_IPC);
-                out.extend_from_slice(&(ptr - base).to_le_bytes());
-                out.extend_from_slice(&(a.size as u64).to_le_bytes());
-                out.extend(h.reserved.iter().map(|&c| c as u8));
-            }
-            AllocKind::Ipc => {
-                return Err(Error::usage(
-                    "memory imported from a peer cannot be exported again",
-                ));
-            }
-        }
-        Ok(ShareableHandle(out))
-    }
-
-    unsafe fn import_handle(&self, handle: &ShareableHandle, size: usize) -> Result<DevicePtr> {
-        let b = &handle.0;
-        let malformed = || Error::arg("malformed HIP memory handle");
-        let tag = *b.first().ok_or_else(malformed)?;
-        let offset = read_u64(b, 1).ok_or_else(malformed)?;
-        let alloc_size = read_u64(b, 9).ok_or_else(malformed)? as usize;
-        if offset.saturating_add(size as u64) > alloc_size as u64 {
-            return Err(Error::arg("imported range exceeds the exported allocation"));
-        }
-        let device = self.current_device()?;
-        match tag {
-            HANDLE_FD => {
-                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
-                // In this process the exporter's descriptor is ours already; it stays open
-                // until the exporting allocation is freed.
-                let h = self.import_allocation(pid, fd)?;
-                let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
-                match self.map_vmm(h, alloc_size, g, &[device]) {
-                    Ok(va) => {
-                        let kind = AllocKind::Vmm {
-                            handle: h as usize,
-                            exported_fds: Vec::new(),
-                        };
-                        lock(&self.allocs).insert(
-                            va,
-                            Alloc {
-                                size: alloc_size,
-                                device,
-                                kind,
-                            },
-                        );
-                        Ok(va + offset)
-                    }
-                    Err(e) => {
-                        // SAFETY: `h` is unmapped and unused.
-                        let _ = unsafe { hip_call!(self.hip, hipMemRelease(h)) };
-                        Err(e)
-                    }
-                }
-            }
-            HANDLE_IPC => {
-                let raw = b.get(17..17 + 64).ok_or_else(malformed)?;
-                let mut h = sys::hipIpcMemHandle_t::default();
-                for (d, s) in h.reserved.iter_mut().zip(raw) {
-                    *d = *s as std::ffi::c_char;
-                }
-                let mut p: *mut c_void = std::ptr::null_mut();
-                // SAFETY: `p` is a valid out-pointer; `h` came from a peer's hipIpcGetMemHandle
-                // (the caller's contract).
-                unsafe {
-                    hip_call!(
-                        self.hip,
-                        hipIpcOpenMemHandle(&mut p, h, sys::hipIpcMemLazyEnablePeerAccess)
-                    )
-                }?;
-                lock(&self.allocs).insert(
-                    p as DevicePtr,
-                    Alloc {
-                        size: alloc_size,
-                        device,
-                        kind: AllocKind::Ipc,
-                    },
-                );
-                Ok(p as DevicePtr + offset)
-            }
-            _ => Err(malformed()),
-        }
-    }
-
-    unsafe fn stream_from_raw(&self, raw: usize) -> Result<HipStream> {
-        Ok(HipStream(raw))
-    }
-    fn stream_synchronize(&self, stream: &HipStream) -> Result<()> {
-        // SAFETY: `stream` is 0 or a live stream (stream_from_raw's contract).
-        unsafe { hip_call!(self.hip, hipStreamSynchronize(stream.raw())) }
-    }
-    fn is_capturing(&self, stream: &HipStream) -> Result<bool> {
-        if !self.hip.has("hipStreamIsCapturing") {
-            // A runtime without graph capture cannot be capturing.
-            return Ok(false);
-        }
-        let mut status = sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone;
-        // SAFETY: `status` is a valid out-pointer; `stream` is 0 or live.
-        unsafe { hip_call!(self.hip, hipStreamIsCapturing(stream.raw(), &mut status)) }?;
-        Ok(status != sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone)
-    }
-    fn event_create(&self, _stream: &HipStream) -> Result<HipEvent> {
-        // Timing off (cheaper, never read): the transport's events are made alike. On the
-        // current device: the runtime's bindings have no call that names a stream's device.
-        let raw = HipApi(self.clone()).event_create()?;
-        Ok(HipEvent {
-            raw,
-            hip: self.hip.clone(),
-        })
-    }
-    fn event_record(&self, event: &HipEvent, stream: &HipStream) -> Result<()> {
-        // SAFETY: the event is live (owned by `event`); the stream is 0 or live.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipEventRecord(event.raw as sys::hipEvent_t, stream.raw())
-            )
-        }
-    }
-    fn event_synchronize(&self, event: &HipEvent) -> Result<()> {
-        // SAFETY: the event is live.
-        unsafe { hip_call!(self.hip, hipEventSynchronize(event.raw as sys::hipEvent_t)) }
-    }
-    fn event_query(&self, event: &HipEvent) -> Result<Option<bool>> {
-        // SAFETY: the event is live (owned by `event`).
-        unsafe { self.hip.event_done(event.raw as sys::hipEvent_t) }
-    }
-    fn stream_id(&self, stream: &HipStream) -> u64 {
-        stream.0 as u64
-    }
-    fn stream_wait_event(&self, stream: &HipStream, event: &HipEvent) -> Result<()> {
-        // SAFETY: both handles are live (or the stream is 0).
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipStreamWaitEvent(stream.raw(), event.raw as sys::hipEvent_t, 0)
-            )
-        }
-    }
-
-    unsafe fn memcpy_async(
-        &self,
-        _device: i32,
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: usize,
-        stream: &HipStream,
-    ) -> Result<()> {
-        // SAFETY: the caller guarantees both ranges; hipMemcpyDefault infers the direction
-        // from the unified address space.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipMemcpyAsync(
-                    dst as *mut c_void,
-                    src as *const c_void,
-                    bytes,
-                    sys::hipMemcpyKind::hipMemcpyDefault,
-                    stream.raw()
-                )
-            )
-        }
-    }
-
-    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
-        // VMM ranges first: the runtime's range query does not cover them everywhere.
-        if let Some((base, size)) = self.find(ptr) {
-            let device = lock(&self.allocs).get(&base).map_or(-1, |a| a.device);
-            return Ok(PointerInfo {
-                on_device: true,
-                device,
-                base,
-                size,
-            });
-        }
-        let host = PointerInfo {
-            on_device: false,
-            device: -1,
-            base: ptr,
-            size: 0,
-        };
-        let mut attr = sys::hipPointerAttribute_t::default();
-        // SAFETY: `attr` is a valid out-pointer; the query accepts any address.
-        let r = unsafe {
-            hip_call!(
-                self.hip,
-                hipPointerGetAttributes(&mut attr, ptr as *const c_void)
-            )
-        };
-        if r.is_err() {
-            // ROCm 5 answers pageable host memory with hipErrorInvalidValue.
-            return Ok(host);
-        }
-        match self.hip.memory_type(attr.memoryType.0) {
-            MemoryType::Device | MemoryType::Managed => {
-                let mut base: sys::hipDeviceptr_t = std::ptr::null_mut();
-                let mut size = 0usize;
-                // SAFETY: both out-pointers are valid; `ptr` is device memory per the query.
-                let r = unsafe {
-                    hip_call!(
-                        self.hip,
-                        hipMemGetAddressRange(&mut base, &mut size, ptr as sys::hipDeviceptr_t)
-                    )
-                };
-                let (base, size) = match r {
-                    Ok(()) => (base as DevicePtr, size),
-                    Err(_) => (ptr, 0),
-                };
-                Ok(PointerInfo {
-                    on_device: true,
-                    device: attr.device,
-                    base,
-                    size,
-                })
-            }
-            _ => Ok(host),
-        }
-    }
-
-    fn max_chunk_bytes(&self, proto: Protocol) -> Option<u64> {
-        Some(self.geometry.message_bytes(proto))
-    }
-    fn max_channels(&self, transport: &HipTransport) -> Option<u32> {
-        Some((self.geometry.channels as u32).min(transport.max_blocks()))
-    }
-    fn max_direct_channels(&self, transport: &HipTransport) -> Option<u32> {
-        transport.direct_channels()
-    }
-    fn connect_on_use(
-        &self,
-        transport: &HipTransport,
-        work: &oxccl_core::plan::WorkDesc,
-        bootstrap: &std::sync::Arc<oxccl_core::bootstrap::Bootstrap>,
-        abort: &oxccl_core::abort::AbortFlag,
-    ) -> Result<()> {
-        transport.connect_on_use(work, bootstrap, abort)
-    }
-    fn topology(&self, transport: &HipTransport) -> Option<Topology> {
-        transport.topology()
-    }
-    fn needs_peer_watch(&self) -> bool {
-        true
-    }
-    fn connect(&self, ctx: &ConnectContext<'_>) -> Result<HipTransport> {
-        HipTransport::connect(HipApi(self.clone()), self.geometry, ctx)
-    }
-
-    unsafe fn launch(&self, stream: &HipStream, launch: Launch<Self>) -> Result<Option<HipEvent>> {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            launch
-                .transport
-                .launch(stream.0, &launch.work, &launch.buffers, &launch.abort)
-        }?;
-        Ok(None)
-    }
 }
 
 #[cfg(test)]

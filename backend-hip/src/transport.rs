@@ -6,11 +6,16 @@
 
 use crate::code_object::CodeObject;
 use crate::kernels::{self, HIP_INLINE_ARGS_BYTES};
+use crate::runtime::MemoryType;
 use crate::runtime::hip_call;
-use crate::{HipBackend, sys};
-use oxccl_core::backend::{Backend, DevicePtr, ShareableHandle};
+use crate::{
+    Alloc, AllocKind, FALLBACK_GRANULARITY, FlatRange, HANDLE_FD, HANDLE_IPC, HipApi, HipEvent,
+    HipStream, fd_handle_owner, read_u64, sys, with_device,
+};
+use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use oxccl_device_transport::{CaptureStatus, DeviceApi, DeviceTransport, Executor, Handle};
 use std::ffi::c_void;
 
@@ -23,14 +28,9 @@ const _: () = assert!(BLOCK_THREADS <= kernels::MAX_THREADS_PER_BLOCK);
 /// One communicator's connections on the HIP backend.
 pub type HipTransport = DeviceTransport<HipApi>;
 
-/// The shared transport's runtime calls on the HIP runtime (a clone of the backend: the
-/// runtime, its allocation table and its modules).
-#[derive(Clone)]
-pub struct HipApi(pub(crate) HipBackend);
-
 /// Keeps a device current; restores the previous one when dropped.
 pub struct HipBound {
-    be: HipBackend,
+    be: HipApi,
     prev: Option<i32>,
 }
 
@@ -44,7 +44,7 @@ impl Drop for HipBound {
 
 /// This thread's capture mode switched to relaxed, restored on drop; inert where the runtime
 /// lacks `hipThreadExchangeStreamCaptureMode`.
-pub struct HipRelaxed(Option<(HipBackend, sys::hipStreamCaptureMode)>);
+pub struct HipRelaxed(Option<(HipApi, sys::hipStreamCaptureMode)>);
 
 impl Drop for HipRelaxed {
     fn drop(&mut self) {
@@ -69,24 +69,28 @@ impl DeviceApi for HipApi {
     const BLOCK_THREADS: u32 = BLOCK_THREADS;
     const SIZED_LAUNCHES: bool = false;
     const NAME: &'static str = "hip";
+    type Stream = HipStream;
+    type Event = HipEvent;
+    const ZERO_COPY: bool = false;
+    const ONE_SHOT_KERNELS: bool = false;
 
     fn bind(&self, device: i32) -> Result<HipBound> {
-        let prev = self.0.current_device()?;
+        let prev = self.current_device()?;
         if prev == device {
             return Ok(HipBound {
-                be: self.0.clone(),
+                be: self.clone(),
                 prev: None,
             });
         }
-        self.0.set_device(device)?;
+        self.set_device(device)?;
         Ok(HipBound {
-            be: self.0.clone(),
+            be: self.clone(),
             prev: Some(prev),
         })
     }
 
     fn kernels_missing(&self) -> Option<Error> {
-        (!self.0.has_kernels()).then(CodeObject::missing)
+        (!self.has_kernels()).then(CodeObject::missing)
     }
 
     fn has_one_shot(&self) -> bool {
@@ -95,7 +99,7 @@ impl DeviceApi for HipApi {
     }
 
     fn pci_bus_id(&self, device: i32) -> Option<String> {
-        if !self.0.hip.has("hipDeviceGetPCIBusId") {
+        if !self.hip.has("hipDeviceGetPCIBusId") {
             return None;
         }
         let mut buf = [0 as std::ffi::c_char; 32];
@@ -103,7 +107,7 @@ impl DeviceApi for HipApi {
         // NUL-terminated id that fits.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, device)
             )
         }
@@ -114,7 +118,7 @@ impl DeviceApi for HipApi {
     }
 
     fn multiprocessors(&self, device: i32) -> Result<u32> {
-        if !self.0.hip.has("hipDeviceGetAttribute") {
+        if !self.hip.has("hipDeviceGetAttribute") {
             // Unknown: ranks sharing this device get no block cap (see the records' `sms`).
             return Ok(0);
         }
@@ -122,7 +126,7 @@ impl DeviceApi for HipApi {
         // SAFETY: `n` is a valid out-pointer; HIP validates the ordinal.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipDeviceGetAttribute(
                     &mut n,
                     sys::hipDeviceAttribute_t::hipDeviceAttributeMultiprocessorCount,
@@ -136,14 +140,14 @@ impl DeviceApi for HipApi {
     fn can_access_peer(&self, device: i32, peer: i32) -> bool {
         let mut can = 0;
         // SAFETY: `can` is a valid out-pointer; HIP validates both ordinals.
-        let r = unsafe { hip_call!(self.0.hip, hipDeviceCanAccessPeer(&mut can, device, peer)) };
+        let r = unsafe { hip_call!(self.hip, hipDeviceCanAccessPeer(&mut can, device, peer)) };
         r.is_ok() && can != 0
     }
 
     fn enable_peer_access(&self, device: i32, peer: i32) -> Result<()> {
         let _g = self.bind(device)?;
         // SAFETY: `peer` is a valid ordinal (the pair was checked); the flags must be 0.
-        match unsafe { hip_call!(self.0.hip, hipDeviceEnablePeerAccess(peer, 0)) } {
+        match unsafe { hip_call!(self.hip, hipDeviceEnablePeerAccess(peer, 0)) } {
             Ok(()) => {}
             Err(Error::Backend { code, .. })
                 if code == i64::from(sys::hipError_t::hipErrorPeerAccessAlreadyEnabled.0) => {}
@@ -154,18 +158,131 @@ impl DeviceApi for HipApi {
         Ok(())
     }
 
-    fn shared_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
-        self.0.mem_alloc(device, bytes)
+    fn shared_alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
+        let Some(g) = self.vmm_granularity(device) else {
+            let size = size.max(1);
+            let p = with_device(self, device, || {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: `p` is a valid out-pointer.
+                unsafe { hip_call!(self.hip, hipMalloc(&mut p, size)) }?;
+                Ok(p as DevicePtr)
+            })?;
+            lock(&self.allocs).insert(
+                p,
+                Alloc {
+                    size,
+                    device,
+                    kind: AllocKind::Malloc,
+                },
+            );
+            return Ok(p);
+        };
+        let size = size.max(1).next_multiple_of(g);
+        let prop = self.hip.alloc_prop(device);
+        let mut handle: sys::hipMemGenericAllocationHandle_t = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer; `prop` is laid out for this runtime; `size`
+        // is a multiple of the granularity.
+        unsafe { hip_call!(self.hip, hipMemCreate(&mut handle, size, prop.as_ptr(), 0)) }?;
+        match self.map_vmm(handle, size, g, &self.access_devices(device)) {
+            Ok(va) => {
+                let kind = AllocKind::Vmm {
+                    handle: handle as usize,
+                    exported_fds: Vec::new(),
+                };
+                lock(&self.allocs).insert(va, Alloc { size, device, kind });
+                Ok(va)
+            }
+            Err(e) => {
+                // SAFETY: `handle` is unmapped and unused.
+                let _ = unsafe { hip_call!(self.hip, hipMemRelease(handle)) };
+                Err(e)
+            }
+        }
     }
 
-    unsafe fn shared_free(&self, ptr: DevicePtr) {
-        // SAFETY: forwarded from the caller.
-        let _ = unsafe { self.0.mem_free(ptr) };
+    unsafe fn shared_free(&self, ptr: DevicePtr) -> Result<()> {
+        let a = lock(&self.allocs)
+            .remove(&ptr)
+            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
+        let p = ptr as *mut c_void;
+        match a.kind {
+            AllocKind::Vmm {
+                handle,
+                exported_fds,
+            } => {
+                for fd in exported_fds {
+                    // SAFETY: the descriptor came from hipMemExportToShareableHandle and is ours.
+                    unsafe { libc::close(fd) };
+                }
+                // SAFETY: the caller guarantees nothing uses the range; it was mapped by us
+                // with this size, and the handle is released once.
+                unsafe {
+                    hip_call!(self.hip, hipMemUnmap(p, a.size))?;
+                    hip_call!(self.hip, hipMemAddressFree(p, a.size))?;
+                    hip_call!(
+                        self.hip,
+                        hipMemRelease(handle as sys::hipMemGenericAllocationHandle_t)
+                    )
+                }
+            }
+            // SAFETY: from hipMalloc, unused from now on (caller's contract).
+            AllocKind::Malloc => unsafe { hip_call!(self.hip, hipFree(p)) },
+            // SAFETY: from hipIpcOpenMemHandle, unused from now on (caller's contract).
+            AllocKind::Ipc => unsafe { hip_call!(self.hip, hipIpcCloseMemHandle(p)) },
+        }
     }
 
+    /// Handle bytes: a tag, the offset of `ptr` in its allocation, the allocation's size, then
+    /// (VMM) the exporter's pid and file descriptor or (hipMalloc) the 64-byte IPC handle.
     fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle> {
-        // SAFETY: `ptr` is a live allocation of this backend (the transport's FIFOs).
-        unsafe { self.0.export_handle(ptr) }
+        let mut allocs = lock(&self.allocs);
+        let (&base, a) = allocs
+            .range_mut(..=ptr)
+            .next_back()
+            .filter(|(b, a)| ptr < **b + a.size as u64)
+            .ok_or_else(|| Error::arg(format!("{ptr:#x} was not allocated by ncclMemAlloc")))?;
+        let mut out = Vec::with_capacity(84);
+        match &mut a.kind {
+            AllocKind::Vmm {
+                handle,
+                exported_fds,
+            } => {
+                let mut fd: i32 = -1;
+                // SAFETY: `fd` receives an int for the POSIX-fd handle type; `handle` is live.
+                unsafe {
+                    hip_call!(
+                        self.hip,
+                        hipMemExportToShareableHandle(
+                            (&mut fd as *mut i32).cast(),
+                            *handle as sys::hipMemGenericAllocationHandle_t,
+                            sys::hipMemAllocationHandleType::hipMemHandleTypePosixFileDescriptor,
+                            0
+                        )
+                    )
+                }?;
+                exported_fds.push(fd);
+                out.push(HANDLE_FD);
+                out.extend_from_slice(&(ptr - base).to_le_bytes());
+                out.extend_from_slice(&(a.size as u64).to_le_bytes());
+                out.extend_from_slice(&std::process::id().to_le_bytes());
+                out.extend_from_slice(&fd.to_le_bytes());
+            }
+            AllocKind::Malloc => {
+                let mut h = sys::hipIpcMemHandle_t::default();
+                // SAFETY: `h` is a valid out-pointer; `base` is the start of a hipMalloc block.
+                unsafe { hip_call!(self.hip, hipIpcGetMemHandle(&mut h, base as *mut c_void)) }?;
+                out.push(HANDLE_IPC);
+                out.extend_from_slice(&(ptr - base).to_le_bytes());
+                out.extend_from_slice(&(a.size as u64).to_le_bytes());
+                out.extend(h.reserved.iter().map(|&c| c as u8));
+            }
+            AllocKind::Ipc => {
+                return Err(Error::usage(
+                    "memory imported from a peer cannot be exported again",
+                ));
+            }
+        }
+        Ok(ShareableHandle(out))
     }
 
     unsafe fn import(
@@ -176,45 +293,46 @@ impl DeviceApi for HipApi {
     ) -> Result<DevicePtr> {
         // SAFETY: forwarded from the caller; the transport bound `_device` (import maps for
         // the current device).
-        unsafe { self.0.import_handle(handle, bytes) }
+        unsafe { self.import_here(handle, bytes) }
     }
 
     fn dev_alloc(&self, bytes: usize) -> Result<DevicePtr> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer.
-        unsafe { hip_call!(self.0.hip, hipMalloc(&mut p, bytes.max(16))) }?;
+        unsafe { hip_call!(self.hip, hipMalloc(&mut p, bytes.max(16))) }?;
         Ok(p as DevicePtr)
     }
 
     unsafe fn dev_free(&self, ptr: DevicePtr) {
         if ptr != 0 {
             // SAFETY: `ptr` came from hipMalloc and the caller ensured no work uses it.
-            let _ = unsafe { hip_call!(self.0.hip, hipFree(ptr as *mut c_void)) };
+            let _ = unsafe { hip_call!(self.hip, hipFree(ptr as *mut c_void)) };
         }
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<(*mut u8, DevicePtr)> {
-        self.0.host_alloc(bytes.max(16))
+        // The inherent `HipApi::host_alloc`, which the tests and tools call too.
+        HipApi::host_alloc(self, bytes.max(16))
     }
 
     unsafe fn host_free(&self, host: *mut u8) {
         if !host.is_null() {
             // SAFETY: forwarded from the caller.
-            let _ = unsafe { self.0.host_free(host) };
+            let _ = unsafe { HipApi::host_free(self, host) };
         }
     }
 
     unsafe fn host_register(&self, host: *mut u8, bytes: usize) -> Result<DevicePtr> {
         let flags = sys::hipHostRegisterMapped | sys::hipHostRegisterPortable;
         // SAFETY: the caller keeps the range mapped until `host_unregister`.
-        unsafe { hip_call!(self.0.hip, hipHostRegister(host.cast(), bytes, flags)) }?;
+        unsafe { hip_call!(self.hip, hipHostRegister(host.cast(), bytes, flags)) }?;
         let mut d: *mut c_void = std::ptr::null_mut();
         // SAFETY: registered above as mapped; `d` is a valid out-pointer.
         let mapped =
-            unsafe { hip_call!(self.0.hip, hipHostGetDevicePointer(&mut d, host.cast(), 0)) };
+            unsafe { hip_call!(self.hip, hipHostGetDevicePointer(&mut d, host.cast(), 0)) };
         if let Err(e) = mapped {
             // SAFETY: registered above, unused.
-            let _ = unsafe { hip_call!(self.0.hip, hipHostUnregister(host.cast())) };
+            let _ = unsafe { hip_call!(self.hip, hipHostUnregister(host.cast())) };
             return Err(e);
         }
         Ok(d as DevicePtr)
@@ -222,7 +340,7 @@ impl DeviceApi for HipApi {
 
     unsafe fn host_unregister(&self, host: *mut u8) {
         // SAFETY: registered by `host_register`; the caller ensured no work uses it.
-        let _ = unsafe { hip_call!(self.0.hip, hipHostUnregister(host.cast())) };
+        let _ = unsafe { hip_call!(self.hip, hipHostUnregister(host.cast())) };
     }
 
     unsafe fn copy_h2d(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
@@ -233,7 +351,7 @@ impl DeviceApi for HipApi {
         // complete (the null stream synchronised) before `src` can be dropped.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipMemcpyAsync(
                     dst as *mut c_void,
                     src.as_ptr().cast(),
@@ -242,7 +360,7 @@ impl DeviceApi for HipApi {
                     std::ptr::null_mut()
                 )
             )?;
-            hip_call!(self.0.hip, hipStreamSynchronize(std::ptr::null_mut()))
+            hip_call!(self.hip, hipStreamSynchronize(std::ptr::null_mut()))
         }
     }
 
@@ -256,7 +374,7 @@ impl DeviceApi for HipApi {
         // SAFETY: forwarded from the caller.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipMemcpyAsync(
                     dst as *mut c_void,
                     src.cast(),
@@ -272,24 +390,25 @@ impl DeviceApi for HipApi {
         // SAFETY: forwarded from the caller.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipMemsetAsync(dst as *mut c_void, 0, bytes, stream(s))
             )
         }
     }
 
     fn stream_create(&self) -> Result<Handle> {
-        Ok(self.0.stream_create()?.0)
+        // The inherent `HipApi::stream_create` (a `HipStream`), not this one.
+        Ok(HipApi::stream_create(self)?.0)
     }
 
     unsafe fn stream_destroy(&self, s: Handle) {
         // SAFETY: the caller's stream, with nothing queued.
-        let _ = unsafe { hip_call!(self.0.hip, hipStreamDestroy(stream(s))) };
+        let _ = unsafe { hip_call!(self.hip, hipStreamDestroy(stream(s))) };
     }
 
     fn stream_sync(&self, s: Handle) -> Result<()> {
         // SAFETY: a live stream of the transport.
-        unsafe { hip_call!(self.0.hip, hipStreamSynchronize(stream(s))) }
+        unsafe { hip_call!(self.hip, hipStreamSynchronize(stream(s))) }
     }
 
     fn event_create(&self) -> Result<Handle> {
@@ -297,7 +416,7 @@ impl DeviceApi for HipApi {
         // SAFETY: `e` is a valid out-pointer; the flag is a defined value.
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipEventCreateWithFlags(&mut e, sys::hipEventDisableTiming)
             )
         }?;
@@ -306,32 +425,32 @@ impl DeviceApi for HipApi {
 
     fn event_record(&self, e: Handle, s: Handle) -> Result<()> {
         // SAFETY: a live event of the transport, recorded on a live stream.
-        unsafe { hip_call!(self.0.hip, hipEventRecord(event(e), stream(s))) }
+        unsafe { hip_call!(self.hip, hipEventRecord(event(e), stream(s))) }
     }
 
     fn event_sync(&self, e: Handle) -> Result<()> {
         // SAFETY: a live event (an unrecorded event is complete).
-        unsafe { hip_call!(self.0.hip, hipEventSynchronize(event(e))) }
+        unsafe { hip_call!(self.hip, hipEventSynchronize(event(e))) }
     }
 
     unsafe fn event_destroy(&self, e: Handle) {
         // SAFETY: the caller's event, not used afterwards.
-        let _ = unsafe { hip_call!(self.0.hip, hipEventDestroy(event(e))) };
+        let _ = unsafe { hip_call!(self.hip, hipEventDestroy(event(e))) };
     }
 
     fn stream_wait_event(&self, s: Handle, e: Handle) -> Result<()> {
         // SAFETY: a live event of the transport; the stream is live.
-        unsafe { hip_call!(self.0.hip, hipStreamWaitEvent(stream(s), event(e), 0)) }
+        unsafe { hip_call!(self.hip, hipStreamWaitEvent(stream(s), event(e), 0)) }
     }
 
     fn capture_status(&self, s: Handle) -> Result<CaptureStatus> {
-        if !self.0.hip.has("hipStreamIsCapturing") {
+        if !self.hip.has("hipStreamIsCapturing") {
             // A runtime without graph capture cannot be capturing.
             return Ok(CaptureStatus::None);
         }
         let mut status = sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone;
         // SAFETY: `status` is a valid out-pointer; the stream is 0 or live.
-        unsafe { hip_call!(self.0.hip, hipStreamIsCapturing(stream(s), &mut status)) }?;
+        unsafe { hip_call!(self.hip, hipStreamIsCapturing(stream(s), &mut status)) }?;
         Ok(match status {
             sys::hipStreamCaptureStatus::hipStreamCaptureStatusNone => CaptureStatus::None,
             sys::hipStreamCaptureStatus::hipStreamCaptureStatusActive => CaptureStatus::Active,
@@ -340,19 +459,19 @@ impl DeviceApi for HipApi {
     }
 
     fn relaxed_capture(&self) -> Result<HipRelaxed> {
-        if !self.0.hip.has("hipThreadExchangeStreamCaptureMode") {
+        if !self.hip.has("hipThreadExchangeStreamCaptureMode") {
             return Ok(HipRelaxed(None));
         }
         let mut mode = sys::hipStreamCaptureMode::hipStreamCaptureModeRelaxed;
         // SAFETY: swaps this thread's capture mode; the previous one is written to `mode`.
-        unsafe { hip_call!(self.0.hip, hipThreadExchangeStreamCaptureMode(&mut mode)) }?;
-        Ok(HipRelaxed(Some((self.0.clone(), mode))))
+        unsafe { hip_call!(self.hip, hipThreadExchangeStreamCaptureMode(&mut mode)) }?;
+        Ok(HipRelaxed(Some((self.clone(), mode))))
     }
 
     fn executor(&self, device: i32, dtype: DataType, _block_bytes: usize) -> Result<Executor> {
         // HIP passes the block by address only (work.h: OXCCL_INLINE_ARGS_BYTES).
         Ok(Executor {
-            func: self.0.function(device, dtype)? as Handle,
+            func: self.function(device, dtype)? as Handle,
             inline_cap: None,
             address_cap: HIP_INLINE_ARGS_BYTES,
         })
@@ -376,7 +495,7 @@ impl DeviceApi for HipApi {
         // SAFETY: `func` takes one parameter of `params.len()` bytes (the caller's contract).
         unsafe {
             hip_call!(
-                self.0.hip,
+                self.hip,
                 hipModuleLaunchKernel(
                     func as sys::hipFunction_t,
                     grid,
@@ -392,6 +511,343 @@ impl DeviceApi for HipApi {
                 )
             )
         }
+    }
+
+    fn load() -> Result<HipApi> {
+        HipApi::open()
+    }
+
+    fn stream_handle(stream: &HipStream) -> Handle {
+        stream.0
+    }
+
+    fn stream_from_handle(raw: Handle) -> HipStream {
+        HipStream(raw)
+    }
+
+    fn event_handle(event: &HipEvent) -> Handle {
+        event.raw
+    }
+
+    fn device_count(&self) -> Result<usize> {
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        unsafe { hip_call!(self.hip, hipGetDeviceCount(&mut n)) }?;
+        Ok(n.max(0) as usize)
+    }
+
+    fn current_device(&self) -> Result<i32> {
+        let mut d = 0;
+        // SAFETY: `d` is a valid out-pointer.
+        unsafe { hip_call!(self.hip, hipGetDevice(&mut d)) }?;
+        Ok(d)
+    }
+
+    fn set_device(&self, device: i32) -> Result<()> {
+        // SAFETY: hipSetDevice validates the ordinal itself.
+        unsafe { hip_call!(self.hip, hipSetDevice(device)) }
+    }
+
+    fn granularity(&self, device: i32) -> Result<usize> {
+        Ok(self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY))
+    }
+
+    unsafe fn import_here(&self, handle: &ShareableHandle, size: usize) -> Result<DevicePtr> {
+        let b = &handle.0;
+        let malformed = || Error::arg("malformed HIP memory handle");
+        let tag = *b.first().ok_or_else(malformed)?;
+        let offset = read_u64(b, 1).ok_or_else(malformed)?;
+        let alloc_size = read_u64(b, 9).ok_or_else(malformed)? as usize;
+        if offset.saturating_add(size as u64) > alloc_size as u64 {
+            return Err(Error::arg("imported range exceeds the exported allocation"));
+        }
+        let device = self.current_device()?;
+        match tag {
+            HANDLE_FD => {
+                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
+                // In this process the exporter's descriptor is ours already; it stays open
+                // until the exporting allocation is freed.
+                let h = self.import_allocation(pid, fd)?;
+                let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
+                match self.map_vmm(h, alloc_size, g, &[device]) {
+                    Ok(va) => {
+                        let kind = AllocKind::Vmm {
+                            handle: h as usize,
+                            exported_fds: Vec::new(),
+                        };
+                        lock(&self.allocs).insert(
+                            va,
+                            Alloc {
+                                size: alloc_size,
+                                device,
+                                kind,
+                            },
+                        );
+                        Ok(va + offset)
+                    }
+                    Err(e) => {
+                        // SAFETY: `h` is unmapped and unused.
+                        let _ = unsafe { hip_call!(self.hip, hipMemRelease(h)) };
+                        Err(e)
+                    }
+                }
+            }
+            HANDLE_IPC => {
+                let raw = b.get(17..17 + 64).ok_or_else(malformed)?;
+                let mut h = sys::hipIpcMemHandle_t::default();
+                for (d, s) in h.reserved.iter_mut().zip(raw) {
+                    *d = *s as std::ffi::c_char;
+                }
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: `p` is a valid out-pointer; `h` came from a peer's hipIpcGetMemHandle
+                // (the caller's contract).
+                unsafe {
+                    hip_call!(
+                        self.hip,
+                        hipIpcOpenMemHandle(&mut p, h, sys::hipIpcMemLazyEnablePeerAccess)
+                    )
+                }?;
+                lock(&self.allocs).insert(
+                    p as DevicePtr,
+                    Alloc {
+                        size: alloc_size,
+                        device,
+                        kind: AllocKind::Ipc,
+                    },
+                );
+                Ok(p as DevicePtr + offset)
+            }
+            _ => Err(malformed()),
+        }
+    }
+
+    unsafe fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr> {
+        let total = stride
+            .checked_mul(handles.len())
+            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+        let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
+        let mut va: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `va` is a valid out-pointer; `total` is a multiple of the 4 GiB stride.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemAddressReserve(&mut va, total, g, std::ptr::null_mut(), 0)
+            )
+        }?;
+        let va = va as DevicePtr;
+        let mut range = FlatRange {
+            total,
+            maps: Vec::with_capacity(handles.len()),
+        };
+        let malformed = || {
+            Error::usage(
+                "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
+            )
+        };
+        let mut map_all = || -> Result<()> {
+            for (i, h) in handles.iter().enumerate() {
+                let b = &h.0;
+                if b.first() != Some(&HANDLE_FD) {
+                    return Err(malformed());
+                }
+                let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
+                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
+                if size > stride {
+                    return Err(Error::arg(
+                        "a symmetric window's allocation exceeds the stride",
+                    ));
+                }
+                let alloc = self.import_allocation(pid, fd)?;
+                let at = va + (i * stride) as u64;
+                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
+                // allocation of `size` bytes.
+                let mapped =
+                    unsafe { hip_call!(self.hip, hipMemMap(at as *mut c_void, size, 0, alloc, 0)) };
+                // SAFETY: the mapping, if made, holds a reference of its own.
+                let _ = unsafe { hip_call!(self.hip, hipMemRelease(alloc)) };
+                mapped?;
+                range.maps.push((at, size));
+                let desc = sys::hipMemAccessDesc {
+                    location: sys::hipMemLocation {
+                        type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
+                        id: device,
+                    },
+                    flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
+                };
+                // SAFETY: `at` maps `size` bytes; one valid descriptor.
+                unsafe { hip_call!(self.hip, hipMemSetAccess(at as *mut c_void, size, &desc, 1)) }?;
+            }
+            Ok(())
+        };
+        if let Err(e) = map_all() {
+            // SAFETY: nothing has used the range yet.
+            unsafe { self.release_flat(va, &range) };
+            return Err(e);
+        }
+        lock(&self.flat).insert(va, range);
+        Ok(va)
+    }
+
+    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
+        let range = lock(&self.flat)
+            .remove(&base)
+            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
+        // SAFETY: the caller's contract.
+        unsafe { self.release_flat(base, &range) };
+        Ok(())
+    }
+
+    fn stream_event(&self, _stream: Handle) -> Result<HipEvent> {
+        // Timing off (cheaper, never read): the transport's events are made alike. On the
+        // current device: the runtime's bindings have no call that names a stream's device.
+        let raw = self.event_create()?;
+        Ok(HipEvent {
+            raw,
+            hip: self.hip.clone(),
+        })
+    }
+
+    fn event_query(&self, e: Handle) -> Result<Option<bool>> {
+        // SAFETY: the event is live (owned by the backend's `HipEvent`).
+        unsafe { self.hip.event_done(event(e)) }
+    }
+
+    unsafe fn memcpy_async(
+        &self,
+        _device: i32,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges; hipMemcpyDefault infers the direction
+        // from the unified address space.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemcpyAsync(
+                    dst as *mut c_void,
+                    src as *const c_void,
+                    bytes,
+                    sys::hipMemcpyKind::hipMemcpyDefault,
+                    stream(s)
+                )
+            )
+        }
+    }
+
+    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
+        // VMM ranges first: the runtime's range query does not cover them everywhere.
+        if let Some((base, size)) = self.find(ptr) {
+            let device = lock(&self.allocs).get(&base).map_or(-1, |a| a.device);
+            return Ok(PointerInfo {
+                on_device: true,
+                device,
+                base,
+                size,
+            });
+        }
+        let host = PointerInfo {
+            on_device: false,
+            device: -1,
+            base: ptr,
+            size: 0,
+        };
+        let mut attr = sys::hipPointerAttribute_t::default();
+        // SAFETY: `attr` is a valid out-pointer; the query accepts any address.
+        let r = unsafe {
+            hip_call!(
+                self.hip,
+                hipPointerGetAttributes(&mut attr, ptr as *const c_void)
+            )
+        };
+        if r.is_err() {
+            // ROCm 5 answers pageable host memory with hipErrorInvalidValue.
+            return Ok(host);
+        }
+        match self.hip.memory_type(attr.memoryType.0) {
+            MemoryType::Device | MemoryType::Managed => {
+                let mut base: sys::hipDeviceptr_t = std::ptr::null_mut();
+                let mut size = 0usize;
+                // SAFETY: both out-pointers are valid; `ptr` is device memory per the query.
+                let r = unsafe {
+                    hip_call!(
+                        self.hip,
+                        hipMemGetAddressRange(&mut base, &mut size, ptr as sys::hipDeviceptr_t)
+                    )
+                };
+                let (base, size) = match r {
+                    Ok(()) => (base as DevicePtr, size),
+                    Err(_) => (ptr, 0),
+                };
+                Ok(PointerInfo {
+                    on_device: true,
+                    device: attr.device,
+                    base,
+                    size,
+                })
+            }
+            _ => Ok(host),
+        }
+    }
+
+    fn exposable(&self, _ptr: DevicePtr) -> bool {
+        false
+    }
+
+    fn caller_stream_create(&self, device: i32) -> Result<HipStream> {
+        // hipStreamCreate binds the stream to the current device.
+        self.set_device(device)?;
+        HipApi::stream_create(self)
+    }
+
+    unsafe fn caller_stream_destroy(&self, s: Handle) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { HipApi::stream_destroy(self, HipStream(s)) }
+    }
+
+    fn caller_stream_done(&self, s: Handle) -> Result<bool> {
+        match self.stream_query(&HipStream(s))? {
+            Some(done) => Ok(done),
+            None => Err(Error::usage(
+                "this HIP runtime has no hipStreamQuery; synchronize instead",
+            )),
+        }
+    }
+
+    unsafe fn caller_copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        self.set_device(device)?;
+        // SAFETY: the caller guarantees `dst`; `src` is borrowed until the synchronize below.
+        unsafe {
+            DeviceApi::memcpy_async(self, device, dst, src.as_ptr() as DevicePtr, src.len(), 0)
+        }?;
+        self.stream_sync(0)
+    }
+
+    unsafe fn caller_copy_from_device(
+        &self,
+        device: i32,
+        dst: &mut [u8],
+        src: DevicePtr,
+    ) -> Result<()> {
+        self.set_device(device)?;
+        // SAFETY: the caller guarantees `src`; `dst` is borrowed until the synchronize below.
+        unsafe {
+            DeviceApi::memcpy_async(
+                self,
+                device,
+                dst.as_mut_ptr() as DevicePtr,
+                src,
+                dst.len(),
+                0,
+            )
+        }?;
+        self.stream_sync(0)
     }
 }
 

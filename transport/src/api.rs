@@ -5,7 +5,7 @@
 //! (streams, events, kernel functions) travel as [`Handle`] integers: both runtimes' handles are
 //! opaque pointers, and integers are `Send` and `Sync` without wrappers.
 
-use oxccl_core::backend::{DevicePtr, ShareableHandle};
+use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use std::os::fd::OwnedFd;
@@ -43,6 +43,9 @@ pub struct Executor {
 ///
 /// Implementations only forward to their runtime; they decide nothing about connections,
 /// buffers or ordering. All memory calls act on the device bound by [`DeviceApi::bind`].
+///
+/// It is also everything [`crate::GpuBackend`], the one `Backend` of both GPU vendors, asks of a
+/// runtime (the second group of calls below): each vendor crate implements this trait once.
 pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// What [`DeviceApi::bind`] returns: keeps a device current until dropped (on the thread
     /// that bound it; a proxy thread holds one for its whole life).
@@ -57,6 +60,15 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     const SIZED_LAUNCHES: bool;
     /// Short name for messages (`"cuda"`, `"hip"`).
     const NAME: &'static str;
+    /// The backend's stream (`Backend::Stream`): a raw handle that does not own the stream.
+    type Stream: Clone + Send + Sync + 'static;
+    /// The backend's event (`Backend::Event`), destroyed when dropped.
+    type Event: Send + Sync + 'static;
+    /// Whether ranks of one process may run zero-copy plans (`Backend::zero_copy`).
+    const ZERO_COPY: bool;
+    /// Whether the backend launches one-shot kernels at all; else `Backend::one_shot_bytes` is
+    /// 0 and `Backend::launch_one_shot` refuses without asking the transport.
+    const ONE_SHOT_KERNELS: bool;
 
     /// Makes `device` current for the calling thread until the guard drops.
     fn bind(&self, device: i32) -> Result<Self::Bound>;
@@ -79,11 +91,12 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// Shareable device memory on `device` (exportable to other processes, mapped for its
     /// peers): the FIFO allocation.
     fn shared_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr>;
-    /// Frees [`DeviceApi::shared_alloc`] memory or an [`DeviceApi::import`] mapping.
+    /// Frees [`DeviceApi::shared_alloc`] memory or an [`DeviceApi::import`] mapping (the
+    /// transport ignores a failure; `Backend::mem_free` reports it).
     ///
     /// # Safety
     /// Nothing uses `ptr` any more.
-    unsafe fn shared_free(&self, ptr: DevicePtr);
+    unsafe fn shared_free(&self, ptr: DevicePtr) -> Result<()>;
     /// Exports the allocation containing `ptr` for other processes.
     fn export(&self, ptr: DevicePtr) -> Result<ShareableHandle>;
     /// Maps a peer's exported allocation (at least `bytes` long) for `device`.
@@ -213,5 +226,97 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
         threads: u32,
         params: &mut [u8],
         stream: Handle,
+    ) -> Result<()>;
+    // The calls of the generic backend (`GpuBackend`), where the vendors differ in more than
+    // the entry points' names.
+
+    /// Loads the runtime (`Backend`'s constructor, after the FIFO geometry is read); a clean
+    /// error, never a panic, without a runtime or a device.
+    fn load() -> Result<Self>;
+    /// The raw handle of a backend stream.
+    fn stream_handle(stream: &Self::Stream) -> Handle;
+    /// The backend stream for a raw handle (0: the default stream); it does not own it.
+    fn stream_from_handle(raw: Handle) -> Self::Stream;
+    /// The raw handle of a backend event.
+    fn event_handle(event: &Self::Event) -> Handle;
+    /// Number of devices this process can use.
+    fn device_count(&self) -> Result<usize>;
+    /// The calling thread's current device.
+    fn current_device(&self) -> Result<i32>;
+    /// Makes `device` current for the calling thread (and leaves it current).
+    fn set_device(&self, device: i32) -> Result<()>;
+    /// Allocation granularity of shareable memory on `device`, in bytes.
+    fn granularity(&self, device: i32) -> Result<usize>;
+    /// [`DeviceApi::import`] for the calling thread's current device (`Backend::import_handle`).
+    ///
+    /// # Safety
+    /// `handle` is a peer's export of a live allocation of at least `bytes` bytes.
+    unsafe fn import_here(&self, handle: &ShareableHandle, bytes: usize) -> Result<DevicePtr>;
+    /// `Backend::map_flat`: the allocations behind `handles` at `stride`-byte steps of one new
+    /// range that kernels on `device` may read and write.
+    ///
+    /// # Safety
+    /// The handles' allocations stay allocated while the mapping is in use.
+    unsafe fn map_flat(
+        &self,
+        device: i32,
+        handles: &[ShareableHandle],
+        stride: usize,
+    ) -> Result<DevicePtr>;
+    /// Releases a range from [`DeviceApi::map_flat`].
+    ///
+    /// # Safety
+    /// No queued or running work uses the range any more.
+    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()>;
+    /// A new event (timing off) that can be recorded on `stream`, destroyed when dropped.
+    fn stream_event(&self, stream: Handle) -> Result<Self::Event>;
+    /// Whether the work before `event` has run, without blocking; `None` where the runtime
+    /// cannot tell.
+    fn event_query(&self, event: Handle) -> Result<Option<bool>>;
+    /// Queues a copy of `bytes` bytes from `src` to `dst` on `stream`, a stream of `device`
+    /// (either side may be host or device memory).
+    ///
+    /// # Safety
+    /// Both ranges are valid for `bytes` bytes until the copy has run.
+    unsafe fn memcpy_async(
+        &self,
+        device: i32,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<()>;
+    /// What the runtime (and the backend's allocation table) knows about `ptr`.
+    fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo>;
+    /// Whether every device of this process can read and write `ptr`'s memory directly
+    /// (`Backend::exposable`).
+    fn exposable(&self, ptr: DevicePtr) -> bool;
+
+    // The calls of the dispatch layer (`oxccl::dispatch`), which offers streams and synchronous
+    // copies to the safe API's and the C ABI's callers.
+
+    /// A new non-blocking stream on `device`, owned by the caller.
+    fn caller_stream_create(&self, device: i32) -> Result<Self::Stream>;
+    /// Destroys a stream of [`DeviceApi::caller_stream_create`], reporting a failure.
+    ///
+    /// # Safety
+    /// The stream's work has completed and it is not used again.
+    unsafe fn caller_stream_destroy(&self, stream: Handle) -> Result<()>;
+    /// Whether everything queued on `stream` has completed (never blocks).
+    fn caller_stream_done(&self, stream: Handle) -> Result<bool>;
+    /// Copies host bytes to memory of `device` at `dst`; returns once the copy has landed.
+    ///
+    /// # Safety
+    /// `dst` is memory of this runtime valid for `src.len()` bytes that no queued work uses.
+    unsafe fn caller_copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()>;
+    /// Copies memory of `device` at `src` into host bytes; returns once the copy has landed.
+    ///
+    /// # Safety
+    /// `src` is memory of this runtime valid for `dst.len()` bytes that no queued work writes.
+    unsafe fn caller_copy_from_device(
+        &self,
+        device: i32,
+        dst: &mut [u8],
+        src: DevicePtr,
     ) -> Result<()>;
 }

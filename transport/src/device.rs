@@ -655,11 +655,11 @@ impl<A: DeviceApi> Drop for DeviceTransport<A> {
         }
         for &va in &self.imported {
             // SAFETY: imported mappings are used only by this transport's kernels, all complete.
-            unsafe { api.shared_free(va) };
+            let _ = unsafe { api.shared_free(va) };
         }
         // SAFETY: our FIFOs; peers' kernels that wrote to them belong to operations that
         // completed before the communicator was destroyed.
-        unsafe { api.shared_free(self.fifo) };
+        let _ = unsafe { api.shared_free(self.fifo) };
     }
 }
 

@@ -8,10 +8,12 @@
 //! capture, cross-stream ordering and teardown. It is generic over [`DeviceApi`], the small set
 //! of runtime calls that `oxccl-cuda` implements on the CUDA driver and `oxccl-hip` on the HIP
 //! runtime; what truly differs between them (parameter sizes, kernel lookup, block shape) sits
-//! behind that trait too.
+//! behind that trait too. [`GpuBackend`] is core's `Backend` written once over the same trait,
+//! so the vendor crates implement only `DeviceApi`.
 
 mod api;
 mod device;
+mod gpu_backend;
 mod ll_area;
 mod net;
 mod runtime_connect;
@@ -19,4 +21,5 @@ mod shm;
 
 pub use api::{CaptureStatus, DeviceApi, Executor, Handle};
 pub use device::{DeviceTransport, launch_threads};
+pub use gpu_backend::GpuBackend;
 pub use net::net_channels;

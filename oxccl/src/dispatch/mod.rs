@@ -8,11 +8,14 @@
 //!
 //! Each device backend has a variant in [`AnyBackend`], [`AnyComm`] and [`AnyStream`] (CUDA
 //! under the `cuda` feature, HIP under `hip`), a [`DeviceBackend`] impl for its `Backend` type
-//! (`host.rs`, `cuda.rs`, `hip.rs`), and a probe in `choose.rs`.
+//! (`host.rs`; one for both GPU backends in `gpu.rs`, whose vendors only name their variants in
+//! `cuda.rs` and `hip.rs`), and a probe in `choose.rs`.
 
 pub(crate) mod choose;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod gpu;
 #[cfg(feature = "hip")]
 mod hip;
 mod host;

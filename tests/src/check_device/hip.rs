@@ -5,7 +5,7 @@ use super::{CheckDevice, Graph};
 use oxccl_core::Result;
 use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::error::Error;
-use oxccl_hip::{HipBackend, HipStream};
+use oxccl_hip::{HipApi, HipBackend, HipStream};
 
 impl CheckDevice for HipBackend {
     check_device_common!("hip", "no HIP device");
@@ -31,11 +31,11 @@ impl CheckDevice for HipBackend {
     }
 
     fn begin_capture(&self, device: i32, stream: &HipStream, thread_local: bool) -> Result<()> {
-        HipBackend::begin_capture(self, device, stream, thread_local)
+        HipApi::begin_capture(self, device, stream, thread_local)
     }
 
     fn end_capture(&self, device: i32, stream: &HipStream) -> Result<Graph> {
-        let g = HipBackend::end_capture(self, device, stream)?;
+        let g = HipApi::end_capture(self, device, stream)?;
         if g == 0 {
             return Err(Error::Internal("capture produced no graph".into()));
         }

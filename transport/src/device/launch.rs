@@ -462,7 +462,7 @@ fn arena_capacity(need: usize) -> usize {
 mod tests {
     use super::*;
     use crate::api::Executor;
-    use oxccl_core::backend::ShareableHandle;
+    use oxccl_core::backend::{PointerInfo, ShareableHandle};
     use std::sync::Mutex;
 
     /// The registry's range for `OXCCL_BLOCK_THREADS` is the kernels' (a bad value is warned
@@ -547,6 +547,10 @@ mod tests {
         const BLOCK_THREADS: u32 = 256;
         const SIZED_LAUNCHES: bool = false;
         const NAME: &'static str = "fake";
+        type Stream = Handle;
+        type Event = Handle;
+        const ZERO_COPY: bool = false;
+        const ONE_SHOT_KERNELS: bool = false;
         fn bind(&self, _: i32) -> Result<()> {
             Ok(())
         }
@@ -571,8 +575,9 @@ mod tests {
         fn shared_alloc(&self, _: i32, n: usize) -> Result<DevicePtr> {
             Ok(self.next(format!("shared_alloc {n}")))
         }
-        unsafe fn shared_free(&self, p: DevicePtr) {
+        unsafe fn shared_free(&self, p: DevicePtr) -> Result<()> {
             self.log(format!("shared_free {p:#x}"));
+            Ok(())
         }
         fn export(&self, _: DevicePtr) -> Result<ShareableHandle> {
             Ok(ShareableHandle(Vec::new()))
@@ -658,6 +663,77 @@ mod tests {
         unsafe fn launch(&self, _: Handle, g: u32, t: u32, _: &mut [u8], s: Handle) -> Result<()> {
             self.log(format!("launch {g}x{t} on {s}"));
             Ok(())
+        }
+        // The backend's calls: the transport never makes them.
+        fn load() -> Result<Self> {
+            unreachable!()
+        }
+        fn stream_handle(s: &Handle) -> Handle {
+            *s
+        }
+        fn stream_from_handle(raw: Handle) -> Handle {
+            raw
+        }
+        fn event_handle(e: &Handle) -> Handle {
+            *e
+        }
+        fn device_count(&self) -> Result<usize> {
+            unreachable!()
+        }
+        fn current_device(&self) -> Result<i32> {
+            unreachable!()
+        }
+        fn set_device(&self, _: i32) -> Result<()> {
+            unreachable!()
+        }
+        fn granularity(&self, _: i32) -> Result<usize> {
+            unreachable!()
+        }
+        unsafe fn import_here(&self, _: &ShareableHandle, _: usize) -> Result<DevicePtr> {
+            unreachable!()
+        }
+        unsafe fn map_flat(&self, _: i32, _: &[ShareableHandle], _: usize) -> Result<DevicePtr> {
+            unreachable!()
+        }
+        unsafe fn unmap_flat(&self, _: DevicePtr) -> Result<()> {
+            unreachable!()
+        }
+        fn stream_event(&self, _: Handle) -> Result<Handle> {
+            unreachable!()
+        }
+        fn event_query(&self, _: Handle) -> Result<Option<bool>> {
+            unreachable!()
+        }
+        unsafe fn memcpy_async(
+            &self,
+            _: i32,
+            _: DevicePtr,
+            _: DevicePtr,
+            _: usize,
+            _: Handle,
+        ) -> Result<()> {
+            unreachable!()
+        }
+        fn pointer_info(&self, _: DevicePtr) -> Result<PointerInfo> {
+            unreachable!()
+        }
+        fn exposable(&self, _: DevicePtr) -> bool {
+            unreachable!()
+        }
+        fn caller_stream_create(&self, _: i32) -> Result<Handle> {
+            unreachable!()
+        }
+        unsafe fn caller_stream_destroy(&self, _: Handle) -> Result<()> {
+            unreachable!()
+        }
+        fn caller_stream_done(&self, _: Handle) -> Result<bool> {
+            unreachable!()
+        }
+        unsafe fn caller_copy_to_device(&self, _: i32, _: DevicePtr, _: &[u8]) -> Result<()> {
+            unreachable!()
+        }
+        unsafe fn caller_copy_from_device(&self, _: i32, _: &mut [u8], _: DevicePtr) -> Result<()> {
+            unreachable!()
         }
     }
 
