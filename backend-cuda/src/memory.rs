@@ -61,15 +61,6 @@ pub struct Memory {
     /// Per device: allocate through VMM (else `cuMemAlloc` + legacy IPC).
     vmm: Vec<bool>,
     allocs: Mutex<BTreeMap<DevicePtr, Alloc>>,
-    /// Ranges from [`Memory::map_flat`], by start.
-    flat: Mutex<BTreeMap<DevicePtr, FlatRange>>,
-}
-
-/// One range of [`Memory::map_flat`]: its size and the mappings in it.
-#[derive(Debug)]
-struct FlatRange {
-    total: usize,
-    maps: Vec<(CUdeviceptr, usize)>,
 }
 
 /// Makes a device's primary context current for a scope and restores the previous one.
@@ -111,7 +102,6 @@ impl Memory {
             gran,
             vmm,
             allocs: Mutex::new(BTreeMap::new()),
-            flat: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -539,93 +529,38 @@ impl Memory {
         Ok(p + h.offset)
     }
 
-    /// `map_flat`: allocation `i` of `handles` at `i * stride` of one new range, readable and
-    /// writable by `device`. Allocations of this process are taken by address
-    /// (`cuMemRetainAllocationHandle`), those of other processes through their descriptors.
-    pub fn map_flat(
+    /// The allocation behind one rank's handle of a flat range (`map_flat`), with a reference
+    /// of its own, and its size (at most `stride`). Allocations of this process are taken by
+    /// address (`cuMemRetainAllocationHandle`), those of other processes through their
+    /// descriptors.
+    pub(crate) fn flat_allocation(
         &self,
-        device: i32,
-        handles: &[ShareableHandle],
+        h: &ShareableHandle,
         stride: usize,
-    ) -> Result<DevicePtr> {
-        let total = stride
-            .checked_mul(handles.len())
-            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
-        let gran = self.granularity(device)?;
-        let _g = self.bind(device)?;
-        let mut va: CUdeviceptr = 0;
-        // SAFETY: reserves `total` bytes of addresses; `va` receives the start.
-        unsafe { call!(cuMemAddressReserve(&mut va, total, gran, 0, 0)) }?;
-        let mut range = FlatRange {
-            total,
-            maps: Vec::with_capacity(handles.len()),
+    ) -> Result<(CUmemGenericAllocationHandle, usize)> {
+        let v = VmmHandle::parse(&h.0).ok_or_else(|| {
+            Error::usage(
+                "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
+            )
+        })?;
+        let size = usize::try_from(v.size)
+            .ok()
+            .filter(|&s| s <= stride)
+            .ok_or_else(|| Error::arg("a symmetric window's allocation exceeds the stride"))?;
+        let alloc = if v.pid == std::process::id() {
+            let mut a: CUmemGenericAllocationHandle = 0;
+            // SAFETY: `v.base` is the start of a live VMM mapping of this process.
+            unsafe {
+                call!(cuMemRetainAllocationHandle(
+                    &mut a,
+                    v.base as usize as *mut std::ffi::c_void
+                ))
+            }?;
+            a
+        } else {
+            import_allocation(&v)?
         };
-        let mut map_all = || -> Result<()> {
-            for (i, h) in handles.iter().enumerate() {
-                let v = VmmHandle::parse(&h.0).ok_or_else(|| {
-                    Error::usage(
-                        "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
-                    )
-                })?;
-                let size = usize::try_from(v.size)
-                    .ok()
-                    .filter(|&s| s <= stride)
-                    .ok_or_else(|| {
-                        Error::arg("a symmetric window's allocation exceeds the stride")
-                    })?;
-                let alloc = if v.pid == std::process::id() {
-                    let mut a: CUmemGenericAllocationHandle = 0;
-                    // SAFETY: `v.base` is the start of a live VMM mapping of this process.
-                    unsafe {
-                        call!(cuMemRetainAllocationHandle(
-                            &mut a,
-                            v.base as usize as *mut std::ffi::c_void
-                        ))
-                    }?;
-                    a
-                } else {
-                    import_allocation(&v)?
-                };
-                let at = va + (i * stride) as u64;
-                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
-                // allocation of `size` bytes.
-                let mapped = unsafe { call!(cuMemMap(at, size, 0, alloc, 0)) };
-                // SAFETY: the mapping, if made, holds a reference of its own.
-                let _ = unsafe { sys::cuMemRelease(alloc) };
-                mapped?;
-                range.maps.push((at, size));
-                let access = read_write(device);
-                // SAFETY: `at..at + size` is mapped above; one valid descriptor.
-                unsafe { call!(cuMemSetAccess(at, size, &access, 1)) }?;
-            }
-            Ok(())
-        };
-        if let Err(e) = map_all() {
-            // SAFETY: nothing has used the range yet.
-            unsafe { release_flat(va, &range) };
-            return Err(e);
-        }
-        self.flat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(va, range);
-        Ok(va)
-    }
-
-    /// `unmap_flat`.
-    ///
-    /// # Safety
-    /// Nothing uses the range any more.
-    pub unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
-        let range = self
-            .flat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&base)
-            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
-        // SAFETY: the caller's contract.
-        unsafe { release_flat(base, &range) }
-        Ok(())
+        Ok((alloc, size))
     }
 
     /// `pointer_info`: our table first, then the driver's attributes.
@@ -672,26 +607,13 @@ impl Memory {
 }
 
 /// Read and write access for `device`.
-fn read_write(device: i32) -> sys::CUmemAccessDesc {
+pub(crate) fn read_write(device: i32) -> sys::CUmemAccessDesc {
     // SAFETY: plain C data; all-zero is valid.
     let mut a: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     a.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = device;
     a.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     a
-}
-
-/// Unmaps a [`FlatRange`]'s mappings and frees its addresses (errors ignored: best effort).
-///
-/// # Safety
-/// Nothing uses the range.
-unsafe fn release_flat(va: CUdeviceptr, range: &FlatRange) {
-    for &(at, size) in &range.maps {
-        // SAFETY: mapped by `map_flat` with this size.
-        let _ = unsafe { sys::cuMemUnmap(at, size) };
-    }
-    // SAFETY: reserved by `map_flat` with this size, unmapped above.
-    let _ = unsafe { sys::cuMemAddressFree(va, range.total) };
 }
 
 /// A parsed handle of a VMM allocation (see [`Memory::export`]).

@@ -2,9 +2,11 @@
 //! the CUDA driver API. Connections, arenas, graph capture, NET and SHM are
 //! `oxccl_device_transport::DeviceTransport`, written once for both GPU backends.
 
-use crate::driver::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream, Shared};
+use crate::driver::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUmemGenericAllocationHandle, CUstream, Shared,
+};
 use crate::kernels::{self, CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES};
-use crate::memory::{CtxGuard, Memory};
+use crate::memory::{CtxGuard, Memory, read_write};
 use crate::modules::{Modules, ParamsSize};
 use crate::{CudaEvent, call};
 use cudarc::driver::sys;
@@ -466,18 +468,58 @@ impl DeviceApi for CudaApi {
         self.mem.import(handle, d)
     }
 
-    unsafe fn map_flat(
-        &self,
-        device: i32,
-        handles: &[ShareableHandle],
-        stride: usize,
-    ) -> Result<DevicePtr> {
-        self.mem.map_flat(device, handles, stride)
+    fn flat_begin(&self, device: i32) -> Result<(usize, Option<CtxGuard>)> {
+        let gran = self.mem.granularity(device)?;
+        // The driver's VMM calls act in the current context.
+        Ok((gran, Some(self.mem.bind(device)?)))
     }
 
-    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.mem.unmap_flat(base) }
+    fn flat_allocation(&self, handle: &ShareableHandle, stride: usize) -> Result<(Handle, usize)> {
+        let (alloc, size) = self.mem.flat_allocation(handle, stride)?;
+        Ok((alloc as Handle, size))
+    }
+
+    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr> {
+        let mut va: CUdeviceptr = 0;
+        // SAFETY: reserves `bytes` bytes of addresses; `va` receives the start.
+        unsafe { call!(cuMemAddressReserve(&mut va, bytes, align, 0, 0)) }?;
+        Ok(va)
+    }
+
+    unsafe fn va_map(&self, at: DevicePtr, bytes: usize, alloc: Handle) -> Result<()> {
+        // SAFETY: the caller guarantees a free part of our reservation and a live allocation of
+        // at least `bytes` bytes.
+        unsafe {
+            call!(cuMemMap(
+                at,
+                bytes,
+                0,
+                alloc as CUmemGenericAllocationHandle,
+                0
+            ))
+        }
+    }
+
+    unsafe fn allocation_release(&self, alloc: Handle) {
+        // SAFETY: the caller's reference, not used again.
+        let _ = unsafe { sys::cuMemRelease(alloc as CUmemGenericAllocationHandle) };
+    }
+
+    unsafe fn va_set_access(&self, at: DevicePtr, bytes: usize, devices: &[i32]) -> Result<()> {
+        let descs: Vec<sys::CUmemAccessDesc> = devices.iter().map(|&d| read_write(d)).collect();
+        // SAFETY: `at..at + bytes` is mapped (the caller's contract); `descs` holds
+        // `descs.len()` valid entries.
+        unsafe { call!(cuMemSetAccess(at, bytes, descs.as_ptr(), descs.len())) }
+    }
+
+    unsafe fn va_unmap(&self, at: DevicePtr, bytes: usize) {
+        // SAFETY: mapped by us with this size, unused (the caller's contract).
+        let _ = unsafe { sys::cuMemUnmap(at, bytes) };
+    }
+
+    unsafe fn va_free(&self, va: DevicePtr, bytes: usize) {
+        // SAFETY: reserved by us with this size, nothing mapped (the caller's contract).
+        let _ = unsafe { sys::cuMemAddressFree(va, bytes) };
     }
 
     fn stream_event(&self, s: Handle) -> Result<CudaEvent> {

@@ -85,13 +85,6 @@ enum AllocKind {
     Ipc,
 }
 
-/// One range of `map_flat`: its size and the mappings in it.
-#[derive(Debug)]
-struct FlatRange {
-    total: usize,
-    maps: Vec<(DevicePtr, usize)>,
-}
-
 #[derive(Debug)]
 struct Alloc {
     /// Mapped (or allocated) size in bytes.
@@ -107,8 +100,6 @@ pub struct HipApi {
     hip: Arc<Hip>,
     /// Memory this backend allocated or imported, by base address.
     allocs: Arc<Mutex<BTreeMap<DevicePtr, Alloc>>>,
-    /// Ranges of `map_flat` by start: their size and the mappings in them.
-    flat: Arc<Mutex<BTreeMap<DevicePtr, FlatRange>>>,
     /// VMM granularity per device (`None`: VMM unsupported there, use hipMalloc).
     granularity: Arc<Mutex<HashMap<i32, Option<usize>>>>,
     /// The kernels' module per device (`hipModule_t`).
@@ -179,7 +170,6 @@ impl HipApi {
         HipApi {
             hip: Arc::new(hip),
             allocs: Arc::new(Mutex::new(BTreeMap::new())),
-            flat: Arc::new(Mutex::new(BTreeMap::new())),
             granularity: Arc::new(Mutex::new(HashMap::new())),
             modules: Arc::new(Mutex::new(HashMap::new())),
             code: CodeObject::embedded(),
@@ -414,19 +404,6 @@ impl HipApi {
             unsafe { libc::close(fd) };
         }
         r.map(|()| h)
-    }
-
-    /// Unmaps a [`FlatRange`]'s mappings and frees its addresses (best effort).
-    ///
-    /// # Safety
-    /// Nothing uses the range.
-    unsafe fn release_flat(&self, va: DevicePtr, range: &FlatRange) {
-        for &(at, size) in &range.maps {
-            // SAFETY: mapped by `map_flat` with this size.
-            let _ = unsafe { hip_call!(self.hip, hipMemUnmap(at as *mut c_void, size)) };
-        }
-        // SAFETY: reserved by `map_flat` with this size, unmapped above.
-        let _ = unsafe { hip_call!(self.hip, hipMemAddressFree(va as *mut c_void, range.total)) };
     }
 
     /// The allocation in the table containing `ptr`: (base, size).

@@ -9,8 +9,8 @@ use crate::kernels::{self, HIP_INLINE_ARGS_BYTES};
 use crate::runtime::MemoryType;
 use crate::runtime::hip_call;
 use crate::{
-    Alloc, AllocKind, FALLBACK_GRANULARITY, FlatRange, HANDLE_FD, HANDLE_IPC, HipApi, HipEvent,
-    HipStream, fd_handle_owner, read_u64, sys, with_device,
+    Alloc, AllocKind, FALLBACK_GRANULARITY, HANDLE_FD, HANDLE_IPC, HipApi, HipEvent, HipStream,
+    fd_handle_owner, read_u64, sys, with_device,
 };
 use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::datatype::DataType;
@@ -621,85 +621,101 @@ impl DeviceApi for HipApi {
         }
     }
 
-    unsafe fn map_flat(
-        &self,
-        device: i32,
-        handles: &[ShareableHandle],
-        stride: usize,
-    ) -> Result<DevicePtr> {
-        let total = stride
-            .checked_mul(handles.len())
-            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+    fn flat_begin(&self, device: i32) -> Result<(usize, Option<HipBound>)> {
+        // The runtime's VMM calls name their device: nothing is bound.
         let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
-        let mut va: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `va` is a valid out-pointer; `total` is a multiple of the 4 GiB stride.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipMemAddressReserve(&mut va, total, g, std::ptr::null_mut(), 0)
-            )
-        }?;
-        let va = va as DevicePtr;
-        let mut range = FlatRange {
-            total,
-            maps: Vec::with_capacity(handles.len()),
-        };
+        Ok((g, None))
+    }
+
+    fn flat_allocation(&self, handle: &ShareableHandle, stride: usize) -> Result<(Handle, usize)> {
         let malformed = || {
             Error::usage(
                 "a rank's symmetric window is not VMM memory; allocate it with ncclMemAlloc",
             )
         };
-        let mut map_all = || -> Result<()> {
-            for (i, h) in handles.iter().enumerate() {
-                let b = &h.0;
-                if b.first() != Some(&HANDLE_FD) {
-                    return Err(malformed());
-                }
-                let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
-                let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
-                if size > stride {
-                    return Err(Error::arg(
-                        "a symmetric window's allocation exceeds the stride",
-                    ));
-                }
-                let alloc = self.import_allocation(pid, fd)?;
-                let at = va + (i * stride) as u64;
-                // SAFETY: `at..at + size` lies in the fresh reservation; `alloc` is a live
-                // allocation of `size` bytes.
-                let mapped =
-                    unsafe { hip_call!(self.hip, hipMemMap(at as *mut c_void, size, 0, alloc, 0)) };
-                // SAFETY: the mapping, if made, holds a reference of its own.
-                let _ = unsafe { hip_call!(self.hip, hipMemRelease(alloc)) };
-                mapped?;
-                range.maps.push((at, size));
-                let desc = sys::hipMemAccessDesc {
-                    location: sys::hipMemLocation {
-                        type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
-                        id: device,
-                    },
-                    flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
-                };
-                // SAFETY: `at` maps `size` bytes; one valid descriptor.
-                unsafe { hip_call!(self.hip, hipMemSetAccess(at as *mut c_void, size, &desc, 1)) }?;
-            }
-            Ok(())
-        };
-        if let Err(e) = map_all() {
-            // SAFETY: nothing has used the range yet.
-            unsafe { self.release_flat(va, &range) };
-            return Err(e);
+        let b = &handle.0;
+        if b.first() != Some(&HANDLE_FD) {
+            return Err(malformed());
         }
-        lock(&self.flat).insert(va, range);
-        Ok(va)
+        let size = read_u64(b, 9).ok_or_else(malformed)? as usize;
+        let (pid, fd) = fd_handle_owner(b).ok_or_else(malformed)?;
+        if size > stride {
+            return Err(Error::arg(
+                "a symmetric window's allocation exceeds the stride",
+            ));
+        }
+        let alloc = self.import_allocation(pid, fd)?;
+        Ok((alloc as Handle, size))
     }
 
-    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
-        let range = lock(&self.flat)
-            .remove(&base)
-            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
-        // SAFETY: the caller's contract.
-        unsafe { self.release_flat(base, &range) };
-        Ok(())
+    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr> {
+        let mut va: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `va` is a valid out-pointer; size and alignment are granularity multiples.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemAddressReserve(&mut va, bytes, align, std::ptr::null_mut(), 0)
+            )
+        }?;
+        Ok(va as DevicePtr)
+    }
+
+    unsafe fn va_map(&self, at: DevicePtr, bytes: usize, alloc: Handle) -> Result<()> {
+        // SAFETY: the caller guarantees a free part of our reservation and a live allocation of
+        // at least `bytes` bytes.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemMap(
+                    at as *mut c_void,
+                    bytes,
+                    0,
+                    alloc as sys::hipMemGenericAllocationHandle_t,
+                    0
+                )
+            )
+        }
+    }
+
+    unsafe fn allocation_release(&self, alloc: Handle) {
+        // SAFETY: the caller's reference, not used again.
+        let _ = unsafe {
+            hip_call!(
+                self.hip,
+                hipMemRelease(alloc as sys::hipMemGenericAllocationHandle_t)
+            )
+        };
+    }
+
+    unsafe fn va_set_access(&self, at: DevicePtr, bytes: usize, devices: &[i32]) -> Result<()> {
+        let desc: Vec<sys::hipMemAccessDesc> = devices
+            .iter()
+            .map(|&d| sys::hipMemAccessDesc {
+                location: sys::hipMemLocation {
+                    type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
+                    id: d,
+                },
+                flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
+            })
+            .collect();
+        // SAFETY: `at` maps `bytes` bytes (the caller's contract); `desc` holds `desc.len()`
+        // valid entries.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemSetAccess(at as *mut c_void, bytes, desc.as_ptr(), desc.len())
+            )
+        }
+    }
+
+    unsafe fn va_unmap(&self, at: DevicePtr, bytes: usize) {
+        // SAFETY: mapped by us with this size, unused (the caller's contract).
+        let _ = unsafe { hip_call!(self.hip, hipMemUnmap(at as *mut c_void, bytes)) };
+    }
+
+    unsafe fn va_free(&self, va: DevicePtr, bytes: usize) {
+        // SAFETY: reserved by us with this size, nothing mapped (the caller's contract).
+        let _ = unsafe { hip_call!(self.hip, hipMemAddressFree(va as *mut c_void, bytes)) };
     }
 
     fn stream_event(&self, _stream: Handle) -> Result<HipEvent> {

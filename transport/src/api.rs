@@ -252,22 +252,45 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// # Safety
     /// `handle` is a peer's export of a live allocation of at least `bytes` bytes.
     unsafe fn import_here(&self, handle: &ShareableHandle, bytes: usize) -> Result<DevicePtr>;
-    /// `Backend::map_flat`: the allocations behind `handles` at `stride`-byte steps of one new
-    /// range that kernels on `device` may read and write.
+    /// Where a flat range on `device` is reserved: the alignment of its reservation and, where
+    /// the vendor's mapping calls act in the current context (CUDA), the guard that keeps
+    /// `device` current while the range is mapped (`Backend::map_flat`).
+    fn flat_begin(&self, device: i32) -> Result<(usize, Option<Self::Bound>)>;
+    /// The allocation behind a rank's exported `handle`, taken with a reference of its own
+    /// (released with [`DeviceApi::allocation_release`] once mapped), and the bytes to map of
+    /// it; refuses memory that is not VMM memory or exceeds `stride`.
+    fn flat_allocation(&self, handle: &ShareableHandle, stride: usize) -> Result<(Handle, usize)>;
+    /// Reserves `bytes` bytes of device address space aligned to `align`.
     ///
     /// # Safety
-    /// The handles' allocations stay allocated while the mapping is in use.
-    unsafe fn map_flat(
-        &self,
-        device: i32,
-        handles: &[ShareableHandle],
-        stride: usize,
-    ) -> Result<DevicePtr>;
-    /// Releases a range from [`DeviceApi::map_flat`].
+    /// `bytes` and `align` are multiples of the granularity.
+    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr>;
+    /// Maps `bytes` bytes of allocation `alloc` at `at`.
     ///
     /// # Safety
-    /// No queued or running work uses the range any more.
-    unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()>;
+    /// `at..at + bytes` lies in a reservation of ours and is not mapped; `alloc` is live and
+    /// at least `bytes` long.
+    unsafe fn va_map(&self, at: DevicePtr, bytes: usize, alloc: Handle) -> Result<()>;
+    /// Drops a reference to `alloc` (a mapping holds one of its own); failures are ignored.
+    ///
+    /// # Safety
+    /// The reference is ours and not used again.
+    unsafe fn allocation_release(&self, alloc: Handle);
+    /// Lets kernels on `devices` read and write the mapped `at..at + bytes`.
+    ///
+    /// # Safety
+    /// `at..at + bytes` is mapped.
+    unsafe fn va_set_access(&self, at: DevicePtr, bytes: usize, devices: &[i32]) -> Result<()>;
+    /// Unmaps `at..at + bytes` (best effort: failures are ignored).
+    ///
+    /// # Safety
+    /// Nothing uses the mapping any more.
+    unsafe fn va_unmap(&self, at: DevicePtr, bytes: usize);
+    /// Frees a reservation of [`DeviceApi::va_reserve`] (best effort: failures are ignored).
+    ///
+    /// # Safety
+    /// Nothing in the reservation is mapped any more.
+    unsafe fn va_free(&self, va: DevicePtr, bytes: usize);
     /// A new event (timing off) that can be recorded on `stream`, destroyed when dropped.
     fn stream_event(&self, stream: Handle) -> Result<Self::Event>;
     /// Whether the work before `event` has run, without blocking; `None` where the runtime

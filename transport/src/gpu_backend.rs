@@ -12,11 +12,13 @@ use oxccl_core::backend::{
 };
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::tuner::Topology;
 use oxccl_core::plan::{Protocol, WorkDesc};
 use oxccl_kernel_abi::FifoGeometry;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 /// A GPU backend over one vendor's runtime calls `A` (`oxccl_cuda::CudaBackend` is
 /// `GpuBackend<CudaApi>`, `oxccl_hip::HipBackend` is `GpuBackend<HipApi>`). It dereferences to
@@ -26,6 +28,15 @@ pub struct GpuBackend<A: DeviceApi> {
     api: A,
     /// How communicators' FIFOs are cut (`OXCCL_FIFO_*`).
     geometry: FifoGeometry,
+    /// Ranges of `map_flat` by start (shared by clones).
+    flat: Arc<Mutex<BTreeMap<DevicePtr, FlatRange>>>,
+}
+
+/// One range of `map_flat`: its size and the mappings in it.
+#[derive(Debug)]
+struct FlatRange {
+    total: usize,
+    maps: Vec<(DevicePtr, usize)>,
 }
 
 impl<A: DeviceApi> GpuBackend<A> {
@@ -33,15 +44,16 @@ impl<A: DeviceApi> GpuBackend<A> {
     /// error (never a panic) where there is no runtime or no device.
     pub fn load() -> Result<Self> {
         let geometry = FifoGeometry::from_env()?;
-        Ok(GpuBackend {
-            api: A::load()?,
-            geometry,
-        })
+        Ok(GpuBackend::new(A::load()?, geometry))
     }
 
     /// A backend over already loaded runtime calls.
     pub fn new(api: A, geometry: FifoGeometry) -> Self {
-        GpuBackend { api, geometry }
+        GpuBackend {
+            api,
+            geometry,
+            flat: Arc::new(Mutex::new(BTreeMap::new())),
+        }
     }
 
     /// The runtime calls (also reachable through `Deref`).
@@ -52,6 +64,19 @@ impl<A: DeviceApi> GpuBackend<A> {
     /// How this backend's communicators cut their FIFOs.
     pub fn geometry(&self) -> FifoGeometry {
         self.geometry
+    }
+
+    /// Unmaps a [`FlatRange`]'s mappings and frees its addresses (best effort).
+    ///
+    /// # Safety
+    /// Nothing uses the range.
+    unsafe fn release_flat(&self, va: DevicePtr, range: &FlatRange) {
+        for &(at, size) in &range.maps {
+            // SAFETY: mapped by `map_flat` with this size.
+            unsafe { self.api.va_unmap(at, size) };
+        }
+        // SAFETY: reserved by `map_flat` with this size, unmapped above.
+        unsafe { self.api.va_free(va, range.total) };
     }
 }
 
@@ -100,18 +125,56 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
     fn flat_mapping(&self) -> bool {
         true
     }
+    /// Allocation `i` of `handles` at `i * stride` of one new range, readable and writable by
+    /// `device`; on a failure, what was mapped is unmapped and the range freed.
     unsafe fn map_flat(
         &self,
         device: i32,
         handles: &[ShareableHandle],
         stride: usize,
     ) -> Result<DevicePtr> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.api.map_flat(device, handles, stride) }
+        let total = stride
+            .checked_mul(handles.len())
+            .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+        let (align, _bound) = self.api.flat_begin(device)?;
+        // SAFETY: `total` is a multiple of the stride, and so of the granularity; `align` is the
+        // granularity.
+        let va = unsafe { self.api.va_reserve(total, align) }?;
+        let mut range = FlatRange {
+            total,
+            maps: Vec::with_capacity(handles.len()),
+        };
+        let mut map_all = || -> Result<()> {
+            for (i, h) in handles.iter().enumerate() {
+                let (alloc, size) = self.api.flat_allocation(h, stride)?;
+                let at = va + (i * stride) as u64;
+                // SAFETY: `at..at + size` lies in the fresh reservation (`size` is at most the
+                // stride); `alloc` is a live allocation of `size` bytes.
+                let mapped = unsafe { self.api.va_map(at, size, alloc) };
+                // SAFETY: the mapping, if made, holds a reference of its own.
+                unsafe { self.api.allocation_release(alloc) };
+                mapped?;
+                range.maps.push((at, size));
+                // SAFETY: `at..at + size` is mapped above.
+                unsafe { self.api.va_set_access(at, size, &[device]) }?;
+            }
+            Ok(())
+        };
+        if let Err(e) = map_all() {
+            // SAFETY: nothing has used the range yet.
+            unsafe { self.release_flat(va, &range) };
+            return Err(e);
+        }
+        lock(&self.flat).insert(va, range);
+        Ok(va)
     }
     unsafe fn unmap_flat(&self, base: DevicePtr) -> Result<()> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.api.unmap_flat(base) }
+        let range = lock(&self.flat)
+            .remove(&base)
+            .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
+        // SAFETY: the caller's contract.
+        unsafe { self.release_flat(base, &range) };
+        Ok(())
     }
     unsafe fn stream_from_raw(&self, raw: usize) -> Result<A::Stream> {
         Ok(A::stream_from_handle(raw))
@@ -226,5 +289,87 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
             )
         }?;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+
+    /// `FakeApi`'s handle of an allocation of `kib` KiB (0: memory that cannot be mapped).
+    fn handle(kib: u8) -> ShareableHandle {
+        ShareableHandle(vec![kib])
+    }
+
+    /// A flat range maps each rank's allocation at its stride, dropping the extra reference
+    /// once mapped; unmapping it unmaps every mapping, then frees the range, once.
+    #[test]
+    fn flat_ranges_map_at_the_stride_and_release_once() {
+        let api = FakeApi::default();
+        let be = GpuBackend::new(api.clone(), FifoGeometry::default());
+        // SAFETY: `FakeApi` touches no memory.
+        let va = unsafe { be.map_flat(3, &[handle(4), handle(8)], 8192) }.unwrap();
+        assert_eq!(va, 0x1000);
+        assert_eq!(
+            api.calls(),
+            [
+                "flat_begin 3",
+                "va_reserve 16384",
+                "flat_allocation 4096",
+                "va_map 0x1000 4096 0x2000",
+                "allocation_release 0x2000",
+                "va_set_access 0x1000 4096 [3]",
+                "flat_allocation 8192",
+                "va_map 0x3000 8192 0x3000",
+                "allocation_release 0x3000",
+                "va_set_access 0x3000 8192 [3]",
+            ]
+        );
+        // SAFETY: as above.
+        unsafe { be.unmap_flat(va) }.unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                "va_unmap 0x1000 4096",
+                "va_unmap 0x3000 8192",
+                "va_free 0x1000 16384"
+            ]
+        );
+        // SAFETY: as above.
+        let again = unsafe { be.unmap_flat(va) }.unwrap_err().to_string();
+        assert!(again.contains("is not a symmetric window range"), "{again}");
+        assert!(api.calls().is_empty());
+    }
+
+    /// A rank whose allocation cannot be mapped fails the range: what was mapped is unmapped
+    /// and the range freed, and nothing is left to unmap.
+    #[test]
+    fn flat_ranges_roll_back_what_they_mapped() {
+        let api = FakeApi::default();
+        let be = GpuBackend::new(api.clone(), FifoGeometry::default());
+        // SAFETY: `FakeApi` touches no memory.
+        let e = unsafe { be.map_flat(0, &[handle(4), handle(0)], 8192) }.unwrap_err();
+        assert!(e.to_string().contains("not mappable"), "{e}");
+        assert_eq!(
+            api.calls(),
+            [
+                "flat_begin 0",
+                "va_reserve 16384",
+                "flat_allocation 4096",
+                "va_map 0x1000 4096 0x2000",
+                "allocation_release 0x2000",
+                "va_set_access 0x1000 4096 [0]",
+                "va_unmap 0x1000 4096",
+                "va_free 0x1000 16384",
+            ]
+        );
+        // SAFETY: as above.
+        assert!(unsafe { be.unmap_flat(0x1000) }.is_err());
+        // A range larger than the address space is refused before anything is reserved.
+        // SAFETY: as above.
+        let e = unsafe { be.map_flat(0, &[handle(1), handle(1)], usize::MAX) }.unwrap_err();
+        assert!(e.to_string().contains("overflows the address space"), "{e}");
+        assert!(api.calls().is_empty());
     }
 }

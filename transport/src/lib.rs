@@ -13,6 +13,8 @@
 
 mod api;
 mod device;
+#[cfg(test)]
+mod fake_api;
 mod gpu_backend;
 mod ll_area;
 mod net;

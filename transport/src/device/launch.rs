@@ -461,9 +461,7 @@ fn arena_capacity(need: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Executor;
-    use oxccl_core::backend::{PointerInfo, ShareableHandle};
-    use std::sync::Mutex;
+    use crate::fake_api::FakeApi;
 
     /// The registry's range for `OXCCL_BLOCK_THREADS` is the kernels' (a bad value is warned
     /// about and the launches are sized as without it).
@@ -521,222 +519,6 @@ mod tests {
         assert_eq!(arena_capacity(100_000), 131_072);
     }
 
-    /// A runtime that only records what the transport asks of it (no device): addresses and
-    /// handles count up from 0x1000, calls are logged in order.
-    #[derive(Clone, Default)]
-    struct Fake(std::sync::Arc<Mutex<(u64, Vec<String>)>>);
-
-    impl Fake {
-        fn next(&self, what: String) -> u64 {
-            let mut g = self.0.lock().unwrap();
-            g.0 += 0x1000;
-            g.1.push(what);
-            g.0
-        }
-        fn log(&self, what: String) {
-            self.0.lock().unwrap().1.push(what);
-        }
-        fn calls(&self) -> Vec<String> {
-            std::mem::take(&mut self.0.lock().unwrap().1)
-        }
-    }
-
-    impl DeviceApi for Fake {
-        type Bound = ();
-        type Relaxed = ();
-        const BLOCK_THREADS: u32 = 256;
-        const SIZED_LAUNCHES: bool = false;
-        const NAME: &'static str = "fake";
-        type Stream = Handle;
-        type Event = Handle;
-        const ZERO_COPY: bool = false;
-        const ONE_SHOT_KERNELS: bool = false;
-        fn bind(&self, _: i32) -> Result<()> {
-            Ok(())
-        }
-        fn kernels_missing(&self) -> Option<Error> {
-            None
-        }
-        fn has_one_shot(&self) -> bool {
-            false
-        }
-        fn multiprocessors(&self, _: i32) -> Result<u32> {
-            Ok(0)
-        }
-        fn pci_bus_id(&self, _: i32) -> Option<String> {
-            None
-        }
-        fn can_access_peer(&self, _: i32, _: i32) -> bool {
-            true
-        }
-        fn enable_peer_access(&self, _: i32, _: i32) -> Result<()> {
-            Ok(())
-        }
-        fn shared_alloc(&self, _: i32, n: usize) -> Result<DevicePtr> {
-            Ok(self.next(format!("shared_alloc {n}")))
-        }
-        unsafe fn shared_free(&self, p: DevicePtr) -> Result<()> {
-            self.log(format!("shared_free {p:#x}"));
-            Ok(())
-        }
-        fn export(&self, _: DevicePtr) -> Result<ShareableHandle> {
-            Ok(ShareableHandle(Vec::new()))
-        }
-        unsafe fn import(&self, _: &ShareableHandle, _: i32, _: usize) -> Result<DevicePtr> {
-            Ok(self.next("import".into()))
-        }
-        fn dev_alloc(&self, n: usize) -> Result<DevicePtr> {
-            Ok(self.next(format!("dev_alloc {n}")))
-        }
-        unsafe fn dev_free(&self, p: DevicePtr) {
-            self.log(format!("dev_free {p:#x}"));
-        }
-        fn host_alloc(&self, n: usize) -> Result<(*mut u8, DevicePtr)> {
-            let a = self.next(format!("host_alloc {n}"));
-            Ok((a as *mut u8, a))
-        }
-        unsafe fn host_free(&self, p: *mut u8) {
-            self.log(format!("host_free {:#x}", p as usize));
-        }
-        unsafe fn host_register(&self, p: *mut u8, _: usize) -> Result<DevicePtr> {
-            Ok(p as DevicePtr)
-        }
-        unsafe fn host_unregister(&self, _: *mut u8) {}
-        unsafe fn copy_h2d(&self, d: DevicePtr, s: &[u8]) -> Result<()> {
-            self.log(format!("copy_h2d {d:#x} {}", s.len()));
-            Ok(())
-        }
-        unsafe fn copy_h2d_async(
-            &self,
-            d: DevicePtr,
-            _: *const u8,
-            n: usize,
-            s: Handle,
-        ) -> Result<()> {
-            self.log(format!("copy_h2d_async {d:#x} {n} on {s}"));
-            Ok(())
-        }
-        unsafe fn memset_zero_async(&self, d: DevicePtr, n: usize, s: Handle) -> Result<()> {
-            self.log(format!("memset {d:#x} {n} on {s}"));
-            Ok(())
-        }
-        fn stream_create(&self) -> Result<Handle> {
-            Ok(self.next("stream_create".into()) as Handle)
-        }
-        unsafe fn stream_destroy(&self, _: Handle) {}
-        fn stream_sync(&self, s: Handle) -> Result<()> {
-            self.log(format!("stream_sync {s}"));
-            Ok(())
-        }
-        fn event_create(&self) -> Result<Handle> {
-            Ok(self.next("event_create".into()) as Handle)
-        }
-        fn event_record(&self, e: Handle, s: Handle) -> Result<()> {
-            self.log(format!("event_record {e:#x} on {s}"));
-            Ok(())
-        }
-        fn event_sync(&self, e: Handle) -> Result<()> {
-            self.log(format!("event_sync {e:#x}"));
-            Ok(())
-        }
-        unsafe fn event_destroy(&self, _: Handle) {}
-        fn stream_wait_event(&self, s: Handle, e: Handle) -> Result<()> {
-            self.log(format!("wait {s} on {e:#x}"));
-            Ok(())
-        }
-        fn capture_status(&self, _: Handle) -> Result<CaptureStatus> {
-            Ok(CaptureStatus::None)
-        }
-        fn relaxed_capture(&self) -> Result<()> {
-            Ok(())
-        }
-        fn executor(&self, _: i32, _: DataType, _: usize) -> Result<Executor> {
-            Ok(Executor {
-                func: 1,
-                inline_cap: None,
-                address_cap: 16,
-            })
-        }
-        fn one_shot(&self, _: i32, _: DataType) -> Result<Handle> {
-            Ok(2)
-        }
-        unsafe fn launch(&self, _: Handle, g: u32, t: u32, _: &mut [u8], s: Handle) -> Result<()> {
-            self.log(format!("launch {g}x{t} on {s}"));
-            Ok(())
-        }
-        // The backend's calls: the transport never makes them.
-        fn load() -> Result<Self> {
-            unreachable!()
-        }
-        fn stream_handle(s: &Handle) -> Handle {
-            *s
-        }
-        fn stream_from_handle(raw: Handle) -> Handle {
-            raw
-        }
-        fn event_handle(e: &Handle) -> Handle {
-            *e
-        }
-        fn device_count(&self) -> Result<usize> {
-            unreachable!()
-        }
-        fn current_device(&self) -> Result<i32> {
-            unreachable!()
-        }
-        fn set_device(&self, _: i32) -> Result<()> {
-            unreachable!()
-        }
-        fn granularity(&self, _: i32) -> Result<usize> {
-            unreachable!()
-        }
-        unsafe fn import_here(&self, _: &ShareableHandle, _: usize) -> Result<DevicePtr> {
-            unreachable!()
-        }
-        unsafe fn map_flat(&self, _: i32, _: &[ShareableHandle], _: usize) -> Result<DevicePtr> {
-            unreachable!()
-        }
-        unsafe fn unmap_flat(&self, _: DevicePtr) -> Result<()> {
-            unreachable!()
-        }
-        fn stream_event(&self, _: Handle) -> Result<Handle> {
-            unreachable!()
-        }
-        fn event_query(&self, _: Handle) -> Result<Option<bool>> {
-            unreachable!()
-        }
-        unsafe fn memcpy_async(
-            &self,
-            _: i32,
-            _: DevicePtr,
-            _: DevicePtr,
-            _: usize,
-            _: Handle,
-        ) -> Result<()> {
-            unreachable!()
-        }
-        fn pointer_info(&self, _: DevicePtr) -> Result<PointerInfo> {
-            unreachable!()
-        }
-        fn exposable(&self, _: DevicePtr) -> bool {
-            unreachable!()
-        }
-        fn caller_stream_create(&self, _: i32) -> Result<Handle> {
-            unreachable!()
-        }
-        unsafe fn caller_stream_destroy(&self, _: Handle) -> Result<()> {
-            unreachable!()
-        }
-        fn caller_stream_done(&self, _: Handle) -> Result<bool> {
-            unreachable!()
-        }
-        unsafe fn caller_copy_to_device(&self, _: i32, _: DevicePtr, _: &[u8]) -> Result<()> {
-            unreachable!()
-        }
-        unsafe fn caller_copy_from_device(&self, _: i32, _: &mut [u8], _: DevicePtr) -> Result<()> {
-            unreachable!()
-        }
-    }
-
     fn state() -> LaunchState {
         LaunchState::default()
     }
@@ -746,7 +528,7 @@ mod tests {
     /// transport's own stream before anyone can see them.
     #[test]
     fn growth_retires_what_it_replaces() {
-        let api = Fake::default();
+        let api = FakeApi::default();
         let mut st = state();
         st.grow(&api, 7, 100, 0, 8).unwrap();
         assert_eq!(st.scratch.1, 128);
@@ -776,7 +558,7 @@ mod tests {
     /// that must grow retires both halves instead of freeing them.
     #[test]
     fn arenas_wait_for_their_previous_launch_and_retire_when_they_grow() {
-        let api = Fake::default();
+        let api = FakeApi::default();
         let mut st = state();
         for i in 0..ARENAS {
             assert_eq!(st.take_arena(&api, 100).unwrap(), i);
@@ -799,7 +581,7 @@ mod tests {
     /// the previous one waits for the tail event; one on the same stream does not.
     #[test]
     fn launches_wait_for_the_tail_only_across_streams() {
-        let api = Fake::default();
+        let api = FakeApi::default();
         let mut st = state();
         st.in_order(&api, 5, || Ok(())).unwrap();
         let tail = st.tail;
