@@ -10,9 +10,11 @@
 
 use crate::call;
 use crate::driver::{CUcontext, CUdevice, CUdeviceptr, CUmemGenericAllocationHandle, Shared};
+use crate::transport::CudaApi;
 use cudarc::driver::sys;
 use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::error::{Error, Result};
+use oxccl_device_transport::{DeviceApi, Handle};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -36,7 +38,7 @@ enum Kind {
     IpcOpened,
 }
 
-/// One mapping made by [`Memory::alloc`] or [`Memory::import`].
+/// One mapping made by [`CudaApi::alloc_shared`] or [`CudaApi::import_mapped`].
 #[derive(Debug)]
 struct Alloc {
     size: usize,
@@ -233,38 +235,6 @@ impl Memory {
             .collect()
     }
 
-    /// Reserves a range, maps `handle` there and grants read/write to `devices`; on failure
-    /// releases what it did (not the handle).
-    fn map(
-        &self,
-        handle: CUmemGenericAllocationHandle,
-        size: usize,
-        align: usize,
-        devices: &[i32],
-    ) -> Result<CUdeviceptr> {
-        let mut va: CUdeviceptr = 0;
-        // SAFETY: reserves `size` bytes of virtual addresses; `va` receives the start.
-        unsafe { call!(cuMemAddressReserve(&mut va, size, align, 0, 0)) }?;
-        // SAFETY: `va` is a fresh reservation of `size` bytes and `handle` a live allocation of
-        // at least `size` bytes.
-        if let Err(e) = unsafe { call!(cuMemMap(va, size, 0, handle, 0)) } {
-            // SAFETY: undoes the reservation above.
-            let _ = unsafe { sys::cuMemAddressFree(va, size) };
-            return Err(e);
-        }
-        let descs: Vec<sys::CUmemAccessDesc> = devices.iter().map(|&d| read_write(d)).collect();
-        // SAFETY: `va..va+size` is mapped above; `descs` holds `descs.len()` valid entries.
-        if let Err(e) = unsafe { call!(cuMemSetAccess(va, size, descs.as_ptr(), descs.len())) } {
-            // SAFETY: undoes the mapping and reservation above.
-            unsafe {
-                let _ = sys::cuMemUnmap(va, size);
-                let _ = sys::cuMemAddressFree(va, size);
-            }
-            return Err(e);
-        }
-        Ok(va)
-    }
-
     /// Lets kernels on `accessor` read and write every `cuMemAlloc` allocation of `owner`'s
     /// primary context (those of other libraries too, e.g. PyTorch's caching allocator).
     pub fn enable_peer_access(&self, accessor: i32, owner: i32) -> Result<()> {
@@ -297,50 +267,7 @@ impl Memory {
         (ptr < base + a.size as u64).then_some((base, a.size, a.device))
     }
 
-    /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
-    pub fn alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
-        let d = self.check_device(device)?;
-        if !self.vmm[d] {
-            return self.alloc_plain(d, size);
-        }
-        let _g = self.bind(device)?;
-        let gran = self.granularity(device)?;
-        let size = size.max(1).next_multiple_of(gran);
-        let mut handle: CUmemGenericAllocationHandle = 0;
-        let mut exportable = true;
-        let p = prop(device, FD_HANDLE);
-        // SAFETY: `p` describes pinned memory on `device`; `handle` receives the allocation.
-        if unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }.is_err() {
-            exportable = false;
-            let p = prop(
-                device,
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
-            );
-            // SAFETY: as above, without a shareable handle type.
-            unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }?;
-        }
-        let va = match self.map(handle, size, gran, &self.accessors(d)) {
-            Ok(va) => va,
-            Err(e) => {
-                // SAFETY: the handle is unused after the failed mapping.
-                let _ = unsafe { sys::cuMemRelease(handle) };
-                return Err(e);
-            }
-        };
-        self.table().insert(
-            va,
-            Alloc {
-                size,
-                kind: Kind::Vmm(handle),
-                device,
-                exportable,
-                exported_fd: None,
-            },
-        );
-        Ok(va)
-    }
-
-    /// `alloc` without VMM: `cuMemAlloc`, with peer access enabled from every P2P-capable
+    /// [`CudaApi::alloc_shared`] without VMM: `cuMemAlloc`, with peer access enabled from every P2P-capable
     /// device of the process (VMM grants it per mapping instead).
     fn alloc_plain(&self, d: usize, size: usize) -> Result<DevicePtr> {
         let device = d as i32;
@@ -372,7 +299,8 @@ impl Memory {
     /// `mem_free`.
     ///
     /// # Safety
-    /// `ptr` came from [`Memory::alloc`] or [`Memory::import`] and nothing uses it any more.
+    /// `ptr` came from `CudaApi::alloc_shared` or `CudaApi::import_mapped` (the backend's
+    /// `mem_alloc` and `import_handle`) and nothing uses it any more.
     pub unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
         let a = self
             .table()
@@ -460,43 +388,7 @@ impl Memory {
         Ok(ShareableHandle(h))
     }
 
-    /// `import_handle`: maps a peer's allocation for `device` (same process: its address).
-    pub fn import(&self, handle: &ShareableHandle, device: i32) -> Result<DevicePtr> {
-        let b = &handle.0;
-        if let Some(ipc) = parse_ipc_handle(b) {
-            return self.import_ipc(&ipc, device);
-        }
-        let v = VmmHandle::parse(b).ok_or_else(|| Error::arg("malformed CUDA memory handle"))?;
-        let (size, off) = (v.size, v.offset);
-        if v.pid == std::process::id() {
-            return Ok(v.base + off);
-        }
-        let size = usize::try_from(size).map_err(|_| Error::arg("memory handle size"))?;
-        let _g = self.bind(device)?;
-        let h = import_allocation(&v)?;
-        let gran = self.granularity(device)?;
-        let va = match self.map(h, size, gran, &[device]) {
-            Ok(va) => va,
-            Err(e) => {
-                // SAFETY: the imported handle is unused.
-                let _ = unsafe { sys::cuMemRelease(h) };
-                return Err(e);
-            }
-        };
-        self.table().insert(
-            va,
-            Alloc {
-                size,
-                kind: Kind::Vmm(h),
-                device,
-                exportable: false,
-                exported_fd: None,
-            },
-        );
-        Ok(va + off)
-    }
-
-    /// [`Memory::import`] of a legacy handle: `cuIpcOpenMemHandle` (same process: the address).
+    /// [`CudaApi::import_mapped`] of a legacy handle: `cuIpcOpenMemHandle` (same process: the address).
     fn import_ipc(&self, h: &IpcHandle, device: i32) -> Result<DevicePtr> {
         if h.pid == std::process::id() {
             return Ok(h.base + h.offset);
@@ -603,6 +495,93 @@ impl Memory {
             base,
             size,
         })
+    }
+}
+
+/// Allocation and import of shareable memory, mapped by the mapping written once for both
+/// vendors (`DeviceApi::va_map_new`).
+impl CudaApi {
+    /// `mem_alloc`: shareable device memory on `device`, accessible to its P2P peers.
+    pub(crate) fn alloc_shared(&self, device: i32, size: usize) -> Result<DevicePtr> {
+        let d = self.mem.check_device(device)?;
+        if !self.mem.vmm[d] {
+            return self.mem.alloc_plain(d, size);
+        }
+        let _g = self.mem.bind(device)?;
+        let gran = self.mem.granularity(device)?;
+        let size = size.max(1).next_multiple_of(gran);
+        let mut handle: CUmemGenericAllocationHandle = 0;
+        let mut exportable = true;
+        let p = prop(device, FD_HANDLE);
+        // SAFETY: `p` describes pinned memory on `device`; `handle` receives the allocation.
+        if unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }.is_err() {
+            exportable = false;
+            let p = prop(
+                device,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            );
+            // SAFETY: as above, without a shareable handle type.
+            unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }?;
+        }
+        // SAFETY: `handle` is a live allocation of `size` bytes, a granularity multiple.
+        let va = match unsafe {
+            self.va_map_new(handle as Handle, size, gran, &self.mem.accessors(d))
+        } {
+            Ok(va) => va,
+            Err(e) => {
+                // SAFETY: the handle is unused after the failed mapping.
+                let _ = unsafe { sys::cuMemRelease(handle) };
+                return Err(e);
+            }
+        };
+        self.mem.table().insert(
+            va,
+            Alloc {
+                size,
+                kind: Kind::Vmm(handle),
+                device,
+                exportable,
+                exported_fd: None,
+            },
+        );
+        Ok(va)
+    }
+
+    /// `import_handle`: maps a peer's allocation for `device` (same process: its address).
+    pub(crate) fn import_mapped(&self, handle: &ShareableHandle, device: i32) -> Result<DevicePtr> {
+        let b = &handle.0;
+        if let Some(ipc) = parse_ipc_handle(b) {
+            return self.mem.import_ipc(&ipc, device);
+        }
+        let v = VmmHandle::parse(b).ok_or_else(|| Error::arg("malformed CUDA memory handle"))?;
+        let (size, off) = (v.size, v.offset);
+        if v.pid == std::process::id() {
+            return Ok(v.base + off);
+        }
+        let size = usize::try_from(size).map_err(|_| Error::arg("memory handle size"))?;
+        let _g = self.mem.bind(device)?;
+        let h = import_allocation(&v)?;
+        let gran = self.mem.granularity(device)?;
+        // SAFETY: `h` is a live allocation of `size` bytes, a granularity multiple.
+        let va = match unsafe { self.va_map_new(h as Handle, size, gran, &[device]) } {
+            Ok(va) => va,
+            Err(e) => {
+                // SAFETY: the imported handle is unused.
+                let _ = unsafe { sys::cuMemRelease(h) };
+                return Err(e);
+            }
+        };
+        self.mem.table().insert(
+            va,
+            Alloc {
+                size,
+                kind: Kind::Vmm(h),
+                device,
+                exportable: false,
+                exported_fd: None,
+            },
+        );
+        Ok(va + off)
     }
 }
 

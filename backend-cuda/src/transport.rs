@@ -182,7 +182,7 @@ impl DeviceApi for CudaApi {
     }
 
     fn shared_alloc(&self, device: i32, bytes: usize) -> Result<DevicePtr> {
-        self.mem.alloc(device, bytes)
+        self.alloc_shared(device, bytes)
     }
 
     unsafe fn shared_free(&self, ptr: DevicePtr) -> Result<()> {
@@ -200,7 +200,7 @@ impl DeviceApi for CudaApi {
         device: i32,
         _bytes: usize,
     ) -> Result<DevicePtr> {
-        self.mem.import(handle, device)
+        self.import_mapped(handle, device)
     }
 
     fn dev_alloc(&self, bytes: usize) -> Result<DevicePtr> {
@@ -465,7 +465,7 @@ impl DeviceApi for CudaApi {
 
     unsafe fn import_here(&self, handle: &ShareableHandle, _bytes: usize) -> Result<DevicePtr> {
         let d = self.current_device()?;
-        self.mem.import(handle, d)
+        self.import_mapped(handle, d)
     }
 
     fn flat_begin(&self, device: i32) -> Result<(usize, Option<CtxGuard>)> {

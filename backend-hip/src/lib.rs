@@ -328,56 +328,6 @@ impl HipApi {
         out
     }
 
-    /// Reserves `size` bytes of address space, maps `handle` there and enables access from
-    /// `devices`; undoes its own steps on failure.
-    fn map_vmm(
-        &self,
-        handle: sys::hipMemGenericAllocationHandle_t,
-        size: usize,
-        align: usize,
-        devices: &[i32],
-    ) -> Result<DevicePtr> {
-        let mut va: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `va` is a valid out-pointer; size and alignment are granularity multiples.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipMemAddressReserve(&mut va, size, align, std::ptr::null_mut(), 0)
-            )
-        }?;
-        // SAFETY: `va` is a fresh reservation of `size` bytes; `handle` is live and this size.
-        if let Err(e) = unsafe { hip_call!(self.hip, hipMemMap(va, size, 0, handle, 0)) } {
-            // SAFETY: the reservation above is unused.
-            let _ = unsafe { hip_call!(self.hip, hipMemAddressFree(va, size)) };
-            return Err(e);
-        }
-        let desc: Vec<sys::hipMemAccessDesc> = devices
-            .iter()
-            .map(|&d| sys::hipMemAccessDesc {
-                location: sys::hipMemLocation {
-                    type_: sys::hipMemLocationType::hipMemLocationTypeDevice,
-                    id: d,
-                },
-                flags: sys::hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
-            })
-            .collect();
-        // SAFETY: `va` maps `size` bytes; `desc` holds `desc.len()` valid entries.
-        if let Err(e) = unsafe {
-            hip_call!(
-                self.hip,
-                hipMemSetAccess(va, size, desc.as_ptr(), desc.len())
-            )
-        } {
-            // SAFETY: the mapping and reservation above are unused.
-            unsafe {
-                let _ = hip_call!(self.hip, hipMemUnmap(va, size));
-                let _ = hip_call!(self.hip, hipMemAddressFree(va, size));
-            }
-            return Err(e);
-        }
-        Ok(va as DevicePtr)
-    }
-
     /// The allocation process `pid` exported as descriptor `fd` (in this process the
     /// exporter's descriptor is ours already; it stays open until the allocation is freed).
     fn import_allocation(&self, pid: u32, fd: i32) -> Result<sys::hipMemGenericAllocationHandle_t> {

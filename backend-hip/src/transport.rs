@@ -183,7 +183,8 @@ impl DeviceApi for HipApi {
         // SAFETY: `handle` is a valid out-pointer; `prop` is laid out for this runtime; `size`
         // is a multiple of the granularity.
         unsafe { hip_call!(self.hip, hipMemCreate(&mut handle, size, prop.as_ptr(), 0)) }?;
-        match self.map_vmm(handle, size, g, &self.access_devices(device)) {
+        // SAFETY: `handle` is a live allocation of `size` bytes, a granularity multiple.
+        match unsafe { self.va_map_new(handle as Handle, size, g, &self.access_devices(device)) } {
             Ok(va) => {
                 let kind = AllocKind::Vmm {
                     handle: handle as usize,
@@ -569,7 +570,8 @@ impl DeviceApi for HipApi {
                 // until the exporting allocation is freed.
                 let h = self.import_allocation(pid, fd)?;
                 let g = self.vmm_granularity(device).unwrap_or(FALLBACK_GRANULARITY);
-                match self.map_vmm(h, alloc_size, g, &[device]) {
+                // SAFETY: `h` is a live allocation of `alloc_size` bytes, a granularity multiple.
+                match unsafe { self.va_map_new(h as Handle, alloc_size, g, &[device]) } {
                     Ok(va) => {
                         let kind = AllocKind::Vmm {
                             handle: h as usize,

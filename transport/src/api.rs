@@ -291,6 +291,39 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// # Safety
     /// Nothing in the reservation is mapped any more.
     unsafe fn va_free(&self, va: DevicePtr, bytes: usize);
+    /// Reserves `bytes` bytes aligned to `align`, maps all of `alloc` there and lets kernels on
+    /// `devices` read and write it; undoes its own steps on failure (the caller still holds
+    /// its reference to `alloc`). Both vendors' allocations and imports map this way.
+    ///
+    /// # Safety
+    /// `alloc` is a live allocation of `bytes` bytes; `bytes` and `align` are multiples of the
+    /// granularity.
+    unsafe fn va_map_new(
+        &self,
+        alloc: Handle,
+        bytes: usize,
+        align: usize,
+        devices: &[i32],
+    ) -> Result<DevicePtr> {
+        // SAFETY: the caller's contract.
+        let va = unsafe { self.va_reserve(bytes, align) }?;
+        // SAFETY: `va` is a fresh reservation of `bytes` bytes; `alloc` is that long.
+        if let Err(e) = unsafe { self.va_map(va, bytes, alloc) } {
+            // SAFETY: undoes the reservation above.
+            unsafe { self.va_free(va, bytes) };
+            return Err(e);
+        }
+        // SAFETY: mapped above.
+        if let Err(e) = unsafe { self.va_set_access(va, bytes, devices) } {
+            // SAFETY: undoes the mapping and reservation above.
+            unsafe {
+                self.va_unmap(va, bytes);
+                self.va_free(va, bytes);
+            }
+            return Err(e);
+        }
+        Ok(va)
+    }
     /// A new event (timing off) that can be recorded on `stream`, destroyed when dropped.
     fn stream_event(&self, stream: Handle) -> Result<Self::Event>;
     /// Whether the work before `event` has run, without blocking; `None` where the runtime

@@ -194,8 +194,12 @@ impl DeviceApi for FakeApi {
     unsafe fn allocation_release(&self, a: Handle) {
         self.log(format!("allocation_release {a:#x}"));
     }
+    /// Refuses device -1.
     unsafe fn va_set_access(&self, at: DevicePtr, n: usize, d: &[i32]) -> Result<()> {
         self.log(format!("va_set_access {at:#x} {n} {d:?}"));
+        if d.contains(&-1) {
+            return Err(Error::usage("no device -1"));
+        }
         Ok(())
     }
     unsafe fn va_unmap(&self, at: DevicePtr, n: usize) {

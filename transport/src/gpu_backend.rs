@@ -372,4 +372,34 @@ mod tests {
         assert!(e.to_string().contains("overflows the address space"), "{e}");
         assert!(api.calls().is_empty());
     }
+
+    /// A whole allocation is mapped for every device named, and a failure undoes the mapping
+    /// and the reservation (not the caller's reference to the allocation).
+    #[test]
+    fn whole_mappings_undo_their_own_steps() {
+        let api = FakeApi::default();
+        // SAFETY: `FakeApi` touches no memory.
+        let va = unsafe { api.va_map_new(0x77, 4096, 4096, &[0, 1]) }.unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                "va_reserve 4096",
+                "va_map 0x1000 4096 0x77",
+                "va_set_access 0x1000 4096 [0, 1]",
+            ]
+        );
+        assert_eq!(va, 0x1000);
+        // SAFETY: as above.
+        assert!(unsafe { api.va_map_new(0x77, 4096, 4096, &[-1]) }.is_err());
+        assert_eq!(
+            api.calls(),
+            [
+                "va_reserve 4096",
+                "va_map 0x2000 4096 0x77",
+                "va_set_access 0x2000 4096 [-1]",
+                "va_unmap 0x2000 4096",
+                "va_free 0x2000 4096",
+            ]
+        );
+    }
 }
