@@ -55,6 +55,35 @@ impl Drop for HipRelaxed {
     }
 }
 
+impl HipApi {
+    /// `hipMemcpyAsync` of `bytes` bytes in direction `kind` on stream `s` (0: the null stream).
+    ///
+    /// # Safety
+    /// Both ranges hold `bytes` bytes until the copy has run.
+    unsafe fn memcpy_kind(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        kind: sys::hipMemcpyKind,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; `s` is 0 or a live stream.
+        unsafe {
+            hip_call!(
+                self.hip,
+                hipMemcpyAsync(
+                    dst as *mut c_void,
+                    src as *const c_void,
+                    bytes,
+                    kind,
+                    stream(s)
+                )
+            )
+        }
+    }
+}
+
 fn stream(h: Handle) -> sys::hipStream_t {
     h as sys::hipStream_t
 }
@@ -351,15 +380,12 @@ impl DeviceApi for HipApi {
         // SAFETY: the caller passes device memory of at least `src.len()` bytes; the copy is
         // complete (the null stream synchronised) before `src` can be dropped.
         unsafe {
-            hip_call!(
-                self.hip,
-                hipMemcpyAsync(
-                    dst as *mut c_void,
-                    src.as_ptr().cast(),
-                    src.len(),
-                    sys::hipMemcpyKind::hipMemcpyHostToDevice,
-                    std::ptr::null_mut()
-                )
+            self.memcpy_kind(
+                dst,
+                src.as_ptr() as DevicePtr,
+                src.len(),
+                sys::hipMemcpyKind::hipMemcpyHostToDevice,
+                0,
             )?;
             hip_call!(self.hip, hipStreamSynchronize(std::ptr::null_mut()))
         }
@@ -374,15 +400,12 @@ impl DeviceApi for HipApi {
     ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
-            hip_call!(
-                self.hip,
-                hipMemcpyAsync(
-                    dst as *mut c_void,
-                    src.cast(),
-                    bytes,
-                    sys::hipMemcpyKind::hipMemcpyHostToDevice,
-                    stream(s)
-                )
+            self.memcpy_kind(
+                dst,
+                src as DevicePtr,
+                bytes,
+                sys::hipMemcpyKind::hipMemcpyHostToDevice,
+                s,
             )
         }
     }
@@ -745,18 +768,7 @@ impl DeviceApi for HipApi {
     ) -> Result<()> {
         // SAFETY: the caller guarantees both ranges; hipMemcpyDefault infers the direction
         // from the unified address space.
-        unsafe {
-            hip_call!(
-                self.hip,
-                hipMemcpyAsync(
-                    dst as *mut c_void,
-                    src as *const c_void,
-                    bytes,
-                    sys::hipMemcpyKind::hipMemcpyDefault,
-                    stream(s)
-                )
-            )
-        }
+        unsafe { self.memcpy_kind(dst, src, bytes, sys::hipMemcpyKind::hipMemcpyDefault, s) }
     }
 
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
