@@ -14,7 +14,7 @@ use crate::transport::CudaApi;
 use cudarc::driver::sys;
 use oxccl_core::backend::{DevicePtr, PointerInfo, ShareableHandle};
 use oxccl_core::error::{Error, Result};
-use oxccl_device_transport::{DeviceApi, Handle};
+use oxccl_device_transport::{DeviceApi, Handle, fd_of_process};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -643,24 +643,16 @@ fn import_allocation(v: &VmmHandle) -> Result<CUmemGenericAllocationHandle> {
 
 /// Copies descriptor `fd` of process `pid` into this process (`pidfd_open` + `pidfd_getfd`).
 fn fetch_fd(pid: u32, fd: i32) -> Result<i32> {
-    let err = |what: &str| Error::System {
-        context: format!("{what} (fetching memory descriptor {fd} of process {pid})"),
-        message: std::io::Error::last_os_error().to_string(),
-    };
-    // SAFETY: plain system call with integer arguments.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if pidfd < 0 {
-        return Err(err("pidfd_open"));
-    }
-    // SAFETY: plain system call; `pidfd` is ours.
-    let local = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, fd, 0) };
-    let e = (local < 0).then(|| err("pidfd_getfd (needs ptrace permission over the peer)"));
-    // SAFETY: closes the pidfd opened above.
-    unsafe { libc::close(pidfd as i32) };
-    match e {
-        Some(e) => Err(e),
-        None => Ok(local as i32),
-    }
+    fd_of_process(pid, fd).map_err(|e| {
+        let what = match e.call {
+            "pidfd_getfd" => "pidfd_getfd (needs ptrace permission over the peer)",
+            call => call,
+        };
+        Error::System {
+            context: format!("{what} (fetching memory descriptor {fd} of process {pid})"),
+            message: e.os.to_string(),
+        }
+    })
 }
 
 /// A parsed legacy (cuIpc) handle.

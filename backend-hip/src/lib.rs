@@ -24,7 +24,7 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::datatype::DataType;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::lock::lock;
-use oxccl_device_transport::{DeviceApi, GpuBackend};
+use oxccl_device_transport::{DeviceApi, GpuBackend, fd_of_process};
 use runtime::{Hip, hip_call};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CString, c_void};
@@ -367,24 +367,13 @@ impl HipApi {
 /// A file descriptor of process `pid`, duplicated into this one (pidfd_getfd, Linux 5.6+; needs
 /// ptrace permission over the exporter, i.e. the same user and no stricter Yama setting).
 fn fd_from_process(pid: u32, fd: i32) -> Result<i32> {
-    let sys_err = |what: &str| Error::System {
-        context: format!("importing a HIP memory handle of process {pid} ({what})"),
-        message: std::io::Error::last_os_error().to_string(),
-    };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if pidfd < 0 {
-        return Err(sys_err("pidfd_open"));
-    }
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number of that process and flags.
-    let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, fd, 0) };
-    let err = (got < 0).then(|| sys_err("pidfd_getfd"));
-    // SAFETY: `pidfd` is a descriptor we own.
-    unsafe { libc::close(pidfd as i32) };
-    match err {
-        Some(e) => Err(e),
-        None => Ok(got as i32),
-    }
+    fd_of_process(pid, fd).map_err(|e| Error::System {
+        context: format!(
+            "importing a HIP memory handle of process {pid} ({})",
+            e.call
+        ),
+        message: e.os.to_string(),
+    })
 }
 
 fn read_u64(b: &[u8], at: usize) -> Option<u64> {

@@ -18,6 +18,7 @@ mod fake_api;
 mod gpu_backend;
 mod ll_area;
 mod net;
+mod peer_fd;
 mod runtime_connect;
 mod shm;
 
@@ -25,3 +26,4 @@ pub use api::{CaptureStatus, DeviceApi, Executor, Handle};
 pub use device::{DeviceTransport, launch_threads};
 pub use gpu_backend::GpuBackend;
 pub use net::net_channels;
+pub use peer_fd::{PeerFdError, fd_of_process};
