@@ -4,7 +4,10 @@
 # .carry/oxccl-gpu.tar.xz (lib/ and bin/, libnccl.so.2 in both) for the GPU machine, beside
 # .carry/nccl-tests.tar.xz from build.sh. scripts/nccl-tests/device-run.sh unpacks it there.
 #
-# Usage: scripts/nccl-tests/pack.sh      (OXCCL_CUDA_ARCHS overrides 90)
+# Usage: scripts/nccl-tests/pack.sh [--hip]      (OXCCL_CUDA_ARCHS overrides 90)
+#   --hip also packs .carry/hip.tar.xz for tests/gpu/hip-on-cuda.sh: librccl.so.1 and its headers
+#   (hip/lib, hip/include) and the test HIP runtime with its kernels (hip/bin/libamdhip64.so,
+#   hip/bin/hip-on-cuda-kernels); copy hip/bin next to gpu-check and pass RCCL_PREFIX.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -f .ci/gpu-compilers.env ] || bash .ci/install-gpu-compilers.sh --no-hip
@@ -40,3 +43,14 @@ strip --strip-debug "$pack"/lib/libnccl.so.2.* "$pack"/bin/*
 cp -a "$pack"/lib/libnccl.so* "$pack/bin/"
 tar -C "$pack" -cJf .carry/oxccl-gpu.tar.xz lib bin
 ls -l .carry/oxccl-gpu.tar.xz
+if [ "${1:-}" = --hip ]; then
+  # librccl.so.1 in a target directory of its own (the nccl and rccl features exclude each
+  # other); no AMD code objects: on NVIDIA the kernels come from hip-on-cuda-kernels.
+  OXCCL_HIP_ARCHS=" " CARGO_TARGET_DIR="$CARGO_TARGET_DIR-rccl" cargo xtask install --rccl --prefix "$pack/hip"
+  cargo build --release -p oxccl-hip-on-cuda
+  mkdir -p "$pack/hip/bin"
+  cp "$CARGO_TARGET_DIR"/release/{libamdhip64.so,hip-on-cuda-kernels} "$pack/hip/bin/"
+  strip --strip-debug "$pack"/hip/lib/librccl.so.1.* "$pack"/hip/bin/*
+  tar -C "$pack" -cJf .carry/hip.tar.xz hip
+  ls -l .carry/hip.tar.xz
+fi
