@@ -4,6 +4,8 @@
 # everything it wrote comes back as $OUT/logs.tgz.
 #
 #   safe                     safe-check on every GPU (matrix and misuse scenarios)
+#   hip                      tests/gpu/hip-on-cuda.sh, QUICK, with the C ABI test (needs
+#                            .carry/hip.tar.xz from pack.sh --hip; HIP_ONLY=REGEX selects)
 #   suite                    tests/gpu/run.sh, QUICK
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
@@ -34,6 +36,13 @@ for step in "$@"; do
     safe)
       timeout $(( $(left) - 10 )) /tmp/oxccl-build/bin/safe-check --backend cuda > "$work/safe-check.log" 2>&1
       echo "safe-check rc=$?"; grep RESULT "$work/safe-check.log" ;;
+    hip)
+      mkdir -p "$work/hip" /tmp/oxccl-hip
+      tar -C /tmp/oxccl-hip -xJf .carry/hip.tar.xz
+      cp /tmp/oxccl-hip/hip/bin/* /tmp/oxccl-build/bin/
+      RCCL_PREFIX=/tmp/oxccl-hip/hip QUICK=1 ONLY="${HIP_ONLY:-.}" timeout $(( $(left) - 10 )) \
+        tests/gpu/hip-on-cuda.sh /tmp/oxccl-build/bin "$work/hip" > "$work/hip.out" 2>&1
+      echo "hip-on-cuda rc=$?"; grep -E "rc=" "$work/hip.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
     suite)
       mkdir -p "$work/suite"
       QUICK=1 timeout $(( $(left) - 10 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/suite" > "$work/suite.out" 2>&1
