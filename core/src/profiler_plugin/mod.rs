@@ -1,7 +1,7 @@
 //! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 to v1 as NCCL 2.28.9 loads them): a
 //! library that receives the start and stop of events (a group call, a collective or
-//! send/receive call, a kernel launch, the operations of a launch) and writes traces or
-//! statistics.
+//! send/receive call, a kernel launch, the operations of a launch, their kernels' channels) and
+//! writes traces or statistics.
 //!
 //! Found as NCCL finds it: unset means `libnccl-profiler.so`, `none` no plugin; a value is
 //! `dlopen`ed as given and, when that fails and it is a bare name, as
@@ -17,11 +17,13 @@
 
 pub mod abi;
 pub mod abi_legacy;
+pub mod channels;
 pub mod event;
 mod group_api;
 pub mod names;
 mod vtable;
 
+pub use channels::ChannelTimes;
 pub use event::{CollTask, Event, Handle, P2pTask};
 pub use group_api::end_group;
 
@@ -195,6 +197,41 @@ impl ProfilerContext {
     }
 }
 
+impl ProfilerContext {
+    /// What raising events needs, kept by a launch for the KernelCh events it raises once its
+    /// channels are done.
+    pub fn raiser(&self) -> Raiser {
+        Raiser {
+            plugin: self.plugin,
+            ctx: self.ctx,
+            rank: self.rank,
+        }
+    }
+}
+
+/// A communicator's context as a launch keeps it (valid while the communicator is).
+#[derive(Clone, Copy)]
+pub struct Raiser {
+    plugin: &'static ProfilerPlugin,
+    ctx: usize,
+    rank: c_int,
+}
+
+impl Raiser {
+    /// Raises, under the task event `task`, a KernelCh event per (channel, start, stop) of
+    /// `spans`, as NCCL's proxy does once a channel is done: started with its start time,
+    /// its stop time recorded (`ncclProfilerKernelChStop`), stopped.
+    pub fn kernel_channels(&self, task: Handle, spans: &[(u32, u64, u64)]) {
+        let vtable = &self.plugin.vtable;
+        for &(channel, start_ns, stop_ns) in spans {
+            let event = Event::KernelCh { channel, start_ns };
+            let h = vtable.start(self.ctx, &event, task, self.rank);
+            vtable.record(h, abi::state::KERNEL_CH_STOP, Some(stop_ns));
+            vtable.stop(h);
+        }
+    }
+}
+
 /// An event started on a plugin, stopped when this is dropped (nothing when it was not raised).
 #[must_use = "the event stops when this is dropped"]
 pub struct Started {
@@ -220,7 +257,7 @@ impl Started {
     /// Records `state` now, and `at_end` just before the event stops (GroupApi events' two).
     pub fn with_states(mut self, now: c_int, at_end: c_int) -> Started {
         if let Some(p) = self.plugin {
-            p.vtable.record(self.handle, now);
+            p.vtable.record(self.handle, now, None);
             self.end_state = Some(at_end);
         }
         self
@@ -231,7 +268,7 @@ impl Drop for Started {
     fn drop(&mut self) {
         if let Some(p) = self.plugin {
             if let Some(s) = self.end_state {
-                p.vtable.record(self.handle, s);
+                p.vtable.record(self.handle, s, None);
             }
             p.vtable.stop(self.handle);
         }

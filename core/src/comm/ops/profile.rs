@@ -4,7 +4,10 @@
 //! - a launch raises a Group event and, under each operation's API event, its task event (Coll
 //!   or P2p, naming the Group event), stopped once the launch returned (the host backend: once
 //!   the operations completed), and a KernelLaunch event under the GroupApi event around the
-//!   hand-off of the plan to the backend.
+//!   hand-off of the plan to the backend;
+//! - once the launch's operations are done (when its task events stop), a KernelCh event per
+//!   channel of each task under the task's event, with the channel's start and stop times
+//!   (`crate::profiler_plugin::channels`).
 //!
 //! oxccl launches each collective of a group on its own and a communicator's sends and receives
 //! of a group together, so a group raises a Group event per launch where NCCL may raise one.
@@ -15,8 +18,13 @@ use crate::comm::group;
 use crate::datatype::DataType;
 use crate::error::Result;
 use crate::plan::P2pDir;
-use crate::profiler_plugin::{self, CollTask, Event, Handle, P2pTask, ProfilerContext, Started};
+use crate::plan::{BufId, WorkDesc};
+use crate::profiler_plugin::abi::event as bit;
+use crate::profiler_plugin::{
+    self, ChannelTimes, CollTask, Event, Handle, P2pTask, ProfilerContext, Raiser, Started,
+};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 /// A call's API events, kept with its operation until it launches.
 pub(super) struct CallEvents {
@@ -35,29 +43,87 @@ impl CallEvents {
     }
 }
 
-/// The events of one launch, stopped when this is dropped: first the tasks, then the Group
-/// event, then the calls' own GroupApi events (the fields' declaration order is the drop order).
+/// The events of one launch, stopped when this is dropped: first the KernelCh events are
+/// raised, then the tasks stop, then the Group event, then the calls' own GroupApi events (the
+/// fields' declaration order is the drop order).
 pub(super) struct LaunchEvents {
-    tasks: Vec<Started>,
+    /// Where the launch's channel times go, when KernelCh events are raised.
+    channels: Option<KernelChannels>,
+    /// Each task's event, and for a send or receive of a group the buffer that is its own.
+    tasks: Vec<(Started, Option<BufId>)>,
     group: Started,
     own_group_apis: Vec<Started>,
 }
 
+/// What a launch's KernelCh events need: the context, and the channels' times once the plan is
+/// handed to the backend.
+struct KernelChannels {
+    raiser: Raiser,
+    times: OnceLock<Arc<ChannelTimes>>,
+}
+
 impl LaunchEvents {
-    /// Starts the Group event of a launch and, under it, the task event of each call.
-    fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event)>) -> LaunchEvents {
+    /// Starts the Group event of a launch and, under it, the task event of each call (with the
+    /// buffer that is the task's own, for a send or receive of a group).
+    fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event, Option<BufId>)>) -> LaunchEvents {
         let group = p.start(&Event::Group, 0);
+        let channels = p.wants(bit::KERNEL_CH).then(|| KernelChannels {
+            raiser: p.raiser(),
+            times: OnceLock::new(),
+        });
         let mut out = LaunchEvents {
+            channels,
             tasks: Vec::with_capacity(tasks.len()),
             group,
             own_group_apis: Vec::new(),
         };
-        for (call, task) in tasks {
+        for (call, task, buffer) in tasks {
             let task = task.under_group(out.group.handle());
-            out.tasks.push(p.start(&task, call.api));
+            out.tasks.push((p.start(&task, call.api), buffer));
             out.own_group_apis.extend(call.own_group_api);
         }
         out
+    }
+
+    /// What the launch passes down to where its calls' plan is handed to the backend.
+    pub(super) fn profile(&self, group_api: Handle) -> LaunchProfile<'_> {
+        LaunchProfile {
+            group_api,
+            times: self.channels.as_ref().map(|c| &c.times),
+        }
+    }
+}
+
+impl Drop for LaunchEvents {
+    fn drop(&mut self) {
+        let Some(c) = &self.channels else { return };
+        let Some(times) = c.times.get() else { return };
+        for (task, buffer) in &self.tasks {
+            if task.handle() != 0 {
+                c.raiser
+                    .kernel_channels(task.handle(), &times.spans(*buffer));
+            }
+        }
+    }
+}
+
+/// What a launch passes down to where it hands a plan to the backend: its calls' GroupApi event
+/// (the KernelLaunch event's parent; 0: none) and where its channels' times go.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LaunchProfile<'a> {
+    /// The GroupApi event of the launch's calls (0: none).
+    pub group_api: Handle,
+    times: Option<&'a OnceLock<Arc<ChannelTimes>>>,
+}
+
+impl LaunchProfile<'_> {
+    /// The times the backend stamps the channels of the plan `work` in, when KernelCh events
+    /// are raised (`None`: a kernel without a plan, one channel).
+    pub(super) fn channel_times(&self, work: Option<&WorkDesc>) -> Option<Arc<ChannelTimes>> {
+        let slot = self.times?;
+        let times = Arc::new(work.map_or_else(ChannelTimes::single, ChannelTimes::of));
+        slot.set(times.clone()).ok()?;
+        Some(times)
     }
 }
 
@@ -151,9 +217,13 @@ impl<B: Backend> Communicator<B> {
     ) -> Option<LaunchEvents> {
         let c = self.profiler()?;
         let bytes = self.message_bytes(a);
-        let choice = self
-            .steered(&c, a.kind, bytes, a.dtype)
-            .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
+        let steered = self.steered(&c, a.kind, bytes, a.dtype);
+        let mut choice =
+            steered.unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
+        if steered.is_none() && self.one_shot_proto(a, &c.transport).is_some() {
+            // A one-shot kernel is one channel, timed as one (`launch_coll_as`).
+            choice.nchannels = 1;
+        }
         let task = Event::Coll(CollTask {
             seq: self.inner.coll_seq.load(Ordering::Relaxed),
             kind: a.kind,
@@ -169,7 +239,7 @@ impl<B: Backend> Communicator<B> {
         });
         Some(LaunchEvents::start(
             c.profiler.as_ref()?,
-            vec![(call, task)],
+            vec![(call, task, None)],
         ))
     }
 
@@ -180,7 +250,8 @@ impl<B: Backend> Communicator<B> {
         let n_channels = self.p2p_choice(&c).nchannels;
         let tasks = ops
             .iter_mut()
-            .filter_map(|o| {
+            .enumerate()
+            .filter_map(|(i, o)| {
                 let task = Event::P2p(P2pTask {
                     dir: o.dir,
                     buff: o.buf,
@@ -190,7 +261,8 @@ impl<B: Backend> Communicator<B> {
                     n_channels,
                     group: 0,
                 });
-                Some((o.profile.take()?, task))
+                let buffer = BufId(BufId::FIRST_P2P.0.checked_add(u16::try_from(i).ok()?)?);
+                Some((o.profile.take()?, task, Some(buffer)))
             })
             .collect();
         Some(LaunchEvents::start(c.profiler.as_ref()?, tasks))
