@@ -29,6 +29,26 @@ fn kernel_channels() {
         "{}",
         log.text
     );
+    // With every other event too: the task event still starts before the kernel launch.
+    let log = Log::of(bits::ALL | bits::KERNEL_CH, || {
+        all_reduce_on_two_ranks();
+    });
+    log.all_stopped();
+    for rank in 0..2 {
+        let (group, coll) = (log.one("Group", rank), log.one("Coll", rank));
+        let launch = log.one("KernelLaunch", rank);
+        assert!(
+            group.line < coll.line && coll.line < launch.line,
+            "{}",
+            log.text
+        );
+        assert!(log.stop_line(coll) < log.stop_line(group));
+        let nch: u32 = coll.get("nch").parse().unwrap();
+        assert_eq!(
+            log.kernel_channels_of(coll, 5),
+            (0..nch).collect::<Vec<_>>()
+        );
+    }
     // Ask for everything but them: none.
     let log = Log::of(bits::ALL, || {
         all_reduce_on_two_ranks();

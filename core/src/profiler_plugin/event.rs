@@ -180,6 +180,16 @@ impl Event {
         self
     }
 
+    /// The event, a task event counting `n` channels.
+    pub fn with_channels(mut self, n: u32) -> Event {
+        match &mut self {
+            Event::Coll(c) => c.n_channels = n,
+            Event::P2p(p) => p.n_channels = n,
+            _ => {}
+        }
+        self
+    }
+
     /// The v5 descriptor of the event under `parent`, raised by `rank`.
     pub fn v5(&self, parent: Handle, rank: c_int) -> abi::EventDescr {
         let mut body = abi::Body { zeroed: [0; 11] };

@@ -117,6 +117,13 @@ pub fn any_context() -> bool {
     ANY_CONTEXT.load(Ordering::Relaxed)
 }
 
+/// Whether the mask asks for events of `kind`: it, or a type below it.
+fn wanted(kind: u64) -> bool {
+    // The plugin may store through the pointer from another thread; read it atomically.
+    let mask = EVENT_MASK.load(Ordering::Relaxed) as u32 as u64;
+    mask & abi::event::raised_by(kind) != 0
+}
+
 /// One communicator's profiler context; dropping it calls the plugin's `finalize`.
 pub struct ProfilerContext {
     plugin: &'static ProfilerPlugin,
@@ -178,22 +185,12 @@ pub fn for_communicator(
 impl ProfilerContext {
     /// Whether events of `kind` are raised: it, or a type below it, is in the mask.
     pub fn wants(&self, kind: u64) -> bool {
-        // The plugin may store through the pointer from another thread; read it atomically.
-        let mask = EVENT_MASK.load(Ordering::Relaxed) as u32 as u64;
-        mask & abi::event::raised_by(kind) != 0
+        wanted(kind)
     }
 
     /// Starts `event` under `parent` (0: a root); it stops when the result is dropped.
     pub fn start(&self, event: &Event, parent: Handle) -> Started {
-        if !self.wants(event.kind()) {
-            return Started::NONE;
-        }
-        let handle = self.plugin.vtable.start(self.ctx, event, parent, self.rank);
-        Started {
-            plugin: (handle != 0).then_some(self.plugin),
-            handle,
-            end_state: None,
-        }
+        self.raiser().start(event, parent)
     }
 }
 
@@ -218,6 +215,20 @@ pub struct Raiser {
 }
 
 impl Raiser {
+    /// Starts `event` under `parent` (0: a root) when the mask asks for it
+    /// ([`ProfilerContext::wants`]); it stops when the result is dropped.
+    pub fn start(&self, event: &Event, parent: Handle) -> Started {
+        if !wanted(event.kind()) {
+            return Started::NONE;
+        }
+        let handle = self.plugin.vtable.start(self.ctx, event, parent, self.rank);
+        Started {
+            plugin: (handle != 0).then_some(self.plugin),
+            handle,
+            end_state: None,
+        }
+    }
+
     /// Raises, under the task event `task`, a KernelCh event per (channel, start, stop) of
     /// `spans`, as NCCL's proxy does once a channel is done: started with its start time,
     /// its stop time recorded (`ncclProfilerKernelChStop`), stopped.

@@ -279,7 +279,7 @@ pub mod bits {
 /// Checks the KernelCh events a plugin of ABI `version` gets when it asks for them (and
 /// nothing else) for an AllReduce on two ranks and a grouped ring on three: under each task
 /// event, one per channel of the task (the collective's `nch`; for a send or receive the
-/// channels carrying it), ids distinct and below 64, each stopped before its task; from v4
+/// channels carrying it, which its `nch` counts in v4-v5), ids distinct and below 64, each stopped before its task; from v4
 /// on with start and stop times (the stop recorded as NCCL's `ncclProfilerKernelChStop`, 22),
 /// in v3 without; v1 and v2 get none.
 pub fn kernel_channel_events(version: u32) {
@@ -303,7 +303,12 @@ pub fn kernel_channel_events(version: u32) {
     log.all_stopped();
     for rank in 0..3 {
         for p in log.of_rank("P2p", rank) {
-            assert!(!log.kernel_channels_of(p, version).is_empty(), "{p:?}");
+            let channels = log.kernel_channels_of(p, version);
+            assert!(!channels.is_empty(), "{p:?}");
+            if version >= 4 {
+                // Its channel count is the channels it has events for.
+                assert_eq!(p.get("nch"), channels.len().to_string(), "{p:?}");
+            }
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::profiler_plugin::abi::event as bit;
 use crate::profiler_plugin::{
     self, ChannelTimes, CollTask, Event, Handle, P2pTask, ProfilerContext, Raiser, Started,
 };
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
@@ -47,41 +48,81 @@ impl CallEvents {
 /// raised, then the tasks stop, then the Group event, then the calls' own GroupApi events (the
 /// fields' declaration order is the drop order).
 pub(super) struct LaunchEvents {
-    /// Where the launch's channel times go, when KernelCh events are raised.
+    /// The KernelCh events' state, when they are raised (the tasks are then there).
     channels: Option<KernelChannels>,
-    /// Each task's event, and for a send or receive of a group the buffer that is its own.
-    tasks: Vec<(Started, Option<BufId>)>,
+    /// The task events, when no KernelCh events are raised.
+    tasks: Vec<Started>,
     group: Started,
     own_group_apis: Vec<Started>,
 }
 
-/// What a launch's KernelCh events need: the context, and the channels' times once the plan is
-/// handed to the backend.
+/// A launch whose tasks raise KernelCh events. Their task events start once the plan is known,
+/// as NCCL's do, so that each counts the channels it has KernelCh events for (`nChannels`: a
+/// plugin such as NVIDIA's Inspector takes a task as done when that many channels stopped).
 struct KernelChannels {
     raiser: Raiser,
+    /// The channels' times, set when the plan is handed to the backend.
     times: OnceLock<Arc<ChannelTimes>>,
+    tasks: RefCell<Vec<Task>>,
+}
+
+/// A task event of a launch with KernelCh events.
+struct Task {
+    /// The call's API event.
+    parent: Handle,
+    event: Event,
+    /// The buffer that is its own (a send or receive of a group; `None`: every channel).
+    buffer: Option<BufId>,
+    /// The event, once started.
+    started: Option<Started>,
+}
+
+impl KernelChannels {
+    /// Starts the task events not started yet, counting their channels in `times` when given.
+    fn start_tasks(&self, times: Option<&ChannelTimes>) {
+        for t in self.tasks.borrow_mut().iter_mut() {
+            if t.started.is_none() {
+                let n = times.map(|times| times.spans(t.buffer).len() as u32);
+                let event = n.map_or(t.event, |n| t.event.with_channels(n));
+                t.started = Some(self.raiser.start(&event, t.parent));
+            }
+        }
+    }
 }
 
 impl LaunchEvents {
     /// Starts the Group event of a launch and, under it, the task event of each call (with the
-    /// buffer that is the task's own, for a send or receive of a group).
+    /// buffer that is the task's own, for a send or receive of a group); with KernelCh events,
+    /// the task events wait for the plan ([`LaunchProfile::channel_times`]).
     fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event, Option<BufId>)>) -> LaunchEvents {
         let group = p.start(&Event::Group, 0);
-        let channels = p.wants(bit::KERNEL_CH).then(|| KernelChannels {
-            raiser: p.raiser(),
-            times: OnceLock::new(),
-        });
         let mut out = LaunchEvents {
-            channels,
+            channels: None,
             tasks: Vec::with_capacity(tasks.len()),
-            group,
             own_group_apis: Vec::new(),
+            group,
         };
+        let mut deferred = Vec::new();
+        let kernel_channels = p.wants(bit::KERNEL_CH);
         for (call, task, buffer) in tasks {
             let task = task.under_group(out.group.handle());
-            out.tasks.push((p.start(&task, call.api), buffer));
+            if kernel_channels {
+                deferred.push(Task {
+                    parent: call.api,
+                    event: task,
+                    buffer,
+                    started: None,
+                });
+            } else {
+                out.tasks.push(p.start(&task, call.api));
+            }
             out.own_group_apis.extend(call.own_group_api);
         }
+        out.channels = kernel_channels.then(|| KernelChannels {
+            raiser: p.raiser(),
+            times: OnceLock::new(),
+            tasks: RefCell::new(deferred),
+        });
         out
     }
 
@@ -89,7 +130,7 @@ impl LaunchEvents {
     pub(super) fn profile(&self, group_api: Handle) -> LaunchProfile<'_> {
         LaunchProfile {
             group_api,
-            times: self.channels.as_ref().map(|c| &c.times),
+            channels: self.channels.as_ref(),
         }
     }
 }
@@ -97,32 +138,41 @@ impl LaunchEvents {
 impl Drop for LaunchEvents {
     fn drop(&mut self) {
         let Some(c) = &self.channels else { return };
-        let Some(times) = c.times.get() else { return };
-        for (task, buffer) in &self.tasks {
-            if task.handle() != 0 {
+        let times = c.times.get();
+        // A launch without a kernel (nothing to move, one rank's copy, an error) has task
+        // events still, and no channels.
+        c.start_tasks(None);
+        for t in c.tasks.take() {
+            let Some(task) = t.started else { continue };
+            if let Some(times) = times
+                && task.handle() != 0
+            {
                 c.raiser
-                    .kernel_channels(task.handle(), &times.spans(*buffer));
+                    .kernel_channels(task.handle(), &times.spans(t.buffer));
             }
+            drop(task);
         }
     }
 }
 
 /// What a launch passes down to where it hands a plan to the backend: its calls' GroupApi event
-/// (the KernelLaunch event's parent; 0: none) and where its channels' times go.
+/// (the KernelLaunch event's parent; 0: none) and, with KernelCh events, their state.
 #[derive(Clone, Copy, Default)]
 pub(super) struct LaunchProfile<'a> {
     /// The GroupApi event of the launch's calls (0: none).
     pub group_api: Handle,
-    times: Option<&'a OnceLock<Arc<ChannelTimes>>>,
+    channels: Option<&'a KernelChannels>,
 }
 
 impl LaunchProfile<'_> {
-    /// The times the backend stamps the channels of the plan `work` in, when KernelCh events
-    /// are raised (`None`: a kernel without a plan, one channel).
+    /// With KernelCh events: the times the backend stamps the channels of the plan `work` in
+    /// (`None`: a kernel without a plan, one channel), once the task events started counting
+    /// them.
     pub(super) fn channel_times(&self, work: Option<&WorkDesc>) -> Option<Arc<ChannelTimes>> {
-        let slot = self.times?;
+        let c = self.channels?;
         let times = Arc::new(work.map_or_else(ChannelTimes::single, ChannelTimes::of));
-        slot.set(times.clone()).ok()?;
+        c.times.set(times.clone()).ok()?;
+        c.start_tasks(Some(&times));
         Some(times)
     }
 }
@@ -217,13 +267,9 @@ impl<B: Backend> Communicator<B> {
     ) -> Option<LaunchEvents> {
         let c = self.profiler()?;
         let bytes = self.message_bytes(a);
-        let steered = self.steered(&c, a.kind, bytes, a.dtype);
-        let mut choice =
-            steered.unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
-        if steered.is_none() && self.one_shot_proto(a, &c.transport).is_some() {
-            // A one-shot kernel is one channel, timed as one (`launch_coll_as`).
-            choice.nchannels = 1;
-        }
+        let choice = self
+            .steered(&c, a.kind, bytes, a.dtype)
+            .unwrap_or_else(|| self.choose(a.kind, bytes, a.dtype, &c.transport));
         let task = Event::Coll(CollTask {
             seq: self.inner.coll_seq.load(Ordering::Relaxed),
             kind: a.kind,
