@@ -788,7 +788,7 @@ impl<B: Backend> Deferred for PendingColl<B> {
         let r = this
             .comm
             .launch_coll(&this.args, &this.stream, prof.unwrap_or_default());
-        profile::until_done(r, events)
+        profile::until_done(r, events, &this.comm.inner.backend, &this.stream)
     }
     fn is_p2p(&self) -> bool {
         false
@@ -859,7 +859,7 @@ impl<B: Backend> Deferred for PendingP2p<B> {
             None => LaunchProfile::default(),
         };
         let r = comm.launch_p2p(&ops, prof);
-        profile::until_done(r, events)
+        profile::until_done(r, events, &comm.inner.backend, &ops[0].stream)
     }
     fn is_p2p(&self) -> bool {
         true

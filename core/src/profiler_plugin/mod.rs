@@ -18,6 +18,7 @@
 pub mod abi;
 pub mod abi_legacy;
 pub mod channels;
+pub mod completion;
 pub mod event;
 mod group_api;
 pub mod names;
@@ -229,6 +230,12 @@ impl Raiser {
         }
     }
 
+    /// Runs `finish` on the completion thread once `query` says the launch completed
+    /// ([`completion`]; before this context is finalized at the latest).
+    pub fn when_done(&self, query: completion::Query, finish: completion::Finish) {
+        completion::when_done(self.ctx, query, finish);
+    }
+
     /// Raises, under the task event `task`, a KernelCh event per (channel, start, stop) of
     /// `spans`, as NCCL's proxy does once a channel is done: started with its start time,
     /// its stop time recorded (`ncclProfilerKernelChStop`), stopped.
@@ -288,6 +295,8 @@ impl Drop for Started {
 
 impl Drop for ProfilerContext {
     fn drop(&mut self) {
+        // Events still waiting for their launch go out before the context ends.
+        completion::flush(self.ctx);
         let rc = self.plugin.vtable.finalize(self.ctx).unwrap_or(0);
         if rc != 0 {
             tracing::warn!(target: "oxccl::init", "profiler plugin {}: finalize returned {rc}", self.plugin.name);

@@ -135,6 +135,29 @@ impl LaunchEvents {
     }
 }
 
+impl LaunchEvents {
+    /// The KernelCh events of the launch, to raise once its operations completed, taken from
+    /// the launch (whose task events then stop without them); `None` without any.
+    fn take_kernel_channels(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        let c = self.channels.as_mut()?;
+        // Drop then stops the tasks without raising KernelCh events.
+        let times = c.times.take()?;
+        let tasks: Vec<(Handle, Option<BufId>)> = c
+            .tasks
+            .get_mut()
+            .iter()
+            .filter_map(|t| Some((t.started.as_ref()?.handle(), t.buffer)))
+            .filter(|t| t.0 != 0)
+            .collect();
+        let raiser = c.raiser;
+        Some(move || {
+            for (task, buffer) in tasks {
+                raiser.kernel_channels(task, &times.spans(buffer));
+            }
+        })
+    }
+}
+
 impl Drop for LaunchEvents {
     fn drop(&mut self) {
         let Some(c) = &self.channels else { return };
@@ -178,10 +201,14 @@ impl LaunchProfile<'_> {
 }
 
 /// Keeps `events` until the launch `r` returned has completed: a synchronous backend's
-/// operation completes in its waiter, any other's when the launch returned.
-pub(super) fn until_done(
+/// operation completes in its waiter; any other's task events stop when the launch returned,
+/// and its KernelCh events are raised once a completion event recorded on `stream` after it
+/// says it completed ([`profiler_plugin::completion`]).
+pub(super) fn until_done<B: Backend>(
     r: Result<Option<Waiter>>,
     events: Option<LaunchEvents>,
+    backend: &Arc<B>,
+    stream: &B::Stream,
 ) -> Result<Option<Waiter>> {
     match (r, events) {
         (Ok(Some(wait)), Some(events)) => Ok(Some(Box::new(move || {
@@ -189,8 +216,30 @@ pub(super) fn until_done(
             drop(events);
             r
         }))),
+        (Ok(None), Some(mut events)) => {
+            let timed = (events.channels.as_ref()).is_some_and(|c| c.times.get().is_some());
+            if timed
+                && let Some(query) = completion_query(backend, stream)
+                && let Some(finish) = events.take_kernel_channels()
+                && let Some(c) = &events.channels
+            {
+                c.raiser.when_done(query, Box::new(finish));
+            }
+            Ok(None)
+        }
         (r, _) => r,
     }
+}
+
+/// Whether what `stream` has queued so far completed, when the backend can tell.
+fn completion_query<B: Backend>(
+    backend: &Arc<B>,
+    stream: &B::Stream,
+) -> Option<profiler_plugin::completion::Query> {
+    let event = backend.event_create(stream).ok()?;
+    backend.event_record(&event, stream).ok()?;
+    let backend = backend.clone();
+    Some(Box::new(move || backend.event_query(&event).ok().flatten()))
 }
 
 impl<B: Backend> Communicator<B> {
