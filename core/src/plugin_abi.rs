@@ -132,32 +132,13 @@ pub fn logger() -> Logger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     /// What `sink` logs for one message of subsystems `flags`.
     fn logged(flags: c_ulong) -> String {
-        #[derive(Clone)]
-        struct Buf(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf(Arc::new(Mutex::new(Vec::new())));
-        let writer = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(sub, || {
+        crate::testing::capture_logs(|| {
             sink(level::INFO, flags, c"f.cc".as_ptr(), 7, c"hello\n".as_ptr())
-        });
-        String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned()
+        })
+        .1
     }
 
     #[test]
