@@ -170,22 +170,27 @@ impl Event {
         }
     }
 
+    /// A task event's Group event and channel count (`None`: not a task event).
+    fn task_fields(&mut self) -> Option<(&mut Handle, &mut u32)> {
+        match self {
+            Event::Coll(c) => Some((&mut c.group, &mut c.n_channels)),
+            Event::P2p(p) => Some((&mut p.group, &mut p.n_channels)),
+            _ => None,
+        }
+    }
+
     /// The event, a task event under the launch's Group event `group`.
     pub fn under_group(mut self, group: Handle) -> Event {
-        match &mut self {
-            Event::Coll(c) => c.group = group,
-            Event::P2p(p) => p.group = group,
-            _ => {}
+        if let Some((g, _)) = self.task_fields() {
+            *g = group;
         }
         self
     }
 
     /// The event, a task event counting `n` channels.
     pub fn with_channels(mut self, n: u32) -> Event {
-        match &mut self {
-            Event::Coll(c) => c.n_channels = n,
-            Event::P2p(p) => p.n_channels = n,
-            _ => {}
+        if let Some((_, channels)) = self.task_fields() {
+            *channels = n;
         }
         self
     }
