@@ -83,10 +83,14 @@ fn test_plugins() {
 
 /// The CUDA runtime and driver stand-ins (`tests/c/cuda_stub/`): `libcudart.so.12` and `.13`
 /// with CUDA's soname and symbol version (a plugin built against either finds its references
-/// there), and `libcuda.so`.
+/// there), and `libcuda.so`, in `OUT_DIR/cuda_stub/`: `OUT_DIR` itself is on the library path of
+/// every test cargo runs (the logger shim's link search), where a `libcuda.so` without the
+/// driver's functions would be found by anything looking for CUDA.
 fn cuda_stubs(compiler: &cc::Tool, manifest: &std::path::Path, out: &std::path::Path) {
     let stub = manifest.join("../tests/c/cuda_stub/oxccl_cuda_stub.c");
     println!("cargo:rerun-if-changed={}", stub.display());
+    let out = &out.join("cuda_stub");
+    std::fs::create_dir_all(out).expect("cuda_stub folder");
     for major in [12, 13] {
         let name = format!("libcudart.so.{major}");
         let map = out.join(format!("{name}.map"));

@@ -21,7 +21,7 @@ fn nvidia_inspector_writes_every_ranks_all_reduce() {
         return;
     };
     for stub in ["libcudart.so.12", "libcudart.so.13", "libcuda.so"] {
-        let path = format!("{}/{stub}", env!("OXCCL_TEST_PLUGIN_DIR"));
+        let path = format!("{}/cuda_stub/{stub}", env!("OXCCL_TEST_PLUGIN_DIR"));
         // SAFETY: our stand-ins run no code when loaded; they stay loaded for the process, so
         // the plugin's CUDA references resolve to them by soname.
         let stub = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_GLOBAL) }.unwrap();

@@ -3,8 +3,9 @@
  * Inspector profiler calls when a communicator starts (which device, its UUID, error strings),
  * so that it runs on oxccl's host backend on machines without a GPU. core/build.rs builds it as
  * libcudart.so.12 and .13 (sonames and symbol versions of CUDA's runtime) and libcuda.so (the
- * name the Inspector opens first); a test loads them before the plugin, whose references they
- * then satisfy. Device 0, an all-zero UUID but for the device number, no errors.
+ * name the Inspector opens first), in a folder of their own off every library path (anything
+ * else looking for CUDA must not find them); a test loads them before the plugin, whose
+ * references they then satisfy. Device 0, an all-zero UUID but for the device number, no errors.
  */
 #include <string.h>
 
