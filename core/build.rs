@@ -1,7 +1,8 @@
 //! Builds the C logger shim that every plugin kind receives (`csrc/net_plugin_log.c`), and the
 //! test tuner, environment and profiler plugins that the plugin tests load by path
-//! (`tests/c/tuner_plugin/`, `tests/c/env_plugin/`, `tests/c/profiler_plugin/`). The test
-//! network plugins are `oxccl-net`'s (`net/build.rs`).
+//! (`tests/c/tuner_plugin/`, `tests/c/env_plugin/`, `tests/c/profiler_plugin/`), and the CUDA
+//! stand-ins NVIDIA's Inspector profiler runs with on the host backend (`tests/c/cuda_stub/`).
+//! The test network plugins are `oxccl-net`'s (`net/build.rs`).
 
 #[path = "build_so.rs"]
 mod build_so;
@@ -78,4 +79,31 @@ fn test_plugins() {
     for (name, defs) in profilers {
         build_so(&compiler, &profiler, &out.join(name), defs);
     }
+    cuda_stubs(&compiler, &manifest, &out);
+}
+
+/// The CUDA runtime and driver stand-ins (`tests/c/cuda_stub/`): `libcudart.so.12` and `.13`
+/// with CUDA's soname and symbol version (a plugin built against either finds its references
+/// there), and `libcuda.so`, in `OUT_DIR/cuda_stub/`: `OUT_DIR` itself is on the library path of
+/// every test cargo runs (the logger shim's link search), where a `libcuda.so` without the
+/// driver's functions would be found by anything looking for CUDA.
+fn cuda_stubs(compiler: &cc::Tool, manifest: &std::path::Path, out: &std::path::Path) {
+    let stub = manifest.join("../tests/c/cuda_stub/oxccl_cuda_stub.c");
+    println!("cargo:rerun-if-changed={}", stub.display());
+    let out = &out.join("cuda_stub");
+    std::fs::create_dir_all(out).expect("cuda_stub folder");
+    for major in [12, 13] {
+        let name = format!("libcudart.so.{major}");
+        let map = out.join(format!("{name}.map"));
+        std::fs::write(&map, format!("{name} {{ global: *; }};\n")).expect("version script");
+        let soname = format!("-Wl,-soname,{name}");
+        let script = format!("-Wl,--version-script={}", map.display());
+        build_so(compiler, &stub, &out.join(&name), &[&soname, &script]);
+    }
+    build_so(
+        compiler,
+        &stub,
+        &out.join("libcuda.so"),
+        &["-Wl,-soname,libcuda.so"],
+    );
 }

@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Compiles `src` into the shared library `out` with the `-D` flags `defs`. `cc` builds only
+/// Compiles `src` into the shared library `out` with the extra compiler flags `defs` (`-D…`,
+/// `-Wl,…`). `cc` builds only
 /// static archives, so its compiler is invoked directly with `-shared -fPIC`.
 pub fn build_so(compiler: &cc::Tool, src: &Path, out: &Path, defs: &[&str]) {
     let status = Command::new(compiler.path())

@@ -54,6 +54,9 @@ pub struct Launch<B: Backend> {
     pub transport: Arc<B::Transport>,
     /// The communicator's abort flag and async-error slot.
     pub abort: AbortFlag,
+    /// Where a backend that times its channels stamps them (the host backend), for a profiler
+    /// plugin's KernelCh events; `None` when none asked for them.
+    pub channel_times: Option<Arc<crate::profiler_plugin::ChannelTimes>>,
 }
 
 /// A device runtime: memory, streams, events, copies, and launching plan executors.

@@ -37,6 +37,7 @@ const SUBSYSTEMS: &[(&str, &str)] = &[
     ("PROXY", "oxccl::proxy"),
     ("BOOTSTRAP", "oxccl::bootstrap"),
     ("REG", "oxccl::reg"),
+    ("PROFILE", "oxccl::profile"),
 ];
 
 /// The `tracing` level for an `NCCL_DEBUG` value, or `None` when logging stays off.

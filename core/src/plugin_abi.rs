@@ -62,9 +62,32 @@ unsafe fn text(p: *const c_char) -> String {
 
 /// NCCL's TUNING subsystem bit: what tuner plugins log under.
 const SUBSYS_TUNING: c_ulong = 0x40;
+/// NCCL's PROFILE subsystem bit: what profiler plugins (NVIDIA's Inspector) log under.
+const SUBSYS_PROFILE: c_ulong = 0x4000;
+
+/// Logs one plugin message at its NCCL level under `tracing` target `$target`, prefixed
+/// `$prefix` (targets are constants in `tracing`, hence a macro).
+macro_rules! emit {
+    ($target:literal, $prefix:literal, $level:expr, $file:expr, $line:expr, $msg:expr) => {
+        match $level {
+            level::WARN => {
+                tracing::warn!(target: $target, "{} {}:{} {}", $prefix, $file, $line, $msg)
+            }
+            level::ABORT => {
+                tracing::error!(target: $target, "{} {}:{} {}", $prefix, $file, $line, $msg)
+            }
+            level::TRACE => {
+                tracing::trace!(target: $target, "{} {}:{} {}", $prefix, $file, $line, $msg)
+            }
+            level::NONE => {}
+            _ => tracing::info!(target: $target, "{} {}:{} {}", $prefix, $file, $line, $msg),
+        }
+    };
+}
 
 /// Receives every formatted plugin message and logs it under target `oxccl::net`, or
-/// `oxccl::tuning` for messages of the TUNING subsystem (tuner plugins).
+/// `oxccl::tuning` for messages of the TUNING subsystem (tuner plugins), or `oxccl::profile`
+/// for the PROFILE subsystem's (profiler plugins).
 extern "C" fn sink(
     level: c_int,
     flags: c_ulong,
@@ -78,30 +101,11 @@ extern "C" fn sink(
         let (file, msg) = unsafe { (text(file), text(msg)) };
         let msg = msg.trim_end();
         if flags & SUBSYS_TUNING != 0 {
-            match level {
-                level::WARN | level::ABORT => {
-                    tracing::warn!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
-                }
-                level::TRACE => {
-                    tracing::trace!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}")
-                }
-                level::NONE => {}
-                _ => tracing::info!(target: "oxccl::tuning", "TUNER/Plugin {file}:{line} {msg}"),
-            }
-            return;
-        }
-        match level {
-            level::WARN => {
-                tracing::warn!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
-            }
-            level::ABORT => {
-                tracing::error!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
-            }
-            level::TRACE => {
-                tracing::trace!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}")
-            }
-            level::NONE => {}
-            _ => tracing::info!(target: "oxccl::net", "NET/Plugin {file}:{line} {msg}"),
+            emit!("oxccl::tuning", "TUNER/Plugin", level, file, line, msg);
+        } else if flags & SUBSYS_PROFILE != 0 {
+            emit!("oxccl::profile", "PROFILER/Plugin", level, file, line, msg);
+        } else {
+            emit!("oxccl::net", "NET/Plugin", level, file, line, msg);
         }
     });
 }
@@ -123,4 +127,33 @@ pub fn logger() -> Logger {
     // SAFETY: stores a function pointer and an int in the shim's atomics.
     unsafe { oxccl_net_log_set_sink(sink, max_level()) };
     oxccl_net_plugin_logger
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `sink` logs for one message of subsystems `flags`.
+    fn logged(flags: c_ulong) -> String {
+        crate::testing::capture_logs(|| {
+            sink(level::INFO, flags, c"f.cc".as_ptr(), 7, c"hello\n".as_ptr())
+        })
+        .1
+    }
+
+    #[test]
+    fn messages_go_to_their_plugin_kinds_subsystem() {
+        let net = logged(0x10);
+        assert!(net.contains("oxccl::net: NET/Plugin f.cc:7 hello"), "{net}");
+        let tuner = logged(SUBSYS_TUNING);
+        assert!(
+            tuner.contains("oxccl::tuning: TUNER/Plugin f.cc:7 hello"),
+            "{tuner}"
+        );
+        let profiler = logged(SUBSYS_PROFILE);
+        assert!(
+            profiler.contains("oxccl::profile: PROFILER/Plugin f.cc:7 hello"),
+            "{profiler}"
+        );
+    }
 }

@@ -5,6 +5,32 @@ use crate::bootstrap::{Bootstrap, BootstrapOptions, UniqueId};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Runs `f` and returns what it logged on this thread (every level), as the log subscriber
+/// formats it.
+pub fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            crate::lock::lock(&self.0).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf(Arc::new(std::sync::Mutex::new(Vec::new())));
+    let writer = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8_lossy(&crate::lock::lock(&buf.0)).into_owned();
+    (out, text)
+}
+
 /// A deterministic xorshift64* generator: fuzz tests reproduce from their seed without a crate.
 pub struct Rng(u64);
 

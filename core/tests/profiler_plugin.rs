@@ -13,6 +13,47 @@ fn events_reach_the_profiler_with_their_parents() {
     collective_events();
     p2p_events();
     mask_filters_events();
+    kernel_channels();
+}
+
+/// KernelCh events (asked for alone): one per channel under each task event, with their times,
+/// and the events above them that NCCL raises for them; no kernel-launch events.
+fn kernel_channels() {
+    support::profiler::kernel_channel_events(5);
+    let log = Log::of(bits::KERNEL_CH, || {
+        all_reduce_on_two_ranks();
+    });
+    assert_eq!(
+        log.kinds(),
+        ["Coll", "CollApi", "Group", "GroupApi", "KernelCh"],
+        "{}",
+        log.text
+    );
+    // With every other event too: the task event still starts before the kernel launch.
+    let log = Log::of(bits::ALL | bits::KERNEL_CH, || {
+        all_reduce_on_two_ranks();
+    });
+    log.all_stopped();
+    for rank in 0..2 {
+        let (group, coll) = (log.one("Group", rank), log.one("Coll", rank));
+        let launch = log.one("KernelLaunch", rank);
+        assert!(
+            group.line < coll.line && coll.line < launch.line,
+            "{}",
+            log.text
+        );
+        assert!(log.stop_line(coll) < log.stop_line(group));
+        let nch: u32 = coll.get("nch").parse().unwrap();
+        assert_eq!(
+            log.kernel_channels_of(coll, 5),
+            (0..nch).collect::<Vec<_>>()
+        );
+    }
+    // Ask for everything but them: none.
+    let log = Log::of(bits::ALL, || {
+        all_reduce_on_two_ranks();
+    });
+    assert!(log.none_of("KernelCh"), "{}", log.text);
 }
 
 /// An AllReduce outside a group: GroupApi (its own), CollApi under it, a Group event, Coll under

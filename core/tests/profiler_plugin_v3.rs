@@ -7,4 +7,5 @@ mod support;
 #[test]
 fn v3_plugin_gets_task_events_in_its_layout() {
     support::profiler::legacy_events_reach(3);
+    support::profiler::kernel_channel_events(3);
 }

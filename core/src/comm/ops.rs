@@ -12,8 +12,7 @@ use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
     self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
 };
-use crate::profiler_plugin::Handle;
-use profile::CallEvents;
+use profile::{CallEvents, LaunchProfile};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tracing::debug;
@@ -410,13 +409,13 @@ impl<B: Backend> Communicator<B> {
         (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 
-    /// Numbers, records, checks (in check mode) and launches a collective of a call under the
-    /// profiler's GroupApi event `group_api` (0: none).
+    /// Numbers, records, checks (in check mode) and launches a collective of a call, with its
+    /// profiler events' `prof`.
     fn launch_coll(
         &self,
         a: &CollArgs,
         stream: &B::Stream,
-        group_api: Handle,
+        prof: LaunchProfile<'_>,
     ) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let seq = self.inner.coll_seq.fetch_add(1, Ordering::Relaxed);
@@ -427,7 +426,7 @@ impl<B: Backend> Communicator<B> {
         } else {
             Ok(())
         };
-        let r = r.and_then(|()| self.launch_coll_as(&c, seq, a, stream, group_api));
+        let r = r.and_then(|()| self.launch_coll_as(&c, seq, a, stream, prof));
         log.track(Some((slot, slot)), r, stream)
     }
 
@@ -437,7 +436,7 @@ impl<B: Backend> Communicator<B> {
         seq: u64,
         a: &CollArgs,
         stream: &B::Stream,
-        group_api: Handle,
+        prof: LaunchProfile<'_>,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         let n = inner.nranks as u64;
@@ -470,7 +469,9 @@ impl<B: Backend> Communicator<B> {
             };
             debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot {:?} seq {}",
                 inner.rank, a.kind, a.count, a.dtype.name(), proto, seq);
-            let _launch = self.profile_kernel_launch(c, group_api, stream);
+            // One channel, timed on the host (`ChannelTimes::spans`).
+            let _times = prof.channel_times(None);
+            let _launch = self.profile_kernel_launch(c, prof.group_api, stream);
             // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has
             // run; `one_shot_proto` checked that the kernels take this message.
             unsafe {
@@ -536,7 +537,7 @@ impl<B: Backend> Communicator<B> {
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy, work.exposed);
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream, group_api) }
+        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream, prof) }
     }
 
     /// Runs a caller-built plan as one collective (custom algorithms such as MSCCL's).
@@ -593,12 +594,20 @@ impl<B: Backend> Communicator<B> {
     ) -> Result<Option<Waiter>> {
         let work = Arc::new(build(seq)?);
         // SAFETY: `run_plan`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, vec![send, recv, 0], stream, 0) }
+        unsafe {
+            self.launch_work(
+                c,
+                work,
+                vec![send, recv, 0],
+                stream,
+                LaunchProfile::default(),
+            )
+        }
     }
 
-    /// Numbers, records and launches a communicator's sends and receives of one group, of calls
-    /// under the profiler's GroupApi event `group_api` (0: none).
-    fn launch_p2p(&self, ops: &[PendingP2p<B>], group_api: Handle) -> Result<Option<Waiter>> {
+    /// Numbers, records and launches a communicator's sends and receives of one group, with
+    /// their profiler events' `prof`.
+    fn launch_p2p(&self, ops: &[PendingP2p<B>], prof: LaunchProfile<'_>) -> Result<Option<Waiter>> {
         let c = self.connected()?;
         let inner = &self.inner;
         let mut seqs = inner.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
@@ -622,7 +631,7 @@ impl<B: Backend> Communicator<B> {
         drop(seqs);
         let stream = &ops[0].stream;
         let slots = inner.op_log.issue_p2p(&planned, stream);
-        let r = self.launch_p2p_as(&c, ops, &planned, group_api);
+        let r = self.launch_p2p_as(&c, ops, &planned, prof);
         inner.op_log.track(slots, r, stream)
     }
 
@@ -631,7 +640,7 @@ impl<B: Backend> Communicator<B> {
         c: &Connected<B>,
         ops: &[PendingP2p<B>],
         planned: &[P2pOp],
-        group_api: Handle,
+        prof: LaunchProfile<'_>,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         let self_copies = self
@@ -684,7 +693,7 @@ impl<B: Backend> Communicator<B> {
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
         // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, buffers, &ops[0].stream, group_api) }
+        unsafe { self.launch_work(c, work, buffers, &ops[0].stream, prof) }
     }
 
     /// The channels and chunks of every send/receive plan: both ends of a message must chunk
@@ -700,8 +709,7 @@ impl<B: Backend> Communicator<B> {
     }
 
     /// Connects the peers `work` reaches that are still unconnected (`Backend::connect_on_use`)
-    /// and launches it on `stream` with `buffers`, for calls under the profiler's GroupApi event
-    /// `group_api` (0: none).
+    /// and launches it on `stream` with `buffers`, with the profiler events' `prof` of its calls.
     ///
     /// # Safety
     /// `buffers` stay valid for the plan's regions until the operation has run.
@@ -711,19 +719,20 @@ impl<B: Backend> Communicator<B> {
         work: Arc<WorkDesc>,
         buffers: Vec<DevicePtr>,
         stream: &B::Stream,
-        group_api: Handle,
+        prof: LaunchProfile<'_>,
     ) -> Result<Option<Waiter>> {
         let inner = &self.inner;
         inner
             .backend
             .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
         let launch = Launch {
+            channel_times: prof.channel_times(Some(&work)),
             work,
             buffers,
             transport: c.transport.clone(),
             abort: inner.abort.clone(),
         };
-        let kernel_launch = self.profile_kernel_launch(c, group_api, stream);
+        let kernel_launch = self.profile_kernel_launch(c, prof.group_api, stream);
         // SAFETY: the caller's contract.
         let done = unsafe { inner.backend.launch(stream, launch)? };
         drop(kernel_launch);
@@ -773,12 +782,17 @@ impl<B: Backend> Deferred for PendingColl<B> {
     fn launch(self: Box<Self>, _merged: Vec<Box<dyn Deferred>>) -> Result<Option<Waiter>> {
         let this = *self;
         let Some(call) = this.profile else {
-            return this.comm.launch_coll(&this.args, &this.stream, 0);
+            return this
+                .comm
+                .launch_coll(&this.args, &this.stream, LaunchProfile::default());
         };
         let group_api = call.group_api();
         let events = this.comm.profile_coll_launch(&this.args, call);
-        let r = this.comm.launch_coll(&this.args, &this.stream, group_api);
-        profile::until_done(r, events)
+        let prof = events.as_ref().map(|e| e.profile(group_api));
+        let r = this
+            .comm
+            .launch_coll(&this.args, &this.stream, prof.unwrap_or_default());
+        profile::until_done(r, events, &this.comm.inner.backend, &this.stream)
     }
     fn is_p2p(&self) -> bool {
         false
@@ -844,8 +858,12 @@ impl<B: Backend> Deferred for PendingP2p<B> {
             .iter()
             .find_map(|o| o.profile.as_ref().map(|p| p.group_api()));
         let events = comm.profile_p2p_launch(&mut ops);
-        let r = comm.launch_p2p(&ops, group_api.unwrap_or(0));
-        profile::until_done(r, events)
+        let prof = match &events {
+            Some(e) => e.profile(group_api.unwrap_or(0)),
+            None => LaunchProfile::default(),
+        };
+        let r = comm.launch_p2p(&ops, prof);
+        profile::until_done(r, events, &comm.inner.backend, &ops[0].stream)
     }
     fn is_p2p(&self) -> bool {
         true

@@ -6,9 +6,11 @@ use crate::backend::DevicePtr;
 use crate::datatype::{Reduction, Scalar, ScalarSource};
 use crate::error::{Error, Result};
 use crate::plan::{BufId, ChannelWork, Path, Region, Step, TABLE_BYTES, WorkDesc};
+use crate::profiler_plugin::ChannelTimes;
 use crate::reduce;
 
-/// Executes `work` with `buffers` (indexed by [`BufId`]) over `mesh`.
+/// Executes `work` with `buffers` (indexed by [`BufId`]) over `mesh`, stamping each channel's
+/// start and stop in `times` when given (a profiler's KernelCh events).
 ///
 /// # Safety
 /// Every buffer is valid host memory for every region the plan reads or writes, and no other
@@ -18,6 +20,7 @@ pub unsafe fn execute(
     buffers: &[DevicePtr],
     mesh: &SocketMesh,
     abort: &AbortFlag,
+    times: Option<&ChannelTimes>,
 ) -> Result<()> {
     let esize = work.dtype.size();
     let mut scratch = vec![0u8; work.scratch_elems as usize * esize];
@@ -33,21 +36,38 @@ pub unsafe fn execute(
         abort,
         pre_scale: pre_scale_of(&work.reduction, esize),
     };
-    // Empty channels only keep channel indices aligned between ranks (device FIFOs).
-    let busy: Vec<&ChannelWork> = work
+    // Empty channels only keep channel indices aligned between ranks (device FIFOs): they
+    // start and stop at once.
+    let (busy, empty): (Vec<_>, Vec<_>) = work
         .channels
         .iter()
-        .filter(|c| !c.steps.is_empty())
-        .collect();
+        .enumerate()
+        .partition(|(_, c)| !c.steps.is_empty());
+    if let Some(t) = times {
+        for (i, _) in empty {
+            t.start(i);
+            t.stop(i);
+        }
+    }
+    let run = |(i, ch): (usize, &ChannelWork)| {
+        if let Some(t) = times {
+            t.start(i);
+        }
+        let r = ctx.run_channel(ch);
+        if let Some(t) = times {
+            t.stop(i);
+        }
+        r
+    };
     let result = match busy.as_slice() {
         [] => Ok(()),
-        [one] => ctx.run_channel(one),
+        [one] => run(*one),
         many => std::thread::scope(|s| {
             let handles: Vec<_> = many
                 .iter()
                 .map(|&ch| {
-                    let ctx = &ctx;
-                    s.spawn(move || ctx.run_channel(ch))
+                    let run = &run;
+                    s.spawn(move || run(ch))
                 })
                 .collect();
             let mut first = Ok(());

@@ -262,6 +262,7 @@ impl Backend for HostBackend {
                     &launch.buffers,
                     &launch.transport.mesh,
                     &launch.abort,
+                    launch.channel_times.as_deref(),
                 )
             };
             if let Err(e) = &r

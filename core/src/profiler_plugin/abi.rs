@@ -15,6 +15,9 @@ pub mod state {
     pub const GROUP_START_API_STOP: i32 = 23;
     /// Its group's end has been called (`ncclProfilerGroupEndApiStart`).
     pub const GROUP_END_API_START: i32 = 24;
+    /// A kernel channel's stop, with its timer in the state's arguments
+    /// (`ncclProfilerKernelChStop`).
+    pub const KERNEL_CH_STOP: i32 = 22;
 }
 
 /// NCCL's event-type bits (`ncclProfileGroup` …); the activation mask is a set of them.
@@ -31,7 +34,7 @@ pub mod event {
     pub const PROXY_STEP: u64 = 1 << 4;
     /// The proxy thread's activity (not raised by oxccl).
     pub const PROXY_CTRL: u64 = 1 << 5;
-    /// A kernel channel (not raised by oxccl).
+    /// One channel of a collective's or send's or receive's kernel.
     pub const KERNEL_CH: u64 = 1 << 6;
     /// An event a network plugin defines (not raised by oxccl).
     pub const NET_PLUGIN: u64 = 1 << 7;
@@ -164,6 +167,24 @@ pub struct P2p {
     pub parent_group: *mut c_void,
 }
 
+/// `kernelCh` of the descriptor (v4 alike): one channel of a task's kernel.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelCh {
+    /// The channel.
+    pub channel_id: u8,
+    /// When the channel started, in ns (NCCL: the GPU's global timer).
+    pub p_timer: u64,
+}
+
+/// `ncclProfilerEventStateArgs_v5_t` (v4 alike), as oxccl fills it: a KernelCh event's stop.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StateArgs {
+    /// When the channel stopped, in ns (`kernelCh.pTimer`).
+    pub p_timer: u64,
+}
+
 /// The type-specific part of the descriptor.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -182,6 +203,8 @@ pub union Body {
     pub coll: Coll,
     /// For [`event::P2P`].
     pub p2p: P2p,
+    /// For [`event::KERNEL_CH`].
+    pub kernel_ch: KernelCh,
 }
 
 /// `ncclProfilerEventDescr_v5_t`.
@@ -226,7 +249,8 @@ pub struct ProfilerV5 {
     >,
     /// Stops an event.
     pub stop_event: Option<unsafe extern "C" fn(handle: *mut c_void) -> NcclResult>,
-    /// Records a state of an event (oxccl records GroupApi events' two states, as NCCL).
+    /// Records a state of an event (oxccl records GroupApi events' two states and KernelCh
+    /// events' stop, as NCCL).
     pub record_event_state: Option<
         unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut c_void) -> NcclResult,
     >,
@@ -254,6 +278,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(P2pApi, graph_captured), 32);
         assert_eq!(std::mem::offset_of!(GroupApi, group_depth), 4);
         assert_eq!(std::mem::offset_of!(P2p, parent_group), 40);
+        assert_eq!(size_of::<KernelCh>(), 16);
+        assert_eq!(std::mem::offset_of!(KernelCh, p_timer), 8);
+        assert_eq!(size_of::<StateArgs>(), 8);
     }
 
     /// NCCL 2.28.9's activation rules (`src/plugin/profiler.cc`).

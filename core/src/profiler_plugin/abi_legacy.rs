@@ -1,6 +1,6 @@
 //! The profiler-plugin ABIs before v5 that NCCL 2.28.9 still loads (`ncclProfiler_v4` …
-//! `ncclProfiler_v1`): their descriptors of the events oxccl raises (Group, Coll, P2p) and
-//! their exported structs. Their type field is one byte, so API and kernel-launch events, whose
+//! `ncclProfiler_v1`): their descriptors of the events oxccl raises (Group, Coll, P2p, and in
+//! v3-v4 KernelCh) and their exported structs. Their type field is one byte, so API and kernel-launch events, whose
 //! bits are above it, have no encoding and are never passed to them.
 
 use crate::plugin_abi::{Logger, NcclResult};
@@ -206,6 +206,15 @@ pub struct P2pV1 {
     pub peer: c_int,
 }
 
+/// `kernelCh` of the v3 descriptor: the channel only (v4's also has its start time,
+/// [`abi::KernelCh`](super::abi::KernelCh)).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelChV3 {
+    /// The channel.
+    pub channel_id: u8,
+}
+
 /// A descriptor of ABI v1-v4: a one-byte type, the parent, the rank, and `Body`, whose
 /// largest member (`coll`) gives NCCL's size.
 #[repr(C)]
@@ -231,6 +240,8 @@ pub union BodyV4 {
     pub coll: CollV4,
     /// For P2p events.
     pub p2p: P2pV4,
+    /// For KernelCh events.
+    pub kernel_ch: super::abi::KernelCh,
 }
 
 /// The union of the v3 descriptor.
@@ -243,6 +254,8 @@ pub union BodyV3 {
     pub coll: CollV3,
     /// For P2p events.
     pub p2p: P2pV2,
+    /// For KernelCh events.
+    pub kernel_ch: KernelChV3,
 }
 
 /// The union of the v2 descriptor.
@@ -380,6 +393,7 @@ mod tests {
         assert_eq!(24 + offset_of!(P2pV1, datatype), 56);
         assert_eq!(24 + offset_of!(P2pV1, count), 64);
         assert_eq!(24 + offset_of!(P2pV1, peer), 72);
+        assert_eq!(24 + offset_of!(super::super::abi::KernelCh, p_timer), 32);
         assert_eq!(size_of::<ProfilerV4>(), 48);
         assert_eq!(size_of::<ProfilerV1>(), 48);
     }

@@ -1,6 +1,7 @@
 //! The events oxccl raises, and their descriptors in each ABI version: v5 as NCCL 2.28 fills
 //! it, v4-v1 as NCCL 2.28.9's adapters translate v5 (task events hang under the launch's Group
-//! event, API and kernel-launch events are not passed on, v1 names things by enum values).
+//! event, API and kernel-launch events are not passed on, KernelCh events reach v3 without their
+//! timer and v1-v2 not at all, v1 names things by enum values).
 
 use super::abi::{self, event as bit};
 use super::abi_legacy::{self as legacy, Descr};
@@ -61,6 +62,13 @@ pub enum Event {
     Coll(CollTask),
     /// A send or receive as launched.
     P2p(P2pTask),
+    /// One channel of a task's kernel, under the task's event.
+    KernelCh {
+        /// NCCL's channel id.
+        channel: u32,
+        /// When the channel started, in ns ([`super::channels::now_ns`]'s clock).
+        start_ns: u64,
+    },
 }
 
 /// A collective as launched (the task event [`Event::Coll`]).
@@ -158,15 +166,31 @@ impl Event {
             Event::Group => bit::GROUP,
             Event::Coll(_) => bit::COLL,
             Event::P2p(_) => bit::P2P,
+            Event::KernelCh { .. } => bit::KERNEL_CH,
+        }
+    }
+
+    /// A task event's Group event and channel count (`None`: not a task event).
+    fn task_fields(&mut self) -> Option<(&mut Handle, &mut u32)> {
+        match self {
+            Event::Coll(c) => Some((&mut c.group, &mut c.n_channels)),
+            Event::P2p(p) => Some((&mut p.group, &mut p.n_channels)),
+            _ => None,
         }
     }
 
     /// The event, a task event under the launch's Group event `group`.
     pub fn under_group(mut self, group: Handle) -> Event {
-        match &mut self {
-            Event::Coll(c) => c.group = group,
-            Event::P2p(p) => p.group = group,
-            _ => {}
+        if let Some((g, _)) = self.task_fields() {
+            *g = group;
+        }
+        self
+    }
+
+    /// The event, a task event counting `n` channels.
+    pub fn with_channels(mut self, n: u32) -> Event {
+        if let Some((_, channels)) = self.task_fields() {
+            *channels = n;
         }
         self
     }
@@ -249,6 +273,12 @@ impl Event {
                     parent_group: p.group as *mut c_void,
                 };
             }
+            Event::KernelCh { channel, start_ns } => {
+                body.kernel_ch = abi::KernelCh {
+                    channel_id: byte(channel),
+                    p_timer: start_ns,
+                };
+            }
         }
         abi::EventDescr {
             kind: self.kind(),
@@ -290,6 +320,13 @@ impl Event {
                 };
                 p.group
             }
+            Event::KernelCh { channel, start_ns } => {
+                body.kernel_ch = abi::KernelCh {
+                    channel_id: byte(channel),
+                    p_timer: start_ns,
+                };
+                parent
+            }
             _ => return None,
         };
         Some(self.legacy(parent, rank, body))
@@ -321,6 +358,12 @@ impl Event {
             Event::P2p(p) => {
                 body.p2p = p2p_v2(&p);
                 p.group
+            }
+            Event::KernelCh { channel, .. } => {
+                body.kernel_ch = legacy::KernelChV3 {
+                    channel_id: byte(channel),
+                };
+                parent
             }
             _ => return None,
         };
@@ -556,6 +599,31 @@ mod tests {
             assert!(e.v4(0, 0).is_none() && e.v3(0, 0).is_none());
             assert!(e.v2(0, 0).is_none() && e.v1(0, 0).is_none());
         }
+    }
+
+    #[test]
+    fn kernel_channels_keep_the_task_parent_and_lose_their_timer_in_v3() {
+        let k = Event::KernelCh {
+            channel: 5,
+            start_ns: 1234,
+        };
+        let d = k.v5(0x55, 2);
+        assert_eq!(
+            (d.kind, d.parent_obj as usize, d.rank),
+            (bit::KERNEL_CH, 0x55, 2)
+        );
+        // SAFETY: a KernelCh descriptor carries `kernelCh`.
+        let c = unsafe { d.body.kernel_ch };
+        assert_eq!((c.channel_id, c.p_timer), (5, 1234));
+        let d = k.v4(0x55, 2).unwrap();
+        assert_eq!((d.kind, d.parent_obj as usize), (64, 0x55));
+        // SAFETY: as above.
+        let c = unsafe { d.body.kernel_ch };
+        assert_eq!((c.channel_id, c.p_timer), (5, 1234));
+        let d = k.v3(0x55, 2).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { d.body.kernel_ch }.channel_id, 5);
+        assert!(k.v2(0x55, 2).is_none() && k.v1(0x55, 2).is_none());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 to v1 as NCCL 2.28.9 loads them): a
 //! library that receives the start and stop of events (a group call, a collective or
-//! send/receive call, a kernel launch, the operations of a launch) and writes traces or
-//! statistics.
+//! send/receive call, a kernel launch, the operations of a launch, their kernels' channels) and
+//! writes traces or statistics.
 //!
 //! Found as NCCL finds it: unset means `libnccl-profiler.so`, `none` no plugin; a value is
 //! `dlopen`ed as given and, when that fails and it is a bare name, as
@@ -17,11 +17,14 @@
 
 pub mod abi;
 pub mod abi_legacy;
+pub mod channels;
+pub mod completion;
 pub mod event;
 mod group_api;
 pub mod names;
 mod vtable;
 
+pub use channels::ChannelTimes;
 pub use event::{CollTask, Event, Handle, P2pTask};
 pub use group_api::end_group;
 
@@ -115,6 +118,13 @@ pub fn any_context() -> bool {
     ANY_CONTEXT.load(Ordering::Relaxed)
 }
 
+/// Whether the mask asks for events of `kind`: it, or a type below it.
+fn wanted(kind: u64) -> bool {
+    // The plugin may store through the pointer from another thread; read it atomically.
+    let mask = EVENT_MASK.load(Ordering::Relaxed) as u32 as u64;
+    mask & abi::event::raised_by(kind) != 0
+}
+
 /// One communicator's profiler context; dropping it calls the plugin's `finalize`.
 pub struct ProfilerContext {
     plugin: &'static ProfilerPlugin,
@@ -176,14 +186,40 @@ pub fn for_communicator(
 impl ProfilerContext {
     /// Whether events of `kind` are raised: it, or a type below it, is in the mask.
     pub fn wants(&self, kind: u64) -> bool {
-        // The plugin may store through the pointer from another thread; read it atomically.
-        let mask = EVENT_MASK.load(Ordering::Relaxed) as u32 as u64;
-        mask & abi::event::raised_by(kind) != 0
+        wanted(kind)
     }
 
     /// Starts `event` under `parent` (0: a root); it stops when the result is dropped.
     pub fn start(&self, event: &Event, parent: Handle) -> Started {
-        if !self.wants(event.kind()) {
+        self.raiser().start(event, parent)
+    }
+}
+
+impl ProfilerContext {
+    /// What raising events needs, kept by a launch for the KernelCh events it raises once its
+    /// channels are done.
+    pub fn raiser(&self) -> Raiser {
+        Raiser {
+            plugin: self.plugin,
+            ctx: self.ctx,
+            rank: self.rank,
+        }
+    }
+}
+
+/// A communicator's context as a launch keeps it (valid while the communicator is).
+#[derive(Clone, Copy)]
+pub struct Raiser {
+    plugin: &'static ProfilerPlugin,
+    ctx: usize,
+    rank: c_int,
+}
+
+impl Raiser {
+    /// Starts `event` under `parent` (0: a root) when the mask asks for it
+    /// ([`ProfilerContext::wants`]); it stops when the result is dropped.
+    pub fn start(&self, event: &Event, parent: Handle) -> Started {
+        if !wanted(event.kind()) {
             return Started::NONE;
         }
         let handle = self.plugin.vtable.start(self.ctx, event, parent, self.rank);
@@ -191,6 +227,25 @@ impl ProfilerContext {
             plugin: (handle != 0).then_some(self.plugin),
             handle,
             end_state: None,
+        }
+    }
+
+    /// Runs `finish` on the completion thread once `query` says the launch completed
+    /// ([`completion`]; before this context is finalized at the latest).
+    pub fn when_done(&self, query: completion::Query, finish: completion::Finish) {
+        completion::when_done(self.ctx, query, finish);
+    }
+
+    /// Raises, under the task event `task`, a KernelCh event per (channel, start, stop) of
+    /// `spans`, as NCCL's proxy does once a channel is done: started with its start time,
+    /// its stop time recorded (`ncclProfilerKernelChStop`), stopped.
+    pub fn kernel_channels(&self, task: Handle, spans: &[(u32, u64, u64)]) {
+        let vtable = &self.plugin.vtable;
+        for &(channel, start_ns, stop_ns) in spans {
+            let event = Event::KernelCh { channel, start_ns };
+            let h = vtable.start(self.ctx, &event, task, self.rank);
+            vtable.record(h, abi::state::KERNEL_CH_STOP, Some(stop_ns));
+            vtable.stop(h);
         }
     }
 }
@@ -220,7 +275,7 @@ impl Started {
     /// Records `state` now, and `at_end` just before the event stops (GroupApi events' two).
     pub fn with_states(mut self, now: c_int, at_end: c_int) -> Started {
         if let Some(p) = self.plugin {
-            p.vtable.record(self.handle, now);
+            p.vtable.record(self.handle, now, None);
             self.end_state = Some(at_end);
         }
         self
@@ -231,7 +286,7 @@ impl Drop for Started {
     fn drop(&mut self) {
         if let Some(p) = self.plugin {
             if let Some(s) = self.end_state {
-                p.vtable.record(self.handle, s);
+                p.vtable.record(self.handle, s, None);
             }
             p.vtable.stop(self.handle);
         }
@@ -240,6 +295,8 @@ impl Drop for Started {
 
 impl Drop for ProfilerContext {
     fn drop(&mut self) {
+        // Events still waiting for their launch go out before the context ends.
+        completion::flush(self.ctx);
         let rc = self.plugin.vtable.finalize(self.ctx).unwrap_or(0);
         if rc != 0 {
             tracing::warn!(target: "oxccl::init", "profiler plugin {}: finalize returned {rc}", self.plugin.name);

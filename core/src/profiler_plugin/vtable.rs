@@ -160,16 +160,25 @@ impl VTable {
         }
     }
 
-    /// Records `state` of an event `start` returned (v5 only: the older versions have no
-    /// events with the states oxccl records).
-    pub fn record(&self, handle: Handle, state: c_int) {
-        if let VTable::V5(t) = self
-            && handle != 0
-            && let Some(record) = t.record_event_state
-        {
-            // SAFETY: a live handle this plugin's startEvent returned; no state arguments.
-            unsafe { record(handle as *mut c_void, state, std::ptr::null_mut()) };
-        }
+    /// Records `state` of an event `start` returned, with a KernelCh event's stop time
+    /// `timer`, as NCCL 2.28.9's adapters pass states on: v5 gets every state oxccl records, v4
+    /// a KernelCh stop only (not GroupApi states, which it has no events for), v1-v3 none.
+    pub fn record(&self, handle: Handle, state: c_int, timer: Option<u64>) {
+        let record = match self {
+            VTable::V5(t) => t.record_event_state,
+            VTable::V4(t) if state == abi::state::KERNEL_CH_STOP => t.record_event_state,
+            _ => None,
+        };
+        let Some(record) = record.filter(|_| handle != 0) else {
+            return;
+        };
+        let mut args = timer.map(|p_timer| abi::StateArgs { p_timer });
+        let args = args
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |a| (a as *mut abi::StateArgs).cast());
+        // SAFETY: a live handle this plugin's startEvent returned; `args` is NULL or the
+        // state's arguments in v4's and v5's layout (alike), alive for the call.
+        unsafe { record(handle as *mut c_void, state, args) };
     }
 
     /// Calls `finalize` on a context `init` made; `None` when the plugin has none.

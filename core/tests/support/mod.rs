@@ -38,33 +38,36 @@ pub struct Buffers {
 
 /// Two host ranks, one AllReduce of 1000 floats each, checked; the buffers of each rank.
 pub fn all_reduce_on_two_ranks() -> Vec<Buffers> {
+    oxccl_core::testing::on_host_ranks(2, |_| {}, all_reduce)
+}
+
+/// Rank `rank` of two runs one AllReduce of 1000 floats on `comm`, checked; its buffers.
+pub fn all_reduce(
+    rank: usize,
+    comm: &oxccl_core::Communicator<oxccl_core::HostBackend>,
+    stream: &oxccl_core::host::HostStream,
+) -> Buffers {
     use oxccl_core::CollArgs;
     use oxccl_core::datatype::{DataType, RedOp};
     use oxccl_core::plan::CollKind;
-    oxccl_core::testing::on_host_ranks(
-        2,
-        |_| {},
-        |rank, comm, stream| {
-            let send = vec![rank as f32 + 1.0; 1000];
-            let mut recv = vec![0.0f32; 1000];
-            let args = CollArgs {
-                kind: CollKind::AllReduce,
-                send: send.as_ptr() as u64,
-                recv: recv.as_mut_ptr() as u64,
-                count: 1000,
-                dtype: DataType::Float32,
-                op: RedOp::Sum,
-                root: 0,
-                layout: None,
-            };
-            // SAFETY: both buffers hold 1000 floats and outlive the call, which is synchronous
-            // on the host backend.
-            unsafe { comm.collective(args, stream) }.unwrap();
-            assert!(recv.iter().all(|&v| v == 3.0));
-            Buffers {
-                send: send.as_ptr() as u64,
-                recv: recv.as_ptr() as u64,
-            }
-        },
-    )
+    let send = vec![rank as f32 + 1.0; 1000];
+    let mut recv = vec![0.0f32; 1000];
+    let args = CollArgs {
+        kind: CollKind::AllReduce,
+        send: send.as_ptr() as u64,
+        recv: recv.as_mut_ptr() as u64,
+        count: 1000,
+        dtype: DataType::Float32,
+        op: RedOp::Sum,
+        root: 0,
+        layout: None,
+    };
+    // SAFETY: both buffers hold 1000 floats and outlive the call, which is synchronous on the
+    // host backend.
+    unsafe { comm.collective(args, stream) }.unwrap();
+    assert!(recv.iter().all(|&v| v == 3.0));
+    Buffers {
+        send: send.as_ptr() as u64,
+        recv: recv.as_ptr() as u64,
+    }
 }

@@ -55,6 +55,8 @@ pub struct Log {
     pub stops: BTreeMap<String, Vec<usize>>,
     /// The (line, state) of each recorded state, by id.
     pub states: BTreeMap<String, Vec<(usize, i32)>>,
+    /// The timer a KernelCh stop state carried, by id.
+    pub stop_timers: BTreeMap<String, u64>,
 }
 
 impl Log {
@@ -70,6 +72,7 @@ impl Log {
         let mut starts = Vec::new();
         let mut stops: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut states: BTreeMap<String, Vec<(usize, i32)>> = BTreeMap::new();
+        let mut stop_timers = BTreeMap::new();
         for (line, l) in text.lines().enumerate() {
             let mut words = l.split_whitespace();
             match words.next() {
@@ -96,6 +99,9 @@ impl Log {
                 Some("state") => {
                     let id = words.next().unwrap().to_string();
                     let state = words.next().unwrap().parse().unwrap();
+                    if let Some(t) = words.next().and_then(|w| w.strip_prefix("timer=")) {
+                        stop_timers.insert(id.clone(), t.parse().unwrap());
+                    }
                     states.entry(id).or_default().push((line, state));
                 }
                 _ => {}
@@ -106,6 +112,7 @@ impl Log {
             starts,
             stops,
             states,
+            stop_timers,
         }
     }
 
@@ -255,6 +262,8 @@ pub mod bits {
     pub const COLL: u32 = 1 << 1;
     /// `ncclProfileP2p`.
     pub const P2P: u32 = 1 << 2;
+    /// `ncclProfileKernelCh`.
+    pub const KERNEL_CH: u32 = 1 << 6;
     /// `ncclProfileGroupApi`.
     pub const GROUP_API: u32 = 1 << 8;
     /// `ncclProfileCollApi`.
@@ -265,6 +274,83 @@ pub mod bits {
     pub const KERNEL_LAUNCH: u32 = 1 << 11;
     /// Every event oxccl raises.
     pub const ALL: u32 = GROUP | COLL | P2P | GROUP_API | COLL_API | P2P_API | KERNEL_LAUNCH;
+}
+
+/// Checks the KernelCh events a plugin of ABI `version` gets when it asks for them (and
+/// nothing else) for an AllReduce on two ranks and a grouped ring on three: under each task
+/// event, one per channel of the task (the collective's `nch`; for a send or receive the
+/// channels carrying it, which its `nch` counts in v4-v5), ids distinct and below 64, each stopped before its task; from v4
+/// on with start and stop times (the stop recorded as NCCL's `ncclProfilerKernelChStop`, 22),
+/// in v3 without; v1 and v2 get none.
+pub fn kernel_channel_events(version: u32) {
+    let log = Log::of(bits::KERNEL_CH, || {
+        all_reduce_on_two_ranks();
+    });
+    log.all_stopped();
+    if version <= 2 {
+        assert!(log.none_of("KernelCh"), "v{version}: {}", log.text);
+        return;
+    }
+    for rank in 0..2 {
+        let coll = log.one("Coll", rank);
+        let nch: usize = coll.get("nch").parse().unwrap();
+        let channels = log.kernel_channels_of(coll, version);
+        assert_eq!(channels, (0..nch as u32).collect::<Vec<_>>(), "v{version}");
+    }
+    let log = Log::of(bits::KERNEL_CH, || {
+        grouped_ring(3);
+    });
+    log.all_stopped();
+    for rank in 0..3 {
+        for p in log.of_rank("P2p", rank) {
+            let channels = log.kernel_channels_of(p, version);
+            assert!(!channels.is_empty(), "{p:?}");
+            if version >= 4 {
+                // Its channel count is the channels it has events for.
+                assert_eq!(p.get("nch"), channels.len().to_string(), "{p:?}");
+            }
+        }
+    }
+}
+
+impl Log {
+    /// The channel ids of the KernelCh events under `task`, checked as
+    /// [`kernel_channel_events`] says for ABI `version`.
+    pub fn kernel_channels_of(&self, task: &Start, version: u32) -> Vec<u32> {
+        let mut ids = Vec::new();
+        for k in self.starts.iter().filter(|s| s.kind == "KernelCh") {
+            if k.get("parent") != task.id {
+                continue;
+            }
+            assert_eq!(k.get("rank"), task.get("rank"));
+            assert!(task.line < k.line, "{k:?} before its task");
+            assert!(
+                self.stop_line(k) < self.stop_line(task),
+                "{k:?} outlived its task"
+            );
+            let timer: i64 = k.get("timer").parse().unwrap();
+            if version >= 4 {
+                assert_eq!(self.states_of(k), [22], "{k:?}: {}", self.text);
+                let stop = self.stop_timers[&k.id];
+                assert!(timer > 0 && stop >= timer as u64, "{k:?} stopped at {stop}");
+            } else {
+                assert_eq!(timer, -1);
+                assert!(self.states_of(k).is_empty(), "{k:?}");
+            }
+            ids.push(k.get("ch").parse::<u32>().unwrap());
+        }
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(
+            ids.len(),
+            n,
+            "channel ids repeat under {task:?}: {}",
+            self.text
+        );
+        assert!(ids.iter().all(|&c| c < 64), "{ids:?}");
+        ids
+    }
 }
 
 /// Checks what a plugin of ABI `version` (1-4) receives of an AllReduce on two ranks and of a

@@ -11,7 +11,7 @@ use crate::socket::{SocketConfig, SocketNet};
 use crate::{CommRef, HANDLE_BYTES, Net, PTR_CUDA, PTR_DMABUF, PTR_HOST, RecvComm, SendComm};
 use oxccl_core::bootstrap::wire::SessionKey;
 use oxccl_core::error::{Error, ErrorKind};
-use std::io::Write;
+use oxccl_core::testing::capture_logs as capture;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,31 +70,6 @@ fn builtin() -> Arc<dyn Net> {
         Duration::from_secs(5),
         SocketConfig::default(),
     ))
-}
-
-/// Log lines written while `f` runs on this thread.
-fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf(Arc::new(Mutex::new(Vec::new())));
-    let b2 = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || b2.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(sub, f);
-    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
-    (out, text)
 }
 
 /// Polls a never-blocking connect or accept until it yields.

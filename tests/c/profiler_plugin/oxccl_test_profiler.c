@@ -5,7 +5,7 @@
  * 0x2) and appends one line per call to OXTEST_PROFILER_LOG:
  *   "init rank=<r> nranks=<n> nnodes=<k> name=<s>" (v1-v3: "init"; their init has no more),
  *   "start <id> type=<t> parent=<id> rank=<r> <field>=<value> ...", "stop <id>",
- *   "finalize".
+ *   "state <id> <state>" (a KernelCh stop in v4-v5: "state <id> 22 timer=<ns>"), "finalize".
  * Ids are the plugin's own (1, 2, ...; parent 0 is none); pointers print as 0x<hex>; v1 prints
  * NCCL's enum values where later versions print names.
  */
@@ -25,7 +25,7 @@ typedef int result_t;
 typedef void (*logger_t)(int, unsigned long, const char*, int, const char*, ...);
 
 /* The event bits (NCCL's ncclProfile* values). */
-enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, GROUP_API = 1 << 8, COLL_API = 1 << 9,
+enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, KERNEL_CH = 1 << 6, GROUP_API = 1 << 8, COLL_API = 1 << 9,
        P2P_API = 1 << 10, KERNEL_LAUNCH = 1 << 11 };
 
 /* The descriptor of version V, as NCCL 2.28.9's headers lay it out (fields oxccl fills). */
@@ -65,7 +65,15 @@ struct descr {
              uint8_t nch, nwarps; const char* algo; const char* proto; } coll;
     struct { const char* name; uint64_t hash; const char* func; void* buff; const char* dtype; size_t count;
              int peer; } p2p;
-#else
+#endif
+#if V >= 3
+    struct { uint8_t ch;
+#if V >= 4
+             uint64_t timer;
+#endif
+    } kernel_ch;
+#endif
+#if V == 1
     struct { const char* name; uint64_t hash; uint64_t seq; uint8_t func; const void* send; void* recv;
              size_t count; int root; uint8_t dtype; uint32_t op; size_t traffic; uint8_t nch, nwarps, algo,
              proto; int collnet, nvls; } coll;
@@ -209,6 +217,17 @@ static result_t start(void* ctx, void** handle, struct descr* d) {
              rank, d->u.p2p.func, d->u.p2p.buff, d->u.p2p.count, d->u.p2p.dtype, d->u.p2p.peer);
     break;
 #endif
+#if V >= 3
+  case KERNEL_CH:
+    log_line("start %ld type=KernelCh parent=%ld rank=%d ch=%u timer=%ld", id, parent, rank, d->u.kernel_ch.ch,
+#if V >= 4
+             (long)d->u.kernel_ch.timer
+#else
+             -1L
+#endif
+    );
+    break;
+#endif
   default:
     log_line("start %ld type=%lu parent=%ld rank=%d", id, (unsigned long)d->type, parent, rank);
   }
@@ -222,8 +241,14 @@ static result_t stop(void* handle) {
   return 0;
 }
 
+/* NCCL's ncclProfilerKernelChStop: its arguments carry the channel's stop time. */
+enum { KERNEL_CH_STOP = 22 };
+
 static result_t record(void* handle, int state, void* args) {
-  (void)args;
+  if (state == KERNEL_CH_STOP && args != NULL) {
+    log_line("state %ld %d timer=%lu", id_of(handle), state, (unsigned long)*(uint64_t*)args);
+    return 0;
+  }
   log_line("state %ld %d", id_of(handle), state);
   return 0;
 }

@@ -4,7 +4,10 @@
 //! - a launch raises a Group event and, under each operation's API event, its task event (Coll
 //!   or P2p, naming the Group event), stopped once the launch returned (the host backend: once
 //!   the operations completed), and a KernelLaunch event under the GroupApi event around the
-//!   hand-off of the plan to the backend.
+//!   hand-off of the plan to the backend;
+//! - once the launch's operations are done (when its task events stop), a KernelCh event per
+//!   channel of each task under the task's event, with the channel's start and stop times
+//!   (`crate::profiler_plugin::channels`).
 //!
 //! oxccl launches each collective of a group on its own and a communicator's sends and receives
 //! of a group together, so a group raises a Group event per launch where NCCL may raise one.
@@ -15,8 +18,14 @@ use crate::comm::group;
 use crate::datatype::DataType;
 use crate::error::Result;
 use crate::plan::P2pDir;
-use crate::profiler_plugin::{self, CollTask, Event, Handle, P2pTask, ProfilerContext, Started};
+use crate::plan::{BufId, WorkDesc};
+use crate::profiler_plugin::abi::event as bit;
+use crate::profiler_plugin::{
+    self, ChannelTimes, CollTask, Event, Handle, P2pTask, ProfilerContext, Raiser, Started,
+};
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 /// A call's API events, kept with its operation until it launches.
 pub(super) struct CallEvents {
@@ -35,37 +44,171 @@ impl CallEvents {
     }
 }
 
-/// The events of one launch, stopped when this is dropped: first the tasks, then the Group
-/// event, then the calls' own GroupApi events (the fields' declaration order is the drop order).
+/// The events of one launch, stopped when this is dropped: first the KernelCh events are
+/// raised, then the tasks stop, then the Group event, then the calls' own GroupApi events (the
+/// fields' declaration order is the drop order).
 pub(super) struct LaunchEvents {
+    /// The KernelCh events' state, when they are raised (the tasks are then there).
+    channels: Option<KernelChannels>,
+    /// The task events, when no KernelCh events are raised.
     tasks: Vec<Started>,
     group: Started,
     own_group_apis: Vec<Started>,
 }
 
+/// A launch whose tasks raise KernelCh events. Their task events start once the plan is known,
+/// as NCCL's do, so that each counts the channels it has KernelCh events for (`nChannels`: a
+/// plugin such as NVIDIA's Inspector takes a task as done when that many channels stopped).
+struct KernelChannels {
+    raiser: Raiser,
+    /// The channels' times, set when the plan is handed to the backend.
+    times: OnceLock<Arc<ChannelTimes>>,
+    tasks: RefCell<Vec<Task>>,
+}
+
+/// A task event of a launch with KernelCh events.
+struct Task {
+    /// The call's API event.
+    parent: Handle,
+    event: Event,
+    /// The buffer that is its own (a send or receive of a group; `None`: every channel).
+    buffer: Option<BufId>,
+    /// The event, once started.
+    started: Option<Started>,
+}
+
+impl KernelChannels {
+    /// Starts the task events not started yet, counting their channels in `times` when given.
+    fn start_tasks(&self, times: Option<&ChannelTimes>) {
+        for t in self.tasks.borrow_mut().iter_mut() {
+            if t.started.is_none() {
+                let n = times.map(|times| times.spans(t.buffer).len() as u32);
+                let event = n.map_or(t.event, |n| t.event.with_channels(n));
+                t.started = Some(self.raiser.start(&event, t.parent));
+            }
+        }
+    }
+}
+
 impl LaunchEvents {
-    /// Starts the Group event of a launch and, under it, the task event of each call.
-    fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event)>) -> LaunchEvents {
+    /// Starts the Group event of a launch and, under it, the task event of each call (with the
+    /// buffer that is the task's own, for a send or receive of a group); with KernelCh events,
+    /// the task events wait for the plan ([`LaunchProfile::channel_times`]).
+    fn start(p: &ProfilerContext, tasks: Vec<(CallEvents, Event, Option<BufId>)>) -> LaunchEvents {
         let group = p.start(&Event::Group, 0);
         let mut out = LaunchEvents {
+            channels: None,
             tasks: Vec::with_capacity(tasks.len()),
-            group,
             own_group_apis: Vec::new(),
+            group,
         };
-        for (call, task) in tasks {
+        let mut deferred = Vec::new();
+        let kernel_channels = p.wants(bit::KERNEL_CH);
+        for (call, task, buffer) in tasks {
             let task = task.under_group(out.group.handle());
-            out.tasks.push(p.start(&task, call.api));
+            if kernel_channels {
+                deferred.push(Task {
+                    parent: call.api,
+                    event: task,
+                    buffer,
+                    started: None,
+                });
+            } else {
+                out.tasks.push(p.start(&task, call.api));
+            }
             out.own_group_apis.extend(call.own_group_api);
         }
+        out.channels = kernel_channels.then(|| KernelChannels {
+            raiser: p.raiser(),
+            times: OnceLock::new(),
+            tasks: RefCell::new(deferred),
+        });
         out
+    }
+
+    /// What the launch passes down to where its calls' plan is handed to the backend.
+    pub(super) fn profile(&self, group_api: Handle) -> LaunchProfile<'_> {
+        LaunchProfile {
+            group_api,
+            channels: self.channels.as_ref(),
+        }
+    }
+}
+
+impl LaunchEvents {
+    /// The KernelCh events of the launch, to raise once its operations completed, taken from
+    /// the launch (whose task events then stop without them); `None` without any.
+    fn take_kernel_channels(&mut self) -> Option<impl FnOnce() + Send + 'static> {
+        let c = self.channels.as_mut()?;
+        // Drop then stops the tasks without raising KernelCh events.
+        let times = c.times.take()?;
+        let tasks: Vec<(Handle, Option<BufId>)> = c
+            .tasks
+            .get_mut()
+            .iter()
+            .filter_map(|t| Some((t.started.as_ref()?.handle(), t.buffer)))
+            .filter(|t| t.0 != 0)
+            .collect();
+        let raiser = c.raiser;
+        Some(move || {
+            for (task, buffer) in tasks {
+                raiser.kernel_channels(task, &times.spans(buffer));
+            }
+        })
+    }
+}
+
+impl Drop for LaunchEvents {
+    fn drop(&mut self) {
+        let Some(c) = &self.channels else { return };
+        let times = c.times.get();
+        // A launch without a kernel (nothing to move, one rank's copy, an error) has task
+        // events still, and no channels.
+        c.start_tasks(None);
+        for t in c.tasks.take() {
+            let Some(task) = t.started else { continue };
+            if let Some(times) = times
+                && task.handle() != 0
+            {
+                c.raiser
+                    .kernel_channels(task.handle(), &times.spans(t.buffer));
+            }
+            drop(task);
+        }
+    }
+}
+
+/// What a launch passes down to where it hands a plan to the backend: its calls' GroupApi event
+/// (the KernelLaunch event's parent; 0: none) and, with KernelCh events, their state.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LaunchProfile<'a> {
+    /// The GroupApi event of the launch's calls (0: none).
+    pub group_api: Handle,
+    channels: Option<&'a KernelChannels>,
+}
+
+impl LaunchProfile<'_> {
+    /// With KernelCh events: the times the backend stamps the channels of the plan `work` in
+    /// (`None`: a kernel without a plan, one channel), once the task events started counting
+    /// them.
+    pub(super) fn channel_times(&self, work: Option<&WorkDesc>) -> Option<Arc<ChannelTimes>> {
+        let c = self.channels?;
+        let times = Arc::new(work.map_or_else(ChannelTimes::single, ChannelTimes::of));
+        c.times.set(times.clone()).ok()?;
+        c.start_tasks(Some(&times));
+        Some(times)
     }
 }
 
 /// Keeps `events` until the launch `r` returned has completed: a synchronous backend's
-/// operation completes in its waiter, any other's when the launch returned.
-pub(super) fn until_done(
+/// operation completes in its waiter; any other's task events stop when the launch returned,
+/// and its KernelCh events are raised once a completion event recorded on `stream` after it
+/// says it completed ([`profiler_plugin::completion`]).
+pub(super) fn until_done<B: Backend>(
     r: Result<Option<Waiter>>,
     events: Option<LaunchEvents>,
+    backend: &Arc<B>,
+    stream: &B::Stream,
 ) -> Result<Option<Waiter>> {
     match (r, events) {
         (Ok(Some(wait)), Some(events)) => Ok(Some(Box::new(move || {
@@ -73,8 +216,30 @@ pub(super) fn until_done(
             drop(events);
             r
         }))),
+        (Ok(None), Some(mut events)) => {
+            let timed = (events.channels.as_ref()).is_some_and(|c| c.times.get().is_some());
+            if timed
+                && let Some(query) = completion_query(backend, stream)
+                && let Some(finish) = events.take_kernel_channels()
+                && let Some(c) = &events.channels
+            {
+                c.raiser.when_done(query, Box::new(finish));
+            }
+            Ok(None)
+        }
         (r, _) => r,
     }
+}
+
+/// Whether what `stream` has queued so far completed, when the backend can tell.
+fn completion_query<B: Backend>(
+    backend: &Arc<B>,
+    stream: &B::Stream,
+) -> Option<profiler_plugin::completion::Query> {
+    let event = backend.event_create(stream).ok()?;
+    backend.event_record(&event, stream).ok()?;
+    let backend = backend.clone();
+    Some(Box::new(move || backend.event_query(&event).ok().flatten()))
 }
 
 impl<B: Backend> Communicator<B> {
@@ -169,7 +334,7 @@ impl<B: Backend> Communicator<B> {
         });
         Some(LaunchEvents::start(
             c.profiler.as_ref()?,
-            vec![(call, task)],
+            vec![(call, task, None)],
         ))
     }
 
@@ -180,7 +345,8 @@ impl<B: Backend> Communicator<B> {
         let n_channels = self.p2p_choice(&c).nchannels;
         let tasks = ops
             .iter_mut()
-            .filter_map(|o| {
+            .enumerate()
+            .filter_map(|(i, o)| {
                 let task = Event::P2p(P2pTask {
                     dir: o.dir,
                     buff: o.buf,
@@ -190,7 +356,8 @@ impl<B: Backend> Communicator<B> {
                     n_channels,
                     group: 0,
                 });
-                Some((o.profile.take()?, task))
+                let buffer = BufId(BufId::FIRST_P2P.0.checked_add(u16::try_from(i).ok()?)?);
+                Some((o.profile.take()?, task, Some(buffer)))
             })
             .collect();
         Some(LaunchEvents::start(c.profiler.as_ref()?, tasks))
