@@ -659,10 +659,13 @@ impl<B: Backend> Communicator<B> {
             return Ok(None);
         }
         let choice = self.p2p_choice(c);
+        let topo = self.topology(&c.transport);
+        let (bytes_per_channel, ll_bytes_per_channel) = inner.tuner.p2p_bytes_per_channel(topo);
         let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
             Some(fits) => plan::P2pLl {
-                max_bytes: inner.tuner.p2p_ll_max(self.topology(&c.transport)),
+                max_bytes: inner.tuner.p2p_ll_max(topo),
                 chunk_bytes: fits,
+                bytes_per_channel: ll_bytes_per_channel,
             },
             None => plan::P2pLl::default(),
         };
@@ -680,6 +683,7 @@ impl<B: Backend> Communicator<B> {
         let shape = plan::P2pShape {
             nchannels: choice.nchannels,
             chunk_elems: choice.chunk_elems,
+            bytes_per_channel,
             ll,
         };
         let work = Arc::new(plan::build_p2p(

@@ -33,6 +33,10 @@ pub(crate) struct Heuristics {
     pub ll_max: [u64; 4],
     /// Send/receive messages to other ranks move as LL packets up to this size.
     pub p2p_ll_max: [u64; 4],
+    /// A send/receive message is spread over a channel more for every this many bytes (Simple).
+    pub p2p_bytes_per_channel: [u64; 4],
+    /// The same for LL messages: an LL channel moves little, but adds no latency.
+    pub p2p_ll_bytes_per_channel: [u64; 4],
     /// LL128 up to this size, Simple above.
     pub ll128_max: u64,
     /// Chunk bytes on the host backend.
@@ -125,6 +129,9 @@ impl Heuristics {
             tree_min_ranks: get("tree_min_ranks").and_then(|(n, v)| counts(n, v))?,
             ll_max: get("ll_max").and_then(|(n, v)| fixed(n, v))?,
             p2p_ll_max: get("p2p_ll_max").and_then(|(n, v)| fixed(n, v))?,
+            p2p_bytes_per_channel: get("p2p_bytes_per_channel").and_then(|(n, v)| fixed(n, v))?,
+            p2p_ll_bytes_per_channel: get("p2p_ll_bytes_per_channel")
+                .and_then(|(n, v)| fixed(n, v))?,
             ll128_max: get("ll128_max").and_then(|(n, v)| one(n, v))?,
             chunk_host: get("chunk_host").and_then(|(n, v)| fixed(n, v))?,
             chunk_gpu: get("chunk_gpu").and_then(|(n, v)| fixed(n, v))?,
@@ -163,6 +170,8 @@ mod tests {
         );
         assert_eq!(h.ll_max, [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB]);
         assert_eq!(h.p2p_ll_max, [64 * KIB, 64 * KIB, 512 * KIB, 8 * KIB]);
+        assert_eq!(h.p2p_bytes_per_channel, [64 * KIB; 4]);
+        assert_eq!(h.p2p_ll_bytes_per_channel, [4 * KIB; 4]);
         assert_eq!(h.chunk_gpu, [128 * KIB, 512 * KIB, MIB]);
         assert_eq!(h.max_channels, [2, 4, 32, 8]);
         assert_eq!(h.zero_copy_min_nvlink[0], 32 * MIB);

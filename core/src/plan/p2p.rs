@@ -17,11 +17,6 @@ use super::{
 use crate::datatype::{DataType, Reduction};
 use std::collections::HashMap;
 
-/// Smallest chunk a message is cut into to spread it over channels.
-const P2P_MIN_CHUNK_BYTES: u64 = 64 << 10;
-/// The same for LL messages: an LL channel moves little, but adds no latency.
-const P2P_LL_MIN_CHUNK_BYTES: u64 = 4 << 10;
-
 /// How a group lays out its sends and receives ([`build_p2p`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Split {
@@ -41,6 +36,8 @@ pub struct P2pLl {
     pub max_bytes: u64,
     /// Largest LL chunk in bytes: what one LL FIFO holds.
     pub chunk_bytes: u64,
+    /// Smallest piece an LL message is cut into to spread it over channels.
+    pub bytes_per_channel: u64,
 }
 
 /// How a message to self is planned when both its ends are in one group.
@@ -108,6 +105,8 @@ pub struct P2pShape {
     pub nchannels: u32,
     /// Largest Simple chunk in elements.
     pub chunk_elems: u64,
+    /// Smallest piece a Simple message is cut into to spread it over channels.
+    pub bytes_per_channel: u64,
     /// Which messages move as LL packets.
     pub ll: P2pLl,
 }
@@ -195,9 +194,9 @@ pub fn build_p2p(
         let packets =
             sender != receiver && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
         let floor = if packets {
-            P2P_LL_MIN_CHUNK_BYTES
+            ll.bytes_per_channel
         } else {
-            P2P_MIN_CHUNK_BYTES
+            shape.bytes_per_channel
         };
         let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
         let op_chunk = if packets {

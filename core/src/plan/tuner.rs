@@ -472,6 +472,16 @@ impl Tuner {
         }
     }
 
+    /// How finely send/receive messages on `topo` are spread over channels: a channel more for
+    /// every this many bytes, Simple and LL. Both ends of a message must see the same values.
+    pub fn p2p_bytes_per_channel(&self, topo: Topology) -> (u64, u64) {
+        let t = topo_index(topo);
+        (
+            HEURISTICS.p2p_bytes_per_channel[t],
+            HEURISTICS.p2p_ll_bytes_per_channel[t],
+        )
+    }
+
     /// Whether a send/receive group whose largest message is `bytes` (an AlltoAll whose
     /// per-peer block is) runs its sends and receives in blocks of their own.
     pub fn split_directions(&self, bytes: u64, topo: Topology) -> bool {

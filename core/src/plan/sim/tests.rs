@@ -1034,10 +1034,12 @@ fn run_p2p_split(
         let ll = P2pLl {
             max_bytes: 96,
             chunk_bytes: 32,
+            bytes_per_channel: 4 << 10,
         };
         let shape = P2pShape {
             nchannels: nch,
             chunk_elems: chunk,
+            bytes_per_channel: 64 << 10,
             ll,
         };
         let d = build_p2p(r, n, &list, dtype, shape, split(r));
@@ -1302,6 +1304,7 @@ fn huge_chunks_do_not_overflow() {
         let shape = P2pShape {
             nchannels: 0,
             chunk_elems: u64::MAX,
+            bytes_per_channel: 64 << 10,
             ll: P2pLl::default(),
         };
         let d = build_p2p(0, 1, &[], DataType::Int64, shape, split);
