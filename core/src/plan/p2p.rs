@@ -219,7 +219,7 @@ pub fn build_p2p(
             });
         }
     }
-    items.sort_by_key(|it| it.0); // stable: keeps each side's order
+    let items = by_channel(&items);
     let channels = match split {
         Split::No => alternating_channels(&items),
         Split::Unordered => split_channels(&items, fifos, None, dsize),
@@ -235,6 +235,25 @@ pub fn build_p2p(
         exposed: false,
         channels,
     }
+}
+
+/// `items` ordered by channel index, keeping each channel's items in their order (a counting
+/// sort: each item is copied once, where a comparison sort moves these large items many times).
+fn by_channel(items: &[(usize, bool, Step)]) -> Vec<(usize, bool, Step)> {
+    let channels = items.iter().map(|it| it.0 + 1).max().unwrap_or(0);
+    let mut start = vec![0usize; channels + 1];
+    for it in items {
+        start[it.0 + 1] += 1;
+    }
+    for c in 0..channels {
+        start[c + 1] += start[c];
+    }
+    let mut order = vec![0usize; items.len()];
+    for (i, it) in items.iter().enumerate() {
+        order[start[it.0]] = i;
+        start[it.0] += 1;
+    }
+    order.into_iter().map(|i| items[i]).collect()
 }
 
 /// One channel per index of `items` (sorted by index): sends and receives alternate within
