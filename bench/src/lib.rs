@@ -11,6 +11,7 @@ pub mod check;
 pub mod mem;
 pub mod ops;
 pub mod options;
+mod plan_cost;
 pub mod procs;
 pub mod progress;
 pub mod report;
@@ -59,6 +60,9 @@ pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("tune") {
         std::process::exit(tune::main(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("plan-cost") {
+        std::process::exit(plan_cost::main(&args[1..]));
     }
     if args.first().map(String::as_str) == Some("net-latency") {
         let rounds = match args.get(1).map(|r| r.parse::<usize>()) {

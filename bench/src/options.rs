@@ -169,6 +169,11 @@ usage: oxccl-bench net-latency [ROUNDS]
   messages through two of oxccl's proxies and its socket network over loopback, the socket
   network alone, and plain loopback TCP; ROUNDS per probe (default 20000).
 
+usage: oxccl-bench plan-cost [RANKS]
+  The host's share of a GPU launch that needs no GPU, on this CPU: the plan the tuner picks on
+  NVLink (rank 0 of RANKS, default 2), its lowering to kernel steps and the argument block, for
+  SendRecv, AllReduce and AlltoAll at 8 B-16 MiB. Eager launches pay it on every call.
+
 usage: oxccl-bench tune --column host|pcie|nvlink|net [--apply FILE] [--out DIR] -- [options]
        oxccl-bench tune --column ... --from DIR [--apply FILE]
   Measures the tuner's alternatives with the options above (protocols, algorithms, one-shot
