@@ -523,10 +523,36 @@ impl CudaApi {
             // SAFETY: as above, without a shareable handle type.
             unsafe { call!(cuMemCreate(&mut handle, size, &p, 0)) }?;
         }
-        // SAFETY: `handle` is a live allocation of `size` bytes, a granularity multiple.
-        let va = match unsafe {
-            self.va_map_new(handle as Handle, size, gran, &self.mem.accessors(d))
-        } {
+        // SAFETY: `handle` is a live allocation of `size` bytes, a granularity multiple, used
+        // by nothing else.
+        unsafe {
+            self.map_tracked(
+                handle,
+                size,
+                gran,
+                &self.mem.accessors(d),
+                device,
+                exportable,
+            )
+        }
+    }
+
+    /// Maps the allocation `handle` of `size` bytes (a multiple of `gran`) for `accessors` and
+    /// records it as ours; releases the handle when the mapping fails.
+    ///
+    /// # Safety
+    /// `handle` is a live allocation of `size` bytes that nothing else uses or releases.
+    unsafe fn map_tracked(
+        &self,
+        handle: CUmemGenericAllocationHandle,
+        size: usize,
+        gran: usize,
+        accessors: &[i32],
+        device: i32,
+        exportable: bool,
+    ) -> Result<DevicePtr> {
+        // SAFETY: the caller's allocation of `size` bytes, a granularity multiple.
+        let va = match unsafe { self.va_map_new(handle as Handle, size, gran, accessors) } {
             Ok(va) => va,
             Err(e) => {
                 // SAFETY: the handle is unused after the failed mapping.
@@ -562,25 +588,9 @@ impl CudaApi {
         let _g = self.mem.bind(device)?;
         let h = import_allocation(&v)?;
         let gran = self.mem.granularity(device)?;
-        // SAFETY: `h` is a live allocation of `size` bytes, a granularity multiple.
-        let va = match unsafe { self.va_map_new(h as Handle, size, gran, &[device]) } {
-            Ok(va) => va,
-            Err(e) => {
-                // SAFETY: the imported handle is unused.
-                let _ = unsafe { sys::cuMemRelease(h) };
-                return Err(e);
-            }
-        };
-        self.mem.table().insert(
-            va,
-            Alloc {
-                size,
-                kind: Kind::Vmm(h),
-                device,
-                exportable: false,
-                exported_fd: None,
-            },
-        );
+        // SAFETY: `h` is a live imported allocation of `size` bytes, a granularity multiple,
+        // used by nothing else.
+        let va = unsafe { self.map_tracked(h, size, gran, &[device], device, false) }?;
         Ok(va + off)
     }
 }
