@@ -5,7 +5,7 @@
 
 use oxccl_core::datatype::{DataType, Reduction};
 use oxccl_core::plan::tuner::{Topology, Tuner};
-use oxccl_core::plan::{self, CollKind, CollRequest, P2pDir, P2pLl, P2pOp, P2pShape, WorkDesc};
+use oxccl_core::plan::{self, CollKind, CollRequest, P2pDir, P2pOp, WorkDesc};
 use oxccl_kernel_abi::{ArgsLayout, FifoGeometry, LaunchArgs, encode};
 use std::time::Instant;
 
@@ -20,26 +20,19 @@ fn plan(kind: CollKind, bytes: u64, nranks: u32) -> WorkDesc {
     let max_channels = geometry.channels as u32;
     let dtype = DataType::Uint8;
     if kind == CollKind::SendRecv {
-        let c = tuner.choose(kind, 1 << 30, dtype, nranks, TOPOLOGY);
-        let (per, ll_per) = tuner.p2p_bytes_per_channel(TOPOLOGY);
+        let mut c = tuner.choose(kind, 1 << 30, dtype, nranks, TOPOLOGY);
+        c.nchannels = c.nchannels.min(max_channels);
+        c.chunk_elems = c
+            .chunk_elems
+            .min(geometry.message_bytes(plan::Protocol::Simple));
         let ops = [P2pDir::Send, P2pDir::Recv].map(|dir| P2pOp {
             dir,
             peer: 1,
             count: bytes,
             peer_seq: 0,
         });
-        let shape = P2pShape {
-            nchannels: c.nchannels.min(max_channels),
-            chunk_elems: c
-                .chunk_elems
-                .min(geometry.message_bytes(plan::Protocol::Simple)),
-            bytes_per_channel: per,
-            ll: P2pLl {
-                max_bytes: tuner.p2p_ll_max(TOPOLOGY),
-                chunk_bytes: geometry.message_bytes(plan::Protocol::Ll),
-                bytes_per_channel: ll_per,
-            },
-        };
+        let ll_chunk = geometry.message_bytes(plan::Protocol::Ll);
+        let shape = tuner.p2p_shape(TOPOLOGY, &c, Some(ll_chunk));
         return plan::build_p2p(0, nranks, &ops, dtype, shape, plan::Split::No);
     }
     let count = match kind {

@@ -660,31 +660,17 @@ impl<B: Backend> Communicator<B> {
         }
         let choice = self.p2p_choice(c);
         let topo = self.topology(&c.transport);
-        let (bytes_per_channel, ll_bytes_per_channel) = inner.tuner.p2p_bytes_per_channel(topo);
-        let ll = match inner.backend.max_chunk_bytes(Protocol::Ll) {
-            Some(fits) => plan::P2pLl {
-                max_bytes: inner.tuner.p2p_ll_max(topo),
-                chunk_bytes: fits,
-                bytes_per_channel: ll_bytes_per_channel,
-            },
-            None => plan::P2pLl::default(),
-        };
+        let shape =
+            inner
+                .tuner
+                .p2p_shape(topo, &choice, inner.backend.max_chunk_bytes(Protocol::Ll));
         let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
-        let split = if !inner
-            .tuner
-            .split_directions(largest, self.topology(&c.transport))
-        {
+        let split = if !inner.tuner.split_directions(largest, topo) {
             plan::Split::No
         } else if sends_overlap_receives(ops) {
             plan::Split::Ordered
         } else {
             plan::Split::Unordered
-        };
-        let shape = plan::P2pShape {
-            nchannels: choice.nchannels,
-            chunk_elems: choice.chunk_elems,
-            bytes_per_channel,
-            ll,
         };
         let work = Arc::new(plan::build_p2p(
             inner.rank,

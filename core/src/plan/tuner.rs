@@ -11,7 +11,7 @@
 use super::heuristics::HEURISTICS;
 use super::net_link::NetLink;
 use super::tags::MAX_CHANNELS;
-use super::{Algorithm, CollKind, Protocol, algorithms_for};
+use super::{Algorithm, CollKind, P2pLl, P2pShape, Protocol, algorithms_for};
 use crate::config::{Env, vars};
 use crate::datatype::DataType;
 
@@ -472,14 +472,28 @@ impl Tuner {
         }
     }
 
-    /// How finely send/receive messages on `topo` are spread over channels: a channel more for
-    /// every this many bytes, Simple and LL. Both ends of a message must see the same values.
-    pub fn p2p_bytes_per_channel(&self, topo: Topology) -> (u64, u64) {
+    /// How send/receive messages on `topo` are cut and spread: `choice`'s channels and Simple
+    /// chunk, a channel more for every `p2p_bytes_per_channel` (LL: `p2p_ll_bytes_per_channel`)
+    /// of a message, and LL up to [`Tuner::p2p_ll_max`] in chunks of `ll_chunk_bytes` (what one
+    /// LL FIFO holds; `None`: the backend has no LL, so none). Both ends of a message must get
+    /// the same shape.
+    pub fn p2p_shape(
+        &self,
+        topo: Topology,
+        choice: &Choice,
+        ll_chunk_bytes: Option<u64>,
+    ) -> P2pShape {
         let t = topo_index(topo);
-        (
-            HEURISTICS.p2p_bytes_per_channel[t],
-            HEURISTICS.p2p_ll_bytes_per_channel[t],
-        )
+        P2pShape {
+            nchannels: choice.nchannels,
+            chunk_elems: choice.chunk_elems,
+            bytes_per_channel: HEURISTICS.p2p_bytes_per_channel[t],
+            ll: ll_chunk_bytes.map_or_else(P2pLl::default, |fits| P2pLl {
+                max_bytes: self.p2p_ll_max(topo),
+                chunk_bytes: fits,
+                bytes_per_channel: HEURISTICS.p2p_ll_bytes_per_channel[t],
+            }),
+        }
     }
 
     /// Whether a send/receive group whose largest message is `bytes` (an AlltoAll whose
@@ -1100,6 +1114,23 @@ mod tests {
         );
         assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(nvlink), 0);
         assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host), 64 * KIB);
+        // A send/receive shape takes the choice, the table's spreads and the LL limit; a
+        // backend without LL gets none.
+        let c = pick(&tuner(&[]), CollKind::SendRecv, 1 << 30, 2);
+        let shape = tuner(&[]).p2p_shape(nvlink, &c, Some(56 * KIB));
+        assert_eq!(
+            (
+                shape.nchannels,
+                shape.bytes_per_channel,
+                shape.ll.bytes_per_channel
+            ),
+            (c.nchannels, 64 * KIB, 4 * KIB)
+        );
+        assert_eq!(
+            (shape.ll.max_bytes, shape.ll.chunk_bytes),
+            (512 * KIB, 56 * KIB)
+        );
+        assert_eq!(tuner(&[]).p2p_shape(nvlink, &c, None).ll, P2pLl::default());
         // NCCL's own threshold variable sets it on every topology; NCCL_PROTO still excludes.
         let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "16384")]);
         assert_eq!(t.p2p_ll_max(nvlink), 16 * KIB);
