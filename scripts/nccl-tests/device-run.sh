@@ -7,6 +7,8 @@
 #   hip                      tests/gpu/hip-on-cuda.sh, QUICK, with the C ABI test (needs
 #                            .carry/hip.tar.xz from pack.sh --hip; HIP_ONLY=REGEX selects)
 #   suite                    tests/gpu/run.sh, QUICK
+#   clients                  tests/clients/run.sh --only torch_ops: PyTorch's collectives on
+#                            every GPU, ours beside NVIDIA's
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
@@ -47,6 +49,10 @@ for step in "$@"; do
       mkdir -p "$work/suite"
       QUICK=1 timeout $(( $(left) - 10 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/suite" > "$work/suite.out" 2>&1
       echo "suite rc=$?"; grep -E "rc=" "$work/suite.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
+    clients)
+      CLIENT_TIMEOUT=$(( $(left) / 2 - 10 )) LOG_DIR="$work/clients" timeout $(( $(left) - 10 )) \
+        bash tests/clients/run.sh /tmp/oxccl-build/lib --only torch_ops > "$work/clients.log" 2>&1
+      echo "clients rc=$?"; tail -15 "$work/clients.log" ;;
     nt*:*)
       n=${step#nt}; n=${n%%:*}; rest=${step#*:}; ops=${rest%%/*}; modes=${rest#*/}
       timeout $(( $(left) - 10 )) scripts/nccl-tests/run.sh --ours /tmp/oxccl-build/lib --out "$work/nt$n" \

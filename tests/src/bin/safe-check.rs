@@ -9,9 +9,10 @@
 //! 2 on the host). Without `--bench`: every operation x type x operator, in and out of place, at
 //! `--counts`, through the typed methods, then 200 rounds of AllReduces of 100 KB on buffers
 //! uploaded just before them (in place and out of place), then the misuse scenarios of
-//! `oxccl_tests::misuse` (nested and forgotten groups, buffer views); prints one `FAIL` line per
-//! wrong case, round or scenario and `RESULT pass=P fail=F` lines, exits 1 on a failure and 2
-//! when the backend is missing.
+//! `oxccl_tests::misuse` (nested and forgotten groups, buffer views), then (CUDA) a graph
+//! captured in global mode while the watchdog follows eager operations; prints one `FAIL` line
+//! per wrong case, round or scenario and `RESULT pass=P fail=F` lines, exits 1 on a failure and
+//! 2 when the backend is missing.
 //!
 //! `--bench`: 8-byte AllReduce (two f32), eager, timed per operation over `--iters` calls
 //! followed by one synchronize, in place and out of place, through the safe API and through
@@ -26,12 +27,12 @@ use oxccl_core::backend::{Backend, DevicePtr};
 use oxccl_core::comm::CollArgs;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::plan::CollKind;
-use oxccl_tests::cudart::{self, CAPTURE_MODE_THREAD_LOCAL, Cudart};
+use oxccl_tests::cudart::{self, CAPTURE_MODE_GLOBAL, CAPTURE_MODE_THREAD_LOCAL, Cudart};
 use oxccl_tests::harness::{open_fds, proc_status};
 use oxccl_tests::safe::run_safe_case;
 use oxccl_tests::suite::full_matrix;
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 struct Opts {
     backend: String,
@@ -672,7 +673,10 @@ fn main() {
         }
         return;
     }
-    let failed = matrix(&rt, n, &o.counts) + misuse(&rt);
+    let mut failed = matrix(&rt, n, &o.counts) + misuse(&rt);
+    if rt.name() == "cuda" {
+        failed += capture_beside_watchdog(&rt, n);
+    }
     if failed > 0 {
         std::process::exit(1);
     }
@@ -681,6 +685,67 @@ fn main() {
 /// The safe API's misuse scenarios (`oxccl_tests::misuse`: groups nested, forgotten, dropped
 /// early; bucket views of one flat buffer; views in every kind of operation) on `rt`; the
 /// number that failed.
+/// Longer than the watchdog's polling period, so that it looks at its pending operations at
+/// least once while the graphs below capture.
+const CAPTURE_HOLD: Duration = Duration::from_millis(700);
+
+/// Every rank queues an eager AllReduce (which the watchdog follows until it sees its event
+/// complete), then captures a graph in global mode, as PyTorch does by default, for longer than
+/// the watchdog's period. In global mode a thread that is not relaxed may not query events while
+/// any thread captures: a watchdog that did would invalidate these captures (and every user's
+/// graph captured beside our eager work). Returns the failures.
+fn capture_beside_watchdog(rt: &Runtime, n: usize) -> usize {
+    let barrier = Barrier::new(n);
+    let results = on_ranks(rt, n, |comm| -> Result<(), String> {
+        let (cu, raw) = capture_stream(comm.device().ordinal())?;
+        let mut buf = comm
+            .device()
+            .buffer_from(&[1.0f32; 4096])
+            .map_err(|e| e.to_string())?;
+        comm.all_reduce_in_place(&mut buf, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        barrier.wait();
+        // SAFETY: `raw` is a live non-default stream of this thread's device.
+        let captured = unsafe { cu.begin_capture(raw, CAPTURE_MODE_GLOBAL) }.and_then(|()| {
+            std::thread::sleep(CAPTURE_HOLD);
+            // SAFETY: capture was begun above.
+            unsafe { cu.end_capture(raw) }
+        });
+        barrier.wait();
+        if let Ok(g) = &captured {
+            // SAFETY: an empty graph, never instantiated.
+            unsafe { cu.graph_destroy(*g) };
+        }
+        let synced = comm.synchronize().map_err(|e| e.to_string());
+        let want = n as f32;
+        let got = buf.to_vec().map_err(|e| e.to_string())?;
+        // SAFETY: nothing was queued on `raw` outside the capture.
+        unsafe { cu.stream_destroy(raw) };
+        captured.map_err(|e| format!("the capture was broken: {e}"))?;
+        synced?;
+        match got.iter().position(|&v| v != want) {
+            Some(i) => Err(format!("element {i} is {} after the eager AllReduce, not {want}", got[i])),
+            None => Ok(()),
+        }
+    });
+    let fail = match results {
+        Ok(rs) => rs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(r, res)| res.err().map(|e| println!("FAIL capture beside the watchdog, rank {r}: {e}")))
+            .count(),
+        Err(e) => {
+            println!("FAIL capture beside the watchdog: {e}");
+            1
+        }
+    };
+    println!(
+        "capture beside the watchdog: RESULT pass={} fail={fail}",
+        usize::from(fail == 0)
+    );
+    fail
+}
+
 fn misuse(rt: &Runtime) -> usize {
     oxccl_tests::misuse::use_runtime(rt.clone());
     let host_only = ["ranks_that_disagree_on_counts_get_a_sentence_naming_both"];
