@@ -193,9 +193,14 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
             .event_record(A::event_handle(event), A::stream_handle(stream))
     }
     fn event_synchronize(&self, event: &A::Event) -> Result<()> {
+        let _relaxed = self.api.relaxed_capture()?;
         self.api.event_sync(A::event_handle(event))
     }
+    // Relaxed: the watchdog and the profiler's poller query from threads of their own, and in
+    // global capture mode (PyTorch's default) a query from any thread that is not relaxed
+    // breaks every capture under way. Our events are never recorded in a capture.
     fn event_query(&self, event: &A::Event) -> Result<Option<bool>> {
+        let _relaxed = self.api.relaxed_capture()?;
         self.api.event_query(A::event_handle(event))
     }
     fn stream_id(&self, stream: &A::Stream) -> u64 {

@@ -508,7 +508,7 @@ impl<B: Backend> Communicator<B> {
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
             // Peers' buffers are read directly: no pair may meet through host memory.
             && !matches!(topo, Topology::MultiNode { .. })
-            && inner.tuner.zero_copy(a.kind, bytes, topo);
+            && inner.tuner.zero_copy(a.kind, bytes, inner.nranks, topo);
         if !zero_copy
             && matches!(
                 a.kind,

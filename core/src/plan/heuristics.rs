@@ -54,6 +54,9 @@ pub(crate) struct Heuristics {
     pub zero_copy_min: [u64; 4],
     /// NVLink's zero-copy thresholds.
     pub zero_copy_min_nvlink: [u64; 10],
+    /// Zero copy on NVLink only up to this many ranks (a root whose every peer reads from it
+    /// shares its links among them).
+    pub zero_copy_max_ranks_nvlink: [u64; 10],
     /// One-shot kernels up to this per-peer message size on GPUs over NVLink (0: never).
     pub one_shot_max_nvlink: [u64; 10],
     /// Their LL variant up to this per-peer size, the Simple one above it.
@@ -140,6 +143,8 @@ impl Heuristics {
             ll_bytes_per_channel: get("ll_bytes_per_channel").and_then(|(n, v)| fixed(n, v))?,
             zero_copy_min: get("zero_copy_min").and_then(|(n, v)| fixed(n, v))?,
             zero_copy_min_nvlink: get("zero_copy_min_nvlink").and_then(|(n, v)| fixed(n, v))?,
+            zero_copy_max_ranks_nvlink: get("zero_copy_max_ranks_nvlink")
+                .and_then(|(n, v)| fixed(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,

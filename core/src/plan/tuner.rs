@@ -429,11 +429,11 @@ impl Tuner {
         }
     }
 
-    /// Whether `kind` moving `bytes` uses a zero-copy plan when the ranks share an address space.
-    /// By default only where the table says so and `NCCL_ALGO`/`NCCL_PROTO` leave the operation
-    /// unrestricted (a forced algorithm is what the user wants to run); `OXCCL_ZERO_COPY=1`
-    /// forces it at every size, `=0` turns it off.
-    pub fn zero_copy(&self, kind: CollKind, bytes: u64, topo: Topology) -> bool {
+    /// Whether `kind` moving `bytes` over `nranks` uses a zero-copy plan when the ranks share an
+    /// address space. By default only where the table says so and `NCCL_ALGO`/`NCCL_PROTO`
+    /// leave the operation unrestricted (a forced algorithm is what the user wants to run);
+    /// `OXCCL_ZERO_COPY=1` forces it at every size, `=0` turns it off.
+    pub fn zero_copy(&self, kind: CollKind, bytes: u64, nranks: u32, topo: Topology) -> bool {
         if !super::zero_copy::supports(kind) {
             return false;
         }
@@ -441,11 +441,17 @@ impl Tuner {
             Some(forced) => forced,
             None => {
                 let k = kind_index(kind);
-                let min = match topo {
-                    Topology::SingleNodeGpu { nvlink: true } => HEURISTICS.zero_copy_min_nvlink[k],
-                    _ => HEURISTICS.zero_copy_min[topo_index(topo)],
+                let (min, max_ranks) = match topo {
+                    Topology::SingleNodeGpu { nvlink: true } => (
+                        HEURISTICS.zero_copy_min_nvlink[k],
+                        HEURISTICS.zero_copy_max_ranks_nvlink[k],
+                    ),
+                    _ => (HEURISTICS.zero_copy_min[topo_index(topo)], u64::MAX),
                 };
-                self.algos[k].is_none() && self.protos[k].is_none() && bytes >= min
+                self.algos[k].is_none()
+                    && self.protos[k].is_none()
+                    && bytes >= min
+                    && u64::from(nranks) <= max_ranks
             }
         }
     }
@@ -652,19 +658,25 @@ mod tests {
     fn zero_copy_follows_the_table_and_the_variables() {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         let t = tuner(&[]);
-        assert!(!t.zero_copy(CollKind::AllReduce, 16 * MIB, nvl));
-        assert!(t.zero_copy(CollKind::AllReduce, 32 * MIB, nvl));
-        assert!(!t.zero_copy(CollKind::Scatter, 1 << 40, nvl));
-        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, nvl));
-        assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, Topology::Host));
-        assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, SOCKETS));
+        assert!(!t.zero_copy(CollKind::AllReduce, 16 * MIB, 2, nvl));
+        assert!(t.zero_copy(CollKind::AllReduce, 32 * MIB, 2, nvl));
+        assert!(!t.zero_copy(CollKind::Scatter, 1 << 40, 2, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, nvl));
+        assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, 2, Topology::Host));
+        assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, 2, SOCKETS));
+        // A root read by every peer: zero copy only between two GPUs.
+        assert!(t.zero_copy(CollKind::Broadcast, 1 << 30, 2, nvl));
+        assert!(!t.zero_copy(CollKind::Broadcast, 1 << 30, 4, nvl));
+        assert!(!t.zero_copy(CollKind::Reduce, 1 << 30, 3, nvl));
+        assert!(t.zero_copy(CollKind::AllReduce, 1 << 30, 4, nvl));
+        assert!(t.zero_copy(CollKind::Broadcast, 1 << 30, 4, Topology::Host));
         // A forced algorithm or protocol is what the user wants to run.
-        assert!(!tuner(&[("NCCL_ALGO", "ring")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
-        assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(CollKind::AllReduce, 1 << 30, nvl));
+        assert!(!tuner(&[("NCCL_ALGO", "ring")]).zero_copy(CollKind::AllReduce, 1 << 30, 2, nvl));
+        assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(CollKind::AllReduce, 1 << 30, 2, nvl));
         let on = tuner(&[("OXCCL_ZERO_COPY", "1"), ("NCCL_ALGO", "ring")]);
-        assert!(on.zero_copy(CollKind::Scatter, 8, nvl));
-        assert!(!on.zero_copy(CollKind::SendRecv, 1 << 30, nvl));
-        assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, nvl));
+        assert!(on.zero_copy(CollKind::Scatter, 8, 2, nvl));
+        assert!(!on.zero_copy(CollKind::SendRecv, 1 << 30, 2, nvl));
+        assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, 2, nvl));
     }
 
     #[test]

@@ -117,9 +117,10 @@ impl<A: DeviceApi> DeviceTransport<A> {
 
         let s = stream;
         let capturing = self.capture_status(s)?;
-        // Allocations and host waits below are "unsafe during capture" in global mode; they
-        // touch only our own memory and our setup stream, never the captured stream.
-        let _relaxed = capturing.then(|| self.api.relaxed_capture()).transpose()?;
+        // Allocations and host waits below are "unsafe during capture" in global mode, also
+        // for an eager launch while another thread captures; they touch only our own memory,
+        // events and setup stream, never a captured stream.
+        let _relaxed = self.api.relaxed_capture()?;
         let _g = self.api.bind(self.device)?;
         let enc = abi::encode(work, self.rank)?;
         self.geometry.check_plan(&enc)?;
