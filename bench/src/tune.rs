@@ -150,6 +150,10 @@ fn parse_rows(text: &str, variant: &str) -> Result<Times, String> {
                 "{variant}: {op} at {bytes} bytes had {w} wrong elements"
             ));
         }
+        // A call that moves nothing says nothing about where one alternative overtakes another.
+        if bytes == 0 {
+            continue;
+        }
         if let Some(us) = field(row, "time_us").and_then(|v| v.parse::<f64>().ok()) {
             t.entry(op.to_string()).or_default().insert(bytes, us);
         }
@@ -225,21 +229,34 @@ struct Derived {
 }
 
 /// The settings the measurements decide for `column` (one of [`COLUMNS`]) with `ranks` ranks.
+/// NVLink with more than two ranks writes the `_nvlink_many` rows (and only those): the
+/// column's own values are those of two GPUs.
 fn derive(runs: &BTreeMap<&str, Times>, column: usize, ranks: u64) -> Vec<Derived> {
     let get = |v: &str, op: &str| runs.get(v).and_then(|t| t.get(op));
     let mut out = Vec::new();
+    let nvlink = COLUMNS[column] == "nvlink";
+    let many = nvlink && ranks > 2;
     if let (Some(ll), Some(l128), Some(simple)) = (
         get("proto-LL", "allreduce"),
         get("proto-LL128", "allreduce"),
         get("proto-Simple", "allreduce"),
     ) {
         let v = wins_up_to(ll, &best_of(l128, simple));
+        let (setting, index) = if many {
+            ("ll_max_nvlink_many", 0)
+        } else {
+            ("ll_max", column)
+        };
         out.push(Derived {
-            setting: "ll_max",
-            index: column,
+            setting,
+            index,
             value: v,
             why: "AllReduce: LL against the better of LL128 and Simple".into(),
         });
+    }
+    if many {
+        derive_nvlink_ops(&get, ranks, true, &mut out);
+        return out;
     }
     if let (Some(ll), Some(simple)) = (get("p2p-LL", "sendrecv"), get("p2p-Simple", "sendrecv")) {
         out.push(Derived {
@@ -270,42 +287,55 @@ fn derive(runs: &BTreeMap<&str, Times>, column: usize, ranks: u64) -> Vec<Derive
             why: "AllReduce: tree against ring".into(),
         });
     }
-    let nvlink = COLUMNS[column] == "nvlink";
-    for op in ONE_SHOT_OPS.iter().filter(|_| nvlink) {
+    if nvlink {
+        derive_nvlink_ops(&get, ranks, false, &mut out);
+        return out;
+    }
+    if let (Some(on), Some(off)) = (get("zc-on", "allreduce"), get("zc-off", "allreduce")) {
+        out.push(Derived {
+            setting: "zero_copy_min",
+            index: column,
+            value: wins_from(on, off),
+            why: "allreduce: zero copy against the FIFOs".into(),
+        });
+    }
+    out
+}
+
+/// NVLink's per-operation rows: one-shot kernels and zero copy against the plans (`many`: the
+/// rows for more than two ranks).
+fn derive_nvlink_ops<'a>(
+    get: &impl Fn(&str, &str) -> Option<&'a BTreeMap<u64, f64>>,
+    ranks: u64,
+    many: bool,
+    out: &mut Vec<Derived>,
+) {
+    let (one_shot, zero_copy) = if many {
+        ("one_shot_max_nvlink_many", "zero_copy_min_nvlink_many")
+    } else {
+        ("one_shot_max_nvlink", "zero_copy_min_nvlink")
+    };
+    let index = |op: &str| TABLE_OPS.iter().position(|o| *o == op).expect("a table op");
+    for op in ONE_SHOT_OPS {
         if let (Some(on), Some(off)) = (get("oneshot-on", op), get("oneshot-off", op)) {
-            let total = wins_up_to(on, off);
             out.push(Derived {
-                setting: "one_shot_max_nvlink",
-                index: TABLE_OPS.iter().position(|o| o == op).expect("a table op"),
-                value: per_peer(op, total, ranks),
+                setting: one_shot,
+                index: index(op),
+                value: per_peer(op, wins_up_to(on, off), ranks),
                 why: format!("{op}: one-shot kernels against the plans (per-peer bytes)"),
             });
         }
     }
     for op in ZERO_COPY_OPS {
-        let (Some(on), Some(off)) = (get("zc-on", op), get("zc-off", op)) else {
-            continue;
-        };
-        let value = wins_from(on, off);
-        let why = format!("{op}: zero copy against the FIFOs");
-        if nvlink {
-            let index = TABLE_OPS.iter().position(|o| o == op).expect("a table op");
+        if let (Some(on), Some(off)) = (get("zc-on", op), get("zc-off", op)) {
             out.push(Derived {
-                setting: "zero_copy_min_nvlink",
-                index,
-                value,
-                why,
-            });
-        } else if *op == "allreduce" {
-            out.push(Derived {
-                setting: "zero_copy_min",
-                index: column,
-                value,
-                why,
+                setting: zero_copy,
+                index: index(op),
+                value: wins_from(on, off),
+                why: format!("{op}: zero copy against the FIFOs"),
             });
         }
     }
-    out
 }
 
 /// `table` (heuristics.txt's text) with each derived value written into its row and position;
@@ -545,6 +575,16 @@ mod tests {
             .filter(|(a, b)| a != b)
             .count();
         assert_eq!(changed, 3);
+        // More than two GPUs on NVLink: only the rows for many ranks change.
+        let d4 = derive(&runs, nvlink, 4);
+        assert!(
+            d4.iter().all(|d| d.setting.ends_with("_nvlink_many")),
+            "{d4:?}"
+        );
+        let new4 = apply(table, &d4).unwrap();
+        assert_eq!(row(&new4, "ll_max_nvlink_many")[1], "8");
+        assert_eq!(row(&new4, "zero_copy_min_nvlink_many")[1], "1M");
+        assert_eq!(row(&new4, "ll_max"), row(table, "ll_max"));
         assert!(
             apply(
                 table,

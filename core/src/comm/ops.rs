@@ -405,7 +405,7 @@ impl<B: Backend> Communicator<B> {
         }
         let proto = inner
             .tuner
-            .one_shot(a.kind, bytes, self.topology(transport))?;
+            .one_shot(a.kind, bytes, inner.nranks, self.topology(transport))?;
         (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
     }
 

@@ -54,11 +54,14 @@ pub(crate) struct Heuristics {
     pub zero_copy_min: [u64; 4],
     /// NVLink's zero-copy thresholds.
     pub zero_copy_min_nvlink: [u64; 10],
-    /// Zero copy on NVLink only up to this many ranks (a root whose every peer reads from it
-    /// shares its links among them).
-    pub zero_copy_max_ranks_nvlink: [u64; 10],
+    /// The same with more than two ranks on NVLink.
+    pub zero_copy_min_nvlink_many: [u64; 10],
     /// One-shot kernels up to this per-peer message size on GPUs over NVLink (0: never).
     pub one_shot_max_nvlink: [u64; 10],
+    /// The same with more than two ranks on NVLink.
+    pub one_shot_max_nvlink_many: [u64; 10],
+    /// `ll_max` with more than two ranks on NVLink.
+    pub ll_max_nvlink_many: u64,
     /// Their LL variant up to this per-peer size, the Simple one above it.
     pub one_shot_ll_max_nvlink: u64,
     /// Send/receive groups and AlltoAll run each FIFO channel's sends and receives in blocks of
@@ -143,8 +146,11 @@ impl Heuristics {
             ll_bytes_per_channel: get("ll_bytes_per_channel").and_then(|(n, v)| fixed(n, v))?,
             zero_copy_min: get("zero_copy_min").and_then(|(n, v)| fixed(n, v))?,
             zero_copy_min_nvlink: get("zero_copy_min_nvlink").and_then(|(n, v)| fixed(n, v))?,
-            zero_copy_max_ranks_nvlink: get("zero_copy_max_ranks_nvlink")
+            zero_copy_min_nvlink_many: get("zero_copy_min_nvlink_many")
                 .and_then(|(n, v)| fixed(n, v))?,
+            one_shot_max_nvlink_many: get("one_shot_max_nvlink_many")
+                .and_then(|(n, v)| fixed(n, v))?,
+            ll_max_nvlink_many: get("ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,

@@ -402,11 +402,22 @@ impl Tuner {
     /// and they take that size. A forced algorithm turns them off, as it does zero copy, and so
     /// does a forced protocol unless `OXCCL_ONE_SHOT=1`, which uses them wherever they fit (in
     /// the forced protocol, if any); `=0` never.
-    pub fn one_shot(&self, kind: CollKind, message_bytes: u64, topo: Topology) -> Option<Protocol> {
+    pub fn one_shot(
+        &self,
+        kind: CollKind,
+        message_bytes: u64,
+        nranks: u32,
+        topo: Topology,
+    ) -> Option<Protocol> {
         if !super::one_shot::supports(kind) {
             return None;
         }
         let k = kind_index(kind);
+        let max = if nranks > 2 {
+            HEURISTICS.one_shot_max_nvlink_many[k]
+        } else {
+            HEURISTICS.one_shot_max_nvlink[k]
+        };
         let by_size = if message_bytes <= HEURISTICS.one_shot_ll_max_nvlink {
             Protocol::Ll
         } else {
@@ -424,7 +435,7 @@ impl Tuner {
             None => (topo == (Topology::SingleNodeGpu { nvlink: true })
                 && self.algos[k].is_none()
                 && self.protos[k].is_none()
-                && message_bytes <= HEURISTICS.one_shot_max_nvlink[k])
+                && message_bytes <= max)
                 .then_some(by_size),
         }
     }
@@ -441,17 +452,14 @@ impl Tuner {
             Some(forced) => forced,
             None => {
                 let k = kind_index(kind);
-                let (min, max_ranks) = match topo {
-                    Topology::SingleNodeGpu { nvlink: true } => (
-                        HEURISTICS.zero_copy_min_nvlink[k],
-                        HEURISTICS.zero_copy_max_ranks_nvlink[k],
-                    ),
-                    _ => (HEURISTICS.zero_copy_min[topo_index(topo)], u64::MAX),
+                let min = match topo {
+                    Topology::SingleNodeGpu { nvlink: true } if nranks > 2 => {
+                        HEURISTICS.zero_copy_min_nvlink_many[k]
+                    }
+                    Topology::SingleNodeGpu { nvlink: true } => HEURISTICS.zero_copy_min_nvlink[k],
+                    _ => HEURISTICS.zero_copy_min[topo_index(topo)],
                 };
-                self.algos[k].is_none()
-                    && self.protos[k].is_none()
-                    && bytes >= min
-                    && u64::from(nranks) <= max_ranks
+                self.algos[k].is_none() && self.protos[k].is_none() && bytes >= min
             }
         }
     }
@@ -542,7 +550,12 @@ impl Tuner {
                     default_algo
                 }),
         };
-        let order: [Protocol; 3] = if bytes <= cross.ll_max {
+        let ll_max = if nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true }) {
+            h.ll_max_nvlink_many
+        } else {
+            cross.ll_max
+        };
+        let order: [Protocol; 3] = if bytes <= ll_max {
             [Protocol::Ll, Protocol::Ll128, Protocol::Simple]
         } else if bytes <= h.ll128_max {
             [Protocol::Ll128, Protocol::Simple, Protocol::Ll]
@@ -664,19 +677,30 @@ mod tests {
         assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, nvl));
         assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, 2, Topology::Host));
         assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, 2, SOCKETS));
-        // A root read by every peer: zero copy only between two GPUs.
+        // More than two GPUs: their own row (a root read by every peer shares its links).
         assert!(t.zero_copy(CollKind::Broadcast, 1 << 30, 2, nvl));
         assert!(!t.zero_copy(CollKind::Broadcast, 1 << 30, 4, nvl));
         assert!(!t.zero_copy(CollKind::Reduce, 1 << 30, 3, nvl));
-        assert!(t.zero_copy(CollKind::AllReduce, 1 << 30, 4, nvl));
+        assert!(!t.zero_copy(CollKind::AllReduce, 64 * MIB, 4, nvl));
+        assert!(t.zero_copy(CollKind::AllReduce, 128 * MIB, 4, nvl));
         assert!(t.zero_copy(CollKind::Broadcast, 1 << 30, 4, Topology::Host));
         // A forced algorithm or protocol is what the user wants to run.
         assert!(!tuner(&[("NCCL_ALGO", "ring")]).zero_copy(CollKind::AllReduce, 1 << 30, 2, nvl));
-        assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(CollKind::AllReduce, 1 << 30, 2, nvl));
+        assert!(!tuner(&[("NCCL_PROTO", "simple")]).zero_copy(
+            CollKind::AllReduce,
+            1 << 30,
+            2,
+            nvl
+        ));
         let on = tuner(&[("OXCCL_ZERO_COPY", "1"), ("NCCL_ALGO", "ring")]);
         assert!(on.zero_copy(CollKind::Scatter, 8, 2, nvl));
         assert!(!on.zero_copy(CollKind::SendRecv, 1 << 30, 2, nvl));
-        assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(CollKind::AllReduce, 1 << 40, 2, nvl));
+        assert!(!tuner(&[("OXCCL_ZERO_COPY", "0")]).zero_copy(
+            CollKind::AllReduce,
+            1 << 40,
+            2,
+            nvl
+        ));
     }
 
     #[test]
@@ -684,34 +708,38 @@ mod tests {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         let t = tuner(&[]);
         let (ll, simple) = (Some(Protocol::Ll), Some(Protocol::Simple));
-        assert_eq!(t.one_shot(CollKind::AllReduce, 8, nvl), ll);
-        assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, nvl), ll);
+        assert_eq!(t.one_shot(CollKind::AllReduce, 8, 2, nvl), ll);
+        assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, 2, nvl), ll);
         assert_eq!(
-            t.one_shot(CollKind::ReduceScatter, 256 * KIB + 1, nvl),
+            t.one_shot(CollKind::ReduceScatter, 256 * KIB + 1, 2, nvl),
             None
         );
-        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, nvl), None);
-        assert_eq!(t.one_shot(CollKind::Broadcast, 8, nvl), None);
-        assert_eq!(t.one_shot(CollKind::AllReduce, 8, Topology::Host), None);
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, 2, nvl), None);
+        assert_eq!(t.one_shot(CollKind::Broadcast, 8, 2, nvl), None);
+        // More than two GPUs: their own row.
+        assert_eq!(t.one_shot(CollKind::AllReduce, 2 * MIB, 2, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllReduce, 2 * MIB, 4, nvl), simple);
+        assert_eq!(t.one_shot(CollKind::ReduceScatter, 4 * MIB, 4, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllReduce, 8, 2, Topology::Host), None);
         assert_eq!(
-            tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, nvl),
+            tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, 2, nvl),
             None
         );
         let on = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_ALGO", "ring")]);
-        assert_eq!(on.one_shot(CollKind::AllGather, 1 << 30, nvl), simple);
-        assert_eq!(on.one_shot(CollKind::AllToAll, 8, nvl), ll);
-        assert_eq!(on.one_shot(CollKind::AllToAllv, 8, nvl), None);
+        assert_eq!(on.one_shot(CollKind::AllGather, 1 << 30, 2, nvl), simple);
+        assert_eq!(on.one_shot(CollKind::AllToAll, 8, 2, nvl), ll);
+        assert_eq!(on.one_shot(CollKind::AllToAllv, 8, 2, nvl), None);
         // Forced on, a forced protocol picks the variant.
         let on_simple = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "simple")]);
-        assert_eq!(on_simple.one_shot(CollKind::AllReduce, 8, nvl), simple);
+        assert_eq!(on_simple.one_shot(CollKind::AllReduce, 8, 2, nvl), simple);
         let on_ll = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "ll")]);
-        assert_eq!(on_ll.one_shot(CollKind::AllReduce, 1 << 20, nvl), ll);
+        assert_eq!(on_ll.one_shot(CollKind::AllReduce, 1 << 20, 2, nvl), ll);
         let on_ll128 = tuner(&[("OXCCL_ONE_SHOT", "1"), ("NCCL_PROTO", "ll128")]);
-        assert_eq!(on_ll128.one_shot(CollKind::AllReduce, 8, nvl), None);
+        assert_eq!(on_ll128.one_shot(CollKind::AllReduce, 8, 2, nvl), None);
         let off = tuner(&[("OXCCL_ONE_SHOT", "0")]);
-        assert_eq!(off.one_shot(CollKind::AllReduce, 8, nvl), None);
+        assert_eq!(off.one_shot(CollKind::AllReduce, 8, 2, nvl), None);
         assert_eq!(
-            tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, nvl),
+            tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, 2, nvl),
             ll
         );
     }
