@@ -724,7 +724,10 @@ fn capture_beside_watchdog(rt: &Runtime, n: usize) -> usize {
         captured.map_err(|e| format!("the capture was broken: {e}"))?;
         synced?;
         match got.iter().position(|&v| v != want) {
-            Some(i) => Err(format!("element {i} is {} after the eager AllReduce, not {want}", got[i])),
+            Some(i) => Err(format!(
+                "element {i} is {} after the eager AllReduce, not {want}",
+                got[i]
+            )),
             None => Ok(()),
         }
     });
@@ -732,7 +735,10 @@ fn capture_beside_watchdog(rt: &Runtime, n: usize) -> usize {
         Ok(rs) => rs
             .into_iter()
             .enumerate()
-            .filter_map(|(r, res)| res.err().map(|e| println!("FAIL capture beside the watchdog, rank {r}: {e}")))
+            .filter_map(|(r, res)| {
+                res.err()
+                    .map(|e| println!("FAIL capture beside the watchdog, rank {r}: {e}"))
+            })
             .count(),
         Err(e) => {
             println!("FAIL capture beside the watchdog: {e}");
