@@ -9,6 +9,11 @@
 #   suite                    tests/gpu/run.sh, QUICK
 #   clients                  tests/clients/run.sh --only torch_ops: PyTorch's collectives on
 #                            every GPU, ours beside NVIDIA's
+#   plugins                  NVIDIA's example tuner, example profiler and Inspector (built here,
+#                            unchanged, into .carry/nv-plugins/) under all_reduce_perf on 2 GPUs,
+#                            one thread per GPU: the tuner's CSV choice in our TUNING log, every
+#                            rank's AllReduce in the profiler's dumps and the Inspector's JSON,
+#                            and the 8-byte AllReduce with and without the profiler, both libraries
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
@@ -53,6 +58,34 @@ for step in "$@"; do
       CLIENT_TIMEOUT=$(( $(left) / 2 - 10 )) LOG_DIR="$work/clients" timeout $(( $(left) - 10 )) \
         bash tests/clients/run.sh /tmp/oxccl-build/lib --only torch_ops > "$work/clients.log" 2>&1
       echo "clients rc=$?"; tail -15 "$work/clients.log" ;;
+    plugins)
+      mkdir -p "$work/plugins" "$work/nt-bin"
+      [ -x "$work/nt-bin/nccl-tests/all_reduce_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
+      P=$PWD/.carry/nv-plugins; ar="$work/nt-bin/nccl-tests/all_reduce_perf"; pd="$work/plugins"
+      nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+      ours="LD_LIBRARY_PATH=/tmp/oxccl-build/lib:/usr/local/cuda/lib64"
+      printf 'allreduce,0,65536,tree,simple,-1,-1,-1,-1,-1\nallreduce,65537,4294967295,ring,simple,3,-1,-1,-1,-1\n' > "$pd/tuner.conf"
+      env $ours NCCL_TUNER_PLUGIN=$P/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE="$pd/tuner.conf" \
+        NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=TUNING timeout 60 "$ar" -t 2 -g 1 -b 4K -e 1M -f 16 -c 1 -n 5 -w 1 > "$pd/tuner.log" 2>&1
+      echo "tuner rc=$? $(grep -c 'tuner plugin chose Tree/Simple' "$pd/tuner.log") tree/simple, $(grep -c 'tuner plugin chose Ring/Simple x3' "$pd/tuner.log") ring/simple x3, wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$pd/tuner.log")"
+      mkdir -p "$pd/dump"
+      env $ours NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-example.so NCCL_PROFILE_EVENT_MASK=2054 \
+        NCCL_PROFILE_DUMP_FILE="$pd/dump/ours" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 64K -f 32 -c 1 -n 5 -w 1 > "$pd/profiler.log" 2>&1
+      echo "profiler rc=$? dumps: $(ls "$pd/dump" | wc -l), with AllReduce: $(grep -l '"name": "AllReduce"' "$pd"/dump/* 2>/dev/null | wc -l), with kernel launches: $(grep -l KERNEL_LAUNCH "$pd"/dump/* 2>/dev/null | wc -l)"
+      mkdir -p "$pd/inspector"
+      env $ours NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-inspector.so NCCL_INSPECTOR_ENABLE=1 \
+        NCCL_INSPECTOR_DUMP_DIR="$pd/inspector" NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=100000 \
+        timeout 60 "$ar" -t 2 -g 1 -b 64K -e 16M -f 4 -c 1 -n 20 -w 2 > "$pd/inspector.log" 2>&1
+      echo "inspector rc=$? files: $(find "$pd/inspector" -type f | wc -l), AllReduce lines: $(cat $(find "$pd/inspector" -type f) 2>/dev/null | grep -ci allreduce), kernel_gpu: $(cat $(find "$pd/inspector" -type f) 2>/dev/null | grep -c kernel_gpu)"
+      for lib in ours nv; do
+        [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+        for prof in none example; do
+          [ "$(left)" -gt 15 ] || break
+          extra=(); [ $prof = example ] && extra=(NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-example.so NCCL_PROFILE_EVENT_MASK=4095 NCCL_PROFILE_DUMP_FILE="$pd/cost-$lib")
+          env LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 "${extra[@]}" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 8 -c 0 -n 2000 -w 200 > "$pd/cost-$lib-$prof.log" 2>&1
+          echo "8-byte AllReduce $lib, profiler $prof: $(awk '/^ +8 +2/{print $6" / "$10" us"}' "$pd/cost-$lib-$prof.log")"
+        done
+      done ;;
     nt*:*)
       n=${step#nt}; n=${n%%:*}; rest=${step#*:}; ops=${rest%%/*}; modes=${rest#*/}
       timeout $(( $(left) - 10 )) scripts/nccl-tests/run.sh --ours /tmp/oxccl-build/lib --out "$work/nt$n" \

@@ -2,7 +2,7 @@
 # Runs the real-client tests (PyTorch distributed, DDP, CuPy) on the GPU machine against our
 # libnccl.so.2 and, as the baseline, against NVIDIA's libnccl.so.2 that PyTorch ships with.
 #
-#   bash tests/clients/run.sh OURS_LIB_DIR [--no-baseline] [--only torch_ops|ddp|cupy]...
+#   bash tests/clients/run.sh OURS_LIB_DIR [--no-baseline] [--only torch_ops|ddp|cupy|symm_mem]...
 #                                          [--phases main,nonblocking,register,abort] [--full]
 #
 # OURS_LIB_DIR holds our libnccl.so.2 (e.g. dist/lib). Ours is loaded with LD_PRELOAD (and
@@ -131,6 +131,11 @@ if want ddp; then
       >"$LOG_DIR/ddp_compare.ours.log" 2>&1
     show "ddp_compare(nvidia,ours)" ours "$LOG_DIR/ddp_compare.ours.log"
   fi
+fi
+if want symm_mem && [ "$BACKEND" != gloo ]; then  # TORCH_SYMMMEM=NCCL: symmetric windows and the device API under PyTorch
+  for which in $LIBS; do
+    run "torch_symm_mem" "$which" "$HERE/torch_symm_mem.py"
+  done
 fi
 if want cupy; then
   if [ "$BACKEND" = gloo ]; then  # NVIDIA's library cannot take host pointers: ours only
