@@ -7,8 +7,12 @@
 #   hip                      tests/gpu/hip-on-cuda.sh, QUICK, with the C ABI test (needs
 #                            .carry/hip.tar.xz from pack.sh --hip; HIP_ONLY=REGEX selects)
 #   suite                    tests/gpu/run.sh, QUICK
-#   clients                  tests/clients/run.sh --only torch_ops: PyTorch's collectives on
-#                            every GPU, ours beside NVIDIA's
+#   clients                  tests/clients/run.sh --only ${CLIENTS_ONLY:-torch_ops} (torch_ops:
+#                            PyTorch's collectives on every GPU; symm_mem: TORCH_SYMMMEM=NCCL),
+#                            ours beside NVIDIA's
+#   sweep:OP:VAR=A/B/..[:ENV] our library alone, OP 512 KiB-64 MiB with one thread driving every
+#                            GPU, once per value of VAR (ENV: more VAR=value pairs joined by +,
+#                            set in every run), e.g. sweep:all_reduce:OXCCL_FIFO_SLOTS=4/8/16:NCCL_ALGO=ring
 #   plugins                  NVIDIA's example tuner, example profiler and Inspector (built here,
 #                            unchanged, into .carry/nv-plugins/) under all_reduce_perf on 2 GPUs,
 #                            one thread per GPU: the tuner's CSV choice in our TUNING log, every
@@ -56,7 +60,7 @@ for step in "$@"; do
       echo "suite rc=$?"; grep -E "rc=" "$work/suite.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
     clients)
       CLIENT_TIMEOUT=$(( $(left) / 2 - 10 )) LOG_DIR="$work/clients" timeout $(( $(left) - 10 )) \
-        bash tests/clients/run.sh /tmp/oxccl-build/lib --only torch_ops > "$work/clients.log" 2>&1
+        bash tests/clients/run.sh /tmp/oxccl-build/lib --only "${CLIENTS_ONLY:-torch_ops}" > "$work/clients.log" 2>&1
       echo "clients rc=$?"; tail -15 "$work/clients.log" ;;
     plugins)
       mkdir -p "$work/plugins" "$work/nt-bin"
@@ -85,6 +89,18 @@ for step in "$@"; do
           env LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 "${extra[@]}" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 8 -c 0 -n 2000 -w 200 > "$pd/cost-$lib-$prof.log" 2>&1
           echo "8-byte AllReduce $lib, profiler $prof: $(awk '/^ +8 +2/{print $6" / "$10" us"}' "$pd/cost-$lib-$prof.log")"
         done
+      done ;;
+    sweep:*)
+      IFS=: read -r _ op spec fixed <<< "$step"; var=${spec%%=*}; vals=${spec#*=}
+      mkdir -p "$work/sweep" "$work/nt-bin"
+      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
+      ngpus=$(nvidia-smi -L | wc -l); extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
+      for v in ${vals//\// }; do
+        [ "$(left)" -gt 15 ] || break
+        tag="$op-$var-$v${fixed:+-${fixed//[=+]/_}}"
+        env LD_LIBRARY_PATH=/tmp/oxccl-build/lib "${extra[@]}" "$var=$v" timeout 40 \
+          "$work/nt-bin/nccl-tests/${op}_perf" -b 512K -e 64M -f 4 -g "$ngpus" -c 0 -w 5 -n 20 > "$work/sweep/$tag.log" 2>&1
+        echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/sweep/$tag.log")"
       done ;;
     nt*:*)
       n=${step#nt}; n=${n%%:*}; rest=${step#*:}; ops=${rest%%/*}; modes=${rest#*/}
