@@ -108,6 +108,11 @@ impl<B: Backend> Communicator<B> {
                     }
                 )));
             }
+            // Nothing to move, as for a collective of count 0: both ends of a message pass the
+            // same count, so both skip it (NCCL still schedules it, for no data).
+            if bytes == 0 {
+                return Ok(());
+            }
             run_or_defer(Box::new(PendingP2p {
                 comm: self.clone(),
                 dir,
@@ -910,6 +915,69 @@ impl<B: Backend> Deferred for PendingInit<B> {
 #[cfg(test)]
 mod tests {
     use super::byte_ranges_cross;
+    use crate::backend::Backend;
+    use crate::comm::group;
+    use crate::datatype::DataType;
+    use crate::plan::P2pDir;
+
+    #[test]
+    fn zero_byte_sends_and_receives_move_nothing_and_wait_for_nobody() {
+        // A regression waits forever for the missing partner: fail instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(exchange_beside_unmatched_empty_ops()));
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the group with unmatched empty sends and receives did not end");
+        assert_eq!(got, vec![[11; 3], [10; 3]]);
+    }
+
+    /// Two host ranks swap three elements in a group where rank 0 also posts an empty send and
+    /// receive that rank 1 does not match; what each received.
+    fn exchange_beside_unmatched_empty_ops() -> Vec<[i32; 3]> {
+        crate::testing::on_host_ranks(
+            2,
+            |_| {},
+            |rank, comm, stream| {
+                let peer = 1 - rank as u32;
+                let send = [rank as i32 + 10; 3];
+                let mut recv = [0i32; 3];
+                group::group_start().unwrap();
+                // SAFETY: the buffers outlive the group, which the host backend completes
+                // before its end returns; the 0-element ones name no memory.
+                unsafe {
+                    // Only rank 0 posts an empty send and receive: rank 1 has no partner for
+                    // them, so they must not wait for one.
+                    if rank == 0 {
+                        comm.p2p(P2pDir::Send, 0, 0, DataType::Int32, peer, stream)
+                            .unwrap();
+                        comm.p2p(P2pDir::Recv, 0, 0, DataType::Int32, peer, stream)
+                            .unwrap();
+                    }
+                    comm.p2p(
+                        P2pDir::Send,
+                        send.as_ptr() as u64,
+                        3,
+                        DataType::Int32,
+                        peer,
+                        stream,
+                    )
+                    .unwrap();
+                    comm.p2p(
+                        P2pDir::Recv,
+                        recv.as_mut_ptr() as u64,
+                        3,
+                        DataType::Int32,
+                        peer,
+                        stream,
+                    )
+                    .unwrap();
+                }
+                group::group_end().unwrap();
+                comm.backend().stream_synchronize(stream).unwrap();
+                recv
+            },
+        )
+    }
 
     #[test]
     fn byte_ranges_cross_only_between_sides() {
