@@ -673,7 +673,13 @@ pub fn encode(work: &WorkDesc, rank: u32) -> Result<EncodedWork> {
     for (c, ch) in work.channels.iter().enumerate() {
         let first = out.steps.len();
         for (i, st) in ch.steps.iter().enumerate() {
-            let recv = recv_msg.get(&(c, i)).copied();
+            // Only a step receiving from this rank has a loopback message (and most plans have
+            // none): no lookup for the others.
+            let recv = if st.recv == Some(rank) {
+                recv_msg.get(&(c, i)).copied()
+            } else {
+                None
+            };
             let send = if st.send == Some(rank) {
                 next_send_msg += 1;
                 Some(next_send_msg - 1)
