@@ -14,6 +14,7 @@
 # Environment: PYTHON (default python3), CLIENT_TIMEOUT (seconds per python run, default 300),
 # OURS_VERSION (the ncclGetVersion() ours must report, default 22809), CLIENTS_SHARE_GPUS=1
 # (torch_ops: ranks share the GPUs there are, which only oxccl accepts; use --no-baseline),
+# TORCH_NPROCS=N (torch_ops and torch_symm_mem: N processes, one GPU each; default 2),
 # OXCCL_TEST_HOSTS=K (torch_ops, torch_ddp: K groups of ranks, each its own NCCL_HOSTID, so both
 # libraries connect them over the network and accept ranks sharing a GPU; start MPS first).
 # CLIENT_BACKEND=gloo is a dry run of this script where there is no GPU: the torch scripts use
@@ -26,7 +27,7 @@ TMO="${CLIENT_TIMEOUT:-300}"
 OURS_VERSION="${OURS_VERSION:-22809}"
 BACKEND="${CLIENT_BACKEND:-nccl}"
 
-[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,19p' "$0"; exit 2; }
 OURS_DIR="$(cd "$1" 2>/dev/null && pwd)" || { echo "no such directory: $1"; exit 2; }
 shift
 OURS="$OURS_DIR/libnccl.so.2"
@@ -118,7 +119,7 @@ if want torch_ops; then
   for phase in ${PHASES//,/ }; do
     for which in $LIBS; do
       run "torch_ops.$phase" "$which" "$HERE/torch_ops.py" --backend "$BACKEND" --phases "$phase" \
-        --phase-timeout $(( TMO > 60 ? TMO - 20 : TMO * 2 / 3 ))
+        --phase-timeout $(( TMO > 60 ? TMO - 20 : TMO * 2 / 3 )) ${TORCH_NPROCS:+--nprocs "$TORCH_NPROCS"}
     done
   done
 fi
@@ -134,7 +135,7 @@ if want ddp; then
 fi
 if want symm_mem && [ "$BACKEND" != gloo ]; then  # TORCH_SYMMMEM=NCCL: symmetric windows and the device API under PyTorch
   for which in $LIBS; do
-    run "torch_symm_mem" "$which" "$HERE/torch_symm_mem.py"
+    run "torch_symm_mem" "$which" "$HERE/torch_symm_mem.py" ${TORCH_NPROCS:+--world "$TORCH_NPROCS"}
   done
 fi
 if want cupy; then
