@@ -10,6 +10,9 @@
 #   clients                  tests/clients/run.sh --only ${CLIENTS_ONLY:-torch_ops} (torch_ops:
 #                            PyTorch's collectives on every GPU; symm_mem: TORCH_SYMMMEM=NCCL),
 #                            ours beside NVIDIA's
+#   modes:OP[:ENV]           our library alone, OP 512 KiB-64 MiB in four ways of driving the GPUs:
+#                            one thread (-g N), a thread each (-t N -g 1), and both in CUDA
+#                            graphs (-G 10): which costs come from the GPUs, which from the host
 #   sweep:OP:VAR=A/B/..[:ENV] our library alone, OP 512 KiB-64 MiB with one thread driving every
 #                            GPU, once per value of VAR (ENV: more VAR=value pairs joined by +,
 #                            set in every run), e.g. sweep:all_reduce:OXCCL_FIFO_SLOTS=4/8/16:NCCL_ALGO=ring
@@ -89,6 +92,18 @@ for step in "$@"; do
           env LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 "${extra[@]}" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 8 -c 0 -n 2000 -w 200 > "$pd/cost-$lib-$prof.log" 2>&1
           echo "8-byte AllReduce $lib, profiler $prof: $(awk '/^ +8 +2/{print $6" / "$10" us"}' "$pd/cost-$lib-$prof.log")"
         done
+      done ;;
+    modes:*)
+      IFS=: read -r _ op fixed <<< "$step"
+      mkdir -p "$work/modes" "$work/nt-bin"
+      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
+      ngpus=$(nvidia-smi -L | wc -l); extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
+      for mode in "-g $ngpus" "-t $ngpus -g 1" "-g $ngpus -G 10" "-t $ngpus -g 1 -G 10"; do
+        [ "$(left)" -gt 15 ] || break
+        tag="$op$(echo "$mode" | tr -d ' ')${fixed:+-${fixed//[=+]/_}}"
+        env LD_LIBRARY_PATH=/tmp/oxccl-build/lib "${extra[@]}" timeout 40 \
+          "$work/nt-bin/nccl-tests/${op}_perf" -b 512K -e 64M -f 4 $mode -c 0 -w 5 -n 20 > "$work/modes/$tag.log" 2>&1
+        echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/modes/$tag.log")"
       done ;;
     sweep:*)
       IFS=: read -r _ op spec fixed <<< "$step"; var=${spec%%=*}; vals=${spec#*=}
