@@ -43,6 +43,34 @@ left() { echo $(( end - $(date +%s) )); }
 pack() { tar -C "$work" -czf "$OUT/logs.tgz" . ; }
 trap pack EXIT
 { nvidia-smi -L; nvidia-smi topo -m; } > "$work/gpus.txt" 2>&1
+ngpus=$(nvidia-smi -L | wc -l)
+# NVIDIA's library directory (PyTorch's wheel).
+nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+# perf_bin OP: nccl-tests' OP_perf, unpacked from .carry on first use.
+perf_bin() {
+  [ -x "$work/nt-bin/nccl-tests/$1_perf" ] || { mkdir -p "$work/nt-bin"; tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"; }
+  echo "$work/nt-bin/nccl-tests/$1_perf"
+}
+# row_times LOG: size:out-of-place-time for every row of an nccl-tests log, on one line.
+row_times() { awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$1"; }
+# counts OUT: the configurations and pass/fail totals of a test script's output. Each
+# configuration's line appears as it ends and again in the summary: with a summary, only its
+# lines count (a run cut short has only the first).
+counts() {
+  awk '/^==== summary/{n=p=f=0; next}
+       /rc=/{n++; for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}}
+       END{print n" configurations, pass "p", fail "f}' "$1"
+}
+# ours_mid DIR TAG OP "FLAGS" [VAR=VALUE...]: our library alone, OP 512 KiB-64 MiB with FLAGS
+# and the variables, logged to DIR/TAG.log; prints the tag and the times.
+ours_mid() {
+  local dir=$1 tag=$2 op=$3 flags=$4 bin; shift 4
+  bin=$(perf_bin "$op"); mkdir -p "$work/$dir"
+  # shellcheck disable=SC2086 # FLAGS are words
+  env LD_LIBRARY_PATH=/tmp/oxccl-build/lib "$@" timeout 40 "$bin" -b 512K -e 64M -f 4 $flags -c 0 -w 5 -n 20 \
+    > "$work/$dir/$tag.log" 2>&1
+  echo "$tag $(row_times "$work/$dir/$tag.log")"
+}
 for step in "$@"; do
   [ "$(left)" -gt 20 ] || { echo "out of time before $step"; break; }
   echo "== $step ($(left) s left)"
@@ -56,20 +84,18 @@ for step in "$@"; do
       cp /tmp/oxccl-hip/hip/bin/* /tmp/oxccl-build/bin/
       RCCL_PREFIX=/tmp/oxccl-hip/hip QUICK=1 ONLY="${HIP_ONLY:-.}" timeout $(( $(left) - 10 )) \
         tests/gpu/hip-on-cuda.sh /tmp/oxccl-build/bin "$work/hip" > "$work/hip.out" 2>&1
-      echo "hip-on-cuda rc=$?"; grep -E "rc=" "$work/hip.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
+      echo "hip-on-cuda rc=$?"; counts "$work/hip.out" ;;
     suite)
       mkdir -p "$work/suite"
       QUICK=1 timeout $(( $(left) - 10 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/suite" > "$work/suite.out" 2>&1
-      echo "suite rc=$?"; grep -E "rc=" "$work/suite.out" | awk '{for(i=1;i<=NF;i++){if($i~/^pass=/){split($i,a,"=");p+=a[2]} if($i~/^fail=/){split($i,b,"=");f+=b[2]}}} END{print NR" configurations, pass "p", fail "f}' ;;
+      echo "suite rc=$?"; counts "$work/suite.out" ;;
     clients)
       CLIENT_TIMEOUT=$(( $(left) / 2 - 10 )) LOG_DIR="$work/clients" timeout $(( $(left) - 10 )) \
         bash tests/clients/run.sh /tmp/oxccl-build/lib --only "${CLIENTS_ONLY:-torch_ops}" > "$work/clients.log" 2>&1
       echo "clients rc=$?"; tail -15 "$work/clients.log" ;;
     plugins)
-      mkdir -p "$work/plugins" "$work/nt-bin"
-      [ -x "$work/nt-bin/nccl-tests/all_reduce_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
-      P=$PWD/.carry/nv-plugins; ar="$work/nt-bin/nccl-tests/all_reduce_perf"; pd="$work/plugins"
-      nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+      mkdir -p "$work/plugins"
+      P=$PWD/.carry/nv-plugins; ar=$(perf_bin all_reduce); pd="$work/plugins"
       ours="LD_LIBRARY_PATH=/tmp/oxccl-build/lib:/usr/local/cuda/lib64"
       printf 'allreduce,0,65536,tree,simple,-1,-1,-1,-1,-1\nallreduce,65537,4294967295,ring,simple,3,-1,-1,-1,-1\n' > "$pd/tuner.conf"
       env $ours NCCL_TUNER_PLUGIN=$P/libnccl-tuner-example.so NCCL_TUNER_CONFIG_FILE="$pd/tuner.conf" \
@@ -95,27 +121,17 @@ for step in "$@"; do
       done ;;
     modes:*)
       IFS=: read -r _ op fixed <<< "$step"
-      mkdir -p "$work/modes" "$work/nt-bin"
-      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
-      ngpus=$(nvidia-smi -L | wc -l); extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
+      extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
       for mode in "-g $ngpus" "-t $ngpus -g 1" "-g $ngpus -G 10" "-t $ngpus -g 1 -G 10"; do
         [ "$(left)" -gt 15 ] || break
-        tag="$op$(echo "$mode" | tr -d ' ')${fixed:+-${fixed//[=+]/_}}"
-        env LD_LIBRARY_PATH=/tmp/oxccl-build/lib "${extra[@]}" timeout 40 \
-          "$work/nt-bin/nccl-tests/${op}_perf" -b 512K -e 64M -f 4 $mode -c 0 -w 5 -n 20 > "$work/modes/$tag.log" 2>&1
-        echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/modes/$tag.log")"
+        ours_mid modes "$op$(echo "$mode" | tr -d ' ')${fixed:+-${fixed//[=+]/_}}" "$op" "$mode" "${extra[@]}"
       done ;;
     sweep:*)
       IFS=: read -r _ op spec fixed <<< "$step"; var=${spec%%=*}; vals=${spec#*=}
-      mkdir -p "$work/sweep" "$work/nt-bin"
-      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
-      ngpus=$(nvidia-smi -L | wc -l); extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
+      extra=(); [ -n "$fixed" ] && IFS=+ read -r -a extra <<< "$fixed"
       for v in ${vals//\// }; do
         [ "$(left)" -gt 15 ] || break
-        tag="$op-$var-$v${fixed:+-${fixed//[=+]/_}}"
-        env LD_LIBRARY_PATH=/tmp/oxccl-build/lib "${extra[@]}" "$var=$v" timeout 40 \
-          "$work/nt-bin/nccl-tests/${op}_perf" -b 512K -e 64M -f 4 -g "$ngpus" -c 0 -w 5 -n 20 > "$work/sweep/$tag.log" 2>&1
-        echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/sweep/$tag.log")"
+        ours_mid sweep "$op-$var-$v${fixed:+-${fixed//[=+]/_}}" "$op" "-g $ngpus" "${extra[@]}" "$var=$v"
       done ;;
     nt*:*)
       n=${step#nt}; n=${n%%:*}; rest=${step#*:}; ops=${rest%%/*}; modes=${rest#*/}
@@ -127,35 +143,29 @@ for step in "$@"; do
         -- --lib /tmp/oxccl-build/lib/libnccl.so.2 -b 8 -e 1G -f 4 -w 2 -i 10 -c 0 > "$work/tune.log" 2>&1
       echo "tune rc=$?"; tail -12 "$work/tune.log" ;;
     chan:*)
-      op=${step#chan:}; mkdir -p "$work/chan" "$work/nt-bin"
-      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
-      ngpus=$(nvidia-smi -L | wc -l)
+      op=${step#chan:}; mkdir -p "$work/chan"; bin=$(perf_bin "$op")
       for mode in "-t $ngpus -g 1" "-t $ngpus -g 1 -G 10"; do
         for th in "" 0; do
           for ch in 4 8 16 32; do
             [ "$(left)" -gt 15 ] || break
             tag="$op-$(echo "$mode" | tr -d ' ')-ch$ch${th:+-ll$th}"
             env LD_LIBRARY_PATH=/tmp/oxccl-build/lib OXCCL_NCHANNELS=$ch ${th:+NCCL_P2P_LL_THRESHOLD=$th} \
-              timeout 30 "$work/nt-bin/nccl-tests/${op}_perf" -b 8K -e 4M -f 2 $mode -c 0 -w 5 -n 50 \
-              > "$work/chan/$tag.log" 2>&1
-            echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/chan/$tag.log")"
+              timeout 30 "$bin" -b 8K -e 4M -f 2 $mode -c 0 -w 5 -n 50 > "$work/chan/$tag.log" 2>&1
+            echo "$tag $(row_times "$work/chan/$tag.log")"
           done
           [ "$op" = sendrecv ] || break
         done
       done ;;
     reg:*)
-      op=${step#reg:}; mkdir -p "$work/reg" "$work/nt-bin"
-      [ -x "$work/nt-bin/nccl-tests/${op}_perf" ] || tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"
-      ngpus=$(nvidia-smi -L | wc -l)
-      nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+      op=${step#reg:}; mkdir -p "$work/reg"; bin=$(perf_bin "$op")
       for r in 0 1 2; do
         for lib in ours nv; do
           [ "$(left)" -gt 15 ] || break
           [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
           tag="$op-R$r-$lib"
-          env LD_LIBRARY_PATH=$dir timeout 30 "$work/nt-bin/nccl-tests/${op}_perf" -b 64K -e 4M -f 2 \
+          env LD_LIBRARY_PATH=$dir timeout 30 "$bin" -b 64K -e 4M -f 2 \
             -g "$ngpus" -R $r -c 0 -w 5 -n 50 > "$work/reg/$tag.log" 2>&1
-          echo "$tag $(awk '/^ +[0-9]+ +[0-9]+/{printf "%s:%s ", $1, $6}' "$work/reg/$tag.log")"
+          echo "$tag $(row_times "$work/reg/$tag.log")"
         done
       done ;;
     *) echo "unknown step $step" ;;
