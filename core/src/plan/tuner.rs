@@ -213,6 +213,12 @@ fn kind_index(k: CollKind) -> usize {
         .expect("every kind is listed")
 }
 
+/// Whether the table's `_nvlink_many` rows apply: more than two ranks over NVLink (the NVLink
+/// column's own values are those of two GPUs).
+fn many_on_nvlink(nranks: u32, topo: Topology) -> bool {
+    nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true })
+}
+
 fn topo_index(t: Topology) -> usize {
     match t {
         Topology::Host => 0,
@@ -413,7 +419,7 @@ impl Tuner {
             return None;
         }
         let k = kind_index(kind);
-        let max = if nranks > 2 {
+        let max = if many_on_nvlink(nranks, topo) {
             HEURISTICS.one_shot_max_nvlink_many[k]
         } else {
             HEURISTICS.one_shot_max_nvlink[k]
@@ -453,9 +459,7 @@ impl Tuner {
             None => {
                 let k = kind_index(kind);
                 let min = match topo {
-                    Topology::SingleNodeGpu { nvlink: true } if nranks > 2 => {
-                        HEURISTICS.zero_copy_min_nvlink_many[k]
-                    }
+                    _ if many_on_nvlink(nranks, topo) => HEURISTICS.zero_copy_min_nvlink_many[k],
                     Topology::SingleNodeGpu { nvlink: true } => HEURISTICS.zero_copy_min_nvlink[k],
                     _ => HEURISTICS.zero_copy_min[topo_index(topo)],
                 };
@@ -550,7 +554,7 @@ impl Tuner {
                     default_algo
                 }),
         };
-        let ll_max = if nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true }) {
+        let ll_max = if many_on_nvlink(nranks, topo) {
             h.ll_max_nvlink_many
         } else {
             cross.ll_max
