@@ -33,12 +33,13 @@ __device__ unsigned long long oxccl_profile_marks[64];
 #define OXCCL_MAX_THREADS 512
 #endif
 
-// Reading host memory over the bus is slow; look at the abort flag once per this many polls.
-#define OXCCL_ABORT_POLL_INTERVAL 64
-// LL waits run in every thread of every channel at once (16K threads at 32 channels): polled
-// that often, their reads of the host's abort word crowd the bus that carries both GPUs'
-// launches and copies. They look at it this rarely (a few ms) and at the block's flag between.
-#define OXCCL_LL_ABORT_POLL_INTERVAL 8192
+// The abort word lives in mapped host memory, and every read of it crosses the bus that also
+// carries the launches, argument copies and pushbuffer fetches of every GPU on the host. A
+// waiting thread reads it once per this many polls (milliseconds, as NCCL's every 10000 spins):
+// polled more often, thousands of waiting blocks on four GPUs slowed one another's launches by
+// tens of microseconds. LL waits run in every thread of every channel at once and look at the
+// block's shared flag in between.
+#define OXCCL_ABORT_POLL_INTERVAL 8192
 #define OXCCL_LL_SHARED_POLL_INTERVAL 256
 
 // Most ranks a zero-copy plan may span: their buffer tables live in shared memory
@@ -166,7 +167,7 @@ OXCCL_DEVICE bool ll_wait(const char* packet, uint32_t flag, const OxcclLaunchAr
   while (!oxccl_ll_try_load(packet, flag, data)) {
     ++spins;
     if (spins % OXCCL_LL_SHARED_POLL_INTERVAL == 0 && *shared_abort != 0) return false;
-    if (spins == OXCCL_LL_ABORT_POLL_INTERVAL) {
+    if (spins == OXCCL_ABORT_POLL_INTERVAL) {
       spins = 0;
       if (args.abort_flag != nullptr && oxccl_load_relaxed_sys(args.abort_flag) != 0) {
         *shared_abort = 1;

@@ -44,7 +44,7 @@ OXCCL_DEVICE bool one_shot_wait(const char* packet, uint32_t flag,
                                 const volatile uint32_t* abort_flag, uint64_t* data) {
   uint32_t spins = 0;
   while (!oxccl_ll_try_load(packet, flag, data)) {
-    if (++spins == OXCCL_LL_ABORT_POLL_INTERVAL) {
+    if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
       spins = 0;
       if (abort_flag != nullptr && oxccl_load_relaxed_sys(abort_flag) != 0) return false;
     }
