@@ -254,17 +254,22 @@ fn derive(runs: &BTreeMap<&str, Times>, column: usize, ranks: u64) -> Vec<Derive
             why: "AllReduce: LL against the better of LL128 and Simple".into(),
         });
     }
-    if many {
-        derive_nvlink_ops(&get, ranks, true, &mut out);
-        return out;
-    }
     if let (Some(ll), Some(simple)) = (get("p2p-LL", "sendrecv"), get("p2p-Simple", "sendrecv")) {
+        let (setting, index) = if many {
+            ("p2p_ll_max_nvlink_many", 0)
+        } else {
+            ("p2p_ll_max", column)
+        };
         out.push(Derived {
-            setting: "p2p_ll_max",
-            index: column,
+            setting,
+            index,
             value: wins_up_to(ll, simple),
             why: "SendRecv: LL against Simple".into(),
         });
+    }
+    if many {
+        derive_nvlink_ops(&get, ranks, true, &mut out);
+        return out;
     }
     if let (Some(direct), Some(ring)) = (
         get("algo-direct", "allreduce"),
@@ -584,7 +589,9 @@ mod tests {
         let new4 = apply(table, &d4).unwrap();
         assert_eq!(row(&new4, "ll_max_nvlink_many")[1], "8");
         assert_eq!(row(&new4, "zero_copy_min_nvlink_many")[1], "1M");
+        assert_eq!(row(&new4, "p2p_ll_max_nvlink_many")[1], "16K");
         assert_eq!(row(&new4, "ll_max"), row(table, "ll_max"));
+        assert_eq!(row(&new4, "p2p_ll_max"), row(table, "p2p_ll_max"));
         assert!(
             apply(
                 table,

@@ -668,7 +668,12 @@ impl<B: Backend> Communicator<B> {
         let shape =
             inner
                 .tuner
-                .p2p_shape(topo, &choice, inner.backend.max_chunk_bytes(Protocol::Ll));
+                .p2p_shape(
+                topo,
+                inner.nranks,
+                &choice,
+                inner.backend.max_chunk_bytes(Protocol::Ll),
+            );
         let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
         let split = if !inner.tuner.split_directions(largest, topo) {
             plan::Split::No

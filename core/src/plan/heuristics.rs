@@ -62,6 +62,8 @@ pub(crate) struct Heuristics {
     pub one_shot_max_nvlink_many: [u64; 10],
     /// `ll_max` with more than two ranks on NVLink.
     pub ll_max_nvlink_many: u64,
+    /// `p2p_ll_max` with more than two ranks on NVLink.
+    pub p2p_ll_max_nvlink_many: u64,
     /// Their LL variant up to this per-peer size, the Simple one above it.
     pub one_shot_ll_max_nvlink: u64,
     /// Send/receive groups and AlltoAll run each FIFO channel's sends and receives in blocks of
@@ -151,6 +153,7 @@ impl Heuristics {
             one_shot_max_nvlink_many: get("one_shot_max_nvlink_many")
                 .and_then(|(n, v)| fixed(n, v))?,
             ll_max_nvlink_many: get("ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
+            p2p_ll_max_nvlink_many: get("p2p_ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,
