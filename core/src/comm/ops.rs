@@ -665,15 +665,12 @@ impl<B: Backend> Communicator<B> {
         }
         let choice = self.p2p_choice(c);
         let topo = self.topology(&c.transport);
-        let shape =
-            inner
-                .tuner
-                .p2p_shape(
-                topo,
-                inner.nranks,
-                &choice,
-                inner.backend.max_chunk_bytes(Protocol::Ll),
-            );
+        let shape = inner.tuner.p2p_shape(
+            topo,
+            inner.nranks,
+            &choice,
+            inner.backend.max_chunk_bytes(Protocol::Ll),
+        );
         let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
         let split = if !inner.tuner.split_directions(largest, topo) {
             plan::Split::No

@@ -60,8 +60,8 @@ pub(crate) struct Heuristics {
     pub one_shot_max_nvlink: [u64; 10],
     /// The same with more than two ranks on NVLink.
     pub one_shot_max_nvlink_many: [u64; 10],
-    /// `ll_max` with more than two ranks on NVLink.
-    pub ll_max_nvlink_many: u64,
+    /// `ll_max` with more than two ranks on NVLink, per operation.
+    pub ll_max_nvlink_many: [u64; 10],
     /// `p2p_ll_max` with more than two ranks on NVLink.
     pub p2p_ll_max_nvlink_many: u64,
     /// Their LL variant up to this per-peer size, the Simple one above it.
@@ -152,7 +152,7 @@ impl Heuristics {
                 .and_then(|(n, v)| fixed(n, v))?,
             one_shot_max_nvlink_many: get("one_shot_max_nvlink_many")
                 .and_then(|(n, v)| fixed(n, v))?,
-            ll_max_nvlink_many: get("ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
+            ll_max_nvlink_many: get("ll_max_nvlink_many").and_then(|(n, v)| fixed(n, v))?,
             p2p_ll_max_nvlink_many: get("p2p_ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,

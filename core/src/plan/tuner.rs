@@ -560,7 +560,7 @@ impl Tuner {
                 }),
         };
         let ll_max = if many_on_nvlink(nranks, topo) {
-            h.ll_max_nvlink_many
+            h.ll_max_nvlink_many[ki]
         } else {
             cross.ll_max
         };
@@ -730,6 +730,15 @@ mod tests {
         assert_eq!(t.one_shot(CollKind::AllReduce, 2 * MIB, 4, nvl), simple);
         assert_eq!(t.one_shot(CollKind::ReduceScatter, 4 * MIB, 4, nvl), None);
         assert_eq!(t.one_shot(CollKind::AllReduce, 8, 2, Topology::Host), None);
+        // LL's range with more than two GPUs is per operation; two keep the NVLink column's.
+        let proto =
+            |kind, bytes, nranks| t.choose(kind, bytes, DataType::Float32, nranks, nvl).proto;
+        assert_eq!(proto(CollKind::Broadcast, 64 * KIB, 4), Protocol::Ll);
+        assert_ne!(proto(CollKind::Broadcast, 64 * KIB + 1, 4), Protocol::Ll);
+        assert_eq!(proto(CollKind::Gather, 32 * KIB, 4), Protocol::Ll);
+        assert_ne!(proto(CollKind::Gather, 64 * KIB, 4), Protocol::Ll);
+        assert_ne!(proto(CollKind::AllReduce, 16 * KIB, 4), Protocol::Ll);
+        assert_eq!(proto(CollKind::AllReduce, 16 * KIB, 2), Protocol::Ll);
         assert_eq!(
             tuner(&[("NCCL_PROTO", "ll")]).one_shot(CollKind::AllReduce, 8, 2, nvl),
             None
@@ -1156,7 +1165,10 @@ mod tests {
     fn protocols() {
         let nvlink = Topology::SingleNodeGpu { nvlink: true };
         assert_eq!(tuner(&[]).p2p_ll_max(nvlink, 2), 512 * KIB);
-        assert_eq!(tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(nvlink, 2), 512 * KIB);
+        assert_eq!(
+            tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(nvlink, 2),
+            512 * KIB
+        );
         assert_eq!(
             tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(nvlink, 2),
             512 * KIB
@@ -1168,7 +1180,10 @@ mod tests {
         assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host, 4), 64 * KIB);
         let c4 = pick(&tuner(&[]), CollKind::SendRecv, 1 << 30, 4);
         assert_eq!(
-            tuner(&[]).p2p_shape(nvlink, 4, &c4, Some(56 * KIB)).ll.max_bytes,
+            tuner(&[])
+                .p2p_shape(nvlink, 4, &c4, Some(56 * KIB))
+                .ll
+                .max_bytes,
             8 * KIB
         );
         // A send/receive shape takes the choice, the table's spreads and the LL limit; a
@@ -1187,7 +1202,10 @@ mod tests {
             (shape.ll.max_bytes, shape.ll.chunk_bytes),
             (512 * KIB, 56 * KIB)
         );
-        assert_eq!(tuner(&[]).p2p_shape(nvlink, 2, &c, None).ll, P2pLl::default());
+        assert_eq!(
+            tuner(&[]).p2p_shape(nvlink, 2, &c, None).ll,
+            P2pLl::default()
+        );
         // NCCL's own threshold variable sets it on every topology; NCCL_PROTO still excludes.
         let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "16384")]);
         assert_eq!(t.p2p_ll_max(nvlink, 2), 16 * KIB);
