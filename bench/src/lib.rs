@@ -7,6 +7,7 @@
 //! (`procs`); memory is host memory on the host backend or GPU memory (`--mem`). See
 //! [`options::USAGE`]; `bench/tools/plot.py` plots the `--json` file.
 
+mod api_cost;
 pub mod check;
 pub mod mem;
 pub mod ops;
@@ -60,6 +61,9 @@ pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("tune") {
         std::process::exit(tune::main(&args[1..]));
+    }
+    if args.first().map(String::as_str) == Some("api-cost") {
+        std::process::exit(api_cost::main(&args[1..]));
     }
     if args.first().map(String::as_str) == Some("plan-cost") {
         std::process::exit(plan_cost::main(&args[1..]));

@@ -169,6 +169,11 @@ usage: oxccl-bench net-latency [ROUNDS]
   messages through two of oxccl's proxies and its socket network over loopback, the socket
   network alone, and plain loopback TCP; ROUNDS per probe (default 20000).
 
+usage: oxccl-bench api-cost [--lib PATH] [RANKS]
+  The host time of ncclCommCount and ncclCommUserRank, per call, with RANKS threads (default 4)
+  each asking about its own communicator at once: on GPUs 0.. when there are RANKS, else on the
+  host backend. nccl-tests asks both before each Scatter and Gather.
+
 usage: oxccl-bench plan-cost [RANKS]
   The host's share of a GPU launch that needs no GPU, on this CPU: the plan the tuner picks on
   NVLink (rank 0 of RANKS, default 2), its lowering to kernel steps and the argument block, for
@@ -227,7 +232,7 @@ struct Raw {
 fn parse_raw(args: &[String]) -> Result<Raw, String> {
     let mut r = Raw {
         o: Options {
-            lib: std::env::var("OXCCL_LIB").unwrap_or_else(|_| "dist/lib/libnccl.so.2".into()),
+            lib: default_lib(),
             compare: None,
             ranks: 0,
             ops: vec![CollKind::AllReduce],
@@ -327,6 +332,11 @@ fn parse_raw(args: &[String]) -> Result<Raw, String> {
         }
     }
     Ok(r)
+}
+
+/// The library measured when `--lib` is not given: `$OXCCL_LIB`, else the installed one.
+pub fn default_lib() -> String {
+    std::env::var("OXCCL_LIB").unwrap_or_else(|_| "dist/lib/libnccl.so.2".into())
 }
 
 /// Parses `args` (without the program name); `gpus` counts the visible GPUs when asked (only

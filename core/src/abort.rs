@@ -21,6 +21,8 @@ pub struct AbortFlag {
 #[derive(Default, Debug)]
 struct AbortInner {
     aborted: AtomicBool,
+    /// Set once `error` holds an error: every API call asks, and almost never finds one.
+    has_error: AtomicBool,
     error: Mutex<Option<Error>>,
 }
 
@@ -55,11 +57,15 @@ impl AbortFlag {
         if slot.is_none() {
             tracing::warn!(target: crate::logging::FAILURE_TARGET, "asynchronous error: {err}");
             *slot = Some(err);
+            self.inner.has_error.store(true, Ordering::Release);
         }
     }
 
     /// The first asynchronous error recorded, if any.
     pub fn error(&self) -> Option<Error> {
+        if !self.inner.has_error.load(Ordering::Acquire) {
+            return None;
+        }
         self.inner
             .error
             .lock()
@@ -160,6 +166,20 @@ impl AbortFlag {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn the_first_recorded_error_is_kept_and_seen_from_every_clone() {
+        let flag = AbortFlag::new();
+        let other = flag.clone();
+        assert!(flag.error().is_none());
+        flag.record(Error::Internal("first".into()));
+        flag.record(Error::Internal("second".into()));
+        assert!(
+            other
+                .error()
+                .is_some_and(|e| e.to_string().contains("first"))
+        );
+    }
 
     #[test]
     fn watcher_fires_once_and_joins_on_drop() {

@@ -147,6 +147,10 @@ impl CommHandle {
 static HANDLES: LazyLock<RwLock<HashSet<usize>>> = LazyLock::new(|| RwLock::new(HashSet::new()));
 
 thread_local! {
+    /// Handles this thread found in [`HANDLES`] lately: handles are never freed, so an address
+    /// once issued stays a handle, and a thread asking about its own communicators again skips
+    /// the process-wide lock.
+    static RECENT: Cell<[usize; 8]> = const { Cell::new([0; 8]) };
     /// The handle the current API call looked up, so a panic can poison it.
     static CURRENT: Cell<Option<&'static CommHandle>> = const { Cell::new(None) };
 }
@@ -194,10 +198,21 @@ pub fn handle(c: ncclComm_t) -> Result<&'static CommHandle> {
         return Err(Error::arg("comm argument is NULL"));
     }
     let addr = c.0 as usize;
-    let known = HANDLES
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&addr);
+    let known = RECENT.with(|r| r.get().contains(&addr)) || {
+        let issued = HANDLES
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&addr);
+        if issued {
+            RECENT.with(|r| {
+                let mut recent = r.get();
+                recent.rotate_right(1);
+                recent[0] = addr;
+                r.set(recent);
+            });
+        }
+        issued
+    };
     if !known {
         return Err(Error::arg(format!(
             "comm {addr:#x} is not a communicator created by this library (uninitialized or corrupted handle)"
@@ -240,8 +255,8 @@ pub struct Live {
     pub comm: AnyComm,
 }
 
-/// Looks up a live communicator for a call that needs `need`.
-pub fn lookup(c: ncclComm_t, need: Need) -> Result<Live> {
+/// The handle behind `c` when this process made it (not a forked child's copy).
+fn own_handle(c: ncclComm_t) -> Result<&'static CommHandle> {
     let handle = handle(c)?;
     if handle.forked() {
         return Err(Error::usage(
@@ -250,6 +265,22 @@ pub fn lookup(c: ncclComm_t, need: Need) -> Result<Live> {
              communicator in the child",
         ));
     }
+    Ok(handle)
+}
+
+/// Answers a query (`Need::Query`) about a live communicator under its handle's lock, without
+/// taking a reference to it: programs ask for the rank and count around every operation.
+pub fn query<T>(c: ncclComm_t, f: impl FnOnce(&AnyComm) -> Result<T>) -> Result<T> {
+    let st = own_handle(c)?.lock();
+    match (&st.comm, st.life) {
+        (Some(comm), Life::Live) => f(comm),
+        (_, life) => Err(dead_error(life)),
+    }
+}
+
+/// Looks up a live communicator for a call that needs `need`.
+pub fn lookup(c: ncclComm_t, need: Need) -> Result<Live> {
+    let handle = own_handle(c)?;
     let st = handle.lock();
     let comm = match (&st.comm, st.life) {
         (Some(comm), Life::Live) => comm.clone(),

@@ -57,6 +57,10 @@ pub struct NcclLib {
     pub comm_init_all: unsafe extern "C" fn(*mut RawComm, c_int, *const c_int) -> c_int,
     /// `ncclCommDestroy`.
     pub comm_destroy: unsafe extern "C" fn(RawComm) -> c_int,
+    /// `ncclCommCount`.
+    pub comm_count: unsafe extern "C" fn(RawComm, *mut c_int) -> c_int,
+    /// `ncclCommUserRank`.
+    pub comm_user_rank: unsafe extern "C" fn(RawComm, *mut c_int) -> c_int,
     /// `ncclGetErrorString`.
     pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     /// `ncclGroupStart`.
@@ -128,6 +132,8 @@ impl NcclLib {
             comm_init_rank: sym!(lib, "ncclCommInitRank"),
             comm_init_all: sym!(lib, "ncclCommInitAll"),
             comm_destroy: sym!(lib, "ncclCommDestroy"),
+            comm_count: sym!(lib, "ncclCommCount"),
+            comm_user_rank: sym!(lib, "ncclCommUserRank"),
             get_error_string: sym!(lib, "ncclGetErrorString"),
             group_start: sym!(lib, "ncclGroupStart"),
             group_end: sym!(lib, "ncclGroupEnd"),

@@ -354,33 +354,33 @@ unsafe fn comm_get_async_error(comm: ncclComm_t, async_error: *mut ncclResult_t)
 
 /// NCCL answers queries on a communicator whose non-blocking init has not completed with
 /// `ncclInvalidArgument`.
-fn ready(live: handles::Live) -> Result<handles::Live> {
-    match live.comm.status() {
+fn ready(comm: &AnyComm) -> Result<&AnyComm> {
+    match comm.status() {
         Err(Error::InProgress) => Err(Error::arg(
             "communicator is still initializing; poll ncclCommGetAsyncError until it returns ncclSuccess",
         )),
-        _ => Ok(live),
+        _ => Ok(comm),
     }
 }
 
 unsafe fn comm_count(comm: ncclComm_t, count: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(count, "count") }?;
-    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.nranks() as c_int;
+    *slot = handles::query(comm, |c| Ok(ready(c)?.nranks() as c_int))?;
     Ok(())
 }
 
 unsafe fn comm_cu_device(comm: ncclComm_t, device: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(device, "device") }?;
-    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.device();
+    *slot = handles::query(comm, |c| Ok(ready(c)?.device()))?;
     Ok(())
 }
 
 unsafe fn comm_user_rank(comm: ncclComm_t, rank: *mut c_int) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(rank, "rank") }?;
-    *slot = ready(handles::lookup(comm, Need::Query)?)?.comm.rank() as c_int;
+    *slot = handles::query(comm, |c| Ok(ready(c)?.rank() as c_int))?;
     Ok(())
 }
 
