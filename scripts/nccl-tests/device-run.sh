@@ -28,6 +28,8 @@
 #   chan:OP                  our library only, OP (e.g. sendrecv) 8 KiB-4 MiB with one thread per
 #                            GPU and in CUDA graphs, with OXCCL_NCHANNELS 4/8/16/32 and (sendrecv)
 #                            NCCL_P2P_LL_THRESHOLD 0: which channel count and protocol win where
+#   api-cost                 oxccl-bench api-cost on every GPU, our library and NVIDIA's: the
+#                            host time of ncclCommCount and ncclCommUserRank per call
 #   reg:OP                   our library and NVIDIA's, OP 64 KiB-4 MiB driven by one thread with
 #                            -R 0, 1 and 2 (plain, ncclCommRegister, symmetric windows): what
 #                            registration costs each
@@ -155,6 +157,13 @@ for step in "$@"; do
           done
           [ "$op" = sendrecv ] || break
         done
+      done ;;
+    api-cost)
+      for lib in ours nv; do
+        [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+        timeout 60 /tmp/oxccl-build/bin/oxccl-bench api-cost --lib "$dir/libnccl.so.2" "$ngpus" \
+          > "$work/api-cost-$lib.log" 2>&1
+        echo "api-cost $lib rc=$?: $(awk '/^rank/{printf "%s ", $3}' "$work/api-cost-$lib.log")ns"
       done ;;
     reg:*)
       op=${step#reg:}; mkdir -p "$work/reg"; bin=$(perf_bin "$op")
