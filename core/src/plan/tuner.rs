@@ -494,11 +494,11 @@ impl Tuner {
         }
     }
 
-    /// How send/receive messages among `nranks` ranks on `topo` are cut and spread: `choice`'s channels and Simple
-    /// chunk, a channel more for every `p2p_bytes_per_channel` (LL: `p2p_ll_bytes_per_channel`)
-    /// of a message, and LL up to [`Tuner::p2p_ll_max`] in chunks of `ll_chunk_bytes` (what one
-    /// LL FIFO holds; `None`: the backend has no LL, so none). Both ends of a message must get
-    /// the same shape.
+    /// How send/receive messages among `nranks` ranks on `topo` are cut and spread: `choice`'s
+    /// channels and Simple chunk, a channel more for every `p2p_bytes_per_channel` (LL:
+    /// `p2p_ll_bytes_per_channel`) of a message, and LL up to [`Tuner::p2p_ll_max`] in chunks
+    /// of `ll_chunk_bytes` (what one LL FIFO holds; `None`: the backend has no LL, so none).
+    /// Both ends of a message must get the same shape.
     pub fn p2p_shape(
         &self,
         topo: Topology,
