@@ -634,6 +634,9 @@ impl<A: DeviceApi> Drop for DeviceTransport<A> {
         let Ok(_g) = api.bind(self.device) else {
             return;
         };
+        // The waits and frees below are "unsafe during capture" in global mode, also while
+        // another thread of the process captures: relaxed, they leave its capture intact.
+        let _relaxed = api.relaxed_capture().ok();
         let net = self.net.take();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         // Nothing may run on our memory any more: wait for the last launch.

@@ -676,15 +676,13 @@ fn main() {
     let mut failed = matrix(&rt, n, &o.counts) + misuse(&rt);
     if rt.name() == "cuda" {
         failed += capture_beside_watchdog(&rt, n);
+        failed += destroy_beside_capture(&rt, n);
     }
     if failed > 0 {
         std::process::exit(1);
     }
 }
 
-/// The safe API's misuse scenarios (`oxccl_tests::misuse`: groups nested, forgotten, dropped
-/// early; bucket views of one flat buffer; views in every kind of operation) on `rt`; the
-/// number that failed.
 /// Longer than the watchdog's polling period, so that it looks at its pending operations at
 /// least once while the graphs below capture.
 const CAPTURE_HOLD: Duration = Duration::from_millis(700);
@@ -731,27 +729,78 @@ fn capture_beside_watchdog(rt: &Runtime, n: usize) -> usize {
             None => Ok(()),
         }
     });
+    report_ranks("capture beside the watchdog", results)
+}
+
+/// Prints a scenario's failures, one line per rank, and its RESULT line; returns the failures.
+fn report_ranks(what: &str, results: oxccl::Result<Vec<Result<(), String>>>) -> usize {
     let fail = match results {
         Ok(rs) => rs
             .into_iter()
             .enumerate()
-            .filter_map(|(r, res)| {
-                res.err()
-                    .map(|e| println!("FAIL capture beside the watchdog, rank {r}: {e}"))
-            })
+            .filter_map(|(r, res)| res.err().map(|e| println!("FAIL {what}, rank {r}: {e}")))
             .count(),
         Err(e) => {
-            println!("FAIL capture beside the watchdog: {e}");
+            println!("FAIL {what}: {e}");
             1
         }
     };
-    println!(
-        "capture beside the watchdog: RESULT pass={} fail={fail}",
-        usize::from(fail == 0)
-    );
+    println!("{what}: RESULT pass={} fail={fail}", usize::from(fail == 0));
     fail
 }
 
+/// Every rank splits off a communicator, runs an AllReduce on it, then destroys it while every
+/// rank holds a graph capture open in global mode (PyTorch's default) on a stream of its own.
+/// Destroying waits for the communicator's launches and frees its memory, calls that global
+/// mode forbids while any thread captures unless the caller is relaxed: done plainly, they
+/// would invalidate every one of these captures. Returns the failures.
+fn destroy_beside_capture(rt: &Runtime, n: usize) -> usize {
+    let barrier = Barrier::new(n);
+    let results = on_ranks(rt, n, |comm| -> Result<(), String> {
+        let (cu, raw) = capture_stream(comm.device().ordinal())?;
+        let child = comm
+            .split(Some(0), comm.rank() as i32)
+            .map_err(|e| e.to_string())?
+            .ok_or("the split gave this rank no communicator")?;
+        let mut buf = child
+            .device()
+            .buffer_from(&[1.0f32; 4096])
+            .map_err(|e| e.to_string())?;
+        child
+            .all_reduce_in_place(&mut buf, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        let got = buf.to_vec().map_err(|e| e.to_string())?;
+        drop(buf);
+        barrier.wait();
+        // SAFETY: `raw` is a live non-default stream of this thread's device.
+        let captured = unsafe { cu.begin_capture(raw, CAPTURE_MODE_GLOBAL) }.and_then(|()| {
+            // Every rank is capturing before any destroys.
+            barrier.wait();
+            drop(child);
+            std::thread::sleep(CAPTURE_HOLD / 4);
+            // SAFETY: capture was begun above.
+            unsafe { cu.end_capture(raw) }
+        });
+        barrier.wait();
+        if let Ok(g) = &captured {
+            // SAFETY: an empty graph, never instantiated.
+            unsafe { cu.graph_destroy(*g) };
+        }
+        // SAFETY: nothing was queued on `raw` outside the capture.
+        unsafe { cu.stream_destroy(raw) };
+        captured.map_err(|e| format!("the capture was broken: {e}"))?;
+        let want = n as f32;
+        match got.iter().position(|&v| v != want) {
+            Some(i) => Err(format!("element {i} is {}, not {want}", got[i])),
+            None => Ok(()),
+        }
+    });
+    report_ranks("destroy beside a capture", results)
+}
+
+/// The safe API's misuse scenarios (`oxccl_tests::misuse`: groups nested, forgotten, dropped
+/// early; bucket views of one flat buffer; views in every kind of operation) on `rt`; the
+/// number that failed.
 fn misuse(rt: &Runtime) -> usize {
     oxccl_tests::misuse::use_runtime(rt.clone());
     let host_only = ["ranks_that_disagree_on_counts_get_a_sentence_naming_both"];
