@@ -773,9 +773,10 @@ fn destroy_beside_capture(rt: &Runtime, n: usize) -> usize {
         drop(buf);
         barrier.wait();
         // SAFETY: `raw` is a live non-default stream of this thread's device.
-        let captured = unsafe { cu.begin_capture(raw, CAPTURE_MODE_GLOBAL) }.and_then(|()| {
-            // Every rank is capturing before any destroys.
-            barrier.wait();
+        let began = unsafe { cu.begin_capture(raw, CAPTURE_MODE_GLOBAL) };
+        // Every rank is capturing before any destroys (a rank whose capture failed waits too).
+        barrier.wait();
+        let captured = began.and_then(|()| {
             drop(child);
             std::thread::sleep(CAPTURE_HOLD / 4);
             // SAFETY: capture was begun above.
