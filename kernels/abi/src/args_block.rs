@@ -80,9 +80,9 @@ impl ArgsLayout {
             let at = self.channels + c * size_of::<DevChannel>();
             bytes[at..at + size_of::<DevChannel>()].copy_from_slice(&ch.to_bytes());
         }
-        for (i, step) in enc.steps.iter().enumerate() {
-            let at = self.steps + i * STEP;
-            bytes[at..at + STEP].copy_from_slice(&step.to_bytes());
+        let steps = &mut bytes[self.steps..self.steps + enc.steps.len() * STEP];
+        for (at, step) in steps.chunks_exact_mut(STEP).zip(&enc.steps) {
+            step.write_to(at.try_into().expect("chunks of one step"));
         }
         for (i, b) in table.iter().enumerate() {
             let at = self.buffers + i * 8;
@@ -130,6 +130,63 @@ mod args_block_tests {
         }
         let empty = ArgsLayout::new(0, 0, 0, 0);
         assert_eq!(empty.total, size_of::<LaunchArgs>().next_multiple_of(16));
+    }
+
+    /// Every part of the block lands at its offset, each step as `DevStep::to_bytes` lays it
+    /// out, and nothing else is written.
+    #[test]
+    fn the_block_holds_every_part_at_its_offset() {
+        let step = |i: u64| DevStep {
+            count: 1000 + i,
+            tag: 7 * i,
+            src_off: 11 * i,
+            dst_off: 13 * i,
+            recv_peer: i as i32 - 1,
+            send_peer: i as i32 + 1,
+            src_buf: 2,
+            dst_buf: 1,
+            flags: 0x5a,
+            zc: 3,
+            peer_bufs: 0x10,
+            pad: 0,
+            peer_src_off: u64::MAX - i,
+            peer_dst_off: 1 << 40 | i,
+        };
+        let enc = EncodedWork {
+            steps: (0..5).map(step).collect(),
+            channels: vec![0..2, 2..5],
+            fifos: vec![4, 9],
+            loopback_offsets: vec![0, 256],
+            loopback_bytes: 512,
+        };
+        let table = [0x1000u64, 0x2000, 0x3000];
+        let l = ArgsLayout::new(2, 5, table.len(), 2);
+        let img = l.image(&LaunchArgs::default(), &enc, &table);
+        assert_eq!(img.len(), l.total);
+        for (i, st) in enc.steps.iter().enumerate() {
+            let at = &img[l.steps + i * STEP..][..STEP];
+            assert_eq!(at, &st.to_bytes()[..], "step {i}");
+            let field = |off: usize, n: usize| &at[off..off + n];
+            assert_eq!(
+                field(0, 8),
+                &(1000 + i as u64).to_le_bytes(),
+                "step {i}'s count"
+            );
+            let dst = std::mem::offset_of!(DevStep, peer_dst_off);
+            assert_eq!(field(dst, 8), &(1u64 << 40 | i as u64).to_le_bytes());
+            assert_eq!(field(std::mem::offset_of!(DevStep, flags), 1), &[0x5a]);
+        }
+        let ch1 = DevChannel {
+            steps: (l.steps + 2 * STEP) as u64,
+            nsteps: 3,
+            fifo: 9,
+        };
+        let at = l.channels + size_of::<DevChannel>();
+        assert_eq!(&img[at..][..size_of::<DevChannel>()], &ch1.to_bytes()[..]);
+        assert_eq!(&img[l.buffers + 8..][..8], &0x2000u64.to_le_bytes());
+        assert_eq!(&img[l.loopback_offs + 8..][..8], &256u64.to_le_bytes());
+        // The gap between the last step and the buffer table stays zero.
+        assert!(img[l.steps + 5 * STEP..l.buffers].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -327,56 +327,45 @@ impl DevStep {
     /// The step's bytes as the device reads them.
     pub fn to_bytes(&self) -> [u8; size_of::<DevStep>()] {
         let mut b = [0u8; size_of::<DevStep>()];
+        self.write_to(&mut b);
+        b
+    }
+
+    /// Writes the step's bytes as the device reads them into `b` (an argument block's slot):
+    /// directly, because copying them out of a temporary read each back before its narrow
+    /// stores had landed, which cost most of the block's build.
+    #[inline(always)]
+    pub fn write_to(&self, b: &mut [u8; size_of::<DevStep>()]) {
+        let b = &mut b[..];
+        put(b, offset_of!(DevStep, count), &self.count.to_le_bytes());
+        put(b, offset_of!(DevStep, tag), &self.tag.to_le_bytes());
+        put(b, offset_of!(DevStep, src_off), &self.src_off.to_le_bytes());
+        put(b, offset_of!(DevStep, dst_off), &self.dst_off.to_le_bytes());
         put(
-            &mut b,
-            offset_of!(DevStep, count),
-            &self.count.to_le_bytes(),
-        );
-        put(&mut b, offset_of!(DevStep, tag), &self.tag.to_le_bytes());
-        put(
-            &mut b,
-            offset_of!(DevStep, src_off),
-            &self.src_off.to_le_bytes(),
-        );
-        put(
-            &mut b,
-            offset_of!(DevStep, dst_off),
-            &self.dst_off.to_le_bytes(),
-        );
-        put(
-            &mut b,
+            b,
             offset_of!(DevStep, recv_peer),
             &self.recv_peer.to_le_bytes(),
         );
         put(
-            &mut b,
+            b,
             offset_of!(DevStep, send_peer),
             &self.send_peer.to_le_bytes(),
         );
+        put(b, offset_of!(DevStep, src_buf), &self.src_buf.to_le_bytes());
+        put(b, offset_of!(DevStep, dst_buf), &self.dst_buf.to_le_bytes());
+        put(b, offset_of!(DevStep, flags), &[self.flags]);
+        put(b, offset_of!(DevStep, zc), &[self.zc]);
+        put(b, offset_of!(DevStep, peer_bufs), &[self.peer_bufs]);
         put(
-            &mut b,
-            offset_of!(DevStep, src_buf),
-            &self.src_buf.to_le_bytes(),
-        );
-        put(
-            &mut b,
-            offset_of!(DevStep, dst_buf),
-            &self.dst_buf.to_le_bytes(),
-        );
-        put(&mut b, offset_of!(DevStep, flags), &[self.flags]);
-        put(&mut b, offset_of!(DevStep, zc), &[self.zc]);
-        put(&mut b, offset_of!(DevStep, peer_bufs), &[self.peer_bufs]);
-        put(
-            &mut b,
+            b,
             offset_of!(DevStep, peer_src_off),
             &self.peer_src_off.to_le_bytes(),
         );
         put(
-            &mut b,
+            b,
             offset_of!(DevStep, peer_dst_off),
             &self.peer_dst_off.to_le_bytes(),
         );
-        b
     }
 }
 
@@ -698,6 +687,7 @@ pub fn encode(work: &WorkDesc, rank: u32) -> Result<EncodedWork> {
 }
 
 /// One step; `recv_self`/`send_self` are its loopback message indices when the peer is this rank.
+#[inline(always)]
 fn encode_step(
     st: &Step,
     recv_self: Option<u32>,
