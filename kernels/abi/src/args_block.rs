@@ -63,6 +63,13 @@ impl ArgsLayout {
     /// offsets), the channels with their steps' offsets, the buffer table and loopback offsets.
     pub fn image(&self, args: &LaunchArgs, enc: &EncodedWork, table: &[u64]) -> Vec<u8> {
         let mut bytes = vec![0u8; self.total];
+        self.write(&mut bytes, args, enc, table);
+        bytes
+    }
+
+    /// Writes [`ArgsLayout::image`]'s bytes into `bytes` (`total` zeroed bytes).
+    pub fn write(&self, bytes: &mut [u8], args: &LaunchArgs, enc: &EncodedWork, table: &[u64]) {
+        assert_eq!(bytes.len(), self.total, "an argument block's room");
         let args = LaunchArgs {
             channels: self.channels as u64,
             buffers: self.buffers as u64,
@@ -92,8 +99,31 @@ impl ArgsLayout {
             let at = self.loopback_offs + i * 8;
             bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
         }
-        bytes
     }
+}
+
+/// The kernel parameters with `layout`'s block for `args`, `enc` and `table` written inline
+/// (it must fit in `inline_cap` bytes): [`kernel_params`] of [`ArgsLayout::image`] without the
+/// image's own allocation and copy.
+pub fn inline_params(
+    inline_cap: usize,
+    layout: &ArgsLayout,
+    args: &LaunchArgs,
+    enc: &EncodedWork,
+    table: &[u64],
+) -> Vec<u8> {
+    assert!(
+        layout.total <= inline_cap,
+        "argument block too large to pass inline"
+    );
+    let mut p = vec![0u8; PARAMS_HEADER_BYTES + inline_cap];
+    layout.write(
+        &mut p[PARAMS_HEADER_BYTES..PARAMS_HEADER_BYTES + layout.total],
+        args,
+        enc,
+        table,
+    );
+    p
 }
 
 /// The kernel parameters (`OxcclKernelParams` of work.h, `inline_cap` bytes of inline block):
@@ -187,6 +217,31 @@ mod args_block_tests {
         assert_eq!(&img[l.loopback_offs + 8..][..8], &256u64.to_le_bytes());
         // The gap between the last step and the buffer table stays zero.
         assert!(img[l.steps + 5 * STEP..l.buffers].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn inline_params_are_the_image_in_the_parameters() {
+        let enc = EncodedWork {
+            steps: vec![
+                DevStep {
+                    count: 9,
+                    ..DevStep::default()
+                };
+                2
+            ],
+            channels: vec![0..1, 1..2],
+            fifos: vec![3, 4],
+            loopback_offsets: vec![],
+            loopback_bytes: 0,
+        };
+        let l = ArgsLayout::new(2, 2, 2, 0);
+        let args = LaunchArgs {
+            epoch: 5,
+            ..LaunchArgs::default()
+        };
+        let img = l.image(&args, &enc, &[1, 2]);
+        let p = inline_params(1008, &l, &args, &enc, &[1, 2]);
+        assert_eq!(p, kernel_params(1008, Some(&img), 0));
     }
 
     #[test]

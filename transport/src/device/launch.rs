@@ -12,7 +12,7 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::{BufId, WorkDesc};
 use oxccl_kernel_abi::{
-    self as abi, ArgsLayout, LaunchArgs, OneShotParams, kernel_params, one_shot_grid,
+    self as abi, ArgsLayout, LaunchArgs, OneShotParams, inline_params, kernel_params, one_shot_grid,
 };
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
@@ -209,9 +209,9 @@ impl<A: DeviceApi> DeviceTransport<A> {
         };
         st.epoch += 1;
         args.epoch = st.epoch;
-        let image = layout.image(&args, &enc, &table);
         let mut params = match (idx, exec.inline_cap) {
             (Some(idx), _) => {
+                let image = layout.image(&args, &enc, &table);
                 let arena = &st.arenas[idx];
                 // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous
                 // launch has completed (`take_arena`).
@@ -224,7 +224,13 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 }?;
                 kernel_params(exec.address_cap, None, arena.dev)
             }
-            (None, cap) => kernel_params(cap.unwrap_or(exec.address_cap), Some(&image), 0),
+            (None, cap) => inline_params(
+                cap.unwrap_or(exec.address_cap),
+                &layout,
+                &args,
+                &enc,
+                &table,
+            ),
         };
         let arena_event = idx.map(|i| st.arenas[i].event);
         let api = &self.api;
