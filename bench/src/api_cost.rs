@@ -14,12 +14,6 @@ use std::time::Instant;
 /// Query pairs each thread times.
 const PAIRS: usize = 1_000_000;
 
-/// A communicator handle that may cross into the rank's thread (NCCL handles are plain
-/// pointers, used by one thread at a time here).
-struct Comm(RawComm);
-// SAFETY: each handle is used by the thread that made it, then destroyed by it.
-unsafe impl Send for Comm {}
-
 /// Runs the subcommand; the process's exit status.
 pub fn main(args: &[String]) -> i32 {
     let mut lib_path = None;
@@ -64,26 +58,30 @@ pub fn main(args: &[String]) -> i32 {
                     if let Some(rt) = rt {
                         rt.set_device(rank)?;
                     }
-                    let mut comm = Comm(std::ptr::null_mut());
+                    let mut comm: RawComm = std::ptr::null_mut();
                     // SAFETY: valid out-pointer; every rank passes the same id.
-                    let r = unsafe {
-                        (lib.comm_init_rank)(&mut comm.0, ranks as c_int, id, rank as c_int)
-                    };
-                    lib.check("ncclCommInitRank", r)?;
+                    let init = lib.check("ncclCommInitRank", unsafe {
+                        (lib.comm_init_rank)(&mut comm, ranks as c_int, id, rank as c_int)
+                    });
+                    // A rank whose init failed still meets the others at both barriers.
                     start.wait();
-                    let (mut n, mut me) = (0, 0);
-                    let t = Instant::now();
-                    for _ in 0..PAIRS {
-                        // SAFETY: a live communicator and valid out-pointers.
-                        unsafe {
-                            (lib.comm_count)(comm.0, &mut n);
-                            (lib.comm_user_rank)(comm.0, &mut me);
+                    let timed = init.map(|()| {
+                        let (mut n, mut me) = (0, 0);
+                        let t = Instant::now();
+                        for _ in 0..PAIRS {
+                            // SAFETY: a live communicator and valid out-pointers.
+                            unsafe {
+                                (lib.comm_count)(comm, &mut n);
+                                (lib.comm_user_rank)(comm, &mut me);
+                            }
                         }
-                    }
-                    let per_call = t.elapsed().as_secs_f64() * 1e9 / (2 * PAIRS) as f64;
+                        let per_call = t.elapsed().as_secs_f64() * 1e9 / (2 * PAIRS) as f64;
+                        (per_call, n, me)
+                    });
                     start.wait();
+                    let (per_call, n, me) = timed?;
                     // SAFETY: the communicator this thread made, no longer used.
-                    unsafe { (lib.comm_destroy)(comm.0) };
+                    unsafe { (lib.comm_destroy)(comm) };
                     if n as usize != ranks || me as usize != rank {
                         return Err(format!("rank {rank}: the queries answered {n} and {me}"));
                     }
