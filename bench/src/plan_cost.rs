@@ -32,7 +32,7 @@ fn plan(kind: CollKind, bytes: u64, nranks: u32) -> WorkDesc {
             peer_seq: 0,
         });
         let ll_chunk = geometry.message_bytes(plan::Protocol::Ll);
-        let shape = tuner.p2p_shape(TOPOLOGY, nranks, &c, Some(ll_chunk));
+        let shape = tuner.p2p_shape(nranks, TOPOLOGY, &c, Some(ll_chunk));
         return plan::build_p2p(0, nranks, &ops, dtype, shape, plan::Split::No);
     }
     let count = match kind {

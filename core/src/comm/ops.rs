@@ -666,8 +666,8 @@ impl<B: Backend> Communicator<B> {
         let choice = self.p2p_choice(c);
         let topo = self.topology(&c.transport);
         let shape = inner.tuner.p2p_shape(
-            topo,
             inner.nranks,
+            topo,
             &choice,
             inner.backend.max_chunk_bytes(Protocol::Ll),
         );

@@ -481,7 +481,7 @@ impl Tuner {
     /// if set, else the table's `p2p_ll_max` (moved with the link across hosts as `ll_max` is;
     /// `p2p_ll_max_nvlink_many` for more than two ranks on NVLink); 0 when `NCCL_PROTO`
     /// excludes LL for send/receive. Both ends of a message must see the same value.
-    pub fn p2p_ll_max(&self, topo: Topology, nranks: u32) -> u64 {
+    pub fn p2p_ll_max(&self, nranks: u32, topo: Topology) -> u64 {
         match self.protos[kind_index(CollKind::SendRecv)] {
             Some(mask) if mask & proto_bit(Protocol::Ll) == 0 => 0,
             _ => self.p2p_ll_threshold.unwrap_or_else(|| {
@@ -501,8 +501,8 @@ impl Tuner {
     /// Both ends of a message must get the same shape.
     pub fn p2p_shape(
         &self,
-        topo: Topology,
         nranks: u32,
+        topo: Topology,
         choice: &Choice,
         ll_chunk_bytes: Option<u64>,
     ) -> P2pShape {
@@ -512,7 +512,7 @@ impl Tuner {
             chunk_elems: choice.chunk_elems,
             bytes_per_channel: HEURISTICS.p2p_bytes_per_channel[t],
             ll: ll_chunk_bytes.map_or_else(P2pLl::default, |fits| P2pLl {
-                max_bytes: self.p2p_ll_max(topo, nranks),
+                max_bytes: self.p2p_ll_max(nranks, topo),
                 chunk_bytes: fits,
                 bytes_per_channel: HEURISTICS.p2p_ll_bytes_per_channel[t],
             }),
@@ -919,7 +919,7 @@ mod tests {
         assert_eq!(all_reduce(SOCKETS, 8 * KIB + 1, 2).proto, Protocol::Ll128);
         assert_eq!(all_reduce(SOCKETS, 8 * MIB, 2).algo, Algorithm::Direct);
         assert_eq!(all_reduce(SOCKETS, 8 * MIB + 1, 2).algo, Algorithm::Ring);
-        assert_eq!(tuner(&[]).p2p_ll_max(SOCKETS, 2), 8 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(2, SOCKETS), 8 * KIB);
         // Other topologies do not look at a link.
         for ti in 0..3 {
             let topo = [
@@ -953,7 +953,7 @@ mod tests {
         assert_eq!(all_reduce(fast, 32 * MIB, 2).algo, Algorithm::Direct);
         assert_eq!(all_reduce(SOCKETS, 2 * MIB, 2).nchannels, 4);
         assert_eq!(all_reduce(fast, 2 * MIB, 2).nchannels, 4);
-        assert_eq!(tuner(&[]).p2p_ll_max(fast, 2), 56 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(2, fast), 56 * KIB);
         // 400 Gb/s, 2 us: 28 times, held at the limit of 16.
         let c = crossovers(across(NetLink::reported(400_000, 2.0)));
         assert_eq!(
@@ -1043,7 +1043,7 @@ mod tests {
             let t = tuner(&[("NCCL_PROTO", "simple")]);
             let c = t.choose(CollKind::AllReduce, 8, DataType::Float32, 2, topo);
             assert_eq!(c.proto, Protocol::Simple);
-            assert_eq!(t.p2p_ll_max(topo, 2), 0);
+            assert_eq!(t.p2p_ll_max(2, topo), 0);
             let t = tuner(&[("NCCL_PROTO", "ll")]);
             let c = t.choose(CollKind::AllReduce, GIB, DataType::Float32, 2, topo);
             assert_eq!(c.proto, Protocol::Ll);
@@ -1164,24 +1164,24 @@ mod tests {
     #[test]
     fn protocols() {
         let nvlink = Topology::SingleNodeGpu { nvlink: true };
-        assert_eq!(tuner(&[]).p2p_ll_max(nvlink, 2), 512 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(2, nvlink), 512 * KIB);
         assert_eq!(
-            tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(nvlink, 2),
+            tuner(&[("NCCL_PROTO", "LL")]).p2p_ll_max(2, nvlink),
             512 * KIB
         );
         assert_eq!(
-            tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(nvlink, 2),
+            tuner(&[("NCCL_PROTO", "allreduce:LL")]).p2p_ll_max(2, nvlink),
             512 * KIB
         );
-        assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(nvlink, 2), 0);
-        assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host, 2), 64 * KIB);
+        assert_eq!(tuner(&[("NCCL_PROTO", "Simple")]).p2p_ll_max(2, nvlink), 0);
+        assert_eq!(tuner(&[]).p2p_ll_max(2, Topology::Host), 64 * KIB);
         // More than two GPUs on NVLink take their own row; other topologies keep theirs.
-        assert_eq!(tuner(&[]).p2p_ll_max(nvlink, 4), 8 * KIB);
-        assert_eq!(tuner(&[]).p2p_ll_max(Topology::Host, 4), 64 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(4, nvlink), 8 * KIB);
+        assert_eq!(tuner(&[]).p2p_ll_max(4, Topology::Host), 64 * KIB);
         let c4 = pick(&tuner(&[]), CollKind::SendRecv, 1 << 30, 4);
         assert_eq!(
             tuner(&[])
-                .p2p_shape(nvlink, 4, &c4, Some(56 * KIB))
+                .p2p_shape(4, nvlink, &c4, Some(56 * KIB))
                 .ll
                 .max_bytes,
             8 * KIB
@@ -1189,7 +1189,7 @@ mod tests {
         // A send/receive shape takes the choice, the table's spreads and the LL limit; a
         // backend without LL gets none.
         let c = pick(&tuner(&[]), CollKind::SendRecv, 1 << 30, 2);
-        let shape = tuner(&[]).p2p_shape(nvlink, 2, &c, Some(56 * KIB));
+        let shape = tuner(&[]).p2p_shape(2, nvlink, &c, Some(56 * KIB));
         assert_eq!(
             (
                 shape.nchannels,
@@ -1203,21 +1203,21 @@ mod tests {
             (512 * KIB, 56 * KIB)
         );
         assert_eq!(
-            tuner(&[]).p2p_shape(nvlink, 2, &c, None).ll,
+            tuner(&[]).p2p_shape(2, nvlink, &c, None).ll,
             P2pLl::default()
         );
         // NCCL's own threshold variable sets it on every topology; NCCL_PROTO still excludes.
         let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "16384")]);
-        assert_eq!(t.p2p_ll_max(nvlink, 2), 16 * KIB);
-        assert_eq!(t.p2p_ll_max(Topology::Host, 2), 16 * KIB);
-        assert_eq!(t.p2p_ll_max(nvlink, 4), 16 * KIB);
+        assert_eq!(t.p2p_ll_max(2, nvlink), 16 * KIB);
+        assert_eq!(t.p2p_ll_max(2, Topology::Host), 16 * KIB);
+        assert_eq!(t.p2p_ll_max(4, nvlink), 16 * KIB);
         let t = tuner(&[("NCCL_P2P_LL_THRESHOLD", "0")]);
-        assert_eq!(t.p2p_ll_max(nvlink, 2), 0);
+        assert_eq!(t.p2p_ll_max(2, nvlink), 0);
         let t = tuner(&[
             ("NCCL_P2P_LL_THRESHOLD", "1073741824"),
             ("NCCL_PROTO", "^LL"),
         ]);
-        assert_eq!(t.p2p_ll_max(nvlink, 2), 0);
+        assert_eq!(t.p2p_ll_max(2, nvlink), 0);
         let t = tuner(&[("NCCL_PROTO", "Simple")]);
         let c = pick(&t, CollKind::AllReduce, 8, 2);
         assert_eq!(c.proto, Protocol::Simple);
