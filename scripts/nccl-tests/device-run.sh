@@ -48,6 +48,8 @@ trap pack EXIT
 ngpus=$(nvidia-smi -L | wc -l)
 # NVIDIA's library directory (PyTorch's wheel).
 nvlib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+# lib_dir ours|nv: the directory of that library's libnccl.so.2.
+lib_dir() { if [ "$1" = ours ]; then echo /tmp/oxccl-build/lib; else echo "$nvlib"; fi; }
 # perf_bin OP: nccl-tests' OP_perf, unpacked from .carry on first use.
 perf_bin() {
   [ -x "$work/nt-bin/nccl-tests/$1_perf" ] || { mkdir -p "$work/nt-bin"; tar -xJf .carry/nccl-tests.tar.xz -C "$work/nt-bin"; }
@@ -113,7 +115,7 @@ for step in "$@"; do
         timeout 60 "$ar" -t 2 -g 1 -b 64K -e 16M -f 4 -c 1 -n 20 -w 2 > "$pd/inspector.log" 2>&1
       echo "inspector rc=$? files: $(find "$pd/inspector" -type f | wc -l), AllReduce lines: $(cat $(find "$pd/inspector" -type f) 2>/dev/null | grep -ci allreduce), kernel_gpu: $(cat $(find "$pd/inspector" -type f) 2>/dev/null | grep -c kernel_gpu)"
       for lib in ours nv; do
-        [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+        dir=$(lib_dir $lib)
         for prof in none example; do
           [ "$(left)" -gt 15 ] || break
           extra=(); [ $prof = example ] && extra=(NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-example.so NCCL_PROFILE_EVENT_MASK=4095 NCCL_PROFILE_DUMP_FILE="$pd/cost-$lib")
@@ -160,7 +162,7 @@ for step in "$@"; do
       done ;;
     api-cost)
       for lib in ours nv; do
-        [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+        dir=$(lib_dir $lib)
         timeout 60 /tmp/oxccl-build/bin/oxccl-bench api-cost --lib "$dir/libnccl.so.2" "$ngpus" \
           > "$work/api-cost-$lib.log" 2>&1
         echo "api-cost $lib rc=$?: $(awk '/^rank/{printf "%s ", $3}' "$work/api-cost-$lib.log")ns"
@@ -170,7 +172,7 @@ for step in "$@"; do
       for r in 0 1 2; do
         for lib in ours nv; do
           [ "$(left)" -gt 15 ] || break
-          [ $lib = ours ] && dir=/tmp/oxccl-build/lib || dir=$nvlib
+          dir=$(lib_dir $lib)
           tag="$op-R$r-$lib"
           env LD_LIBRARY_PATH=$dir timeout 30 "$bin" -b 64K -e 4M -f 2 \
             -g "$ngpus" -R $r -c 0 -w 5 -n 50 > "$work/reg/$tag.log" 2>&1
