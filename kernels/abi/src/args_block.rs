@@ -102,9 +102,8 @@ impl ArgsLayout {
     }
 }
 
-/// The kernel parameters with `layout`'s block for `args`, `enc` and `table` written inline
-/// (it must fit in `inline_cap` bytes): [`kernel_params`] of [`ArgsLayout::image`] without the
-/// image's own allocation and copy.
+/// The kernel parameters (`OxcclKernelParams` of work.h, `inline_cap` bytes of inline block)
+/// with `layout`'s block for `args`, `enc` and `table` written inline (it must fit).
 pub fn inline_params(
     inline_cap: usize,
     layout: &ArgsLayout,
@@ -126,20 +125,11 @@ pub fn inline_params(
     p
 }
 
-/// The kernel parameters (`OxcclKernelParams` of work.h, `inline_cap` bytes of inline block):
-/// `image` inline when given (it must fit), else the device address `indirect` of the block.
-pub fn kernel_params(inline_cap: usize, image: Option<&[u8]>, indirect: u64) -> Vec<u8> {
+/// The kernel parameters (`OxcclKernelParams` of work.h, `inline_cap` bytes of inline block)
+/// carrying the device address `indirect` of the block instead.
+pub fn indirect_params(inline_cap: usize, indirect: u64) -> Vec<u8> {
     let mut p = vec![0u8; PARAMS_HEADER_BYTES + inline_cap];
-    match image {
-        Some(img) => {
-            assert!(
-                img.len() <= inline_cap,
-                "argument block too large to pass inline"
-            );
-            p[PARAMS_HEADER_BYTES..PARAMS_HEADER_BYTES + img.len()].copy_from_slice(img);
-        }
-        None => p[..8].copy_from_slice(&indirect.to_le_bytes()),
-    }
+    p[..8].copy_from_slice(&indirect.to_le_bytes());
     p
 }
 
@@ -241,16 +231,15 @@ mod args_block_tests {
         };
         let img = l.image(&args, &enc, &[1, 2]);
         let p = inline_params(1008, &l, &args, &enc, &[1, 2]);
-        assert_eq!(p, kernel_params(1008, Some(&img), 0));
+        assert_eq!(p.len(), PARAMS_HEADER_BYTES + 1008);
+        assert_eq!(&p[..8], &[0u8; 8], "no indirect address");
+        assert_eq!(&p[PARAMS_HEADER_BYTES..][..img.len()], &img[..]);
+        assert!(p[PARAMS_HEADER_BYTES + img.len()..].iter().all(|&b| b == 0));
     }
 
     #[test]
-    fn params_carry_the_block_or_its_address() {
-        let inline = kernel_params(64, Some(&[7u8; 40]), 0);
-        assert_eq!(inline.len(), PARAMS_HEADER_BYTES + 64);
-        assert_eq!(&inline[..8], &[0u8; 8], "no indirect address");
-        assert_eq!(&inline[16..56], &[7u8; 40]);
-        let indirect = kernel_params(16, None, 0xabcd_0000);
+    fn params_carry_the_block_address() {
+        let indirect = indirect_params(16, 0xabcd_0000);
         assert_eq!(&indirect[..8], &0xabcd_0000u64.to_le_bytes());
         assert_eq!(indirect.len(), PARAMS_HEADER_BYTES + 16);
     }

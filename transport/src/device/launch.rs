@@ -12,7 +12,8 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::{BufId, WorkDesc};
 use oxccl_kernel_abi::{
-    self as abi, ArgsLayout, LaunchArgs, OneShotParams, inline_params, kernel_params, one_shot_grid,
+    self as abi, ArgsLayout, LaunchArgs, OneShotParams, indirect_params, inline_params,
+    one_shot_grid,
 };
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
@@ -185,14 +186,14 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 unsafe { self.api.memset_zero_async(f, flags_need, s) }?;
             }
             args.epoch = 1;
-            let image = layout.image(&args, &enc, &table);
             let mut params = match exec.inline_cap {
-                Some(cap) => kernel_params(cap, Some(&image), 0),
+                Some(cap) => inline_params(cap, &layout, &args, &enc, &table),
                 None => {
+                    let image = layout.image(&args, &enc, &table);
                     let dev = self.api.dev_alloc(image.len())?;
                     st.captured.push(dev);
                     self.upload_now(dev, &image)?;
-                    kernel_params(exec.address_cap, None, dev)
+                    indirect_params(exec.address_cap, dev)
                 }
             };
             // SAFETY: as for the eager launch below; nothing the parameters reach is reused.
@@ -222,7 +223,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
                     self.api
                         .copy_h2d_async(arena.dev, arena.host, image.len(), s)
                 }?;
-                kernel_params(exec.address_cap, None, arena.dev)
+                indirect_params(exec.address_cap, arena.dev)
             }
             (None, cap) => inline_params(
                 cap.unwrap_or(exec.address_cap),
