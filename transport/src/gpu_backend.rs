@@ -107,11 +107,16 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
     fn granularity(&self, device: i32) -> Result<usize> {
         self.api.granularity(device)
     }
+    // Allocations, frees, mappings and waits below run relaxed: in global capture mode
+    // (PyTorch's default) each would break every capture another thread holds, and a caller's
+    // buffer may be dropped, or a communicator made, while one does.
     fn mem_alloc(&self, device: i32, size: usize) -> Result<DevicePtr> {
+        let _relaxed = self.api.relaxed_capture()?;
         self.api.shared_alloc(device, size)
     }
     /// Also releases memory from [`Backend::import_handle`].
     unsafe fn mem_free(&self, ptr: DevicePtr) -> Result<()> {
+        let _relaxed = self.api.relaxed_capture()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.api.shared_free(ptr) }
     }
@@ -119,6 +124,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         self.api.export(ptr)
     }
     unsafe fn import_handle(&self, handle: &ShareableHandle, size: usize) -> Result<DevicePtr> {
+        let _relaxed = self.api.relaxed_capture()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.api.import_here(handle, size) }
     }
@@ -136,6 +142,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         let total = stride
             .checked_mul(handles.len())
             .ok_or_else(|| Error::arg("symmetric window range overflows the address space"))?;
+        let _relaxed = self.api.relaxed_capture()?;
         let (align, _bound) = self.api.flat_begin(device)?;
         // SAFETY: `total` is a multiple of the stride, and so of the granularity; `align` is the
         // granularity.
@@ -172,6 +179,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         let range = lock(&self.flat)
             .remove(&base)
             .ok_or_else(|| Error::arg(format!("{base:#x} is not a symmetric window range")))?;
+        let _relaxed = self.api.relaxed_capture()?;
         // SAFETY: the caller's contract.
         unsafe { self.release_flat(base, &range) };
         Ok(())
@@ -180,6 +188,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         Ok(A::stream_from_handle(raw))
     }
     fn stream_synchronize(&self, stream: &A::Stream) -> Result<()> {
+        let _relaxed = self.api.relaxed_capture()?;
         self.api.stream_sync(A::stream_handle(stream))
     }
     fn is_capturing(&self, stream: &A::Stream) -> Result<bool> {

@@ -30,10 +30,14 @@ impl<A: GpuVariant> DeviceBackend for GpuBackend<A> {
     fn stream_of(stream: &AnyStream) -> Option<&A::Stream> {
         A::stream_of(stream)
     }
+    // Relaxed for the same reason as the backend's allocations: in global capture mode a
+    // stream made or destroyed, or a synchronous copy, breaks every other thread's capture.
     fn create_stream(&self, device: i32) -> Result<A::Stream> {
+        let _relaxed = self.api().relaxed_capture()?;
         self.api().caller_stream_create(device)
     }
     unsafe fn destroy_stream(&self, stream: &A::Stream) -> Result<()> {
+        let _relaxed = self.api().relaxed_capture()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.api().caller_stream_destroy(A::stream_handle(stream)) }
     }
@@ -41,10 +45,12 @@ impl<A: GpuVariant> DeviceBackend for GpuBackend<A> {
         self.api().caller_stream_done(A::stream_handle(stream))
     }
     unsafe fn copy_to_device(&self, device: i32, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let _relaxed = self.api().relaxed_capture()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.api().caller_copy_to_device(device, dst, src) }
     }
     unsafe fn copy_from_device(&self, device: i32, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let _relaxed = self.api().relaxed_capture()?;
         // SAFETY: forwarded from the caller.
         unsafe { self.api().caller_copy_from_device(device, dst, src) }
     }

@@ -749,11 +749,12 @@ fn report_ranks(what: &str, results: oxccl::Result<Vec<Result<(), String>>>) -> 
     fail
 }
 
-/// Every rank splits off a communicator, runs an AllReduce on it, then destroys it while every
-/// rank holds a graph capture open in global mode (PyTorch's default) on a stream of its own.
-/// Destroying waits for the communicator's launches and frees its memory, calls that global
-/// mode forbids while any thread captures unless the caller is relaxed: done plainly, they
-/// would invalidate every one of these captures. Returns the failures.
+/// Every rank splits off a communicator, runs an AllReduce on it, then, while every rank holds
+/// a graph capture open in global mode (PyTorch's default) on a stream of its own, destroys it,
+/// drops the AllReduce's buffer and uploads a new one. These wait for streams, free, allocate
+/// and copy: calls that global mode forbids while any thread captures unless the caller is
+/// relaxed; done plainly, they would invalidate every one of these captures. Returns the
+/// failures.
 fn destroy_beside_capture(rt: &Runtime, n: usize) -> usize {
     let barrier = Barrier::new(n);
     let results = on_ranks(rt, n, |comm| -> Result<(), String> {
@@ -770,7 +771,6 @@ fn destroy_beside_capture(rt: &Runtime, n: usize) -> usize {
             .all_reduce_in_place(&mut buf, ReduceOp::Sum)
             .map_err(|e| e.to_string())?;
         let got = buf.to_vec().map_err(|e| e.to_string())?;
-        drop(buf);
         barrier.wait();
         // SAFETY: `raw` is a live non-default stream of this thread's device.
         let began = unsafe { cu.begin_capture(raw, CAPTURE_MODE_GLOBAL) };
@@ -778,7 +778,13 @@ fn destroy_beside_capture(rt: &Runtime, n: usize) -> usize {
         barrier.wait();
         let captured = began.and_then(|()| {
             drop(child);
+            drop(buf);
+            let fresh = comm
+                .device()
+                .buffer_from(&[2.0f32; 4096])
+                .map_err(|e| format!("uploading a buffer: {e}"))?;
             std::thread::sleep(CAPTURE_HOLD / 4);
+            drop(fresh);
             // SAFETY: capture was begun above.
             unsafe { cu.end_capture(raw) }
         });
