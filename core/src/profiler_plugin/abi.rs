@@ -8,8 +8,31 @@ use std::ffi::{c_char, c_int, c_void};
 /// The symbol NCCL 2.28.9 looks for first.
 pub const SYMBOL_V5: &[u8] = b"ncclProfiler_v5\0";
 
-/// The event states oxccl records (`ncclProfilerEventState_v5_t` values).
+/// The event states oxccl records (`ncclProfilerEventState_v5_t` values; v1-v4 plugins get
+/// those their NCCL 2.28.9 adapter passes on, `VTable::record`).
 pub mod state {
+    /// A proxy operation has started moving data (`ncclProfilerProxyOpInProgress_v4`).
+    pub const PROXY_OP_IN_PROGRESS: i32 = 19;
+    /// A send step waits for the GPU to fill its buffer (`ncclProfilerProxyStepSendGPUWait`).
+    pub const PROXY_STEP_SEND_GPU_WAIT: i32 = 8;
+    /// A send step waits for the peer to have room (`ncclProfilerProxyStepSendPeerWait_v4`).
+    pub const PROXY_STEP_SEND_PEER_WAIT: i32 = 20;
+    /// A send step was posted to the network and waits for it to complete
+    /// (`ncclProfilerProxyStepSendWait`).
+    pub const PROXY_STEP_SEND_WAIT: i32 = 9;
+    /// A receive step was posted and waits for data (`ncclProfilerProxyStepRecvWait`).
+    pub const PROXY_STEP_RECV_WAIT: i32 = 10;
+    /// A receive step's data arrived and waits for its flush (`ncclProfilerProxyStepRecvFlushWait`).
+    pub const PROXY_STEP_RECV_FLUSH_WAIT: i32 = 11;
+    /// A receive step waits for the GPU to consume it (`ncclProfilerProxyStepRecvGPUWait`).
+    pub const PROXY_STEP_RECV_GPU_WAIT: i32 = 12;
+    /// The proxy thread's activity states (`ncclProfilerProxyCtrlIdle` …
+    /// `ncclProfilerProxyCtrlAppendEnd`): oxccl raises no ProxyCtrl events, but the adapters
+    /// pass these on with their argument, so `record` does as well.
+    pub const PROXY_CTRL_STATES: std::ops::RangeInclusive<i32> = 13..=18;
+    /// A network plugin's event has news, its data in the state's arguments
+    /// (`ncclProfilerNetPluginUpdate`).
+    pub const NET_PLUGIN_UPDATE: i32 = 21;
     /// A GroupApi event's group start is over, recorded as the event starts
     /// (`ncclProfilerGroupStartApiStop`).
     pub const GROUP_START_API_STOP: i32 = 23;
@@ -28,15 +51,17 @@ pub mod event {
     pub const COLL: u64 = 1 << 1;
     /// A send or receive as launched.
     pub const P2P: u64 = 1 << 2;
-    /// A proxy operation (not raised by oxccl).
+    /// A proxy operation: one channel's send or receive of a task over the network (raised by
+    /// the NET proxy, under the task's event).
     pub const PROXY_OP: u64 = 1 << 3;
-    /// A proxy step (not raised by oxccl).
+    /// One step of a proxy operation (raised by the NET proxy, under the operation's event).
     pub const PROXY_STEP: u64 = 1 << 4;
     /// The proxy thread's activity (not raised by oxccl).
     pub const PROXY_CTRL: u64 = 1 << 5;
     /// One channel of a collective's or send's or receive's kernel.
     pub const KERNEL_CH: u64 = 1 << 6;
-    /// An event a network plugin defines (not raised by oxccl).
+    /// An event a network plugin defines (raised by the NET proxy when the network plugin
+    /// asks for one, under the step's event).
     pub const NET_PLUGIN: u64 = 1 << 7;
     /// The `ncclGroupStart` … `ncclGroupEnd` call span (or one call outside a group).
     pub const GROUP_API: u64 = 1 << 8;
@@ -60,6 +85,8 @@ pub mod event {
             GROUP => GROUP | COLL | P2P | BELOW_TASKS,
             COLL => COLL | BELOW_TASKS,
             P2P => P2P | BELOW_TASKS,
+            PROXY_OP => PROXY_OP | PROXY_STEP | NET_PLUGIN,
+            PROXY_STEP => PROXY_STEP | NET_PLUGIN,
             k => k,
         }
     }
@@ -177,11 +204,57 @@ pub struct KernelCh {
     pub p_timer: u64,
 }
 
-/// `ncclProfilerEventStateArgs_v5_t` (v4 alike), as oxccl fills it: a KernelCh event's stop.
+/// `proxyOp` of the descriptor (every version alike): one channel's send or receive of a task
+/// over the network.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct StateArgs {
-    /// When the channel stopped, in ns (`kernelCh.pTimer`).
+pub struct ProxyOp {
+    /// The raising process (a plugin tells by it whether the parent event is its own).
+    pub pid: libc::pid_t,
+    /// The channel.
+    pub channel_id: u8,
+    /// The remote rank.
+    pub peer: c_int,
+    /// Network transfers (NCCL: steps over slice steps, rounded up).
+    pub n_steps: c_int,
+    /// Bytes per transfer.
+    pub chunk_size: c_int,
+    /// 1 for a send, 0 for a receive.
+    pub is_send: c_int,
+}
+
+/// `proxyStep` of the descriptor (every version alike).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProxyStep {
+    /// The transfer's number within its operation.
+    pub step: c_int,
+}
+
+/// `netPlugin` of the descriptor (v3-v5 alike): an event the network plugin defines.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NetPlugin {
+    /// The network plugin's type and version (`NCCL_PROFILER_NET_TYPE_*` | version).
+    pub id: i64,
+    /// The network plugin's own data, passed through.
+    pub data: *mut c_void,
+}
+
+/// `ncclProfilerEventStateArgs_v5_t` (v4 alike): one 8-byte value whose meaning depends on the
+/// state (each member is a one-field struct in C).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union StateArgs {
+    /// All bits, as oxccl writes them.
+    pub raw: u64,
+    /// A proxy step's bytes so far (`proxyStep.transSize`).
+    pub trans_size: usize,
+    /// Proxy operations appended (`proxyCtrl.appendedProxyOps`).
+    pub appended_proxy_ops: c_int,
+    /// A network plugin event's data (`netPlugin.data`).
+    pub net_plugin_data: *mut c_void,
+    /// When a kernel channel stopped, in ns (`kernelCh.pTimer`).
     pub p_timer: u64,
 }
 
@@ -203,8 +276,14 @@ pub union Body {
     pub coll: Coll,
     /// For [`event::P2P`].
     pub p2p: P2p,
+    /// For [`event::PROXY_OP`].
+    pub proxy_op: ProxyOp,
+    /// For [`event::PROXY_STEP`].
+    pub proxy_step: ProxyStep,
     /// For [`event::KERNEL_CH`].
     pub kernel_ch: KernelCh,
+    /// For [`event::NET_PLUGIN`].
+    pub net_plugin: NetPlugin,
 }
 
 /// `ncclProfilerEventDescr_v5_t`.
@@ -249,8 +328,8 @@ pub struct ProfilerV5 {
     >,
     /// Stops an event.
     pub stop_event: Option<unsafe extern "C" fn(handle: *mut c_void) -> NcclResult>,
-    /// Records a state of an event (oxccl records GroupApi events' two states and KernelCh
-    /// events' stop, as NCCL).
+    /// Records a state of an event (oxccl records GroupApi events' two states, KernelCh
+    /// events' stop, and the proxy's operation, step and network-plugin states, as NCCL).
     pub record_event_state: Option<
         unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut c_void) -> NcclResult,
     >,
@@ -281,6 +360,38 @@ mod tests {
         assert_eq!(size_of::<KernelCh>(), 16);
         assert_eq!(std::mem::offset_of!(KernelCh, p_timer), 8);
         assert_eq!(size_of::<StateArgs>(), 8);
+        // proxyOp, proxyStep and netPlugin, from the header compiled with offsetof.
+        let body = std::mem::offset_of!(EventDescr, body);
+        assert_eq!(size_of::<ProxyOp>(), 24);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, pid), 24);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, channel_id), 28);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, peer), 32);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, n_steps), 36);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, chunk_size), 40);
+        assert_eq!(body + std::mem::offset_of!(ProxyOp, is_send), 44);
+        assert_eq!(size_of::<ProxyStep>(), 4);
+        assert_eq!(body + std::mem::offset_of!(ProxyStep, step), 24);
+        assert_eq!(size_of::<NetPlugin>(), 16);
+        assert_eq!(body + std::mem::offset_of!(NetPlugin, id), 24);
+        assert_eq!(body + std::mem::offset_of!(NetPlugin, data), 32);
+        assert_eq!(size_of::<libc::pid_t>(), 4);
+    }
+
+    /// `ncclProfilerEventState_v5_t`'s values in NCCL 2.28.9's `nccl_profiler.h`.
+    #[test]
+    fn states_are_nccls() {
+        use state::*;
+        assert_eq!(PROXY_STEP_SEND_GPU_WAIT, 8);
+        assert_eq!(PROXY_STEP_SEND_WAIT, 9);
+        assert_eq!(PROXY_STEP_RECV_WAIT, 10);
+        assert_eq!(PROXY_STEP_RECV_FLUSH_WAIT, 11);
+        assert_eq!(PROXY_STEP_RECV_GPU_WAIT, 12);
+        assert_eq!(PROXY_CTRL_STATES, 13..=18);
+        assert_eq!(PROXY_OP_IN_PROGRESS, 19);
+        assert_eq!(PROXY_STEP_SEND_PEER_WAIT, 20);
+        assert_eq!(NET_PLUGIN_UPDATE, 21);
+        assert_eq!(KERNEL_CH_STOP, 22);
+        assert_eq!((GROUP_START_API_STOP, GROUP_END_API_START), (23, 24));
     }
 
     /// NCCL 2.28.9's activation rules (`src/plugin/profiler.cc`).
@@ -294,5 +405,28 @@ mod tests {
         assert_eq!(raised_by(P2P) & (COLL | GROUP | P2P_API), 0);
         assert_ne!(raised_by(GROUP) & (COLL | P2P), 0);
         assert_eq!(raised_by(KERNEL_LAUNCH), KERNEL_LAUNCH);
+    }
+
+    /// The proxy's events (`ncclProfilerStartProxyOpEvent`, `…StartSendProxyStepEvent`,
+    /// `ncclProfilerCallback`): each is raised for itself or an event below it, and asking for
+    /// any of them raises the task, Group and API events above (NCCL starts a proxy event
+    /// under its task's).
+    #[test]
+    fn proxy_events_are_raised_by_their_type_or_one_below() {
+        use event::*;
+        assert_eq!(raised_by(PROXY_OP), PROXY_OP | PROXY_STEP | NET_PLUGIN);
+        assert_eq!(raised_by(PROXY_STEP), PROXY_STEP | NET_PLUGIN);
+        assert_eq!(raised_by(NET_PLUGIN), NET_PLUGIN);
+        for proxy in [PROXY_OP, PROXY_STEP, NET_PLUGIN] {
+            for above in [GROUP_API, COLL_API, P2P_API, GROUP, COLL, P2P] {
+                assert_ne!(raised_by(above) & proxy, 0, "{above:#x} by {proxy:#x}");
+            }
+            assert_eq!(raised_by(KERNEL_CH) & proxy, 0);
+            assert_eq!(raised_by(KERNEL_LAUNCH) & proxy, 0);
+            assert_eq!(raised_by(PROXY_CTRL) & proxy, 0);
+        }
+        // Nothing above a step is raised by the op bit alone, and KernelCh raises no proxy event.
+        assert_eq!(raised_by(PROXY_STEP) & PROXY_OP, 0);
+        assert_eq!(raised_by(PROXY_OP) & KERNEL_CH, 0);
     }
 }

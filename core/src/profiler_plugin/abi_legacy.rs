@@ -1,8 +1,11 @@
 //! The profiler-plugin ABIs before v5 that NCCL 2.28.9 still loads (`ncclProfiler_v4` …
-//! `ncclProfiler_v1`): their descriptors of the events oxccl raises (Group, Coll, P2p, and in
-//! v3-v4 KernelCh) and their exported structs. Their type field is one byte, so API and kernel-launch events, whose
-//! bits are above it, have no encoding and are never passed to them.
+//! `ncclProfiler_v1`): their descriptors of the events oxccl raises (Group, Coll, P2p, ProxyOp,
+//! ProxyStep, in v3-v4 KernelCh and NetPlugin), their state arguments, which states NCCL's
+//! adapters pass on ([`state_args_v4`], [`state_args_v1`]), and their exported structs. Their
+//! type field is one byte, so API and kernel-launch events, whose bits are above it, have no
+//! encoding and are never passed to them.
 
+use super::abi::{self, NetPlugin, ProxyOp, ProxyStep, StateArgs, state};
 use crate::plugin_abi::{Logger, NcclResult};
 use std::ffi::{c_char, c_int, c_void};
 
@@ -207,7 +210,7 @@ pub struct P2pV1 {
 }
 
 /// `kernelCh` of the v3 descriptor: the channel only (v4's also has its start time,
-/// [`abi::KernelCh`](super::abi::KernelCh)).
+/// [`abi::KernelCh`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct KernelChV3 {
@@ -240,8 +243,14 @@ pub union BodyV4 {
     pub coll: CollV4,
     /// For P2p events.
     pub p2p: P2pV4,
+    /// For ProxyOp events.
+    pub proxy_op: ProxyOp,
+    /// For ProxyStep events.
+    pub proxy_step: ProxyStep,
     /// For KernelCh events.
-    pub kernel_ch: super::abi::KernelCh,
+    pub kernel_ch: abi::KernelCh,
+    /// For NetPlugin events.
+    pub net_plugin: NetPlugin,
 }
 
 /// The union of the v3 descriptor.
@@ -254,8 +263,14 @@ pub union BodyV3 {
     pub coll: CollV3,
     /// For P2p events.
     pub p2p: P2pV2,
+    /// For ProxyOp events.
+    pub proxy_op: ProxyOp,
+    /// For ProxyStep events.
+    pub proxy_step: ProxyStep,
     /// For KernelCh events.
     pub kernel_ch: KernelChV3,
+    /// For NetPlugin events.
+    pub net_plugin: NetPlugin,
 }
 
 /// The union of the v2 descriptor.
@@ -268,6 +283,10 @@ pub union BodyV2 {
     pub coll: CollV2,
     /// For P2p events.
     pub p2p: P2pV2,
+    /// For ProxyOp events.
+    pub proxy_op: ProxyOp,
+    /// For ProxyStep events.
+    pub proxy_step: ProxyStep,
 }
 
 /// The union of the v1 descriptor.
@@ -280,6 +299,10 @@ pub union BodyV1 {
     pub coll: CollV1,
     /// For P2p events.
     pub p2p: P2pV1,
+    /// For ProxyOp events.
+    pub proxy_op: ProxyOp,
+    /// For ProxyStep events.
+    pub proxy_step: ProxyStep,
 }
 
 /// `ncclProfilerEventDescr_v4_t`.
@@ -290,6 +313,81 @@ pub type DescrV3 = Descr<BodyV3>;
 pub type DescrV2 = Descr<BodyV2>;
 /// `ncclProfilerEventDescr_v1_t`.
 pub type DescrV1 = Descr<BodyV1>;
+
+/// `proxyOp` of the v1-v3 state arguments: what a proxy operation's states carried before v4
+/// (NCCL 2.28.9 records no such states and passes step states with these zeroed).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProxyOpArgsV1 {
+    /// Bytes so far.
+    pub trans_size: usize,
+    /// Steps so far.
+    pub steps: c_int,
+}
+
+/// `ncclProfilerEventStateArgs_v1_t` … `_v3_t` (alike).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union StateArgsV1 {
+    /// For proxy operation states.
+    pub proxy_op: ProxyOpArgsV1,
+    /// Proxy operations appended (`proxyCtrl.appendedProxyOps`).
+    pub appended_proxy_ops: c_int,
+}
+
+/// Whether NCCL's adapters (every version) take `state` for a proxy step's.
+fn is_proxy_step_state(state: c_int) -> bool {
+    matches!(
+        state,
+        state::PROXY_STEP_SEND_GPU_WAIT
+            | state::PROXY_STEP_SEND_PEER_WAIT
+            | state::PROXY_STEP_SEND_WAIT
+            | state::PROXY_STEP_RECV_WAIT
+            | state::PROXY_STEP_RECV_FLUSH_WAIT
+            | state::PROXY_STEP_RECV_GPU_WAIT
+    )
+}
+
+/// The arguments NCCL 2.28.9's v4 adapter passes with `state` recorded with `arg` (v5's
+/// first 8 bytes); `None` where it drops the state. It passes the proxy's states (a step's
+/// bytes, a network plugin's data, the ProxyCtrl count) and a KernelCh stop's timer, the
+/// operation's in-progress state with nothing copied (zeros here), and drops GroupApi states
+/// and the pre-v4 operation states.
+pub fn state_args_v4(state: c_int, arg: Option<u64>) -> Option<StateArgs> {
+    let raw = arg.unwrap_or(0);
+    let copied = match state {
+        state::PROXY_OP_IN_PROGRESS => 0,
+        state::NET_PLUGIN_UPDATE | state::KERNEL_CH_STOP => raw,
+        s if is_proxy_step_state(s) => raw,
+        // The adapter copies the int only.
+        s if state::PROXY_CTRL_STATES.contains(&s) => u64::from(raw as u32),
+        _ => return None,
+    };
+    Some(StateArgs { raw: copied })
+}
+
+/// The arguments NCCL 2.28.9's v1-v3 adapters pass with `state` recorded with `arg`; `None`
+/// where they drop the state. They pass the step states v1-v3 know (not the send's peer wait,
+/// new in v4) with zeroed arguments (a step's bytes do not reach them) and ProxyCtrl states
+/// with their count; they drop the operation's in-progress state, network-plugin updates,
+/// KernelCh stops and GroupApi states.
+pub fn state_args_v1(state: c_int, arg: Option<u64>) -> Option<StateArgsV1> {
+    let mut args = StateArgsV1 {
+        proxy_op: ProxyOpArgsV1 {
+            trans_size: 0,
+            steps: 0,
+        },
+    };
+    match state {
+        state::PROXY_STEP_SEND_PEER_WAIT => return None,
+        s if is_proxy_step_state(s) => {}
+        s if state::PROXY_CTRL_STATES.contains(&s) => {
+            args.appended_proxy_ops = arg.unwrap_or(0) as c_int;
+        }
+        _ => return None,
+    }
+    Some(args)
+}
 
 /// `startEvent` of v1-v4; the descriptor is the version's.
 pub type StartEvent = unsafe extern "C" fn(
@@ -393,8 +491,64 @@ mod tests {
         assert_eq!(24 + offset_of!(P2pV1, datatype), 56);
         assert_eq!(24 + offset_of!(P2pV1, count), 64);
         assert_eq!(24 + offset_of!(P2pV1, peer), 72);
-        assert_eq!(24 + offset_of!(super::super::abi::KernelCh, p_timer), 32);
+        assert_eq!(24 + offset_of!(abi::KernelCh, p_timer), 32);
         assert_eq!(size_of::<ProfilerV4>(), 48);
         assert_eq!(size_of::<ProfilerV1>(), 48);
+        // The v1-v3 state arguments.
+        assert_eq!(size_of::<StateArgsV1>(), 16);
+        assert_eq!(offset_of!(ProxyOpArgsV1, steps), 8);
+        assert_eq!(size_of::<StateArgs>(), 8);
+        // The proxy members sit at the union's start in every version (their offsets in the
+        // descriptor are checked on descriptors in `event`'s tests).
+        assert_eq!(offset_of!(DescrV3, body), 24);
+        assert_eq!(offset_of!(DescrV2, body), 24);
+        assert_eq!(offset_of!(DescrV1, body), 24);
+    }
+
+    /// Every state NCCL 2.28.9 defines, as the v4 adapter passes it on.
+    #[test]
+    fn v4_gets_the_proxy_states_with_their_value() {
+        let raw = |s: c_int, arg: Option<u64>| {
+            // SAFETY: `raw` covers the whole union, which `state_args_v4` writes through it.
+            state_args_v4(s, arg).map(|a| unsafe { a.raw })
+        };
+        for s in [8, 9, 10, 11, 12, 20, 21, 22] {
+            assert_eq!(
+                raw(s, Some(0x1234_5678_9abc)),
+                Some(0x1234_5678_9abc),
+                "{s}"
+            );
+            assert_eq!(raw(s, None), Some(0), "{s}");
+        }
+        // The in-progress state gets arguments, but nothing copied into them.
+        assert_eq!(raw(state::PROXY_OP_IN_PROGRESS, Some(7)), Some(0));
+        // ProxyCtrl states: the int only.
+        for s in 13..=18 {
+            assert_eq!(raw(s, Some(0x1_0000_0005)), Some(5), "{s}");
+        }
+        // GroupApi states and the pre-v4 operation states are dropped.
+        for s in [0, 1, 2, 3, 4, 5, 6, 7, 23, 24, 25, -1] {
+            assert!(raw(s, Some(1)).is_none(), "{s}");
+        }
+    }
+
+    /// Every state NCCL 2.28.9 defines, as the v1-v3 adapters pass it on.
+    #[test]
+    fn v1_to_v3_get_the_old_step_states_with_zeroed_arguments() {
+        let args = |s: c_int, arg: Option<u64>| {
+            // SAFETY: `proxy_op` covers the whole union, which `state_args_v1` initializes.
+            state_args_v1(s, arg).map(|a| unsafe { (a.proxy_op.trans_size, a.proxy_op.steps) })
+        };
+        for s in [8, 9, 10, 11, 12] {
+            assert_eq!(args(s, Some(4096)), Some((0, 0)), "{s}");
+        }
+        for s in 13..=18 {
+            assert_eq!(args(s, Some(3)), Some((3, 0)), "{s}");
+        }
+        // The send's peer wait, the in-progress state, network-plugin updates, KernelCh stops
+        // and GroupApi states are dropped, as the old operation states.
+        for s in [0, 1, 2, 3, 4, 5, 6, 7, 19, 20, 21, 22, 23, 24] {
+            assert!(args(s, Some(1)).is_none(), "{s}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The events oxccl raises, and their descriptors in each ABI version: v5 as NCCL 2.28 fills
 //! it, v4-v1 as NCCL 2.28.9's adapters translate v5 (task events hang under the launch's Group
 //! event, API and kernel-launch events are not passed on, KernelCh events reach v3 without their
-//! timer and v1-v2 not at all, v1 names things by enum values).
+//! timer and v1-v2 not at all, ProxyOp and ProxyStep events reach every version unchanged,
+//! NetPlugin events v3-v4 but not v1-v2, v1 names things by enum values).
 
 use super::abi::{self, event as bit};
 use super::abi_legacy::{self as legacy, Descr};
@@ -68,6 +69,32 @@ pub enum Event {
         channel: u32,
         /// When the channel started, in ns ([`super::channels::now_ns`]'s clock).
         start_ns: u64,
+    },
+    /// One channel's send or receive of a task over the network, under the task's event (the
+    /// descriptor's pid is this process's, filled when laid out).
+    ProxyOp {
+        /// NCCL's channel id.
+        channel: u32,
+        /// The remote rank.
+        peer: u32,
+        /// Network transfers of the operation.
+        n_steps: u32,
+        /// Bytes per transfer.
+        chunk_size: u32,
+        /// A send (else a receive).
+        is_send: bool,
+    },
+    /// One network transfer of a proxy operation, under the operation's event.
+    ProxyStep {
+        /// The transfer's number within the operation.
+        step: u32,
+    },
+    /// An event the network plugin defines, under the step's event.
+    NetPlugin {
+        /// The network plugin's type and version (`NCCL_PROFILER_NET_TYPE_*` | version).
+        id: i64,
+        /// The network plugin's pointer, passed through.
+        data: usize,
     },
 }
 
@@ -167,7 +194,38 @@ impl Event {
             Event::Coll(_) => bit::COLL,
             Event::P2p(_) => bit::P2P,
             Event::KernelCh { .. } => bit::KERNEL_CH,
+            Event::ProxyOp { .. } => bit::PROXY_OP,
+            Event::ProxyStep { .. } => bit::PROXY_STEP,
+            Event::NetPlugin { .. } => bit::NET_PLUGIN,
         }
+    }
+
+    /// The `proxyOp`, `proxyStep` or `netPlugin` member of a proxy event, which every version
+    /// that has it lays out alike; `None` for other events.
+    fn proxy_body(&self) -> Option<ProxyBody> {
+        Some(match *self {
+            Event::ProxyOp {
+                channel,
+                peer,
+                n_steps,
+                chunk_size,
+                is_send,
+            } => ProxyBody::Op(abi::ProxyOp {
+                // NCCL's is the process that loaded the plugin: this one.
+                pid: std::process::id() as libc::pid_t,
+                channel_id: byte(channel),
+                peer: clamp(peer),
+                n_steps: clamp(n_steps),
+                chunk_size: clamp(chunk_size),
+                is_send: c_int::from(is_send),
+            }),
+            Event::ProxyStep { step } => ProxyBody::Step(abi::ProxyStep { step: clamp(step) }),
+            Event::NetPlugin { id, data } => ProxyBody::Net(abi::NetPlugin {
+                id,
+                data: data as *mut c_void,
+            }),
+            _ => return None,
+        })
     }
 
     /// A task event's Group event and channel count (`None`: not a task event).
@@ -279,6 +337,11 @@ impl Event {
                     p_timer: start_ns,
                 };
             }
+            Event::ProxyOp { .. } | Event::ProxyStep { .. } | Event::NetPlugin { .. } => {
+                if let Some(p) = self.proxy_body() {
+                    body.set_proxy(p);
+                }
+            }
         }
         abi::EventDescr {
             kind: self.kind(),
@@ -291,6 +354,10 @@ impl Event {
     /// The v4 descriptor; `None` for events v4 has no type for.
     pub fn v4(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV4> {
         let mut body = legacy::BodyV4 { zeroed: [0; 10] };
+        if let Some(p) = self.proxy_body() {
+            // The adapter keeps a proxy event's parent.
+            return body.set_proxy(p).then(|| self.legacy(parent, rank, body));
+        }
         let parent = match *self {
             Event::Group => parent,
             Event::Coll(c) => {
@@ -335,6 +402,10 @@ impl Event {
     /// The v3 descriptor; `None` for events v3 has no type for.
     pub fn v3(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV3> {
         let mut body = legacy::BodyV3 { zeroed: [0; 12] };
+        if let Some(p) = self.proxy_body() {
+            // The adapter keeps a proxy event's parent.
+            return body.set_proxy(p).then(|| self.legacy(parent, rank, body));
+        }
         let parent = match *self {
             Event::Group => parent,
             Event::Coll(c) => {
@@ -373,6 +444,10 @@ impl Event {
     /// The v2 descriptor; `None` for events v2 has no type for.
     pub fn v2(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV2> {
         let mut body = legacy::BodyV2 { zeroed: [0; 13] };
+        if let Some(p) = self.proxy_body() {
+            // The adapter keeps a proxy event's parent.
+            return body.set_proxy(p).then(|| self.legacy(parent, rank, body));
+        }
         let parent = match *self {
             Event::Group => parent,
             Event::Coll(c) => {
@@ -406,6 +481,10 @@ impl Event {
     /// The v1 descriptor; `None` for events v1 has no type for.
     pub fn v1(&self, parent: Handle, rank: c_int) -> Option<legacy::DescrV1> {
         let mut body = legacy::BodyV1 { zeroed: [0; 12] };
+        if let Some(p) = self.proxy_body() {
+            // The adapter keeps a proxy event's parent.
+            return body.set_proxy(p).then(|| self.legacy(parent, rank, body));
+        }
         let parent = match *self {
             Event::Group => parent,
             Event::Coll(c) => {
@@ -457,6 +536,58 @@ impl Event {
         }
     }
 }
+
+/// The member of a proxy event's descriptor (every version that has it lays it out alike).
+#[derive(Clone, Copy)]
+enum ProxyBody {
+    /// `proxyOp`.
+    Op(abi::ProxyOp),
+    /// `proxyStep`.
+    Step(abi::ProxyStep),
+    /// `netPlugin`.
+    Net(abi::NetPlugin),
+}
+
+/// A version's descriptor union, as far as proxy events go.
+trait ProxyMembers {
+    /// Writes `p` into its member; false when the version has none (its adapter drops the
+    /// event).
+    fn set_proxy(&mut self, p: ProxyBody) -> bool;
+}
+
+/// Versions with a member for each proxy event.
+macro_rules! all_proxy_members {
+    ($($body:ty),*) => {$(
+        impl ProxyMembers for $body {
+            fn set_proxy(&mut self, p: ProxyBody) -> bool {
+                match p {
+                    ProxyBody::Op(op) => self.proxy_op = op,
+                    ProxyBody::Step(step) => self.proxy_step = step,
+                    ProxyBody::Net(net) => self.net_plugin = net,
+                }
+                true
+            }
+        }
+    )*};
+}
+all_proxy_members!(abi::Body, legacy::BodyV4, legacy::BodyV3);
+
+/// v1 and v2, which have no NetPlugin events (NCCL's adapters drop them).
+macro_rules! op_and_step_members {
+    ($($body:ty),*) => {$(
+        impl ProxyMembers for $body {
+            fn set_proxy(&mut self, p: ProxyBody) -> bool {
+                match p {
+                    ProxyBody::Op(op) => self.proxy_op = op,
+                    ProxyBody::Step(step) => self.proxy_step = step,
+                    ProxyBody::Net(_) => return false,
+                }
+                true
+            }
+        }
+    )*};
+}
+op_and_step_members!(legacy::BodyV2, legacy::BodyV1);
 
 /// The `p2p` member of v2 and v3.
 fn p2p_v2(p: &P2pTask) -> legacy::P2pV2 {
@@ -624,6 +755,100 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { d.body.kernel_ch }.channel_id, 5);
         assert!(k.v2(0x55, 2).is_none() && k.v1(0x55, 2).is_none());
+    }
+
+    /// The value of type `T` at byte `offset` of a descriptor.
+    fn at<T: Copy, D>(d: &D, offset: usize) -> T {
+        assert!(offset + size_of::<T>() <= size_of::<D>());
+        // SAFETY: in bounds (checked); the tests read fields only (no padding), of plain data,
+        // and the read does not assume alignment.
+        unsafe { std::ptr::read_unaligned((d as *const D).cast::<u8>().add(offset).cast::<T>()) }
+    }
+
+    /// The type byte (v5: word), parent and rank of a descriptor, at NCCL's offsets.
+    fn head<D>(d: &D, wide: bool) -> (u64, usize, c_int) {
+        let kind = if wide {
+            at::<u64, D>(d, 0)
+        } else {
+            u64::from(at::<u8, D>(d, 0))
+        };
+        (kind, at(d, 8), at(d, 16))
+    }
+
+    /// A ProxyOp descriptor of `version` at NCCL's offsets: proxyOp {pid 24, channelId 28,
+    /// peer 32, nSteps 36, chunkSize 40, isSend 44} (every version alike).
+    fn check_op<D>(d: &D, version: u32) {
+        let v = format!("v{version}");
+        assert_eq!(head(d, version == 5), (bit::PROXY_OP, 0x42, 1), "{v}");
+        assert_eq!(at::<i32, _>(d, 24), std::process::id() as i32, "{v}");
+        assert_eq!(at::<u8, _>(d, 28), 7, "{v}");
+        assert_eq!(at::<i32, _>(d, 32), 3, "{v}");
+        assert_eq!(at::<i32, _>(d, 36), 12, "{v}");
+        assert_eq!(at::<i32, _>(d, 40), 1 << 19, "{v}");
+        assert_eq!(at::<i32, _>(d, 44), 1, "{v}");
+    }
+
+    /// A ProxyStep descriptor: proxyStep {step 24}.
+    fn check_step<D>(d: &D, version: u32) {
+        assert_eq!(head(d, version == 5), (bit::PROXY_STEP, 0x43, 1));
+        assert_eq!(at::<i32, _>(d, 24), 9, "v{version}");
+    }
+
+    /// A NetPlugin descriptor: netPlugin {id 24, data 32}.
+    fn check_net<D>(d: &D, version: u32) {
+        assert_eq!(head(d, version == 5), (bit::NET_PLUGIN, 0x44, 1));
+        assert_eq!(at::<i64, _>(d, 24), 0x1_0001, "v{version}");
+        assert_eq!(at::<usize, _>(d, 32), 0x0dea_dbee_f000, "v{version}");
+    }
+
+    /// The proxy events at the byte offsets of NCCL 2.28.9's headers (compiled with offsetof),
+    /// parents kept, in every version that gets them.
+    #[test]
+    fn proxy_events_sit_at_nccls_offsets_in_every_version() {
+        let op = Event::ProxyOp {
+            channel: 7,
+            peer: 3,
+            n_steps: 12,
+            chunk_size: 1 << 19,
+            is_send: true,
+        };
+        let step = Event::ProxyStep { step: 9 };
+        let net = Event::NetPlugin {
+            id: 0x1_0001,
+            data: 0x0dea_dbee_f000,
+        };
+        check_op(&op.v5(0x42, 1), 5);
+        check_op(&op.v4(0x42, 1).unwrap(), 4);
+        check_op(&op.v3(0x42, 1).unwrap(), 3);
+        check_op(&op.v2(0x42, 1).unwrap(), 2);
+        check_op(&op.v1(0x42, 1).unwrap(), 1);
+        check_step(&step.v5(0x43, 1), 5);
+        check_step(&step.v4(0x43, 1).unwrap(), 4);
+        check_step(&step.v3(0x43, 1).unwrap(), 3);
+        check_step(&step.v2(0x43, 1).unwrap(), 2);
+        check_step(&step.v1(0x43, 1).unwrap(), 1);
+        check_net(&net.v5(0x44, 1), 5);
+        check_net(&net.v4(0x44, 1).unwrap(), 4);
+        check_net(&net.v3(0x44, 1).unwrap(), 3);
+        // v1 and v2 have no NetPlugin events: their adapters drop them.
+        assert!(net.v2(0x44, 1).is_none() && net.v1(0x44, 1).is_none());
+        // A receive, and values beyond C's int and byte saturate.
+        let recv = Event::ProxyOp {
+            channel: 300,
+            peer: u32::MAX,
+            n_steps: 0,
+            chunk_size: u32::MAX,
+            is_send: false,
+        };
+        let d = recv.v4(0, 0).unwrap();
+        assert_eq!(at::<u8, _>(&d, 28), 255);
+        assert_eq!(at::<i32, _>(&d, 32), i32::MAX);
+        assert_eq!((at::<i32, _>(&d, 40), at::<i32, _>(&d, 44)), (i32::MAX, 0));
+        assert_eq!(recv.kind(), bit::PROXY_OP);
+        assert_eq!(
+            (step.kind(), net.kind()),
+            (bit::PROXY_STEP, bit::NET_PLUGIN)
+        );
     }
 
     #[test]

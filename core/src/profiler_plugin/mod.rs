@@ -1,7 +1,8 @@
 //! NCCL profiler plugins (`NCCL_PROFILER_PLUGIN`, ABI v5 to v1 as NCCL 2.28.9 loads them): a
 //! library that receives the start and stop of events (a group call, a collective or
-//! send/receive call, a kernel launch, the operations of a launch, their kernels' channels) and
-//! writes traces or statistics.
+//! send/receive call, a kernel launch, the operations of a launch, their kernels' channels, the
+//! NET proxy's operations and steps and the network plugin's own events) and writes traces or
+//! statistics.
 //!
 //! Found as NCCL finds it: unset means `libnccl-profiler.so`, `none` no plugin; a value is
 //! `dlopen`ed as given and, when that fails and it is a bare name, as
@@ -11,9 +12,11 @@
 //! context (`init`, `finalize`).
 //!
 //! Which events an operation raises, and their parents, is decided where operations launch
-//! (`comm/ops/profile.rs`). The activation mask starts as `NCCL_PROFILE_EVENT_MASK` and the plugin's `init` may change it
-//! at any time (one per process, as NCCL's); an event is raised when its type, or a type below
-//! it, is in the mask ([`abi::event::raised_by`], NCCL's rules).
+//! (`comm/ops/profile.rs`); the NET proxy raises its events through a [`Raiser`] with plain
+//! handles ([`Raiser::start_raw`], [`Raiser::record`], [`Raiser::stop`]). The activation mask
+//! starts as `NCCL_PROFILE_EVENT_MASK` and the plugin's `init` may change it at any time (one
+//! per process, as NCCL's); an event is raised when its type, or a type below it, is in the
+//! mask ([`abi::event::raised_by`], NCCL's rules).
 
 pub mod abi;
 pub mod abi_legacy;
@@ -207,7 +210,8 @@ impl ProfilerContext {
     }
 }
 
-/// A communicator's context as a launch keeps it (valid while the communicator is).
+/// A communicator's context as a launch or the proxy keeps it (valid while the communicator
+/// is).
 #[derive(Clone, Copy)]
 pub struct Raiser {
     plugin: &'static ProfilerPlugin,
@@ -215,19 +219,51 @@ pub struct Raiser {
     rank: c_int,
 }
 
+/// The proxy's threads keep copies: a plugin is called from any thread (as NCCL's proxy
+/// thread does), and the context is a plain address.
+const _: fn() = || {
+    fn shareable<T: Clone + Copy + Send + Sync>() {}
+    shareable::<Raiser>();
+};
+
 impl Raiser {
     /// Starts `event` under `parent` (0: a root) when the mask asks for it
     /// ([`ProfilerContext::wants`]); it stops when the result is dropped.
     pub fn start(&self, event: &Event, parent: Handle) -> Started {
-        if !wanted(event.kind()) {
-            return Started::NONE;
-        }
-        let handle = self.plugin.vtable.start(self.ctx, event, parent, self.rank);
+        let handle = self.start_raw(event, parent);
         Started {
             plugin: (handle != 0).then_some(self.plugin),
             handle,
             end_state: None,
         }
+    }
+
+    /// Starts `event` under `parent` (0: a root) when the mask asks for it, for an event that
+    /// stops elsewhere ([`Raiser::stop`]; the proxy keeps plain handles); 0 when it was not
+    /// raised (not asked for, dropped for the plugin's version, or no handle returned).
+    pub fn start_raw(&self, event: &Event, parent: Handle) -> Handle {
+        if !wanted(event.kind()) {
+            return 0;
+        }
+        self.plugin.vtable.start(self.ctx, event, parent, self.rank)
+    }
+
+    /// Records `state` ([`abi::state`]) of an event [`Raiser::start_raw`] returned (0: nothing),
+    /// with `arg` in the first 8 bytes of the state's arguments (a proxy step's `transSize`, a
+    /// NetPlugin event's `data`, a KernelCh event's `pTimer`); v1-v4 plugins get it as NCCL's
+    /// adapters pass it on.
+    pub fn record(&self, handle: Handle, state: c_int, arg: Option<u64>) {
+        self.plugin.vtable.record(handle, state, arg);
+    }
+
+    /// Stops an event [`Raiser::start_raw`] returned (0: nothing).
+    pub fn stop(&self, handle: Handle) {
+        self.plugin.vtable.stop(handle);
+    }
+
+    /// Whether events of `kind` are raised: it, or a type below it, is in the mask.
+    pub fn wants(&self, kind: u64) -> bool {
+        wanted(kind)
     }
 
     /// Runs `finish` on the completion thread once `query` says the launch completed

@@ -160,25 +160,39 @@ impl VTable {
         }
     }
 
-    /// Records `state` of an event `start` returned, with a KernelCh event's stop time
-    /// `timer`, as NCCL 2.28.9's adapters pass states on: v5 gets every state oxccl records, v4
-    /// a KernelCh stop only (not GroupApi states, which it has no events for), v1-v3 none.
-    pub fn record(&self, handle: Handle, state: c_int, timer: Option<u64>) {
-        let record = match self {
-            VTable::V5(t) => t.record_event_state,
-            VTable::V4(t) if state == abi::state::KERNEL_CH_STOP => t.record_event_state,
-            _ => None,
-        };
-        let Some(record) = record.filter(|_| handle != 0) else {
+    /// Records `state` of an event `start` returned (0: nothing), `arg` in the first 8 bytes
+    /// of the state's arguments, as NCCL 2.28.9 and its adapters pass states on: v5 gets every
+    /// state, v4 and v1-v3 those their adapter passes ([`legacy::state_args_v4`],
+    /// [`legacy::state_args_v1`]).
+    pub fn record(&self, handle: Handle, state: c_int, arg: Option<u64>) {
+        if handle == 0 {
             return;
-        };
-        let mut args = timer.map(|p_timer| abi::StateArgs { p_timer });
-        let args = args
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |a| (a as *mut abi::StateArgs).cast());
-        // SAFETY: a live handle this plugin's startEvent returned; `args` is NULL or the
-        // state's arguments in v4's and v5's layout (alike), alive for the call.
-        unsafe { record(handle as *mut c_void, state, args) };
+        }
+        let handle = handle as *mut c_void;
+        match *self {
+            VTable::V5(t) => {
+                // NCCL passes GroupApi states without arguments and every other state with
+                // them, zeroed where it has no value (plugins read a step's bytes unchecked).
+                let group_api = matches!(
+                    state,
+                    abi::state::GROUP_START_API_STOP | abi::state::GROUP_END_API_START
+                );
+                let args = (arg.is_some() || !group_api).then(|| abi::StateArgs {
+                    raw: arg.unwrap_or(0),
+                });
+                record_with(t.record_event_state, handle, state, args);
+            }
+            VTable::V4(t) => {
+                if let Some(args) = legacy::state_args_v4(state, arg) {
+                    record_with(t.record_event_state, handle, state, Some(args));
+                }
+            }
+            VTable::V1To3(_, t) => {
+                if let Some(args) = legacy::state_args_v1(state, arg) {
+                    record_with(t.record_event_state, handle, state, Some(args));
+                }
+            }
+        }
     }
 
     /// Calls `finalize` on a context `init` made; `None` when the plugin has none.
@@ -191,6 +205,24 @@ impl VTable {
         // SAFETY: the context came from this plugin's init and is finalized once.
         Some(unsafe { finalize(ctx as *mut c_void) })
     }
+}
+
+/// Calls a `recordEventState` whose arguments parameter is `*mut P` with `args` (`None`: NULL).
+fn record_with<A, P>(
+    record: Option<
+        unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut P) -> NcclResult,
+    >,
+    handle: *mut c_void,
+    state: c_int,
+    mut args: Option<A>,
+) {
+    let Some(record) = record else { return };
+    let args = args
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |a| (a as *mut A).cast::<P>());
+    // SAFETY: a live handle this plugin's startEvent returned; `args` is NULL or the state's
+    // arguments in the layout of the plugin's version, alive for the call.
+    unsafe { record(handle, state, args) };
 }
 
 /// Calls a `startEvent` whose descriptor parameter is `*mut P` with `descr`; 0 without one.

@@ -5,12 +5,15 @@
  * 0x2) and appends one line per call to OXTEST_PROFILER_LOG:
  *   "init rank=<r> nranks=<n> nnodes=<k> name=<s>" (v1-v3: "init"; their init has no more),
  *   "start <id> type=<t> parent=<id> rank=<r> <field>=<value> ...", "stop <id>",
- *   "state <id> <state>" (a KernelCh stop in v4-v5: "state <id> 22 timer=<ns>"), "finalize".
+ *   "state <id> <state>" when the state comes without arguments; with them, v4-v5 add their
+ *   8 bytes ("timer=<ns>" for a KernelCh stop, 22, else "arg=<u64>") and v1-v3 their two
+ *   fields ("trans=<transSize> steps=<steps>"); "finalize".
  * Ids are the plugin's own (1, 2, ...; parent 0 is none); pointers print as 0x<hex>; v1 prints
  * NCCL's enum values where later versions print names.
  */
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +28,8 @@ typedef int result_t;
 typedef void (*logger_t)(int, unsigned long, const char*, int, const char*, ...);
 
 /* The event bits (NCCL's ncclProfile* values). */
-enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, KERNEL_CH = 1 << 6, GROUP_API = 1 << 8, COLL_API = 1 << 9,
-       P2P_API = 1 << 10, KERNEL_LAUNCH = 1 << 11 };
+enum { GROUP = 1 << 0, COLL = 1 << 1, P2P = 1 << 2, PROXY_OP = 1 << 3, PROXY_STEP = 1 << 4, KERNEL_CH = 1 << 6,
+       NET_PLUGIN = 1 << 7, GROUP_API = 1 << 8, COLL_API = 1 << 9, P2P_API = 1 << 10, KERNEL_LAUNCH = 1 << 11 };
 
 /* The descriptor of version V, as NCCL 2.28.9's headers lay it out (fields oxccl fills). */
 struct descr {
@@ -66,12 +69,16 @@ struct descr {
     struct { const char* name; uint64_t hash; const char* func; void* buff; const char* dtype; size_t count;
              int peer; } p2p;
 #endif
+    /* Alike in every version. */
+    struct { pid_t pid; uint8_t ch; int peer; int steps; int chunk; int send; } proxy_op;
+    struct { int step; } proxy_step;
 #if V >= 3
     struct { uint8_t ch;
 #if V >= 4
              uint64_t timer;
 #endif
     } kernel_ch;
+    struct { int64_t id; void* data; } net_plugin;
 #endif
 #if V == 1
     struct { const char* name; uint64_t hash; uint64_t seq; uint8_t func; const void* send; void* recv;
@@ -82,6 +89,24 @@ struct descr {
 #endif
   } u;
 };
+
+/* The proxy members' offsets in NCCL 2.28.9's headers (every version). */
+_Static_assert(offsetof(struct descr, u.proxy_op.pid) == 24, "proxyOp.pid");
+_Static_assert(offsetof(struct descr, u.proxy_op.ch) == 28, "proxyOp.channelId");
+_Static_assert(offsetof(struct descr, u.proxy_op.peer) == 32, "proxyOp.peer");
+_Static_assert(offsetof(struct descr, u.proxy_op.send) == 44, "proxyOp.isSend");
+_Static_assert(offsetof(struct descr, u.proxy_step.step) == 24, "proxyStep.step");
+#if V >= 3
+_Static_assert(offsetof(struct descr, u.net_plugin.data) == 32, "netPlugin.data");
+#endif
+
+/* The state arguments of version V: v4-v5 one 8-byte member (transSize, data, pTimer, ...),
+ * v1-v3 proxyOp {transSize, steps} (appendedProxyOps aliasing transSize). */
+#if V >= 4
+typedef union { uint64_t value; } state_args;
+#else
+typedef union { struct { size_t trans; int steps; } proxy_op; int appended; } state_args;
+#endif
 
 struct event { long id; };
 
@@ -227,7 +252,19 @@ static result_t start(void* ctx, void** handle, struct descr* d) {
 #endif
     );
     break;
+  case NET_PLUGIN:
+    log_line("start %ld type=NetPlugin parent=%ld rank=%d id=%ld data=%p", id, parent, rank,
+             (long)d->u.net_plugin.id, d->u.net_plugin.data);
+    break;
 #endif
+  case PROXY_OP:
+    log_line("start %ld type=ProxyOp parent=%ld rank=%d pid=%d ch=%u peer=%d steps=%d chunk=%d send=%d", id, parent,
+             rank, (int)d->u.proxy_op.pid, d->u.proxy_op.ch, d->u.proxy_op.peer, d->u.proxy_op.steps,
+             d->u.proxy_op.chunk, d->u.proxy_op.send);
+    break;
+  case PROXY_STEP:
+    log_line("start %ld type=ProxyStep parent=%ld rank=%d step=%d", id, parent, rank, d->u.proxy_step.step);
+    break;
   default:
     log_line("start %ld type=%lu parent=%ld rank=%d", id, (unsigned long)d->type, parent, rank);
   }
@@ -244,12 +281,19 @@ static result_t stop(void* handle) {
 /* NCCL's ncclProfilerKernelChStop: its arguments carry the channel's stop time. */
 enum { KERNEL_CH_STOP = 22 };
 
-static result_t record(void* handle, int state, void* args) {
-  if (state == KERNEL_CH_STOP && args != NULL) {
-    log_line("state %ld %d timer=%lu", id_of(handle), state, (unsigned long)*(uint64_t*)args);
-    return 0;
+static result_t record(void* handle, int state, state_args* args) {
+  if (args == NULL) {
+    log_line("state %ld %d", id_of(handle), state);
+#if V >= 4
+  } else if (state == KERNEL_CH_STOP) {
+    log_line("state %ld %d timer=%lu", id_of(handle), state, (unsigned long)args->value);
+  } else {
+    log_line("state %ld %d arg=%lu", id_of(handle), state, (unsigned long)args->value);
+#else
+  } else {
+    log_line("state %ld %d trans=%zu steps=%d", id_of(handle), state, args->proxy_op.trans, args->proxy_op.steps);
+#endif
   }
-  log_line("state %ld %d", id_of(handle), state);
   return 0;
 }
 
