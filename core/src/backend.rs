@@ -57,6 +57,29 @@ pub struct Launch<B: Backend> {
     /// Where a backend that times its channels stamps them (the host backend), for a profiler
     /// plugin's KernelCh events; `None` when none asked for them.
     pub channel_times: Option<Arc<crate::profiler_plugin::ChannelTimes>>,
+    /// The task events a NET proxy hangs its ProxyOp events under; `None` when no profiler
+    /// asked for proxy events.
+    pub proxy_parents: Option<ProxyParents>,
+}
+
+/// A launch's task events, for the ProxyOp events of the NET proxy that moves their data.
+pub struct ProxyParents {
+    /// Where the events go.
+    pub raiser: crate::profiler_plugin::Raiser,
+    /// Each task's event (0: not raised) and, for a send or receive of a group, the buffer that
+    /// is its own (`None`: every step of the plan is the task's).
+    pub tasks: Vec<(crate::profiler_plugin::Handle, Option<crate::plan::BufId>)>,
+}
+
+impl ProxyParents {
+    /// The task event of a step whose own data is in buffer `buf` (its source when it sends,
+    /// its destination when it receives); 0 when no task claims it.
+    pub fn task_of(&self, buf: Option<crate::plan::BufId>) -> crate::profiler_plugin::Handle {
+        self.tasks
+            .iter()
+            .find(|(_, b)| b.is_none() || *b == buf)
+            .map_or(0, |(h, _)| *h)
+    }
 }
 
 /// A device runtime: memory, streams, events, copies, and launching plan executors.

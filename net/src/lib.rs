@@ -23,6 +23,7 @@ pub mod plugin;
 pub mod proxy;
 pub mod proxy_cpus;
 mod proxy_drain;
+pub mod proxy_events;
 mod readiness;
 #[cfg(test)]
 mod reset_tests;
@@ -179,6 +180,42 @@ pub trait Net: Send + Sync {
         tag: i32,
         mh: &MemHandle,
     ) -> Result<Option<Request>>;
+    /// [`Net::isend`] with the profiler handle a v10+ net plugin passes back to its profiler
+    /// callback (`phandle`: a [`proxy_events::NetStepRef`], or null); networks without such a
+    /// callback ignore it.
+    ///
+    /// # Safety
+    /// As for [`Net::isend`]; `phandle` is null or stays valid until the request is done.
+    unsafe fn isend_profiled(
+        &self,
+        comm: &mut SendComm,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mh: &MemHandle,
+        phandle: *mut std::ffi::c_void,
+    ) -> Result<Option<Request>> {
+        let _ = phandle;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.isend(comm, data, size, tag, mh) }
+    }
+    /// [`Net::irecv`] with a profiler handle, as [`Net::isend_profiled`].
+    ///
+    /// # Safety
+    /// As for [`Net::irecv`]; `phandle` is null or stays valid until the request is done.
+    unsafe fn irecv_profiled(
+        &self,
+        comm: &mut RecvComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mh: &MemHandle,
+        phandle: *mut std::ffi::c_void,
+    ) -> Result<Option<Request>> {
+        let _ = phandle;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.irecv(comm, data, size, tag, mh) }
+    }
     /// Makes the `size` bytes a completed receive wrote into GPU memory at `data` visible to
     /// the GPU; `None` when there is nothing to wait for (the default: networks that never
     /// write GPU memory), else a request to poll with [`Net::test`].

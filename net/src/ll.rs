@@ -16,6 +16,7 @@
 //!   written by the network but not yet the other never looks complete.
 
 use super::ll_trace::LlTrace;
+use super::proxy_events::{ConnEvents, ConnKey};
 use super::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
 use oxccl_core::error::{Error, Result};
 use std::collections::VecDeque;
@@ -129,6 +130,8 @@ pub struct LlConn {
     trace: LlTrace,
     /// Receive side: the kernel's `ll_head` as last seen (for the trace).
     head_seen: u64,
+    /// The connection's profiler events ([`super::proxy_events`]), once the proxy has it.
+    events: Option<ConnEvents>,
 }
 
 impl LlConn {
@@ -152,6 +155,7 @@ impl LlConn {
             reqs: VecDeque::new(),
             trace: LlTrace::new(),
             head_seen: 0,
+            events: None,
         };
         match conn.register(net) {
             Ok(mh) => {
@@ -181,6 +185,21 @@ impl LlConn {
         net.reg_mr(comm, fifo.slots, bytes, PTR_HOST)
     }
 
+    /// The connection's key among the proxy's profiler events.
+    pub(crate) fn events_key(&self) -> ConnKey {
+        ConnKey {
+            channel: self.channel,
+            peer: self.peer,
+            send: self.sends(),
+            ll: true,
+        }
+    }
+
+    /// Raises the connection's profiler events through `events`.
+    pub(crate) fn set_events(&mut self, events: ConnEvents) {
+        self.events = Some(events);
+    }
+
     /// Whether this rank sends on the connection.
     pub fn sends(&self) -> bool {
         matches!(self.side, LlSide::Send(_))
@@ -205,6 +224,8 @@ impl LlConn {
         let nslots = u64::from(fifo.nslots);
         let mh = self.mh.as_ref().expect("registered while alive");
         let mut moved = false;
+        // One load per pass while no profiler asks for proxy events.
+        let mut events = self.events.as_mut().filter(|e| e.active());
         match &mut self.side {
             LlSide::Send(comm) => {
                 while self.posted - self.done < nslots {
@@ -223,18 +244,24 @@ impl LlConn {
                         break;
                     }
                     self.trace.mark(self.posted, 1);
+                    let ph = events.as_mut().map(|e| e.before_post(self.posted));
                     // SAFETY: the slot's packets are complete and the kernel does not rewrite
-                    // the slot until `ll_head` passes it, after the request is done.
+                    // the slot until `ll_head` passes it, after the request is done; `ph`
+                    // lives in `events` until then.
                     let req = unsafe {
-                        net.isend(
+                        net.isend_profiled(
                             comm,
                             fifo.slot(self.posted),
                             bytes as usize,
                             rank as i32,
                             mh,
+                            ph.unwrap_or(std::ptr::null_mut()),
                         )
                     }?;
                     let Some(req) = req else { break };
+                    if let Some(e) = events.as_mut() {
+                        e.posted(self.posted, Some(bytes));
+                    }
                     self.trace.mark(self.posted, 2);
                     self.reqs.push_back(req);
                     self.posted += 1;
@@ -248,18 +275,24 @@ impl LlConn {
                     self.head_seen += 1;
                 }
                 while self.posted < head + nslots {
+                    let ph = events.as_mut().map(|e| e.before_post(self.posted));
                     // SAFETY: the kernel consumed this slot's previous contents (`ll_head`);
-                    // it reads the slot again only through the packets' flags.
+                    // it reads the slot again only through the packets' flags; `ph` lives in
+                    // `events` until the request is done.
                     let req = unsafe {
-                        net.irecv(
+                        net.irecv_profiled(
                             comm,
                             fifo.slot(self.posted),
                             fifo.slot_bytes as usize,
                             self.peer as i32,
                             mh,
+                            ph.unwrap_or(std::ptr::null_mut()),
                         )
                     }?;
                     let Some(req) = req else { break };
+                    if let Some(e) = events.as_mut() {
+                        e.posted(self.posted, None);
+                    }
                     self.reqs.push_back(req);
                     self.posted += 1;
                     moved = true;
@@ -267,10 +300,13 @@ impl LlConn {
             }
         }
         while let Some(front) = self.reqs.front_mut() {
-            if net.test(front)?.is_none() {
+            let Some(bytes) = net.test(front)? else {
                 break;
-            }
+            };
             self.reqs.pop_front();
+            if let Some(e) = events.as_mut() {
+                e.completed(self.done, bytes as u64);
+            }
             match self.side {
                 LlSide::Send(_) => {
                     self.trace.mark(self.done, 3);
@@ -430,6 +466,75 @@ mod tests {
         tx.close(&*n0);
         rx.close(&*n1);
         drop((m0, m1));
+    }
+
+    /// With proxy events posted, an LL slot raises its op and step on both sides, the sender's
+    /// with the packet bytes it sent, the receiver's with those that landed.
+    #[test]
+    fn an_ll_slot_raises_its_proxy_events_on_both_sides() {
+        use crate::proxy_events::{ProxyEventSink, ProxyEvents, ProxyTask, Recorder};
+        use oxccl_core::profiler_plugin::abi::state;
+        let (n0, n1) = (
+            socket_net(0, SocketConfig::default()),
+            socket_net(1, SocketConfig::default()),
+        );
+        let (s, r) = link(&n0, &n1);
+        let (m0, m1) = (Mem::new(8192), Mem::new(8192));
+        let (f0, f1) = (fifo(&m0, 4, 64), fifo(&m1, 4, 64));
+        let (mut tx, mut rx) = ll_pair((&n0, &n1), (s, r), (f0, f1));
+        let (rec0, rec1) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+        for (conn, rec, parent) in [(&mut tx, &rec0, 10), (&mut rx, &rec1, 20)] {
+            let shared = Arc::new(ProxyEvents::default());
+            let key = conn.events_key();
+            assert!(key.ll);
+            conn.set_events(ConnEvents::new(key, shared.clone()));
+            let sink: Arc<dyn ProxyEventSink> = rec.clone();
+            let task = ProxyTask {
+                conn: key,
+                parent,
+                slots: 1,
+                chunk_bytes: 32,
+            };
+            shared.post(&sink, &[task]);
+        }
+        let p = f0.slots as usize;
+        word32(p).store(7, Ordering::Relaxed);
+        word32(p + 8).store(8, Ordering::Relaxed);
+        word32(p + 4).store(flag(0), Ordering::Release);
+        word32(p + 12).store(flag(0), Ordering::Release);
+        word64(f0.records as usize).store(record(0, 16), Ordering::Release);
+        let t0 = Instant::now();
+        let stopped = |r: &Recorder| lock_log(r).iter().filter(|l| l.starts_with("stop")).count();
+        while stopped(&rec0) < 2 || stopped(&rec1) < 2 {
+            tx.progress(&*n0, 0).unwrap();
+            rx.progress(&*n1, 1).unwrap();
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the slot never moved"
+            );
+        }
+        let (l0, l1) = (lock_log(&rec0).clone(), lock_log(&rec1).clone());
+        assert_eq!(
+            l0[0],
+            "start#1 op ch0 peer1 steps1 chunk32 sendtrue under#10"
+        );
+        let (sent, landed) = (
+            format!(" {} Some(16)", state::PROXY_STEP_SEND_WAIT),
+            format!(" {} Some(16)", state::PROXY_STEP_RECV_GPU_WAIT),
+        );
+        assert!(l0.iter().any(|l| l.ends_with(&sent)), "{l0:#?}");
+        assert_eq!(
+            l1[0],
+            "start#1 op ch0 peer0 steps1 chunk32 sendfalse under#20"
+        );
+        assert!(l1.iter().any(|l| l.ends_with(&landed)), "{l1:#?}");
+        tx.close(&*n0);
+        rx.close(&*n1);
+        drop((m0, m1));
+    }
+
+    fn lock_log(r: &crate::proxy_events::Recorder) -> std::sync::MutexGuard<'_, Vec<String>> {
+        oxccl_core::lock::lock(&r.log)
     }
 
     /// Messages of 1 to 40 packets through 4 slots and two proxies' LL halves, with CPU threads

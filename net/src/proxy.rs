@@ -22,6 +22,7 @@ use super::gdr::{GpuBinding, GpuRegistration};
 use super::ll::{LlConn, LlLink};
 use super::proxy_cpus::ProxyCpus;
 use super::proxy_drain::Drain;
+use super::proxy_events::{ConnEvents, ConnKey, ProxyEvents};
 use super::{CommRef, MemHandle, Net, PTR_CUDA, PTR_HOST, RecvComm, Request, SendComm};
 use oxccl_core::abort::AbortFlag;
 use oxccl_core::config::CommConfig;
@@ -201,6 +202,8 @@ struct Active {
     /// Slots the network is done with.
     done: u64,
     reqs: VecDeque<InFlight>,
+    /// The connection's profiler events ([`super::proxy_events`]).
+    events: ConnEvents,
 }
 
 impl Active {
@@ -210,6 +213,8 @@ impl Active {
         let nslots = u64::from(fifo.layout.nslots);
         let mh = self.mh.as_ref().expect("registered while active");
         let mut moved = false;
+        // One load per pass while no profiler asks for proxy events.
+        let profiling = self.events.active();
         match &mut self.conn.side {
             Side::Send(comm) => {
                 let tail = fifo.counter(FifoLayout::TAIL).load(Ordering::Acquire);
@@ -221,13 +226,25 @@ impl Active {
                             fifo.layout.slot_bytes
                         )));
                     }
+                    let ph = profiling.then(|| self.events.before_post(self.posted));
                     // SAFETY: the slot holds `size` published bytes that the kernel does not
-                    // touch again until `head` passes it, after the request is done.
+                    // touch again until `head` passes it, after the request is done; `ph`
+                    // lives in `events` until then.
                     let req = unsafe {
-                        net.isend(comm, fifo.slot(self.posted), size as usize, rank as i32, mh)
+                        net.isend_profiled(
+                            comm,
+                            fifo.slot(self.posted),
+                            size as usize,
+                            rank as i32,
+                            mh,
+                            ph.unwrap_or(std::ptr::null_mut()),
+                        )
                     }?;
                     let Some(req) = req else { break };
                     self.reqs.push_back(InFlight::Transfer(req));
+                    if profiling {
+                        self.events.posted(self.posted, Some(size));
+                    }
                     self.posted += 1;
                     moved = true;
                 }
@@ -235,28 +252,36 @@ impl Active {
             Side::Recv(comm) => {
                 let head = fifo.counter(FifoLayout::HEAD).load(Ordering::Acquire);
                 while self.posted < head + nslots && self.posted - self.done < nslots {
+                    let ph = profiling.then(|| self.events.before_post(self.posted));
                     // SAFETY: the kernel freed this slot (`head`) and reads it again only after
-                    // `tail` passes it, after the request is done.
+                    // `tail` passes it, after the request is done; `ph` lives in `events`
+                    // until then.
                     let req = unsafe {
-                        net.irecv(
+                        net.irecv_profiled(
                             comm,
                             fifo.slot(self.posted),
                             fifo.layout.slot_bytes as usize,
                             self.conn.peer as i32,
                             mh,
+                            ph.unwrap_or(std::ptr::null_mut()),
                         )
                     }?;
                     let Some(req) = req else { break };
                     self.reqs.push_back(InFlight::Transfer(req));
+                    if profiling {
+                        self.events.posted(self.posted, None);
+                    }
                     self.posted += 1;
                     moved = true;
                 }
             }
         }
+        let mut landed = 0;
         while let Some(front) = self.reqs.front_mut() {
             match front {
                 InFlight::Transfer(req) => {
                     let Some(bytes) = net.test(req)? else { break };
+                    landed = bytes as u64;
                     moved = true;
                     if let (true, Side::Recv(comm)) = (self.flush && bytes > 0, &mut self.conn.side)
                     {
@@ -265,6 +290,9 @@ impl Active {
                         let flush = unsafe { net.iflush(comm, fifo.slot(self.done), bytes, mh) }?;
                         if let Some(f) = flush {
                             *front = InFlight::Flush(f);
+                            if profiling {
+                                self.events.flushing(self.done);
+                            }
                             continue;
                         }
                     }
@@ -276,6 +304,13 @@ impl Active {
                 }
             }
             self.reqs.pop_front();
+            if profiling {
+                let bytes = match self.conn.side {
+                    Side::Send(_) => fifo.size(self.done),
+                    Side::Recv(_) => landed,
+                };
+                self.events.completed(self.done, bytes);
+            }
             self.done += 1;
             moved = true;
             let counter = match self.conn.side {
@@ -386,6 +421,8 @@ pub struct Proxy {
     /// LL send.
     ll_sends: Mutex<Option<Arc<Inbox>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// What launches tell the threads for the profiler's proxy events.
+    events: Arc<ProxyEvents>,
 }
 
 /// Connections handed to a running proxy thread, which takes them at its next pass: the flag
@@ -459,8 +496,10 @@ impl Proxy {
         abort: AbortFlag,
         gpu: GpuRegistration<'_>,
     ) -> Result<Proxy> {
-        let (active, lls) = prepare(&*net, links.conns, links.ll, gpu)?;
+        let events = Arc::new(ProxyEvents::default());
+        let (active, lls) = prepare(&*net, links.conns, links.ll, gpu, &events)?;
         let proxy = Proxy {
+            events,
             net,
             rank,
             cpus,
@@ -492,7 +531,7 @@ impl Proxy {
         ll: Vec<LlLink>,
         gpu: GpuRegistration<'_>,
     ) -> Result<()> {
-        let (active, lls) = prepare(&*self.net, conns, ll, gpu)?;
+        let (active, lls) = prepare(&*self.net, conns, ll, gpu, &self.events)?;
         let (ll_sends, ll_rest) = self.split_ll(lls);
         self.main.push(active, ll_rest);
         self.to_ll_thread(ll_sends)?;
@@ -566,6 +605,11 @@ impl Proxy {
         }
     }
 
+    /// Where launches post the tasks of the profiler's proxy events.
+    pub fn events(&self) -> &Arc<ProxyEvents> {
+        &self.events
+    }
+
     /// The network the proxy drives.
     pub fn net(&self) -> &Arc<dyn Net> {
         &self.net
@@ -585,11 +629,19 @@ fn prepare(
     conns: Vec<ProxyConn>,
     ll: Vec<LlLink>,
     gpu: GpuRegistration<'_>,
+    events: &Arc<ProxyEvents>,
 ) -> Result<(Vec<Active>, Vec<LlConn>)> {
     let mut active = Vec::with_capacity(conns.len());
     for conn in conns {
         let mh = register(net, &conn, gpu);
+        let key = ConnKey {
+            channel: conn.channel,
+            peer: conn.peer,
+            send: matches!(conn.side, Side::Send(_)),
+            ll: false,
+        };
         let a = Active {
+            events: ConnEvents::new(key, events.clone()),
             flush: gpu.flush
                 && conn.fifo.mem == SlotMemory::Gpu
                 && matches!(conn.side, Side::Recv(_)),
@@ -617,7 +669,10 @@ fn prepare(
     let mut links = ll.into_iter();
     while let Some(link) = links.next() {
         match LlConn::new(net, link) {
-            Ok(c) => lls.push(c),
+            Ok(mut c) => {
+                c.set_events(ConnEvents::new(c.events_key(), events.clone()));
+                lls.push(c);
+            }
             Err(e) => {
                 active.into_iter().for_each(|a| a.close(net));
                 lls.into_iter().for_each(|c| c.close(net));
@@ -1017,6 +1072,125 @@ mod tests {
     fn message(i: usize, slot_bytes: usize) -> Vec<u8> {
         let n = [1, 8, 1000, slot_bytes, 4097, slot_bytes - 1, 0][i % 7].max(1);
         (0..n).map(|k| (k * 31 + i * 7) as u8).collect()
+    }
+
+    /// Through real proxies and sockets: each side raises a ProxyOp event per task under the
+    /// task's event and a ProxyStep event per slot under it, all stopped, the receiving side's
+    /// steps with the size that landed.
+    #[test]
+    fn net_proxies_raise_an_op_per_task_and_a_step_per_slot() {
+        use super::super::proxy_events::{ProxyEventSink, ProxyTask, Recorder};
+        let layout = FifoLayout {
+            nslots: 4,
+            slot_bytes: 4096,
+        };
+        let (n0, n1, s, r) = pair(SocketConfig::default());
+        let (m0, m1) = (
+            Mem::new(layout.bytes() as usize),
+            Mem::new(layout.bytes() as usize),
+        );
+        let (f0, f1) = (
+            HostFifo::in_host(m0.ptr, layout),
+            HostFifo::in_host(m1.ptr, layout),
+        );
+        let (a0, a1) = (AbortFlag::new(), AbortFlag::new());
+        let p0 = Proxy::start(n0, 0, vec![conn(1, f0, s.into())], a0.clone()).unwrap();
+        let p1 = Proxy::start(n1, 1, vec![conn(0, f1, r.into())], a1.clone()).unwrap();
+        let (rec0, rec1) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+        let (sink0, sink1): (Arc<dyn ProxyEventSink>, Arc<dyn ProxyEventSink>) =
+            (rec0.clone(), rec1.clone());
+        let key = |peer, send| ConnKey {
+            channel: 0,
+            peer,
+            send,
+            ll: false,
+        };
+        let task = |conn, parent, slots| ProxyTask {
+            conn,
+            parent,
+            slots,
+            chunk_bytes: layout.slot_bytes,
+        };
+        p0.events().post(
+            &sink0,
+            &[task(key(1, true), 11, 6), task(key(1, true), 12, 4)],
+        );
+        p1.events().post(&sink1, &[task(key(0, false), 21, 10)]);
+        let sizes: Vec<u64> = (0..10).map(|i| 100 + 300 * i).collect();
+        let (k0, k1) = (Kernel(f0), Kernel(f1));
+        let (abort, sz) = (a0.clone(), sizes.clone());
+        let sender = std::thread::spawn(move || {
+            for (i, &n) in sz.iter().enumerate() {
+                let i = i as u64;
+                if i >= 4 {
+                    assert!(k0.wait_geq(FifoLayout::HEAD, i - 3, &abort));
+                }
+                k0.ctr(FifoLayout::SIZES + (i % 4) * 8)
+                    .store(n, Ordering::Release);
+                k0.ctr(FifoLayout::TAIL).store(i + 1, Ordering::Release);
+            }
+        });
+        let abort = a1.clone();
+        let receiver = std::thread::spawn(move || {
+            for i in 0..10 {
+                assert!(k1.wait_geq(FifoLayout::TAIL, i + 1, &abort));
+                k1.ctr(FifoLayout::HEAD).store(i + 1, Ordering::Release);
+            }
+        });
+        sender.join().unwrap();
+        receiver.join().unwrap();
+        // The last steps stop once the network is done with them.
+        let t0 = Instant::now();
+        let stops = |r: &Recorder| {
+            lock(&r.log)
+                .iter()
+                .filter(|l| l.starts_with("stop"))
+                .count()
+        };
+        while (stops(&rec0) < 12 || stops(&rec1) < 11) && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop((p0, p1));
+        let log0 = lock(&rec0.log).clone();
+        let log1 = lock(&rec1.log).clone();
+        let starts = |log: &[String], what: &str| {
+            log.iter()
+                .filter(|l| l.starts_with("start") && l.contains(what))
+                .count()
+        };
+        let steps = |log: &[String]| {
+            (log.iter())
+                .filter(|l| l.split(' ').nth(1).is_some_and(|w| w.starts_with("step")))
+                .count()
+        };
+        assert_eq!(
+            starts(&log0, "op ch0 peer1 steps6 chunk4096 sendtrue under#11"),
+            1,
+            "{log0:#?}"
+        );
+        assert_eq!(
+            starts(&log0, "op ch0 peer1 steps4 chunk4096 sendtrue under#12"),
+            1,
+            "{log0:#?}"
+        );
+        assert_eq!(steps(&log0), 10, "{log0:#?}");
+        assert_eq!(stops(&rec0), 12, "{log0:#?}");
+        assert_eq!(
+            starts(&log1, "op ch0 peer0 steps10 chunk4096 sendfalse under#21"),
+            1,
+            "{log1:#?}"
+        );
+        assert_eq!(steps(&log1), 10, "{log1:#?}");
+        assert_eq!(stops(&rec1), 11, "{log1:#?}");
+        let gpu_wait = oxccl_core::profiler_plugin::abi::state::PROXY_STEP_RECV_GPU_WAIT;
+        for n in &sizes {
+            let want = format!(" {gpu_wait} Some({n})");
+            assert!(
+                log1.iter().any(|l| l.ends_with(&want)),
+                "no receive of {n} bytes: {log1:#?}"
+            );
+        }
+        drop((m0, m1));
     }
 
     #[test]

@@ -21,6 +21,10 @@
 #                            one thread per GPU: the tuner's CSV choice in our TUNING log, every
 #                            rank's AllReduce in the profiler's dumps and the Inspector's JSON,
 #                            and the 8-byte AllReduce with and without the profiler, both libraries
+#   proxy-events             NVIDIA's example profiler (.carry/nv-plugins) on two "hosts" of this
+#                            machine (NET between them, Simple then LL forced), under
+#                            gpu-check's every-operation run: the ProxyOp and ProxyStep events
+#                            in each rank's dump (each counted as its begin and end lines)
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
@@ -121,6 +125,19 @@ for step in "$@"; do
           extra=(); [ $prof = example ] && extra=(NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-example.so NCCL_PROFILE_EVENT_MASK=4095 NCCL_PROFILE_DUMP_FILE="$pd/cost-$lib")
           env LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 "${extra[@]}" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 8 -c 0 -n 2000 -w 200 > "$pd/cost-$lib-$prof.log" 2>&1
           echo "8-byte AllReduce $lib, profiler $prof: $(awk '/^ +8 +2/{print $6" / "$10" us"}' "$pd/cost-$lib-$prof.log")"
+        done
+      done ;;
+    proxy-events)
+      P=$PWD/.carry/nv-plugins
+      for proto in Simple LL; do
+        pe="$work/proxy-events-$proto"; mkdir -p "$pe/dump"
+        env LD_LIBRARY_PATH=/tmp/oxccl-build/lib:/usr/local/cuda/lib64 OXCCL_TEST_HOSTS=2 NCCL_PROTO=$proto \
+          NCCL_PROFILER_PLUGIN=$P/libnccl-profiler-example.so NCCL_PROFILE_EVENT_MASK=26 \
+          NCCL_PROFILE_DUMP_FILE="$pe/dump/ours" timeout 120 /tmp/oxccl-build/bin/gpu-check --mode procs \
+          --ranks 2 --counts 0,1,7,300001 --types f32,bf16 --big-count 0 > "$pe/check.log" 2>&1
+        echo "proxy events, $proto: rc=$? $(grep -h RESULT "$pe/check.log" | tail -1) dumps: $(ls "$pe/dump" | wc -l)"
+        for f in "$pe"/dump/*; do
+          echo "  $(basename "$f"): $(for n in ProgressSend ProgressRecv SendWait RecvWait; do printf '%s %s ' $n "$(grep -c "\"$n\"" "$f")"; done)"
         done
       done ;;
     modes:*)

@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 mod launch;
+mod proxy_tasks;
 pub use launch::launch_threads;
 use launch::{LaunchState, fixed_block_threads};
 
@@ -526,6 +527,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             Some(h) if agreed.runtime_connect => direct_only_peers(h, rank, net_peers),
             _ => BTreeSet::new(),
         };
+        let all_net_peers = net_peers.to_vec();
         let (net_peers, direct) = net_peer_channels(rank, ctx.hosts, net_peers, channels);
         self.direct_channels = direct;
         let (later_peers, now): (Vec<_>, Vec<_>) =
@@ -547,7 +549,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             };
             RuntimeConnect::new(api.clone(), device, links, later, table.to_vec())
         });
-        self.net = Some(NetSide::new(proxy, fifos, later));
+        self.net = Some(NetSide::new(proxy, fifos, later, all_net_peers));
         Ok(())
     }
 

@@ -300,6 +300,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
                 &launch.work,
                 &launch.buffers,
                 &launch.abort,
+                launch.proxy_parents.as_ref(),
             )
         }?;
         Ok(None)

@@ -23,6 +23,7 @@ use oxccl_kernel_abi::FifoGeometry;
 use oxccl_net::connect::{self, NetDevices};
 use oxccl_net::gdr::{DmaBufExport, GpuRegistration, NetGdr};
 use oxccl_net::proxy::Proxy;
+use oxccl_net::proxy_events::ProxyEvents;
 use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,21 +46,37 @@ pub(crate) struct NetSide<A: DeviceApi> {
     #[expect(dead_code, reason = "held for the proxy, which drives them")]
     fifos: NetFifos<A>,
     later: Option<RuntimeConnect<A>>,
+    /// Every peer reached over the network (now or on first use), sorted.
+    peers: Vec<u32>,
 }
 
 impl<A: DeviceApi> NetSide<A> {
     /// The NET side of a communicator whose init connected `fifos` through `proxy`; `later`
     /// connects the rest on first use.
+    /// `peers` are every peer reached over the network.
     pub(crate) fn new(
         proxy: Proxy,
         fifos: NetFifos<A>,
         later: Option<RuntimeConnect<A>>,
+        mut peers: Vec<u32>,
     ) -> NetSide<A> {
+        peers.sort_unstable();
         NetSide {
             proxy: Arc::new(proxy),
             fifos,
             later,
+            peers,
         }
+    }
+
+    /// Whether `peer` is reached over the network.
+    pub(crate) fn reaches(&self, peer: u32) -> bool {
+        self.peers.binary_search(&peer).is_ok()
+    }
+
+    /// Where launches post the tasks of the proxy's profiler events.
+    pub(crate) fn proxy_events(&self) -> &Arc<ProxyEvents> {
+        self.proxy.events()
     }
 
     /// Wakes the proxy (a launch is coming).

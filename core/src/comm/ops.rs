@@ -722,8 +722,11 @@ impl<B: Backend> Communicator<B> {
         inner
             .backend
             .connect_on_use(&c.transport, &work, &c.bootstrap, &inner.abort)?;
+        let channel_times = prof.channel_times(Some(&work));
         let launch = Launch {
-            channel_times: prof.channel_times(Some(&work)),
+            channel_times,
+            // After the task events started (with KernelCh events, in `channel_times`).
+            proxy_parents: prof.proxy_parents(),
             work,
             buffers,
             transport: c.transport.clone(),

@@ -547,6 +547,7 @@ impl VTable {
         size: usize,
         tag: i32,
         mh: *mut c_void,
+        phandle: *mut c_void,
     ) -> Result<*mut c_void> {
         if let Some(cap) = self.message_cap()
             && size as u64 > cap
@@ -555,18 +556,17 @@ impl VTable {
         }
         let mut req = null_mut();
         let n = size as c_int;
-        // SAFETY: as the caller promised; `req` receives the request; no profiler handle.
+        // SAFETY: as the caller promised; `req` receives the request; `phandle` goes to v10+
+        // plugins only, which hand it back to the profiler callback while the request lives.
         let rc = unsafe {
             match self {
                 VTable::V6(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
                 VTable::V7(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
                 VTable::V8(t) => member!(t, isend)(comm, data, n, tag, mh, &mut req),
                 VTable::V9(t) => member!(t, isend)(comm, data, size, tag, mh, &mut req),
-                VTable::V10(t) => {
-                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
-                }
+                VTable::V10(t) => member!(t, isend)(comm, data, size, tag, mh, phandle, &mut req),
                 VTable::V11(t) | VTable::V12(t) => {
-                    member!(t, isend)(comm, data, size, tag, mh, null_mut(), &mut req)
+                    member!(t, isend)(comm, data, size, tag, mh, phandle, &mut req)
                 }
             }
         };
@@ -699,15 +699,18 @@ impl VTable {
     }
 }
 
-/// The v10+ profiler callback: the events have no parent to hang under (oxccl raises no proxy
-/// steps), so they are ignored.
+/// The v10+ profiler callback: NetPlugin events under the proxy step whose handle the plugin
+/// got with the request ([`crate::proxy_events`]).
 extern "C" fn profiler(
-    _e_handle: *mut *mut c_void,
-    _kind: c_int,
-    _p_handle: *mut c_void,
-    _plugin_id: i64,
-    _ext: *mut c_void,
+    e_handle: *mut *mut c_void,
+    kind: c_int,
+    p_handle: *mut c_void,
+    plugin_id: i64,
+    ext: *mut c_void,
 ) -> NcclResult {
+    // SAFETY: the plugin passes back the `pHandle` of a request in flight (a `NetStepRef` the
+    // proxy keeps until the request is done, or null) and its own event-handle slot.
+    unsafe { crate::proxy_events::net_plugin_event(e_handle, kind, p_handle, plugin_id, ext) };
     SUCCESS
 }
 

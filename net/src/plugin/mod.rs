@@ -421,6 +421,19 @@ impl Net for PluginNet {
         tag: i32,
         mh: &MemHandle,
     ) -> Result<Option<Request>> {
+        // SAFETY: forwarded from the caller; no profiler handle.
+        unsafe { self.isend_profiled(comm, data, size, tag, mh, null_mut()) }
+    }
+
+    unsafe fn isend_profiled(
+        &self,
+        comm: &mut SendComm,
+        data: *const u8,
+        size: usize,
+        tag: i32,
+        mh: &MemHandle,
+        phandle: *mut c_void,
+    ) -> Result<Option<Request>> {
         let c = comm_of::<Comm>(&*comm.0, "send comm")?;
         let m = comm_of::<Mr>(&*mh.0, "registration")?;
         self.check_size(c, size, "a send")?;
@@ -429,7 +442,10 @@ impl Net for PluginNet {
         }
         // SAFETY: the caller keeps `data` readable and registered as `mh` until the request is
         // done; the plugin does not write through a send buffer.
-        let req = unsafe { self.vt.isend(c.ptr, data.cast_mut().cast(), size, tag, m.0) };
+        let req = unsafe {
+            self.vt
+                .isend(c.ptr, data.cast_mut().cast(), size, tag, m.0, phandle)
+        };
         match req {
             Ok(r) => Ok(self.request(c, r, None, false)),
             Err(e) => {
@@ -447,6 +463,19 @@ impl Net for PluginNet {
         tag: i32,
         mh: &MemHandle,
     ) -> Result<Option<Request>> {
+        // SAFETY: forwarded from the caller; no profiler handle.
+        unsafe { self.irecv_profiled(comm, data, size, tag, mh, null_mut()) }
+    }
+
+    unsafe fn irecv_profiled(
+        &self,
+        comm: &mut RecvComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mh: &MemHandle,
+        phandle: *mut c_void,
+    ) -> Result<Option<Request>> {
         let c = comm_of::<Comm>(&*comm.0, "receive comm")?;
         let m = comm_of::<Mr>(&*mh.0, "registration")?;
         self.check_size(c, size, "a receive")?;
@@ -460,7 +489,7 @@ impl Net for PluginNet {
             sizes: [size],
             tags: [tag],
             mhandles: [m.0],
-            phandles: [null_mut()],
+            phandles: [phandle],
         });
         // SAFETY: the caller keeps `data` writable and registered until the request is done;
         // `args` moves into the request, at a stable heap address, until then.

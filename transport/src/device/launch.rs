@@ -7,6 +7,7 @@ use super::DeviceTransport;
 use crate::api::{CaptureStatus, DeviceApi, Handle};
 use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
+use oxccl_core::backend::ProxyParents;
 use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::one_shot::OneShot;
@@ -15,6 +16,8 @@ use oxccl_kernel_abi::{
     self as abi, ArgsLayout, LaunchArgs, OneShotParams, indirect_params, inline_params,
     one_shot_grid,
 };
+use oxccl_net::proxy_events::ProxyEventSink;
+use std::sync::Arc;
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
 const MIN_SMALL_THREADS: u32 = 128;
@@ -103,6 +106,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         work: &WorkDesc,
         buffers: &[DevicePtr],
         abort: &AbortFlag,
+        proxy: Option<&ProxyParents>,
     ) -> Result<()> {
         abort.check()?;
         if let Some(e) = self.api.kernels_missing() {
@@ -174,6 +178,27 @@ impl<A: DeviceApi> DeviceTransport<A> {
             .fixed_threads
             .unwrap_or_else(|| launch_threads(work, A::BLOCK_THREADS));
 
+        // The proxy's profiler events count each task's slots per connection; a graph's
+        // replays would move slots no launch counts.
+        let proxy_events = proxy.zip(self.net.as_ref());
+        if let Some((parents, net)) = proxy_events {
+            if capturing {
+                net.proxy_events().disable();
+            } else {
+                let tasks = super::proxy_tasks::net_tasks(
+                    work,
+                    |b| parents.task_of(b),
+                    self.rank,
+                    super::proxy_tasks::SlotData {
+                        simple: self.geometry.slot_bytes,
+                        ll: self.geometry.ll_slot_bytes / 2,
+                    },
+                    |p| net.reaches(p),
+                );
+                let sink: Arc<dyn ProxyEventSink> = Arc::new(parents.raiser);
+                net.proxy_events().post(&sink, &tasks);
+            }
+        }
         if capturing {
             // Captured parameters are copied into the graph. A block too large for them gets
             // device memory of its own (never reused), and loopback flags of their own that a

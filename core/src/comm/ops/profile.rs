@@ -13,7 +13,7 @@
 //! of a group together, so a group raises a Group event per launch where NCCL may raise one.
 
 use super::{CollArgs, Communicator, Connected, PendingP2p, Waiter};
-use crate::backend::Backend;
+use crate::backend::{Backend, ProxyParents};
 use crate::comm::group;
 use crate::datatype::DataType;
 use crate::error::Result;
@@ -52,6 +52,10 @@ pub(super) struct LaunchEvents {
     channels: Option<KernelChannels>,
     /// The task events, when no KernelCh events are raised.
     tasks: Vec<Started>,
+    /// The buffer that is each of `tasks` its own (a send or receive of a group).
+    task_buffers: Vec<Option<BufId>>,
+    /// Where the NET proxy raises its events, when the plugin asked for them.
+    proxy: Option<Raiser>,
     group: Started,
     own_group_apis: Vec<Started>,
 }
@@ -99,6 +103,8 @@ impl LaunchEvents {
         let mut out = LaunchEvents {
             channels: None,
             tasks: Vec::with_capacity(tasks.len()),
+            task_buffers: Vec::new(),
+            proxy: p.wants(bit::PROXY_OP).then(|| p.raiser()),
             own_group_apis: Vec::new(),
             group,
         };
@@ -115,6 +121,7 @@ impl LaunchEvents {
                 });
             } else {
                 out.tasks.push(p.start(&task, call.api));
+                out.task_buffers.push(buffer);
             }
             out.own_group_apis.extend(call.own_group_api);
         }
@@ -131,6 +138,7 @@ impl LaunchEvents {
         LaunchProfile {
             group_api,
             channels: self.channels.as_ref(),
+            events: Some(self),
         }
     }
 }
@@ -185,6 +193,7 @@ pub(super) struct LaunchProfile<'a> {
     /// The GroupApi event of the launch's calls (0: none).
     pub group_api: Handle,
     channels: Option<&'a KernelChannels>,
+    events: Option<&'a LaunchEvents>,
 }
 
 impl LaunchProfile<'_> {
@@ -197,6 +206,22 @@ impl LaunchProfile<'_> {
         c.times.set(times.clone()).ok()?;
         c.start_tasks(Some(&times));
         Some(times)
+    }
+
+    /// With proxy events asked for: the launch's task events (started by now) and the buffers
+    /// that are their own, for the NET proxy's ProxyOp events.
+    pub(super) fn proxy_parents(&self) -> Option<ProxyParents> {
+        let events = self.events?;
+        let raiser = events.proxy?;
+        let tasks = match &events.channels {
+            Some(c) => (c.tasks.borrow().iter())
+                .map(|t| (t.started.as_ref().map_or(0, Started::handle), t.buffer))
+                .collect(),
+            None => (events.tasks.iter().map(Started::handle))
+                .zip(events.task_buffers.iter().copied())
+                .collect(),
+        };
+        Some(ProxyParents { raiser, tasks })
     }
 }
 
