@@ -13,6 +13,7 @@
 pub mod connect;
 mod epoll;
 pub mod gdr;
+pub mod gin;
 #[cfg(any(test, feature = "probes"))]
 pub mod latency_probe;
 pub mod ll;

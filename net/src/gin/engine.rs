@@ -1,0 +1,674 @@
+//! The GIN proxy engine of one GIN context on one rank: it consumes the descriptors the
+//! device posts for each destination rank, sends them as messages ([`super::wire`]) over a
+//! network connection per peer, and applies the messages peers send it. A descriptor is done
+//! locally (its counter bumped, `cis` advanced past it) once every message it became was sent;
+//! a destination writes a message's payload into its window, then applies its signal, in the
+//! order messages arrive on the connection, which is what NCCL promises: a signal is seen only
+//! after its put's payload and every earlier put's to that rank.
+//!
+//! Puts to this rank itself are copied at once. Messages in flight per peer are bounded by the
+//! bounce buffers ([`RING`]); a descriptor waits in its queue until one is free.
+
+use super::GinMemory;
+use super::gfd::{self, Gfd, Signal};
+use super::wire::{CHUNK_BYTES, HEADER_BYTES, Header, MESSAGE_BYTES, SignalAdd};
+use crate::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
+use oxccl_core::error::{Error, Result};
+use std::alloc::Layout;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Messages in flight per peer and direction (each with a bounce buffer of
+/// [`MESSAGE_BYTES`]).
+pub const RING: usize = 4;
+
+/// One GIN context's rings and arrays, in memory both the device and this host reach (the
+/// layout NVIDIA's `ncclGinProxyGpuCtx_t` points at).
+#[derive(Debug, Clone, Copy)]
+pub struct ContextMem {
+    /// `nranks * queue_size` descriptor slots of 64 bytes, destination rank by rank.
+    pub queues: *mut u64,
+    /// Slots per destination (a power of two).
+    pub queue_size: u32,
+    /// Per destination: descriptors done locally (`cis`), moved by the engine only.
+    pub cis: *mut u32,
+    /// Counters the engine bumps when a put's source was consumed.
+    pub counters: *mut u64,
+    /// Entries of `counters`.
+    pub ncounters: usize,
+    /// Signals peers' puts add to.
+    pub signals: *mut u64,
+    /// Entries of `signals`.
+    pub nsignals: usize,
+}
+
+// SAFETY: memory shared with the device for the engine's whole life; the engine touches the
+// counters, signals, indices and slots only atomically, each word from one thread at a time.
+unsafe impl Send for ContextMem {}
+
+impl ContextMem {
+    fn word64(&self, base: *mut u64, i: usize) -> &AtomicU64 {
+        // SAFETY: `base` is one of this context's u64 arrays and the callers bound `i` by its
+        // length; the memory outlives the engine and is only accessed atomically.
+        unsafe { AtomicU64::from_ptr(base.add(i)) }
+    }
+
+    fn ci(&self, peer: usize) -> &AtomicU32 {
+        // SAFETY: `cis` holds one u32 per rank; `peer` is a rank.
+        unsafe { AtomicU32::from_ptr(self.cis.add(peer)) }
+    }
+
+    /// The eight words of slot `index` (free-running) of `peer`'s ring.
+    fn slot(&self, peer: usize, index: u32) -> [&AtomicU64; 8] {
+        let at = (peer * self.queue_size as usize + (index % self.queue_size) as usize) * 8;
+        std::array::from_fn(|w| self.word64(self.queues, at + w))
+    }
+}
+
+/// A page-aligned host buffer the network is given.
+struct Bounce {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Bounce {
+    fn new(bytes: usize) -> Bounce {
+        let layout = Layout::from_size_align(bytes, 4096).expect("a valid layout");
+        // SAFETY: a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Bounce { ptr, layout }
+    }
+
+    fn message(&self, i: usize) -> *mut u8 {
+        self.ptr.wrapping_add(i * MESSAGE_BYTES)
+    }
+
+    /// Message buffer `i` as bytes.
+    ///
+    /// # Safety
+    /// No network request is using buffer `i`.
+    unsafe fn bytes(&mut self, i: usize) -> &mut [u8] {
+        // SAFETY: buffer `i` lies inside the allocation; the caller guarantees nobody else uses it.
+        unsafe { std::slice::from_raw_parts_mut(self.message(i), MESSAGE_BYTES) }
+    }
+}
+
+impl Drop for Bounce {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+// SAFETY: owned heap memory, handed to the network by address only while a request uses it.
+unsafe impl Send for Bounce {}
+
+/// A descriptor being sent: what is left of it.
+struct Outgoing {
+    gfd: Gfd,
+    /// Payload bytes already put into messages.
+    sent: u64,
+}
+
+/// A message in flight to a peer.
+struct InFlight {
+    req: Request,
+    buf: usize,
+    /// The last message of its descriptor: the counter to bump once it is sent.
+    last: Option<Option<u16>>,
+}
+
+/// The connections to and from one peer and their messages.
+struct Peer {
+    send: Option<SendComm>,
+    recv: Option<RecvComm>,
+    send_mh: Option<MemHandle>,
+    recv_mh: Option<MemHandle>,
+    send_bufs: Bounce,
+    recv_bufs: Bounce,
+    free: Vec<usize>,
+    current: Option<Outgoing>,
+    sends: VecDeque<InFlight>,
+    /// Receives posted, oldest first, with their buffers.
+    recvs: VecDeque<(usize, Request)>,
+    /// Receive buffers not posted (the network was busy).
+    idle: Vec<usize>,
+}
+
+/// The two connections of a link with one peer.
+pub struct PeerLink {
+    /// Messages to the peer.
+    pub send: SendComm,
+    /// Messages from the peer.
+    pub recv: RecvComm,
+}
+
+/// One GIN context's engine on one rank.
+pub struct GinEngine {
+    net: Arc<dyn Net>,
+    rank: usize,
+    mem: ContextMem,
+    windows: Arc<dyn GinMemory>,
+    /// By rank; `None` for this rank.
+    peers: Vec<Option<Peer>>,
+    /// Per destination: the next slot to consume.
+    seen: Vec<u32>,
+    /// Per destination: descriptors done locally (what `cis` says).
+    done: Vec<u32>,
+}
+
+impl GinEngine {
+    /// The engine of rank `rank` over `links` (one per other rank, `None` at `rank`), its
+    /// context's memory `mem` and its windows.
+    pub fn new(
+        net: Arc<dyn Net>,
+        rank: usize,
+        links: Vec<Option<PeerLink>>,
+        mem: ContextMem,
+        windows: Arc<dyn GinMemory>,
+    ) -> Result<GinEngine> {
+        if !mem.queue_size.is_power_of_two() {
+            return Err(Error::arg(format!(
+                "a GIN queue of {} slots is not a power of two",
+                mem.queue_size
+            )));
+        }
+        let nranks = links.len();
+        let mut engine = GinEngine {
+            net,
+            rank,
+            mem,
+            windows,
+            peers: Vec::with_capacity(nranks),
+            seen: vec![0; nranks],
+            done: vec![0; nranks],
+        };
+        for link in links {
+            let peer = match link {
+                Some(l) => Some(engine.peer(l)?),
+                None => None,
+            };
+            engine.peers.push(peer);
+        }
+        Ok(engine)
+    }
+
+    /// Registers the bounce buffers of a link.
+    fn peer(&self, link: PeerLink) -> Result<Peer> {
+        let bytes = RING * MESSAGE_BYTES;
+        let mut p = Peer {
+            send_mh: None,
+            recv_mh: None,
+            send_bufs: Bounce::new(bytes),
+            recv_bufs: Bounce::new(bytes),
+            free: (0..RING).collect(),
+            current: None,
+            sends: VecDeque::new(),
+            recvs: VecDeque::new(),
+            idle: (0..RING).rev().collect(),
+            send: Some(link.send),
+            recv: Some(link.recv),
+        };
+        let net = &*self.net;
+        let send = p.send.as_ref().expect("set above");
+        p.send_mh = Some(net.reg_mr(CommRef::Send(send), p.send_bufs.ptr, bytes, PTR_HOST)?);
+        let recv = p.recv.as_ref().expect("set above");
+        p.recv_mh = Some(net.reg_mr(CommRef::Recv(recv), p.recv_bufs.ptr, bytes, PTR_HOST)?);
+        Ok(p)
+    }
+
+    /// Moves everything that can move: new descriptors, sends done, messages received. True
+    /// when anything did.
+    pub fn progress(&mut self) -> Result<bool> {
+        let mut moved = false;
+        for peer in 0..self.peers.len() {
+            moved |= self.progress_peer(peer)?;
+        }
+        Ok(moved)
+    }
+
+    fn progress_peer(&mut self, peer: usize) -> Result<bool> {
+        let mut moved = false;
+        if peer == self.rank {
+            while let Some(g) = self.take(peer)? {
+                self.local(&g)?;
+                self.finish(peer, g.counter);
+                moved = true;
+            }
+            return Ok(moved);
+        }
+        moved |= self.send_more(peer)?;
+        moved |= self.retire_sends(peer)?;
+        moved |= self.receive(peer)?;
+        Ok(moved)
+    }
+
+    /// The next complete descriptor of `peer`'s ring, taken out of it.
+    fn take(&mut self, peer: usize) -> Result<Option<Gfd>> {
+        let slot = self.mem.slot(peer, self.seen[peer]);
+        let words = slot.map(|w| w.load(Ordering::Acquire));
+        if !gfd::complete(&words) {
+            return Ok(None);
+        }
+        let g = gfd::decode(&words).map_err(|e| {
+            Error::Internal(format!(
+                "rank {}: GIN descriptor {} for rank {peer}: {e}",
+                self.rank, self.seen[peer]
+            ))
+        })?;
+        // Cleared before `cis` frees the slot, so the device's next descriptor is all new.
+        for w in slot {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.seen[peer] = self.seen[peer].wrapping_add(1);
+        Ok(Some(g))
+    }
+
+    /// A descriptor is done locally: its counter, then `cis`.
+    fn finish(&mut self, peer: usize, counter: Option<u16>) {
+        if let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) {
+            self.mem
+                .word64(self.mem.counters, c)
+                .fetch_add(1, Ordering::Release);
+        }
+        self.done[peer] = self.done[peer].wrapping_add(1);
+        self.mem.ci(peer).store(self.done[peer], Ordering::Release);
+    }
+
+    /// A put, inline put or signal to this rank itself.
+    fn local(&self, g: &Gfd) -> Result<()> {
+        if g.size > 0 {
+            let mut data = vec![0u8; g.size as usize];
+            match (g.inline_value, g.src) {
+                (Some(v), _) => data.copy_from_slice(&v.to_le_bytes()[..g.size as usize]),
+                (None, Some((handle, offset))) => self.windows.read(handle, offset, &mut data)?,
+                (None, None) => {
+                    return Err(Error::Internal("a GIN put without a source".into()));
+                }
+            }
+            self.windows.write(g.dst_handle, g.dst_offset, &data)?;
+        }
+        self.signal(signal_of(g))
+    }
+
+    fn signal(&self, s: Option<SignalAdd>) -> Result<()> {
+        let Some(s) = s else { return Ok(()) };
+        let id = usize::from(s.id);
+        if id >= self.mem.nsignals {
+            return Err(Error::Internal(format!(
+                "a GIN signal {id} beyond the {} signals",
+                self.mem.nsignals
+            )));
+        }
+        // The payload's writes returned before this: the device sees the signal after them.
+        self.mem
+            .word64(self.mem.signals, id)
+            .fetch_add(s.value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Turns `peer`'s descriptors into messages while bounce buffers are free.
+    fn send_more(&mut self, peer: usize) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let p = self.peers[peer].as_mut().expect("a peer");
+            if p.current.is_none() {
+                match self.take(peer)? {
+                    Some(gfd) => {
+                        let p = self.peers[peer].as_mut().expect("a peer");
+                        p.current = Some(Outgoing { gfd, sent: 0 });
+                    }
+                    None => return Ok(moved),
+                }
+            }
+            let p = self.peers[peer].as_mut().expect("a peer");
+            let Some(&buf) = p.free.last() else {
+                return Ok(moved);
+            };
+            let out = p.current.as_ref().expect("set above");
+            let g = out.gfd;
+            let chunk = (g.size - out.sent).min(CHUNK_BYTES as u64);
+            let last = out.sent + chunk == g.size;
+            let header = Header {
+                window: g.dst_handle,
+                offset: g.dst_offset + out.sent,
+                bytes: chunk,
+                signal: if last { signal_of(&g) } else { None },
+            };
+            // SAFETY: `buf` is free: no request uses it.
+            let msg = unsafe { p.send_bufs.bytes(buf) };
+            header.encode((&mut msg[..HEADER_BYTES]).try_into().expect("header bytes"));
+            let payload = &mut msg[HEADER_BYTES..HEADER_BYTES + chunk as usize];
+            match (g.inline_value, g.src) {
+                (Some(v), _) => payload.copy_from_slice(&v.to_le_bytes()[..chunk as usize]),
+                (None, Some((handle, offset))) if chunk > 0 => {
+                    self.windows.read(handle, offset + out.sent, payload)?
+                }
+                _ => {}
+            }
+            let len = HEADER_BYTES + chunk as usize;
+            let (send, mh) = (
+                p.send.as_mut().expect("open"),
+                p.send_mh.as_ref().expect("registered"),
+            );
+            // SAFETY: the message lies in the registered bounce buffer `buf`, which no other
+            // request uses until this one is done.
+            let req = unsafe {
+                self.net
+                    .isend(send, p.send_bufs.message(buf), len, self.rank as i32, mh)
+            }?;
+            let Some(req) = req else { return Ok(moved) };
+            p.free.pop();
+            p.sends.push_back(InFlight {
+                req,
+                buf,
+                last: last.then_some(g.counter),
+            });
+            moved = true;
+            if last {
+                p.current = None;
+            } else if let Some(out) = p.current.as_mut() {
+                out.sent += chunk;
+            }
+        }
+    }
+
+    /// Retires `peer`'s sends the network is done with, in order.
+    fn retire_sends(&mut self, peer: usize) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let p = self.peers[peer].as_mut().expect("a peer");
+            let Some(front) = p.sends.front_mut() else {
+                return Ok(moved);
+            };
+            if self.net.test(&mut front.req)?.is_none() {
+                return Ok(moved);
+            }
+            let f = p.sends.pop_front().expect("front");
+            p.free.push(f.buf);
+            moved = true;
+            if let Some(counter) = f.last {
+                self.finish(peer, counter);
+            }
+        }
+    }
+
+    /// Keeps receives posted from `peer` and applies what landed, in order.
+    fn receive(&mut self, peer: usize) -> Result<bool> {
+        let mut moved = false;
+        let p = self.peers[peer].as_mut().expect("a peer");
+        while let Some(&buf) = p.idle.last() {
+            let (recv, mh) = (
+                p.recv.as_mut().expect("open"),
+                p.recv_mh.as_ref().expect("registered"),
+            );
+            // SAFETY: buffer `buf` is idle and registered; it stays untouched until the request
+            // is done.
+            let req = unsafe {
+                self.net.irecv(
+                    recv,
+                    p.recv_bufs.message(buf),
+                    MESSAGE_BYTES,
+                    peer as i32,
+                    mh,
+                )
+            }?;
+            let Some(req) = req else { break };
+            p.idle.pop();
+            p.recvs.push_back((buf, req));
+            moved = true;
+        }
+        loop {
+            let p = self.peers[peer].as_mut().expect("a peer");
+            let Some((buf, req)) = p.recvs.front_mut() else {
+                return Ok(moved);
+            };
+            let Some(len) = self.net.test(req)? else {
+                return Ok(moved);
+            };
+            let buf = *buf;
+            p.recvs.pop_front();
+            // SAFETY: the receive into `buf` is done and nothing else uses it until it is
+            // posted again.
+            let msg = unsafe { p.recv_bufs.bytes(buf) };
+            let h = Header::decode(msg, len)?;
+            let payload = &msg[HEADER_BYTES..len];
+            if !payload.is_empty() {
+                self.windows.write(h.window, h.offset, payload)?;
+            }
+            self.signal(h.signal)?;
+            self.peers[peer].as_mut().expect("a peer").idle.push(buf);
+            moved = true;
+        }
+    }
+}
+
+/// The signal a descriptor applies at its destination.
+fn signal_of(g: &Gfd) -> Option<SignalAdd> {
+    g.signal.map(|s| match s {
+        Signal::Inc(id) => SignalAdd { id, value: 1 },
+        Signal::Add(id, value) => SignalAdd { id, value },
+    })
+}
+
+impl Drop for GinEngine {
+    fn drop(&mut self) {
+        let net = &*self.net;
+        for p in self.peers.iter_mut().flatten() {
+            p.sends.clear();
+            p.recvs.clear();
+            if let (Some(c), Some(mh)) = (&p.send, p.send_mh.take()) {
+                let _ = net.dereg_mr(CommRef::Send(c), mh);
+            }
+            if let (Some(c), Some(mh)) = (&p.recv, p.recv_mh.take()) {
+                let _ = net.dereg_mr(CommRef::Recv(c), mh);
+            }
+            if let Some(c) = p.send.take() {
+                let _ = net.close_send(c);
+            }
+            if let Some(c) = p.recv.take() {
+                let _ = net.close_recv(c);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::testkit::{Mem, link, socket_net};
+    use crate::socket::SocketConfig;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// Windows in host memory; handle `h` is window `h - 1`.
+    struct HostWindows(Vec<Mutex<Vec<u8>>>);
+
+    impl HostWindows {
+        fn new(sizes: &[usize], seed: u8) -> HostWindows {
+            HostWindows(
+                (sizes.iter().enumerate())
+                    .map(|(w, &n)| {
+                        let bytes = (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed ^ w as u8);
+                        Mutex::new(bytes.collect())
+                    })
+                    .collect(),
+            )
+        }
+        fn get(&self, handle: u64, offset: u64, n: usize) -> Vec<u8> {
+            let w = self.0[handle as usize - 1].lock().unwrap();
+            w[offset as usize..offset as usize + n].to_vec()
+        }
+    }
+
+    impl GinMemory for HostWindows {
+        fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
+            dst.copy_from_slice(&self.get(handle, offset, dst.len()));
+            Ok(())
+        }
+        fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
+            let mut w = self.0[handle as usize - 1].lock().unwrap();
+            w[offset as usize..offset as usize + src.len()].copy_from_slice(src);
+            Ok(())
+        }
+    }
+
+    /// A context's memory for `nranks` ranks, in `mem` (kept alive by the caller).
+    fn context(nranks: usize, queue_size: u32) -> (ContextMem, Mem) {
+        let queues = nranks * queue_size as usize * 64;
+        let m = Mem::new(queues + 4096 + 2 * 16 * 8);
+        let mem = ContextMem {
+            queues: m.ptr.cast(),
+            queue_size,
+            cis: m.ptr.wrapping_add(queues).cast(),
+            counters: m.ptr.wrapping_add(queues + 4096).cast(),
+            ncounters: 16,
+            signals: m.ptr.wrapping_add(queues + 4096 + 16 * 8).cast(),
+            nsignals: 16,
+        };
+        (mem, m)
+    }
+
+    /// Plays the device: writes `g` into slot `index` of `peer`'s ring.
+    fn post(mem: &ContextMem, peer: usize, index: u32, g: &Gfd) {
+        for (w, v) in mem.slot(peer, index).iter().zip(gfd::encode::encode(g)) {
+            w.store(v, Ordering::Release);
+        }
+    }
+
+    fn put(size: u64, src: (u64, u64), dst: (u64, u64)) -> Gfd {
+        Gfd {
+            op: gfd::PUT,
+            size,
+            src: Some(src),
+            inline_value: None,
+            dst_handle: dst.0,
+            dst_offset: dst.1,
+            counter: None,
+            signal: None,
+        }
+    }
+
+    /// Two ranks over sockets: a put of 3 MiB + 5 bytes (many messages) with a counter and a
+    /// signal, an inline put with a 64-bit signal add, a bare signal, and a put to itself.
+    /// The destination's signal is never seen before the put's data; the source's counter and
+    /// `cis` move once the descriptors are sent; every consumed slot is cleared.
+    #[test]
+    fn puts_and_signals_cross_two_engines_in_order() {
+        let (n0, n1) = (
+            socket_net(0, SocketConfig::default()),
+            socket_net(1, SocketConfig::default()),
+        );
+        let ((s01, r01), (s10, r10)) = (link(&n0, &n1), link(&n1, &n0));
+        let big = (3 << 20) + 5;
+        let w0 = Arc::new(HostWindows::new(&[big + 200, 8192], 1));
+        let w1 = Arc::new(HostWindows::new(&[64, big + 8192], 2));
+        let ((m0, _keep0), (m1, _keep1)) = (context(2, 4), context(2, 4));
+        let mut e0 = GinEngine::new(
+            n0.clone(),
+            0,
+            vec![
+                None,
+                Some(PeerLink {
+                    send: s01,
+                    recv: r10,
+                }),
+            ],
+            m0,
+            w0.clone(),
+        )
+        .unwrap();
+        let mut e1 = GinEngine::new(
+            n1.clone(),
+            1,
+            vec![
+                Some(PeerLink {
+                    send: s10,
+                    recv: r01,
+                }),
+                None,
+            ],
+            m1,
+            w1.clone(),
+        )
+        .unwrap();
+        let mut g = put(big as u64, (1, 100), (2, 4096));
+        g.op |= gfd::WITH_COUNTER | gfd::WITH_SIGNAL_INC;
+        g.counter = Some(3);
+        g.signal = Some(Signal::Inc(5));
+        post(&m0, 1, 0, &g);
+        let inline = Gfd {
+            op: gfd::PUT | gfd::WITH_INLINE | gfd::WITH_SIGNAL_ADD,
+            size: 4,
+            src: None,
+            inline_value: Some(0xdead_beef),
+            dst_handle: 2,
+            dst_offset: 8,
+            counter: None,
+            signal: Some(Signal::Add(6, 1 << 40)),
+        };
+        post(&m0, 1, 1, &inline);
+        let bare = Gfd {
+            op: gfd::PUT | gfd::WITH_SIGNAL_INC,
+            size: 0,
+            src: None,
+            inline_value: None,
+            dst_handle: 0,
+            dst_offset: 0,
+            counter: None,
+            signal: Some(Signal::Inc(5)),
+        };
+        post(&m0, 1, 2, &bare);
+        let mut own = put(1000, (1, 0), (2, 0));
+        own.op |= gfd::WITH_SIGNAL_ADD;
+        own.signal = Some(Signal::Add(7, 3));
+        post(&m0, 0, 0, &own);
+
+        let sig = |m: &ContextMem, i| m.word64(m.signals, i).load(Ordering::Acquire);
+        let want = w0.get(1, 100, big);
+        let t0 = Instant::now();
+        while !(sig(&m1, 5) == 2 && sig(&m1, 6) == 1 << 40 && m0.ci(1).load(Ordering::Acquire) == 3)
+        {
+            e0.progress().unwrap();
+            e1.progress().unwrap();
+            if sig(&m1, 5) >= 1 {
+                assert!(
+                    w1.get(2, 4096, big) == want,
+                    "signal seen before the put's data"
+                );
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "stuck");
+        }
+        assert_eq!(w1.get(2, 8, 4), 0xdead_beefu32.to_le_bytes());
+        assert_eq!(m0.word64(m0.counters, 3).load(Ordering::Acquire), 1);
+        assert_eq!(
+            m0.ci(0).load(Ordering::Acquire),
+            1,
+            "the put to itself is done"
+        );
+        assert_eq!(sig(&m0, 7), 3);
+        assert_eq!(w0.get(2, 0, 1000), w0.get(1, 0, 1000));
+        for index in 0..3 {
+            assert!(
+                m0.slot(1, index)
+                    .iter()
+                    .all(|w| w.load(Ordering::Relaxed) == 0)
+            );
+        }
+        assert_eq!(m1.ci(0).load(Ordering::Acquire), 0, "rank 1 posted nothing");
+        drop((e0, e1));
+    }
+
+    #[test]
+    fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
+        let n0 = socket_net(0, SocketConfig::default());
+        let (mem, _keep) = context(1, 3);
+        let w = Arc::new(HostWindows::new(&[8], 0));
+        let e = GinEngine::new(n0, 0, vec![None], mem, w);
+        assert!(e.err().unwrap().to_string().contains("power of two"));
+    }
+}

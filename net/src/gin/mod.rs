@@ -1,0 +1,30 @@
+//! GIN (GPU-initiated networking, NCCL 2.28's device API) through the host proxy, over any
+//! [`Net`](crate::Net): the host half of NCCL's proxy GIN type.
+//!
+//! A kernel built against NVIDIA's `nccl_device.h` posts each put, inline put or signal as a
+//! 64-byte descriptor ([`gfd`]) into a ring per destination rank in host-mapped memory, and
+//! waits on three things the host moves: the ring's consumer index (`cis`: descriptors done
+//! locally), counters (a put's source consumed) and signals (on the destination: its data and
+//! every earlier put's to that rank have landed). NVIDIA carries these over RDMA writes and
+//! atomics; here the engine ([`engine`]) turns each descriptor into messages on an ordinary
+//! network connection per peer ([`wire`]): the destination's engine writes the payload into its
+//! own copy of the symmetric window, then applies the signal, in the order the messages came.
+//!
+//! Window handles are the ones the posting rank's descriptor carries: symmetric windows are
+//! registered collectively in one order, so a handle names the same window on every rank, and
+//! [`GinMemory`] resolves it to this rank's copy.
+
+pub mod engine;
+pub mod gfd;
+mod wire;
+
+use oxccl_core::error::Result;
+
+/// This rank's copies of the symmetric windows, by GIN window handle: where the engine reads a
+/// put's source and writes a received payload.
+pub trait GinMemory: Send + Sync {
+    /// Copies `dst.len()` bytes at `offset` of window `handle` into `dst`.
+    fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()>;
+    /// Copies `src` to `offset` of window `handle`; the device sees it once this returns.
+    fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()>;
+}
