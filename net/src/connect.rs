@@ -22,6 +22,16 @@ use std::time::Duration;
 /// Bootstrap tag of the handle exchange (top bit clear: an ordinary tag of this communicator).
 const TAG_NET_HANDLES: u64 = 0x4E45_5400_0000;
 
+/// Bootstrap tag of the GIN engines' handle exchange ([`connect_gin`]).
+const TAG_GIN_HANDLES: u64 = 0x4749_4E00_0000;
+
+/// The connections to open with one peer, each way: per link its network device and whether
+/// its messages are small (LL links: `listen_small`).
+struct LinkPlan {
+    peer: u32,
+    links: Vec<(usize, bool)>,
+}
+
 /// The network a communicator's NET connections use: a network plugin (`NCCL_NET_PLUGIN`,
 /// default `libnccl-net.so`) when one loads and initializes, else the built-in sockets;
 /// `NCCL_NET` selects by name (see [`plugin::select`](super::plugin::select)).
@@ -91,7 +101,7 @@ struct Until<'a> {
 fn connect_all(
     until: Until<'_>,
     net: &dyn Net,
-    fifos: &[PeerFifos],
+    plans: &[LinkPlan],
     mut handles: Vec<Vec<Handle>>,
     listens: Vec<Vec<Listen>>,
 ) -> Result<Connected> {
@@ -111,12 +121,12 @@ fn connect_all(
         until.abort.check()?;
         until.stop.map_or(Ok(()), AbortFlag::check)?;
         let (mut connecting, mut accepting) = (Vec::new(), Vec::new());
-        for (p, pf) in fifos.iter().enumerate() {
-            for c in 0..pf.links() {
+        for (p, plan) in plans.iter().enumerate() {
+            for (c, &(dev, _)) in plan.links.iter().enumerate() {
                 if sends[p][c].is_none() {
-                    sends[p][c] = net.connect(pf.device_of_link(c), &mut handles[p][c])?;
+                    sends[p][c] = net.connect(dev, &mut handles[p][c])?;
                     if sends[p][c].is_none() {
-                        connecting.push(pf.peer);
+                        connecting.push(plan.peer);
                     }
                 }
                 if let Some(l) = listens[p][c].as_mut() {
@@ -125,7 +135,7 @@ fn connect_all(
                             recvs[p][c] = Some(r);
                             net.close_listen(listens[p][c].take().expect("listening"))?;
                         }
-                        None => accepting.push(pf.peer),
+                        None => accepting.push(plan.peer),
                     }
                 }
             }
@@ -361,52 +371,47 @@ enum HandleWait<'a> {
     UntilStopped(&'a AbortFlag),
 }
 
-/// The connections of every channel of every peer in `fifos`, Simple and LL, ready for a
-/// proxy; logs each channel as NCCL does.
-fn connect_links(
+/// Opens the connections of `plans` both ways: listens for every receive first and tells each
+/// peer where (over the bootstrap, under `tag`), so that nobody waits for a handle while
+/// holding one back, then connects and accepts them all together ([`connect_all`]).
+fn open_links(
     bootstrap: &Bootstrap,
     abort: &AbortFlag,
     net: &Arc<dyn Net>,
-    fifos: Vec<PeerFifos>,
+    plans: &[LinkPlan],
+    tag: u64,
     timeout: Duration,
     wait: HandleWait<'_>,
-) -> Result<(Vec<ProxyConn>, Vec<LlLink>)> {
-    let rank = bootstrap.rank();
+) -> Result<Connected> {
     super::open_files::raise_to_hard_limit();
-    // Listen for every receive first and tell each peer where, so that nobody waits for a
-    // handle while holding one back.
     let mut listens = Vec::new();
-    for pf in &fifos {
-        let mut msg = Vec::with_capacity(pf.links() * HANDLE_BYTES);
+    for plan in plans {
+        let mut msg = Vec::with_capacity(plan.links.len() * HANDLE_BYTES);
         let mut mine = Vec::new();
-        for l in 0..pf.links() {
+        for &(dev, small) in &plan.links {
             let mut h: Handle = [0; HANDLE_BYTES];
-            // Simple links first, then LL links, whose messages are small.
-            let dev = pf.device_of_link(l);
-            mine.push(if l < pf.channels.len() {
-                net.listen(dev, &mut h)?
-            } else {
+            mine.push(if small {
                 net.listen_small(dev, &mut h)?
+            } else {
+                net.listen(dev, &mut h)?
             });
             msg.extend_from_slice(&h);
         }
-        bootstrap.send(pf.peer, TAG_NET_HANDLES, &msg)?;
+        bootstrap.send(plan.peer, tag, &msg)?;
         listens.push(mine);
     }
     let mut handles: Vec<Vec<Handle>> = Vec::new();
-    for pf in &fifos {
+    for plan in plans {
         let msg = match wait {
-            HandleWait::Bounded => bootstrap.recv(pf.peer, TAG_NET_HANDLES)?,
-            HandleWait::UntilStopped(stop) => {
-                bootstrap.recv_until_stopped(pf.peer, TAG_NET_HANDLES, stop)?
-            }
+            HandleWait::Bounded => bootstrap.recv(plan.peer, tag)?,
+            HandleWait::UntilStopped(stop) => bootstrap.recv_until_stopped(plan.peer, tag, stop)?,
         };
-        if msg.len() != pf.links() * HANDLE_BYTES {
+        if msg.len() != plan.links.len() * HANDLE_BYTES {
             return Err(Error::Internal(format!(
                 "rank {} sent {} bytes of network handles for {} connections",
-                pf.peer,
+                plan.peer,
                 msg.len(),
-                pf.links()
+                plan.links.len()
             )));
         }
         handles.push(
@@ -424,7 +429,70 @@ fn connect_links(
         stop,
         deadline: Deadline::after(timeout),
     };
-    let (mut sends, mut recvs) = connect_all(until, net.as_ref(), &fifos, handles, listens)?;
+    connect_all(until, net.as_ref(), plans, handles, listens)
+}
+
+/// One connection each way with every rank of `peers` over `net`, on network device `device`,
+/// for the GIN engines (each peer runs this with us in its list); in the order of `peers`.
+pub fn connect_gin(
+    bootstrap: &Bootstrap,
+    abort: &AbortFlag,
+    net: &Arc<dyn Net>,
+    peers: &[u32],
+    device: usize,
+    timeout: Duration,
+) -> Result<Vec<(SendComm, RecvComm)>> {
+    let plans: Vec<LinkPlan> = (peers.iter())
+        .map(|&peer| LinkPlan {
+            peer,
+            links: vec![(device, false)],
+        })
+        .collect();
+    let (sends, recvs) = open_links(
+        bootstrap,
+        abort,
+        net,
+        &plans,
+        TAG_GIN_HANDLES,
+        timeout,
+        HandleWait::Bounded,
+    )?;
+    Ok(sends
+        .into_iter()
+        .zip(recvs)
+        .filter_map(|(mut s, mut r)| Some((s.pop()?, r.pop()?)))
+        .collect())
+}
+
+/// The connections of every channel of every peer in `fifos`, Simple and LL, ready for a
+/// proxy; logs each channel as NCCL does.
+fn connect_links(
+    bootstrap: &Bootstrap,
+    abort: &AbortFlag,
+    net: &Arc<dyn Net>,
+    fifos: Vec<PeerFifos>,
+    timeout: Duration,
+    wait: HandleWait<'_>,
+) -> Result<(Vec<ProxyConn>, Vec<LlLink>)> {
+    let rank = bootstrap.rank();
+    let plans: Vec<LinkPlan> = (fifos.iter())
+        .map(|pf| LinkPlan {
+            peer: pf.peer,
+            // Simple links first, then LL links, whose messages are small.
+            links: (0..pf.links())
+                .map(|l| (pf.device_of_link(l), l >= pf.channels.len()))
+                .collect(),
+        })
+        .collect();
+    let (mut sends, mut recvs) = open_links(
+        bootstrap,
+        abort,
+        net,
+        &plans,
+        TAG_NET_HANDLES,
+        timeout,
+        wait,
+    )?;
     // Link c of a peer is c both ways (the handles went in the same order). Only Simple links
     // share a socket: LL sends may have a proxy thread of their own, and on a shared socket the
     // kernel's socket lock makes the receiving thread's read wait for the sending thread's

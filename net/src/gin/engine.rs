@@ -48,19 +48,19 @@ pub struct ContextMem {
 unsafe impl Send for ContextMem {}
 
 impl ContextMem {
-    fn word64(&self, base: *mut u64, i: usize) -> &AtomicU64 {
+    pub(crate) fn word64(&self, base: *mut u64, i: usize) -> &AtomicU64 {
         // SAFETY: `base` is one of this context's u64 arrays and the callers bound `i` by its
         // length; the memory outlives the engine and is only accessed atomically.
         unsafe { AtomicU64::from_ptr(base.add(i)) }
     }
 
-    fn ci(&self, peer: usize) -> &AtomicU32 {
+    pub(crate) fn ci(&self, peer: usize) -> &AtomicU32 {
         // SAFETY: `cis` holds one u32 per rank; `peer` is a rank.
         unsafe { AtomicU32::from_ptr(self.cis.add(peer)) }
     }
 
     /// The eight words of slot `index` (free-running) of `peer`'s ring.
-    fn slot(&self, peer: usize, index: u32) -> [&AtomicU64; 8] {
+    pub(crate) fn slot(&self, peer: usize, index: u32) -> [&AtomicU64; 8] {
         let at = (peer * self.queue_size as usize + (index % self.queue_size) as usize) * 8;
         std::array::from_fn(|w| self.word64(self.queues, at + w))
     }
@@ -479,66 +479,11 @@ impl Drop for GinEngine {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testkit::{HostWindows, context, post};
     use super::*;
-    use crate::proxy::testkit::{Mem, link, socket_net};
+    use crate::proxy::testkit::{link, socket_net};
     use crate::socket::SocketConfig;
-    use std::sync::Mutex;
     use std::time::{Duration, Instant};
-
-    /// Windows in host memory; handle `h` is window `h - 1`.
-    struct HostWindows(Vec<Mutex<Vec<u8>>>);
-
-    impl HostWindows {
-        fn new(sizes: &[usize], seed: u8) -> HostWindows {
-            HostWindows(
-                (sizes.iter().enumerate())
-                    .map(|(w, &n)| {
-                        let bytes = (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed ^ w as u8);
-                        Mutex::new(bytes.collect())
-                    })
-                    .collect(),
-            )
-        }
-        fn get(&self, handle: u64, offset: u64, n: usize) -> Vec<u8> {
-            let w = self.0[handle as usize - 1].lock().unwrap();
-            w[offset as usize..offset as usize + n].to_vec()
-        }
-    }
-
-    impl GinMemory for HostWindows {
-        fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
-            dst.copy_from_slice(&self.get(handle, offset, dst.len()));
-            Ok(())
-        }
-        fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
-            let mut w = self.0[handle as usize - 1].lock().unwrap();
-            w[offset as usize..offset as usize + src.len()].copy_from_slice(src);
-            Ok(())
-        }
-    }
-
-    /// A context's memory for `nranks` ranks, in `mem` (kept alive by the caller).
-    fn context(nranks: usize, queue_size: u32) -> (ContextMem, Mem) {
-        let queues = nranks * queue_size as usize * 64;
-        let m = Mem::new(queues + 4096 + 2 * 16 * 8);
-        let mem = ContextMem {
-            queues: m.ptr.cast(),
-            queue_size,
-            cis: m.ptr.wrapping_add(queues).cast(),
-            counters: m.ptr.wrapping_add(queues + 4096).cast(),
-            ncounters: 16,
-            signals: m.ptr.wrapping_add(queues + 4096 + 16 * 8).cast(),
-            nsignals: 16,
-        };
-        (mem, m)
-    }
-
-    /// Plays the device: writes `g` into slot `index` of `peer`'s ring.
-    fn post(mem: &ContextMem, peer: usize, index: u32, g: &Gfd) {
-        for (w, v) in mem.slot(peer, index).iter().zip(gfd::encode::encode(g)) {
-            w.store(v, Ordering::Release);
-        }
-    }
 
     fn put(size: u64, src: (u64, u64), dst: (u64, u64)) -> Gfd {
         Gfd {

@@ -16,6 +16,9 @@
 
 pub mod engine;
 pub mod gfd;
+pub mod runner;
+#[cfg(test)]
+mod testkit;
 mod wire;
 
 use oxccl_core::error::Result;

@@ -1,0 +1,184 @@
+//! The thread that drives a communicator's GIN engines: it connects one link each way with
+//! every other rank over the bootstrap ([`crate::connect::connect_gin`]), then moves every
+//! context's descriptors and messages until the communicator goes; a network error records
+//! itself on the communicator and aborts it, which ends every wait.
+
+use super::GinMemory;
+use super::engine::{ContextMem, GinEngine, PeerLink};
+use crate::Net;
+use oxccl_core::abort::AbortFlag;
+use oxccl_core::bootstrap::Bootstrap;
+use oxccl_core::error::Result;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// An idle pass spins this long, then yields, then parks for [`PARK`] at a time.
+const SPIN: Duration = Duration::from_micros(50);
+const YIELD: Duration = Duration::from_millis(5);
+const PARK: Duration = Duration::from_micros(500);
+
+/// A communicator's GIN engines on their thread; stopped and joined when dropped.
+pub struct GinRunner {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GinRunner {
+    /// Connects this rank's engines (one per entry of `contexts`, each with its links to every
+    /// other rank on `device` of `net`) and starts driving them. Every rank of the
+    /// communicator calls this together.
+    pub fn start(
+        bootstrap: &Bootstrap,
+        abort: &AbortFlag,
+        net: Arc<dyn Net>,
+        device: usize,
+        contexts: Vec<ContextMem>,
+        windows: Arc<dyn GinMemory>,
+        timeout: Duration,
+    ) -> Result<GinRunner> {
+        let (rank, nranks) = (bootstrap.rank() as usize, bootstrap.nranks() as usize);
+        let peers: Vec<u32> = (0..nranks as u32).filter(|&p| p as usize != rank).collect();
+        let mut engines = Vec::with_capacity(contexts.len());
+        for mem in contexts {
+            let links =
+                crate::connect::connect_gin(bootstrap, abort, &net, &peers, device, timeout)?;
+            let mut by_rank: Vec<Option<PeerLink>> = (0..nranks).map(|_| None).collect();
+            for (&p, (send, recv)) in peers.iter().zip(links) {
+                by_rank[p as usize] = Some(PeerLink { send, recv });
+            }
+            engines.push(GinEngine::new(
+                net.clone(),
+                rank,
+                by_rank,
+                mem,
+                windows.clone(),
+            )?);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, abort) = (stop.clone(), abort.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("oxccl-gin-r{rank}"))
+            .spawn(move || drive(engines, &abort, &flag))
+            .map_err(|e| oxccl_core::error::Error::Internal(format!("no GIN thread: {e}")))?;
+        Ok(GinRunner {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn drive(mut engines: Vec<GinEngine>, abort: &AbortFlag, stop: &AtomicBool) {
+    let mut last = Instant::now();
+    while !abort.is_aborted() && !stop.load(Ordering::Acquire) {
+        let mut moved = false;
+        for e in &mut engines {
+            match e.progress() {
+                Ok(m) => moved |= m,
+                Err(err) => {
+                    abort.record(err);
+                    abort.abort();
+                    return;
+                }
+            }
+        }
+        if moved {
+            last = Instant::now();
+            continue;
+        }
+        let idle = last.elapsed();
+        if idle < SPIN {
+            std::hint::spin_loop();
+        } else if idle < YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout(PARK);
+        }
+    }
+}
+
+impl Drop for GinRunner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gfd::{self, Signal};
+    use super::super::testkit::{HostWindows, context, post};
+    use super::*;
+    use crate::proxy::testkit::socket_net;
+    use crate::socket::SocketConfig;
+    use oxccl_core::testing::run_ranks;
+
+    const PART: usize = 300 << 10;
+
+    /// Three ranks connect their engines over the bootstrap, and each puts `PART` bytes of its
+    /// window 1 into every other rank's window 2 at its own slice, with a signal increment:
+    /// once a rank's signal counts both peers, both slices hold what they sent, and every
+    /// rank's descriptors are done locally.
+    #[test]
+    fn three_ranks_put_into_each_other_through_their_runners() {
+        let results = run_ranks(3, |b| -> std::result::Result<(), String> {
+            let (rank, nranks) = (b.rank() as usize, b.nranks() as usize);
+            let net = socket_net(b.rank(), SocketConfig::default());
+            let windows = Arc::new(HostWindows::new(&[PART, nranks * PART], rank as u8));
+            let (mem, _keep) = context(nranks, 4);
+            let runner = GinRunner::start(
+                &b,
+                &AbortFlag::new(),
+                net,
+                0,
+                vec![mem],
+                windows.clone(),
+                Duration::from_secs(10),
+            )
+            .map_err(|e| e.to_string())?;
+            for peer in (0..nranks).filter(|&p| p != rank) {
+                let g = gfd::encode::put(
+                    2,
+                    (rank * PART) as u64,
+                    1,
+                    0,
+                    PART as u64,
+                    None,
+                    Some(Signal::Inc(0)),
+                );
+                post(&mem, peer, 0, &g);
+            }
+            let t0 = Instant::now();
+            let signal = mem.word64(mem.signals, 0);
+            let done = |p: usize| mem.ci(p).load(Ordering::Acquire) == 1;
+            while signal.load(Ordering::Acquire) < (nranks - 1) as u64
+                || !(0..nranks).filter(|&p| p != rank).all(done)
+            {
+                if t0.elapsed() > Duration::from_secs(20) {
+                    return Err(format!(
+                        "rank {rank}: signal {}",
+                        signal.load(Ordering::Acquire)
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for peer in (0..nranks).filter(|&p| p != rank) {
+                let sent = HostWindows::new(&[PART], peer as u8).get(1, 0, PART);
+                if windows.get(2, (peer * PART) as u64, PART) != sent {
+                    return Err(format!("rank {rank}: rank {peer}'s slice differs"));
+                }
+            }
+            // Every rank is done before any runner goes (a peer may still be reading ours).
+            b.barrier().map_err(|e| e.to_string())?;
+            drop(runner);
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+}
