@@ -1,5 +1,5 @@
 //! The GIN proxy engine of one GIN context on one rank: it consumes the descriptors the
-//! device posts for each destination rank, sends them as messages ([`super::wire`]) over a
+//! device posts for each destination rank, sends them as messages (`wire.rs`) over a
 //! network connection per peer, and applies the messages peers send it. A descriptor is done
 //! locally (its counter bumped, `cis` advanced past it) once every message it became was sent;
 //! a destination writes a message's payload into its window, then applies its signal, in the
@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Messages in flight per peer and direction (each with a bounce buffer of
-/// [`MESSAGE_BYTES`]).
+/// Messages in flight per peer and direction (each with a bounce buffer of the largest
+/// message, a header and 256 KiB).
 pub const RING: usize = 4;
 
 /// One GIN context's rings and arrays, in memory both the device and this host reach (the

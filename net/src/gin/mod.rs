@@ -7,7 +7,7 @@
 //! locally), counters (a put's source consumed) and signals (on the destination: its data and
 //! every earlier put's to that rank have landed). NVIDIA carries these over RDMA writes and
 //! atomics; here the engine ([`engine`]) turns each descriptor into messages on an ordinary
-//! network connection per peer ([`wire`]): the destination's engine writes the payload into its
+//! network connection per peer (`wire.rs`): the destination's engine writes the payload into its
 //! own copy of the symmetric window, then applies the signal, in the order the messages came.
 //!
 //! Window handles are the ones the posting rank's descriptor carries: symmetric windows are
