@@ -179,24 +179,24 @@ impl<A: DeviceApi> DeviceTransport<A> {
             .unwrap_or_else(|| launch_threads(work, A::BLOCK_THREADS));
 
         // The proxy's profiler events count each task's slots per connection; a graph's
-        // replays would move slots no launch counts.
-        let proxy_events = proxy.zip(self.net.as_ref());
-        if let Some((parents, net)) = proxy_events {
-            if capturing {
-                net.proxy_events().disable();
-            } else {
-                let tasks = super::proxy_tasks::net_tasks(
-                    work,
-                    |b| parents.task_of(b),
-                    self.rank,
-                    super::proxy_tasks::SlotData {
-                        simple: self.geometry.slot_bytes,
-                        ll: self.geometry.ll_slot_bytes / 2,
-                    },
-                    |p| net.reaches(p),
-                );
+        // replays would move slots no launch counts, so a captured launch that crosses the
+        // network turns them off.
+        if let Some((parents, net)) = proxy.zip(self.net.as_ref()) {
+            let tasks = super::proxy_tasks::net_tasks(
+                work,
+                |b| parents.task_of(b),
+                self.rank,
+                super::proxy_tasks::SlotData {
+                    simple: self.geometry.slot_bytes,
+                    ll: self.geometry.ll_slot_bytes / 2,
+                },
+                |p| net.reaches(p),
+            );
+            if !capturing {
                 let sink: Arc<dyn ProxyEventSink> = Arc::new(parents.raiser);
                 net.proxy_events().post(&sink, &tasks);
+            } else if !tasks.is_empty() {
+                net.proxy_events().disable();
             }
         }
         if capturing {
