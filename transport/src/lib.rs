@@ -15,6 +15,7 @@ mod api;
 mod device;
 #[cfg(test)]
 mod fake_api;
+pub mod gin_context;
 mod gpu_backend;
 mod ll_area;
 mod net;
