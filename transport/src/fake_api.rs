@@ -239,10 +239,12 @@ impl DeviceApi for FakeApi {
     fn caller_stream_done(&self, _: Handle) -> Result<bool> {
         unreachable!()
     }
-    unsafe fn caller_copy_to_device(&self, _: i32, _: DevicePtr, _: &[u8]) -> Result<()> {
-        unreachable!()
+    unsafe fn caller_copy_to_device(&self, dev: i32, d: DevicePtr, s: &[u8]) -> Result<()> {
+        self.log(format!("copy_to_device {dev} {d:#x} {}", s.len()));
+        Ok(())
     }
-    unsafe fn caller_copy_from_device(&self, _: i32, _: &mut [u8], _: DevicePtr) -> Result<()> {
-        unreachable!()
+    unsafe fn caller_copy_from_device(&self, dev: i32, d: &mut [u8], s: DevicePtr) -> Result<()> {
+        self.log(format!("copy_from_device {dev} {s:#x} {}", d.len()));
+        Ok(())
     }
 }

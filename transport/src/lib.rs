@@ -16,6 +16,7 @@ mod device;
 #[cfg(test)]
 mod fake_api;
 pub mod gin_context;
+pub mod gin_windows;
 mod gpu_backend;
 mod ll_area;
 mod net;

@@ -1,0 +1,104 @@
+//! This rank's symmetric windows as the GIN engine (`oxccl_net::gin`) sees them: a put's source
+//! is read from, and a received payload written to, the window a handle names, by synchronous
+//! copies between the engine's bounce buffers and device memory. A handle is the one the
+//! window's descriptor carries in `ginWins[]`; symmetric windows are registered collectively in
+//! one order, so a handle names the same window on every rank.
+
+use crate::api::DeviceApi;
+use oxccl_core::backend::DevicePtr;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
+use oxccl_net::gin::GinMemory;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The windows of one communicator on one device, by GIN handle.
+pub struct GinWindows<A: DeviceApi> {
+    api: A,
+    device: i32,
+    table: Mutex<HashMap<u64, (DevicePtr, u64)>>,
+}
+
+impl<A: DeviceApi> GinWindows<A> {
+    /// No windows yet, on `device`.
+    pub fn new(api: A, device: i32) -> GinWindows<A> {
+        GinWindows {
+            api,
+            device,
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Window `handle` is this rank's `bytes` bytes at `base`.
+    pub fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
+        lock(&self.table).insert(handle, (base, bytes));
+    }
+
+    /// Window `handle` is gone (deregistered after every put that names it completed).
+    pub fn remove(&self, handle: u64) {
+        lock(&self.table).remove(&handle);
+    }
+
+    /// The device address of `len` bytes at `offset` of window `handle`, when they lie in it.
+    fn at(&self, handle: u64, offset: u64, len: usize, what: &str) -> Result<DevicePtr> {
+        let Some(&(base, bytes)) = lock(&self.table).get(&handle) else {
+            return Err(Error::Internal(format!(
+                "a GIN put {what} window {handle:#x}, which this rank has not registered"
+            )));
+        };
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= bytes => Ok(base + offset),
+            _ => Err(Error::Internal(format!(
+                "a GIN put {what} bytes {offset}..{} of a window of {bytes} bytes",
+                offset.saturating_add(len as u64)
+            ))),
+        }
+    }
+}
+
+impl<A: DeviceApi> GinMemory for GinWindows<A> {
+    fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let src = self.at(handle, offset, dst.len(), "reads")?;
+        // The engine's thread copies beside whatever the application captures.
+        let _relaxed = self.api.relaxed_capture()?;
+        // SAFETY: `src` and the `dst.len()` bytes after it lie in a registered window.
+        unsafe { self.api.caller_copy_from_device(self.device, dst, src) }
+    }
+
+    fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
+        let dst = self.at(handle, offset, src.len(), "writes")?;
+        let _relaxed = self.api.relaxed_capture()?;
+        // SAFETY: `dst` and the `src.len()` bytes after it lie in a registered window; the copy
+        // has landed when this returns, before the engine applies the put's signal.
+        unsafe { self.api.caller_copy_to_device(self.device, dst, src) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+
+    #[test]
+    fn copies_go_to_the_named_window_and_stay_inside_it() {
+        let api = FakeApi::default();
+        let w = GinWindows::new(api.clone(), 3);
+        w.add(7, 0x1000, 256);
+        let mut buf = [0u8; 16];
+        w.read(7, 240, &mut buf).unwrap();
+        w.write(7, 0, &buf[..8]).unwrap();
+        assert_eq!(
+            api.calls(),
+            ["copy_from_device 3 0x10f0 16", "copy_to_device 3 0x1000 8"]
+        );
+        assert!(w.read(7, 241, &mut buf).is_err(), "one byte past the end");
+        assert!(
+            w.write(7, u64::MAX, &buf).is_err(),
+            "an offset that overflows"
+        );
+        assert!(w.read(8, 0, &mut buf).is_err(), "an unknown window");
+        w.remove(7);
+        assert!(w.read(7, 0, &mut buf).is_err(), "a removed window");
+        assert!(api.calls().is_empty(), "refused copies reach no device");
+    }
+}
