@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 /// How often waits look at `/proc` for same-host peers that died without closing their sockets.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(100);
-/// How long a peer found exited may take to have its goodbye read before it counts as dead.
+/// How long a peer found exited may take to have its goodbye read before it counts as dead,
+/// and a peer that closed, to deliver what its newest connection still carries.
 const GOODBYE_DRAIN: Duration = Duration::from_millis(200);
 
 /// Which service owns a mailbox (log target and error wording).
@@ -232,6 +233,8 @@ impl Mailbox {
     /// they need from a peer that then exited still complete.
     pub fn take(&self, peer: u32, tag: u64, spec: &WaitSpec<'_>) -> Result<Vec<u8>> {
         let mut st = lock(&self.state);
+        // Until when a peer found closed may still deliver (see below).
+        let mut drain_until: Option<Instant> = None;
         loop {
             if let Some(q) = st.queues.get_mut(&(peer, tag))
                 && let Some(m) = q.pop_front()
@@ -245,6 +248,19 @@ impl Mailbox {
                 return Err(self.death_error(*r, why));
             }
             if st.closed.contains(&peer) {
+                // Its goodbyes came on every connection registered here, but a connection it
+                // opened last may not be registered yet (accepted, its reader not started) and
+                // may still hold the message: it gets a short while to deliver.
+                let until = *drain_until.get_or_insert_with(|| Instant::now() + GOODBYE_DRAIN);
+                let now = Instant::now();
+                if now < until {
+                    st = self
+                        .cv
+                        .wait_timeout(st, until - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                    continue;
+                }
                 return Err(Error::Remote(format!(
                     "{} closed its connection (communicator destroyed or init failed) while \
                      rank {} waited for its message with tag {tag:#x}",
@@ -283,5 +299,39 @@ impl Mailbox {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abort::Deadline;
+
+    fn spec() -> WaitSpec<'static> {
+        WaitSpec {
+            watch: Watch::new(Deadline::after(Duration::from_secs(5)), None),
+            timeout: Duration::from_secs(5),
+            timeout_source: "test",
+        }
+    }
+
+    /// A peer's goodbye on the connections registered here can come before the message on a
+    /// connection it opened last, still being accepted: that message is delivered, and only a
+    /// queue that stays empty fails.
+    #[test]
+    fn a_closed_peer_still_delivers_what_its_newest_connection_carries() {
+        let mb = Arc::new(Mailbox::new(1, Service::Bootstrap));
+        mb.mark_closed(0);
+        let late = mb.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            late.push(0, 7, vec![42]);
+        });
+        assert_eq!(mb.take(0, 7, &spec()).unwrap(), [42]);
+        t.join().unwrap();
+        let t0 = Instant::now();
+        let e = mb.take(0, 7, &spec()).unwrap_err();
+        assert!(e.to_string().contains("closed its connection"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "fails once the drain is over");
     }
 }
