@@ -332,6 +332,9 @@ mod tests {
         let t0 = Instant::now();
         let e = mb.take(0, 7, &spec()).unwrap_err();
         assert!(e.to_string().contains("closed its connection"), "{e}");
-        assert!(t0.elapsed() < Duration::from_secs(2), "fails once the drain is over");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "fails once the drain is over"
+        );
     }
 }

@@ -14,6 +14,7 @@
 //! registered collectively in one order, so a handle names the same window on every rank, and
 //! [`GinMemory`] resolves it to this rank's copy.
 
+pub mod context_layout;
 pub mod engine;
 pub mod gfd;
 pub mod runner;

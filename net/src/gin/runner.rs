@@ -122,7 +122,8 @@ mod tests {
     /// Three ranks connect their engines over the bootstrap, and each puts `PART` bytes of its
     /// window 1 into every other rank's window 2 at its own slice, with a signal increment:
     /// once a rank's signal counts both peers, both slices hold what they sent, and every
-    /// rank's descriptors are done locally.
+    /// rank's descriptors are done locally. Rank 0 then stops first while the others still
+    /// run: its closes come between messages, so no other rank is aborted.
     #[test]
     fn three_ranks_put_into_each_other_through_their_runners() {
         let results = run_ranks(3, |b| -> std::result::Result<(), String> {
@@ -130,9 +131,10 @@ mod tests {
             let net = socket_net(b.rank(), SocketConfig::default());
             let windows = Arc::new(HostWindows::new(&[PART, nranks * PART], rank as u8));
             let (mem, _keep) = context(nranks, 4);
+            let abort = AbortFlag::new();
             let runner = GinRunner::start(
                 &b,
-                &AbortFlag::new(),
+                &abort,
                 net,
                 0,
                 vec![mem],
@@ -172,9 +174,18 @@ mod tests {
                     return Err(format!("rank {rank}: rank {peer}'s slice differs"));
                 }
             }
-            // Every rank is done before any runner goes (a peer may still be reading ours).
             b.barrier().map_err(|e| e.to_string())?;
-            drop(runner);
+            if rank == 0 {
+                drop(runner);
+                b.barrier().map_err(|e| e.to_string())?;
+            } else {
+                b.barrier().map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_millis(300));
+                drop(runner);
+            }
+            if abort.is_aborted() {
+                return Err(format!("rank {rank} was aborted: {:?}", abort.error()));
+            }
             Ok(())
         });
         for r in results {
