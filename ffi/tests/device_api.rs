@@ -241,7 +241,7 @@ fn a_lone_rank_s_descriptors_point_at_its_buffers() {
 }
 
 #[test]
-fn multicast_and_gin_are_refused_with_a_sentence() {
+fn multicast_is_refused_with_a_sentence_and_forced_gin_runs() {
     setup();
     let c = comms(1);
     // SAFETY: plain C data.
@@ -252,12 +252,15 @@ fn multicast_and_gin_are_refused_with_a_sentence() {
     let got = unsafe { ncclDevCommCreate(c[0], &reqs, &mut dc) };
     assert_eq!(got, R::INVALID_USAGE);
     assert!(last_error().contains("multimem"), "{}", last_error());
+    // GIN forced on one rank: the host backend starts its proxy contexts, with no peers.
     let mut reqs = zero_reqs();
     reqs.ginForceEnable = true;
     // SAFETY: valid pointers.
     let got = unsafe { ncclDevCommCreate(c[0], &reqs, &mut dc) };
-    assert_eq!(got, R::INVALID_USAGE);
-    assert!(last_error().contains("GIN"), "{}", last_error());
+    assert_eq!(got, R::SUCCESS, "{}", last_error());
+    assert_eq!((dc.ginContextCount, dc.ginTypes), (4, [2; 4]));
+    // SAFETY: a live device communicator, not used afterwards.
+    assert_eq!(unsafe { ncclDevCommDestroy(c[0], &dc) }, R::SUCCESS);
     // SAFETY: NULL requirements are named, not read.
     let got = unsafe { ncclDevCommCreate(c[0], std::ptr::null(), &mut dc) };
     assert_eq!(got, R::INVALID_ARGUMENT);

@@ -16,6 +16,7 @@ fn windows_and_device_communicators_on_three_ranks() {
             lsa_barriers: 2,
             rail_barriers: 0,
             resources: vec![(1000, 256), (16, 16)],
+            ..DevCommRequirements::default()
         };
         let dc = comm.create_dev_comm(&req).unwrap();
         let raw = *dc.raw();

@@ -4,7 +4,9 @@
 
 use super::Communicator;
 use crate::backend::{Backend, DevicePtr, ShareableHandle};
+use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// Address space between two LSA ranks' copies of a window is a multiple of this (the device
 /// API's `stride4G` counts it).
@@ -162,6 +164,11 @@ impl<B: Backend> Communicator<B> {
     /// Returns once every rank called it (a bootstrap barrier).
     pub fn host_barrier(&self) -> Result<()> {
         self.connected()?.bootstrap.barrier()
+    }
+
+    /// The bootstrap, for connections the device API makes itself (GIN's).
+    pub fn bootstrap(&self) -> Result<Arc<Bootstrap>> {
+        Ok(self.connected()?.bootstrap.clone())
     }
 }
 

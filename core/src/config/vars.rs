@@ -128,6 +128,17 @@ vars! {
     OXCCL_SOCKET_WORKERS: Option<usize> = None, Comm, "most socket helper threads of a communicator";
     OXCCL_NET_TRACE: Option<String> = None, Process, "directory the socket network writes traces of its transfers to";
 
+    // Device-initiated networking (GIN) of the device API.
+    NCCL_GIN_ENABLE: bool = true, Comm, "0: device communicators that need GIN are refused";
+    NCCL_GIN_NCONTEXTS: u32 = 4, Comm, "GIN contexts of a communicator",
+        valid(|n| (1..=4).contains(n), "1 to 4");
+    NCCL_GIN_SIGNAL_POOL_SIZE: u32 = 65536, Comm, "GIN signals a communicator's device communicators share",
+        valid(|n| (1..=65536).contains(n), "1 to 65536");
+    NCCL_GIN_COUNTER_POOL_SIZE: u32 = 65536, Comm, "GIN counters a communicator's device communicators share",
+        valid(|n| (1..=65536).contains(n), "1 to 65536");
+    NCCL_GIN_PROXY_QUEUE_SIZE: u32 = 256, Comm, "descriptor slots per peer of a GIN context",
+        valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
+
     // Host backend, reliability.
     OXCCL_OP_TIMEOUT: Duration = Duration::ZERO, Comm, "seconds a host-backend receive waits before failing (0: no limit)";
     OXCCL_WATCHDOG_SECONDS: Duration = Duration::from_secs(120), Comm, "an operation incomplete this long starts a hang report (0: off)";

@@ -191,29 +191,6 @@ unsafe fn lla2a_create_requirement(
     Ok(())
 }
 
-/// Why a device communicator would need GIN (device-initiated networking), if it would.
-fn gin_needed(
-    reqs: &ncclDevCommRequirements_t,
-    resources: &[ncclDevResourceRequirements_t],
-    hosts_apart: bool,
-) -> Option<&'static str> {
-    if reqs.ginForceEnable {
-        return Some("ginForceEnable is set");
-    }
-    if reqs.ginSignalCount != 0
-        || reqs.ginCounterCount != 0
-        || resources
-            .iter()
-            .any(|r| r.ginSignalCount != 0 || r.ginCounterCount != 0)
-    {
-        return Some("GIN signals or counters are required");
-    }
-    if hosts_apart && (reqs.railGinBarrierCount > 0 || reqs.barrierCount > 0) {
-        return Some("barriers across hosts are required");
-    }
-    None
-}
-
 unsafe fn dev_comm_create(
     comm: ncclComm_t,
     reqs: *const ncclDevCommRequirements_t,
@@ -250,13 +227,9 @@ unsafe fn dev_comm_create(
     if reqs.lsaMultimem {
         return Err(multimem_refused());
     }
-    let lsa = live.comm.lsa_team()?;
-    let hosts_apart = lsa.size as usize != live.comm.nranks();
-    if let Some(why) = gin_needed(&reqs, &user, hosts_apart) {
-        return Err(Error::usage(format!(
-            "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); oxccl does not provide GIN yet (LSA windows and barriers work within a host)"
-        )));
-    }
+    let gin_count = |n: c_int, what: &str| {
+        u32::try_from(n).map_err(|_| Error::arg(format!("{what} {n} is negative")))
+    };
     let spec = DevCommRequirements {
         lsa_barriers: count(
             reqs.barrierCount.max(reqs.lsaBarrierCount),
@@ -267,24 +240,49 @@ unsafe fn dev_comm_create(
             "railGinBarrierCount",
         )? as u32,
         resources: user.iter().map(|r| (r.bufferSize, r.bufferAlign)).collect(),
+        resource_gin: (user.iter())
+            .map(|r| {
+                Ok((
+                    gin_count(r.ginSignalCount, "ginSignalCount")?,
+                    gin_count(r.ginCounterCount, "ginCounterCount")?,
+                ))
+            })
+            .collect::<Result<_>>()?,
+        gin_signals: gin_count(reqs.ginSignalCount, "ginSignalCount")?,
+        gin_counters: gin_count(reqs.ginCounterCount, "ginCounterCount")?,
+        gin_force: reqs.ginForceEnable,
     };
-    let outs: Vec<usize> = user.iter().map(|r| r.outBufferHandle as usize).collect();
+    // Where each resource's handle and first GIN ids go (addresses: the closure runs later).
+    let outs: Vec<[usize; 3]> = (user.iter())
+        .map(|r| {
+            [
+                r.outBufferHandle as usize,
+                r.outGinSignalStart as usize,
+                r.outGinCounterStart as usize,
+            ]
+        })
+        .collect();
     let (handle, out_addr) = (live.handle, out_dev_comm as usize);
     group::together(
         handle as *const _ as usize,
         Box::new(move || {
             let comm = handle.lock().live_comm()?;
             let backend = runtime::backend()?.clone();
-            let (made, handles) = device_api::create_dev_comm(
+            let (made, places) = device_api::create_dev_comm(
                 &comm,
                 &backend,
                 &spec,
                 Box::new(|f| f(handle.lock().device_api()?)),
             )?;
-            for (out, h) in outs.into_iter().zip(handles) {
-                if out != 0 {
-                    // SAFETY: the caller's requirement named a writable handle.
-                    unsafe { *(out as *mut u32) = h };
+            for (out, p) in outs.into_iter().zip(places) {
+                for (at, v) in out
+                    .into_iter()
+                    .zip([p.handle, p.gin_signal0, p.gin_counter0])
+                {
+                    if at != 0 {
+                        // SAFETY: the caller's requirement named a writable `uint32_t`.
+                        unsafe { *(at as *mut u32) = v };
+                    }
                 }
             }
             // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).

@@ -8,6 +8,7 @@
 //! (`Communicator::map_flat`): LSA rank i's copy at `lsaFlatBase + i * stride4G * 4 GiB`, which
 //! is the arithmetic NCCL's inline device functions do.
 
+use super::gin::{GinIds, GinState};
 use super::layout::{
     NCCL_GIN_MAX_CONTEXTS, ncclDevCommWindowEntry, ncclDevCommWindowTable, ncclWindow_vidmem,
 };
@@ -78,13 +79,21 @@ pub struct RegisteredWindow {
     flat: Option<FlatWindow>,
     /// Its index in the window table.
     entry: usize,
+    /// Its GIN handle (`ginWins[]`): the same on every rank, as registrations are collective.
+    gin_handle: u64,
 }
 
 /// Resources of one device communicator.
 struct DevCommResources {
     /// The resource buffers' memory (`ncclMemAlloc`).
     memory: DevicePtr,
+    /// Its bytes.
+    bytes: usize,
     flat: Option<FlatWindow>,
+    /// Its GIN handle, as a window's.
+    gin_handle: u64,
+    /// The signal and counter ids GIN gave it.
+    gin_ids: Option<GinIds>,
 }
 
 /// What the device API holds on one communicator.
@@ -102,6 +111,10 @@ pub struct DeviceApi {
     windows: HashMap<DevicePtr, Box<RegisteredWindow>>,
     /// Device communicators by resource descriptor address.
     dev_comms: HashMap<DevicePtr, DevCommResources>,
+    /// The GIN handle the next window or resource buffer gets.
+    next_gin_handle: u64,
+    /// GIN, once a device communicator needed it.
+    gin: Option<GinState>,
 }
 
 /// Writes `value`'s bytes to device address `at`.
@@ -134,6 +147,8 @@ impl DeviceApi {
             entries: Vec::new(),
             windows: HashMap::new(),
             dev_comms: HashMap::new(),
+            next_gin_handle: 1,
+            gin: None,
         })
     }
 
@@ -181,6 +196,7 @@ impl DeviceApi {
         user_ptr: DevicePtr,
         flat: Option<&FlatWindow>,
         host: *mut c_void,
+        gin_handle: u64,
     ) -> Result<(DevicePtr, ncclWindow_vidmem)> {
         let at = self.slab.take(size_of::<ncclWindow_vidmem>())?;
         let d = ncclWindow_vidmem {
@@ -194,8 +210,9 @@ impl DeviceApi {
             worldRank: self.comm.rank() as i32,
             stride4G: flat.map_or(0, |f| (f.stride / FLAT_STRIDE_UNIT) as u32),
             mcOffset4K: 0,
+            // Each window is registered with GIN on its own, from its start.
             ginOffset4K: 0,
-            ginWins: [std::ptr::null_mut(); NCCL_GIN_MAX_CONTEXTS],
+            ginWins: [gin_handle as usize as *mut c_void; NCCL_GIN_MAX_CONTEXTS],
         };
         if let Err(e) = write(&self.backend, self.device, at, &d) {
             self.slab.give(at, size_of::<ncclWindow_vidmem>());
@@ -223,15 +240,17 @@ impl DeviceApi {
                     .expect("a fresh table")
             }
         };
+        let gin_handle = self.take_gin_handle();
         let mut w = Box::new(RegisteredWindow {
             user_ptr,
             size,
             flags,
             flat,
             entry,
+            gin_handle,
         });
         let host = (&mut *w as *mut RegisteredWindow).cast::<c_void>();
-        let (at, _) = self.descriptor(user_ptr as DevicePtr, flat.as_ref(), host)?;
+        let (at, _) = self.descriptor(user_ptr as DevicePtr, flat.as_ref(), host, gin_handle)?;
         let e = ncclDevCommWindowEntry {
             base: user_ptr,
             size,
@@ -242,8 +261,30 @@ impl DeviceApi {
             return Err(err);
         }
         self.entries[entry] = true;
+        if let Some(g) = &self.gin {
+            g.add_window(gin_handle, user_ptr as DevicePtr, size as u64);
+        }
         self.windows.insert(at, w);
         Ok(at)
+    }
+
+    /// The next GIN handle (never 0, which device code sends for "no window").
+    fn take_gin_handle(&mut self) -> u64 {
+        let h = self.next_gin_handle;
+        self.next_gin_handle += 1;
+        h
+    }
+
+    /// Starts GIN on the communicator unless it runs (collective: every rank at once), with
+    /// every window and resource buffer registered so far.
+    pub fn start_gin(&mut self) -> Result<&mut GinState> {
+        if self.gin.is_none() {
+            let windows = (self.windows.values())
+                .map(|w| (w.gin_handle, w.user_ptr as DevicePtr, w.size as u64))
+                .chain((self.dev_comms.values()).map(|r| (r.gin_handle, r.memory, r.bytes as u64)));
+            self.gin = Some(GinState::start(&self.comm, &self.backend, windows)?);
+        }
+        Ok(self.gin.as_mut().expect("set above"))
     }
 
     /// The window whose descriptor is at `at`.
@@ -261,6 +302,9 @@ impl DeviceApi {
                 "window {at:#x} was not registered on this communicator"
             ))
         })?;
+        if let Some(g) = &self.gin {
+            g.remove_window(w.gin_handle);
+        }
         self.entries[w.entry] = false;
         let cleared = write(
             &self.backend,
@@ -277,15 +321,31 @@ impl DeviceApi {
         cleared.and(unmapped)
     }
 
-    /// Records the resource buffers of a new device communicator: `memory` (zeroed, mapped
-    /// flat as `flat`); returns their descriptor (the `resourceWindow`) and its contents.
+    /// Records the resource buffers of a new device communicator: `bytes` at `memory`
+    /// (zeroed, mapped flat as `flat`), holding GIN's signal and counter ids from `gin_ids`;
+    /// returns their descriptor (the `resourceWindow`) and its contents.
     pub fn add_resources(
         &mut self,
         memory: DevicePtr,
+        bytes: usize,
         flat: Option<FlatWindow>,
+        gin_ids: Option<GinIds>,
     ) -> Result<(DevicePtr, ncclWindow_vidmem)> {
-        let (at, d) = self.descriptor(memory, flat.as_ref(), std::ptr::null_mut())?;
-        self.dev_comms.insert(at, DevCommResources { memory, flat });
+        let gin_handle = self.take_gin_handle();
+        let (at, d) = self.descriptor(memory, flat.as_ref(), std::ptr::null_mut(), gin_handle)?;
+        if let Some(g) = &self.gin {
+            g.add_window(gin_handle, memory, bytes as u64);
+        }
+        self.dev_comms.insert(
+            at,
+            DevCommResources {
+                memory,
+                bytes,
+                flat,
+                gin_handle,
+                gin_ids,
+            },
+        );
         Ok((at, d))
     }
 
@@ -300,6 +360,12 @@ impl DeviceApi {
             ))
         })?;
         self.slab.give(at, size_of::<ncclWindow_vidmem>());
+        if let Some(g) = &mut self.gin {
+            g.remove_window(r.gin_handle);
+            if let Some(ids) = r.gin_ids {
+                g.give_ids(ids);
+            }
+        }
         // SAFETY: the caller's contract.
         unsafe { release_resources(&self.comm, &self.backend, r) }
     }
@@ -327,6 +393,8 @@ unsafe fn release_resources(
 impl Drop for DeviceApi {
     /// The communicator is gone: nothing of its device API is in use any more.
     fn drop(&mut self) {
+        // GIN's engines stop before the windows they write go.
+        self.gin = None;
         for (_, w) in self.windows.drain() {
             if let Some(f) = &w.flat {
                 // SAFETY: the communicator is destroyed; its windows are no longer used.

@@ -7,6 +7,11 @@
 //! (`shared::register_window`, `shared::create_dev_comm`) on its own per-communicator
 //! `DeviceApi`.
 
+#[cfg(feature = "dispatch")]
+pub mod gin;
+#[cfg(not(feature = "dispatch"))]
+#[allow(dead_code, unreachable_pub)]
+mod gin;
 pub mod layout;
 #[cfg(feature = "dispatch")]
 pub mod memory;
@@ -153,12 +158,12 @@ impl Communicator {
     pub fn create_dev_comm(&self, req: &DevCommRequirements) -> Result<DevComm<'_>> {
         let backend = self.device.runtime.backend.clone();
         let _order = self.collective_order();
-        let (made, handles) =
+        let (made, places) =
             shared::create_dev_comm(&self.comm, &backend, req, Box::new(|f| self.with_api(f)))?;
         Ok(DevComm {
             comm: self,
             made,
-            handles,
+            handles: places.iter().map(|p| p.handle).collect(),
         })
     }
 

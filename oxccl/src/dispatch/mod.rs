@@ -23,8 +23,9 @@ mod host;
 pub use choose::backend;
 
 use enum_dispatch::enum_dispatch;
+use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::{Backend, DevicePtr, PointerInfo};
-use oxccl_core::bootstrap::UniqueId;
+use oxccl_core::bootstrap::{Bootstrap, UniqueId};
 use oxccl_core::comm::symmetric::{FlatWindow, LsaTeam};
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp, ScalarSource};
@@ -361,6 +362,8 @@ pub trait CommOps {
     unsafe fn unmap_flat(&self, w: &FlatWindow) -> Result<()>;
     /// Returns once every rank called it.
     fn host_barrier(&self) -> Result<()>;
+    /// The bootstrap and abort flag, for connections the device API makes itself (GIN's).
+    fn gin_endpoints(&self) -> Result<(Arc<Bootstrap>, AbortFlag)>;
 }
 
 /// A core communicator plus the per-communicator identity the layers above key state by.
@@ -523,6 +526,9 @@ impl<B: DeviceBackend> CommOps for GenComm<B> {
     }
     fn host_barrier(&self) -> Result<()> {
         self.comm.host_barrier()
+    }
+    fn gin_endpoints(&self) -> Result<(Arc<Bootstrap>, AbortFlag)> {
+        Ok((self.comm.bootstrap()?, self.comm.abort_flag().clone()))
     }
 }
 

@@ -1,0 +1,340 @@
+//! Device-initiated networking (GIN) of a communicator's device API, through the host proxy
+//! (NCCL 2.28.9's proxy GIN type): the contexts whose rings kernels post descriptors to, the
+//! engines that carry them over the network (`oxccl_net::gin`), the windows those engines read
+//! and write by handle, and the signal and counter ids device communicators take.
+//!
+//! Started once per communicator, by the first device communicator that needs it (every rank
+//! at once: device communicators are created collectively), and stopped with the
+//! communicator. Only the host backend carries it so far: there "device" memory is host
+//! memory, so a context is plain memory the engine and the ranks' code share.
+
+use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
+use oxccl_core::backend::DevicePtr;
+use oxccl_core::config::{self, vars};
+use oxccl_core::lock::lock;
+use oxccl_core::{Error, Result};
+use oxccl_net::connect::choose_net;
+use oxccl_net::gin::GinMemory;
+use oxccl_net::gin::context_layout::{ContextLayout, GPU_CTX_BYTES};
+use oxccl_net::gin::engine::ContextMem;
+use oxccl_net::gin::runner::GinRunner;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+pub use oxccl_net::gin::context_layout::GIN_TYPE_PROXY;
+
+/// First-fit ranges of ids below a limit (NCCL's signal and counter pools: every device
+/// communicator takes one range of each, and ranks take them in the same order).
+#[derive(Debug)]
+pub struct IdPool {
+    limit: u32,
+    /// Taken ranges: start to length.
+    taken: BTreeMap<u32, u32>,
+    what: &'static str,
+}
+
+impl IdPool {
+    /// No ids taken among `limit`.
+    pub fn new(limit: u32, what: &'static str) -> IdPool {
+        IdPool {
+            limit,
+            taken: BTreeMap::new(),
+            what,
+        }
+    }
+
+    /// The start of the first free run of `n` ids (0 takes nothing and returns 0).
+    pub fn take(&mut self, n: u32) -> Result<u32> {
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut at = 0u32;
+        for (&start, &len) in &self.taken {
+            if start - at >= n {
+                break;
+            }
+            at = start + len;
+        }
+        if self.limit - at.min(self.limit) < n {
+            return Err(Error::usage(format!(
+                "ncclDevCommCreate: {n} GIN {} do not fit among the {} left free of {} (device communicators not destroyed hold the rest; NCCL_GIN_{}_POOL_SIZE sets the total)",
+                self.what,
+                self.limit - self.taken.values().sum::<u32>(),
+                self.limit,
+                self.what.trim_end_matches('s').to_uppercase(),
+            )));
+        }
+        self.taken.insert(at, n);
+        Ok(at)
+    }
+
+    /// Gives back the `n` ids from `start` that [`IdPool::take`] gave.
+    pub fn give(&mut self, start: u32, n: u32) {
+        if n > 0 && self.taken.get(&start) == Some(&n) {
+            self.taken.remove(&start);
+        }
+    }
+}
+
+/// The signal and counter ids of one device communicator (`ginSignalBase` and so on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GinIds {
+    /// First signal.
+    pub signal0: u32,
+    /// Signals.
+    pub signals: u32,
+    /// First counter.
+    pub counter0: u32,
+    /// Counters.
+    pub counters: u32,
+}
+
+/// One context's memory in host memory: the parts the engine moves, then the producer
+/// indices, then NVIDIA's 48-byte struct (what `ginHandles[i]` points at).
+struct HostContext {
+    words: Box<[AtomicU64]>,
+    layout: ContextLayout,
+}
+
+impl HostContext {
+    fn new(nranks: usize, queue_size: u32, ncounters: usize, nsignals: usize) -> HostContext {
+        let layout = ContextLayout::new(nranks, queue_size, ncounters, nsignals);
+        let pis = (4 * nranks).next_multiple_of(8);
+        let words = (layout.total + pis + GPU_CTX_BYTES) / 8;
+        let c = HostContext {
+            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            layout,
+        };
+        let base = c.base() as u64;
+        let image = layout.gpu_ctx(base, base + layout.total as u64);
+        let ctx = (layout.total + pis) / 8;
+        for (w, bytes) in c.words[ctx..].iter().zip(image.chunks_exact(8)) {
+            w.store(
+                u64::from_le_bytes(bytes.try_into().expect("8 bytes")),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        c
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.words.as_ptr().cast_mut().cast()
+    }
+
+    /// What `ncclDevComm::ginHandles[i]` holds.
+    fn device_handle(&self) -> u64 {
+        (self.base() as u64) + (self.words.len() * 8 - GPU_CTX_BYTES) as u64
+    }
+
+    fn engine_memory(&self) -> ContextMem {
+        // SAFETY: `words` holds `layout.total` bytes (and more), 8-aligned, and is dropped only
+        // after the runner whose engines use it (`GinState`'s field order).
+        unsafe { self.layout.context_mem(self.base()) }
+    }
+}
+
+/// The windows as engines reach them: by GIN handle, through the backend's copies.
+struct BackendWindows {
+    backend: Arc<AnyBackend>,
+    device: i32,
+    table: Mutex<HashMap<u64, (DevicePtr, u64)>>,
+}
+
+impl BackendWindows {
+    /// The address of `len` bytes at `offset` of window `handle`, when they lie in it.
+    fn at(&self, handle: u64, offset: u64, len: usize, what: &str) -> Result<DevicePtr> {
+        let Some(&(base, bytes)) = lock(&self.table).get(&handle) else {
+            return Err(Error::Internal(format!(
+                "a GIN put {what} window {handle:#x}, which this rank has not registered"
+            )));
+        };
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= bytes => Ok(base + offset),
+            _ => Err(Error::Internal(format!(
+                "a GIN put {what} bytes {offset}..{} of a window of {bytes} bytes",
+                offset.saturating_add(len as u64)
+            ))),
+        }
+    }
+}
+
+impl GinMemory for BackendWindows {
+    fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let src = self.at(handle, offset, dst.len(), "reads")?;
+        // SAFETY: `src` and the `dst.len()` bytes after it lie in a registered window, which
+        // stays allocated while registered (the registration's contract).
+        unsafe { self.backend.copy_from_device(self.device, dst, src) }
+    }
+
+    fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
+        let dst = self.at(handle, offset, src.len(), "writes")?;
+        // SAFETY: as for `read`; the copy has landed when this returns, before the engine
+        // applies the put's signal.
+        unsafe { self.backend.copy_to_device(self.device, dst, src) }
+    }
+}
+
+/// A communicator's GIN: its contexts, their engines' thread, its windows and id pools.
+pub struct GinState {
+    /// First: its engines stop before the memory they move goes.
+    _runner: GinRunner,
+    contexts: Vec<HostContext>,
+    windows: Arc<BackendWindows>,
+    signals: IdPool,
+    counters: IdPool,
+}
+
+impl GinState {
+    /// Starts GIN on `comm` (collective: every rank at once), with `windows` (handle, base,
+    /// bytes) already registered.
+    pub fn start(
+        comm: &AnyComm,
+        backend: &Arc<AnyBackend>,
+        windows: impl IntoIterator<Item = (u64, DevicePtr, u64)>,
+    ) -> Result<GinState> {
+        if !matches!(comm, AnyComm::Host(_)) {
+            return Err(Error::usage(format!(
+                "ncclDevCommCreate: device-initiated networking (GIN) is carried only on the host backend so far, not on {}; LSA windows and barriers work within a host",
+                backend.name()
+            )));
+        }
+        if !config::get(&vars::NCCL_GIN_ENABLE) {
+            return Err(Error::Internal(
+                "ncclDevCommCreate: the device communicator needs GIN, which NCCL_GIN_ENABLE=0 turns off".into(),
+            ));
+        }
+        let nsignals = config::get(&vars::NCCL_GIN_SIGNAL_POOL_SIZE);
+        let ncounters = config::get(&vars::NCCL_GIN_COUNTER_POOL_SIZE);
+        let queue = config::get(&vars::NCCL_GIN_PROXY_QUEUE_SIZE);
+        let ncontexts = config::get(&vars::NCCL_GIN_NCONTEXTS) as usize;
+        let nranks = comm.nranks();
+        let contexts: Vec<HostContext> = (0..ncontexts)
+            .map(|_| HostContext::new(nranks, queue, ncounters as usize, nsignals as usize))
+            .collect();
+        let table = windows
+            .into_iter()
+            .map(|(h, base, bytes)| (h, (base, bytes)))
+            .collect();
+        let windows = Arc::new(BackendWindows {
+            backend: backend.clone(),
+            device: comm.device(),
+            table: Mutex::new(table),
+        });
+        let (bootstrap, abort) = comm.gin_endpoints()?;
+        let net = choose_net(&bootstrap)?;
+        let device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
+        let runner = GinRunner::start(
+            &bootstrap,
+            &abort,
+            net,
+            device,
+            contexts.iter().map(HostContext::engine_memory).collect(),
+            windows.clone(),
+            config::get(&vars::OXCCL_INIT_TIMEOUT),
+        )?;
+        tracing::info!(target: "oxccl::init",
+            "rank {}: GIN through the host proxy: {ncontexts} contexts of {queue} slots per peer, {nsignals} signals, {ncounters} counters",
+            comm.rank());
+        Ok(GinState {
+            _runner: runner,
+            contexts,
+            windows,
+            signals: IdPool::new(nsignals, "signals"),
+            counters: IdPool::new(ncounters, "counters"),
+        })
+    }
+
+    /// Takes a device communicator's ids.
+    pub fn take_ids(&mut self, signals: u32, counters: u32) -> Result<GinIds> {
+        let signal0 = self.signals.take(signals)?;
+        match self.counters.take(counters) {
+            Ok(counter0) => Ok(GinIds {
+                signal0,
+                signals,
+                counter0,
+                counters,
+            }),
+            Err(e) => {
+                self.signals.give(signal0, signals);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives back a device communicator's ids.
+    pub fn give_ids(&mut self, ids: GinIds) {
+        self.signals.give(ids.signal0, ids.signals);
+        self.counters.give(ids.counter0, ids.counters);
+    }
+
+    /// Each context's device handle (`ginHandles`), in order.
+    pub fn handles(&self) -> Vec<u64> {
+        self.contexts
+            .iter()
+            .map(HostContext::device_handle)
+            .collect()
+    }
+
+    /// Window `handle` is this rank's `bytes` bytes at `base`.
+    pub fn add_window(&self, handle: u64, base: DevicePtr, bytes: u64) {
+        lock(&self.windows.table).insert(handle, (base, bytes));
+    }
+
+    /// Window `handle` is gone.
+    pub fn remove_window(&self, handle: u64) {
+        lock(&self.windows.table).remove(&handle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_ranges_are_taken_first_fit_and_given_back() {
+        let mut p = IdPool::new(10, "signals");
+        assert_eq!(p.take(0).unwrap(), 0);
+        assert_eq!(p.take(4).unwrap(), 0);
+        assert_eq!(p.take(3).unwrap(), 4);
+        p.give(0, 0);
+        p.give(0, 3);
+        assert_eq!(
+            p.take(1).unwrap(),
+            7,
+            "a count that does not match frees nothing"
+        );
+        p.give(7, 1);
+        p.give(0, 4);
+        assert_eq!(p.take(2).unwrap(), 0, "the freed hole first");
+        assert_eq!(p.take(3).unwrap(), 7);
+        let e = p.take(3).unwrap_err().to_string();
+        assert!(
+            e.contains("3 GIN signals") && e.contains("NCCL_GIN_SIGNAL_POOL_SIZE"),
+            "{e}"
+        );
+        assert_eq!(p.take(2).unwrap(), 2, "what still fits");
+    }
+
+    /// The struct at the device handle points into the context's own memory, at the layout's
+    /// offsets, with the producer indices between the two.
+    #[test]
+    fn a_host_context_s_struct_points_into_its_memory() {
+        let c = HostContext::new(3, 8, 16, 32);
+        let base = c.base() as u64;
+        let h = c.device_handle();
+        let end = base + (c.words.len() * 8) as u64;
+        assert_eq!(h + GPU_CTX_BYTES as u64, end);
+        // SAFETY: `h` is the address of the struct's 48 bytes inside `c.words`.
+        let img = unsafe { std::slice::from_raw_parts(h as *const u8, GPU_CTX_BYTES) };
+        let word = |at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
+        assert_eq!(img[0..4], 3i32.to_le_bytes());
+        assert_eq!(word(8), base);
+        assert_eq!(word(16), base + c.layout.total as u64);
+        assert!(
+            word(16) + 12 <= h,
+            "the producer indices lie before the struct"
+        );
+        assert_eq!(word(40), base + c.layout.signals as u64);
+    }
+}
