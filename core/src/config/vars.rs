@@ -138,6 +138,7 @@ vars! {
         valid(|n| (1..=65536).contains(n), "1 to 65536");
     NCCL_GIN_PROXY_QUEUE_SIZE: u32 = 256, Comm, "descriptor slots per peer of a GIN context",
         valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
+    OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (not yet run on a GPU)";
 
     // Host backend, reliability.
     OXCCL_OP_TIMEOUT: Duration = Duration::ZERO, Comm, "seconds a host-backend receive waits before failing (0: no limit)";

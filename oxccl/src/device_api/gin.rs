@@ -5,8 +5,10 @@
 //!
 //! Started once per communicator, by the first device communicator that needs it (every rank
 //! at once: device communicators are created collectively), and stopped with the
-//! communicator. Only the host backend carries it so far: there "device" memory is host
-//! memory, so a context is plain memory the engine and the ranks' code share.
+//! communicator. On the host backend "device" memory is host memory, so a context is plain
+//! memory the engine and the ranks' code share; on GPUs a context's rings, indices, counters
+//! and signals are mapped host memory (`oxccl_device_transport::gin_context`), which has not
+//! yet run on a GPU, so GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
 
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
@@ -134,7 +136,56 @@ impl HostContext {
     }
 }
 
-/// The windows as engines reach them: by GIN handle, through the backend's copies.
+/// One context's memory, wherever its backend keeps it.
+trait GinContext: Send {
+    /// What `ncclDevComm::ginHandles[i]` holds.
+    fn device_handle(&self) -> u64;
+    /// The engine's view of it.
+    fn engine_memory(&self) -> ContextMem;
+}
+
+impl GinContext for HostContext {
+    fn device_handle(&self) -> u64 {
+        HostContext::device_handle(self)
+    }
+    fn engine_memory(&self) -> ContextMem {
+        HostContext::engine_memory(self)
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "hip"))]
+impl<A: oxccl_device_transport::DeviceApi> GinContext
+    for oxccl_device_transport::gin_context::GinContextMemory<A>
+{
+    fn device_handle(&self) -> u64 {
+        oxccl_device_transport::gin_context::GinContextMemory::device_handle(self)
+    }
+    fn engine_memory(&self) -> ContextMem {
+        oxccl_device_transport::gin_context::GinContextMemory::engine_memory(self)
+    }
+}
+
+/// This rank's windows by GIN handle, as engines read and write them.
+trait GinWindowTable: GinMemory {
+    /// Window `handle` is this rank's `bytes` bytes at `base`.
+    fn add(&self, handle: u64, base: DevicePtr, bytes: u64);
+    /// Window `handle` is gone.
+    fn remove(&self, handle: u64);
+}
+
+#[cfg(any(feature = "cuda", feature = "hip"))]
+impl<A: oxccl_device_transport::DeviceApi> GinWindowTable
+    for oxccl_device_transport::gin_windows::GinWindows<A>
+{
+    fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
+        oxccl_device_transport::gin_windows::GinWindows::add(self, handle, base, bytes)
+    }
+    fn remove(&self, handle: u64) {
+        oxccl_device_transport::gin_windows::GinWindows::remove(self, handle)
+    }
+}
+
+/// The windows of the host backend: by GIN handle, through the backend's copies.
 struct BackendWindows {
     backend: Arc<AnyBackend>,
     device: i32,
@@ -159,6 +210,15 @@ impl BackendWindows {
     }
 }
 
+impl GinWindowTable for BackendWindows {
+    fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
+        lock(&self.table).insert(handle, (base, bytes));
+    }
+    fn remove(&self, handle: u64) {
+        lock(&self.table).remove(&handle);
+    }
+}
+
 impl GinMemory for BackendWindows {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
         let src = self.at(handle, offset, dst.len(), "reads")?;
@@ -179,8 +239,8 @@ impl GinMemory for BackendWindows {
 pub struct GinState {
     /// First: its engines stop before the memory they move goes.
     _runner: GinRunner,
-    contexts: Vec<HostContext>,
-    windows: Arc<BackendWindows>,
+    contexts: Vec<Box<dyn GinContext>>,
+    windows: Arc<dyn GinWindowTable>,
     signals: IdPool,
     counters: IdPool,
 }
@@ -191,11 +251,11 @@ impl GinState {
     pub fn start(
         comm: &AnyComm,
         backend: &Arc<AnyBackend>,
-        windows: impl IntoIterator<Item = (u64, DevicePtr, u64)>,
+        windows_now: impl IntoIterator<Item = (u64, DevicePtr, u64)>,
     ) -> Result<GinState> {
-        if !matches!(comm, AnyComm::Host(_)) {
+        if !carried_on(comm) {
             return Err(Error::usage(format!(
-                "ncclDevCommCreate: device-initiated networking (GIN) is carried only on the host backend so far, not on {}; LSA windows and barriers work within a host",
+                "ncclDevCommCreate: device-initiated networking (GIN) has not yet run on {} GPUs; OXCCL_GIN_GPU=1 tries it (LSA windows and barriers work within a host)",
                 backend.name()
             )));
         }
@@ -208,19 +268,37 @@ impl GinState {
         let ncounters = config::get(&vars::NCCL_GIN_COUNTER_POOL_SIZE);
         let queue = config::get(&vars::NCCL_GIN_PROXY_QUEUE_SIZE);
         let ncontexts = config::get(&vars::NCCL_GIN_NCONTEXTS) as usize;
-        let nranks = comm.nranks();
-        let contexts: Vec<HostContext> = (0..ncontexts)
-            .map(|_| HostContext::new(nranks, queue, ncounters as usize, nsignals as usize))
-            .collect();
-        let table = windows
-            .into_iter()
-            .map(|(h, base, bytes)| (h, (base, bytes)))
-            .collect();
-        let windows = Arc::new(BackendWindows {
-            backend: backend.clone(),
-            device: comm.device(),
-            table: Mutex::new(table),
-        });
+        let shape = Shape {
+            nranks: comm.nranks(),
+            queue,
+            ncounters: ncounters as usize,
+            nsignals: nsignals as usize,
+            ncontexts,
+        };
+        let device = comm.device();
+        let (contexts, windows): (Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>) = match comm {
+            #[cfg(feature = "cuda")]
+            AnyComm::Cuda(c) => gpu_parts(c.communicator().backend().api(), device, &shape)?,
+            #[cfg(feature = "hip")]
+            AnyComm::Hip(c) => gpu_parts(c.communicator().backend().api(), device, &shape)?,
+            AnyComm::Host(_) => (
+                (0..ncontexts)
+                    .map(|_| {
+                        let c =
+                            HostContext::new(shape.nranks, queue, shape.ncounters, shape.nsignals);
+                        Box::new(c) as Box<dyn GinContext>
+                    })
+                    .collect(),
+                Arc::new(BackendWindows {
+                    backend: backend.clone(),
+                    device,
+                    table: Mutex::new(HashMap::new()),
+                }),
+            ),
+        };
+        for (h, base, bytes) in windows_now {
+            windows.add(h, base, bytes);
+        }
         let (bootstrap, abort) = comm.gin_endpoints()?;
         let net = choose_net(&bootstrap)?;
         let device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
@@ -229,7 +307,7 @@ impl GinState {
             &abort,
             net,
             device,
-            contexts.iter().map(HostContext::engine_memory).collect(),
+            contexts.iter().map(|c| c.engine_memory()).collect(),
             windows.clone(),
             config::get(&vars::OXCCL_INIT_TIMEOUT),
         )?;
@@ -270,21 +348,55 @@ impl GinState {
 
     /// Each context's device handle (`ginHandles`), in order.
     pub fn handles(&self) -> Vec<u64> {
-        self.contexts
-            .iter()
-            .map(HostContext::device_handle)
-            .collect()
+        self.contexts.iter().map(|c| c.device_handle()).collect()
     }
 
     /// Window `handle` is this rank's `bytes` bytes at `base`.
     pub fn add_window(&self, handle: u64, base: DevicePtr, bytes: u64) {
-        lock(&self.windows.table).insert(handle, (base, bytes));
+        self.windows.add(handle, base, bytes);
     }
 
     /// Window `handle` is gone.
     pub fn remove_window(&self, handle: u64) {
-        lock(&self.windows.table).remove(&handle);
+        self.windows.remove(handle);
     }
+}
+
+/// Whether `comm`'s backend carries GIN: the host backend always, GPUs when asked to.
+pub fn carried_on(comm: &AnyComm) -> bool {
+    matches!(comm, AnyComm::Host(_)) || config::get(&vars::OXCCL_GIN_GPU).0
+}
+
+/// What every context of a communicator is made with.
+struct Shape {
+    nranks: usize,
+    queue: u32,
+    ncounters: usize,
+    nsignals: usize,
+    ncontexts: usize,
+}
+
+/// A GPU's contexts (mapped host memory and device memory of `device`) and windows.
+#[cfg(any(feature = "cuda", feature = "hip"))]
+fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
+    api: &A,
+    device: i32,
+    shape: &Shape,
+) -> Result<(Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>)> {
+    use oxccl_device_transport::gin_context::GinContextMemory;
+    use oxccl_device_transport::gin_windows::GinWindows;
+    let _bound = api.bind(device)?;
+    let mut contexts: Vec<Box<dyn GinContext>> = Vec::with_capacity(shape.ncontexts);
+    for _ in 0..shape.ncontexts {
+        contexts.push(Box::new(GinContextMemory::new(
+            api,
+            shape.nranks,
+            shape.queue,
+            shape.ncounters,
+            shape.nsignals,
+        )?));
+    }
+    Ok((contexts, Arc::new(GinWindows::new(api.clone(), device))))
 }
 
 #[cfg(test)]

@@ -142,13 +142,13 @@ pub fn create_dev_comm(
 ) -> Result<(MadeDevComm, Vec<ResourcePlace>)> {
     let lsa = comm.lsa_team()?;
     let hosts_apart = lsa.size as usize != comm.nranks();
-    let on_host = matches!(comm, AnyComm::Host(_));
+    let carried = super::gin::carried_on(comm);
     let gin = match req.gin_need(hosts_apart) {
-        // Other backends do without GIN where NCCL would start it for nothing in particular.
-        Some("its ranks span several hosts") if !on_host => false,
-        Some(why) if !on_host => {
+        // Without GIN, do without it where NCCL would start it for nothing in particular.
+        Some("its ranks span several hosts") if !carried => false,
+        Some(why) if !carried => {
             return Err(Error::usage(format!(
-                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); oxccl carries GIN only on the host backend so far, not on {} (LSA windows and barriers work within a host)",
+                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); GIN has not yet run on {} GPUs in oxccl (OXCCL_GIN_GPU=1 tries it; LSA windows and barriers work within a host)",
                 backend.name()
             )));
         }
