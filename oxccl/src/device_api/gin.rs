@@ -276,7 +276,7 @@ impl GinState {
             ncontexts,
         };
         let device = comm.device();
-        let (contexts, windows): (Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>) = match comm {
+        let (contexts, windows): Parts = match comm {
             #[cfg(feature = "cuda")]
             AnyComm::Cuda(c) => gpu_parts(c.communicator().backend().api(), device, &shape)?,
             #[cfg(feature = "hip")]
@@ -367,6 +367,9 @@ pub fn carried_on(comm: &AnyComm) -> bool {
     matches!(comm, AnyComm::Host(_)) || config::get(&vars::OXCCL_GIN_GPU).0
 }
 
+/// A communicator's contexts and windows.
+type Parts = (Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>);
+
 /// What every context of a communicator is made with.
 struct Shape {
     nranks: usize,
@@ -382,7 +385,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     api: &A,
     device: i32,
     shape: &Shape,
-) -> Result<(Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>)> {
+) -> Result<Parts> {
     use oxccl_device_transport::gin_context::GinContextMemory;
     use oxccl_device_transport::gin_windows::GinWindows;
     let _bound = api.bind(device)?;
