@@ -10,9 +10,10 @@
  *   coop.h         cooperative groups: ncclCoopThread, ncclCoopWarp, ncclCoopCta, ...
  *   ptr.h          addresses in windows and resource buffers; ncclSymPtr<T>
  *   window.h       ncclFindWindow
- *   gin.h          GIN's declarations (every operation traps: see the differences below)
+ *   gin.h          ncclGin: device-initiated networking (GIN) through the host proxy
  *   lsa_barrier.h  ncclLsaBarrierSession
- *   barrier.h      ncclBarrierSession (its LSA form)
+ *   gin_barrier.h  ncclGinBarrierSession
+ *   barrier.h      ncclBarrierSession (LSA, rail and world forms)
  *   ll_a2a.h       ncclLLA2ASession, low-latency all-to-all
  *   utility.h      macros and nccl::utility helpers
  *
@@ -22,10 +23,9 @@
  * and the barrier and LL state they leave in resource buffers is NVIDIA's.
  *
  * Differences from NVIDIA's headers:
- *  - No GIN (device-initiated networking): ncclGin, its actions and the world and rail forms
- *    of ncclBarrierSession are declared, so GIN kernels compile, but trap if they run; no
- *    device communicator of oxccl can reach them, since ncclDevCommCreate refuses every
- *    requirement that needs GIN. The GIN fields of the structs are kept for their layout.
+ *  - GIN (device-initiated networking) has one backend, the host proxy (NCCL's proxy type),
+ *    the only one oxccl's device communicators have; a call on any other traps. One GIN
+ *    descriptor carries a signal or counter id of 16 bits, as NCCL 2.28.9's proxy does.
  *  - Multimem (NVLink multicast) addresses and barrier/LL paths are present, but oxccl does
  *    not create multicast objects yet (ncclDevCommCreate refuses lsaMultimem).
  *  - Only the nccl::utility helpers the API needs; internal helper names differ.
@@ -59,6 +59,7 @@
 #include "nccl_device/window.h"
 #include "nccl_device/gin.h"
 #include "nccl_device/lsa_barrier.h"
+#include "nccl_device/gin_barrier.h"
 #include "nccl_device/barrier.h"
 #include "nccl_device/ll_a2a.h"
 

@@ -8,8 +8,7 @@
  * layouts, the layout of state in the resource buffer); see nccl_device.h.
  *
  * The host functions (ncclDevCommCreate, ncclTeamWorld(ncclComm_t), the requirement helpers)
- * are declared in nccl.h. Types that only exist for GIN (device-initiated networking) are here
- * as far as these layouts need them; oxccl's headers have no GIN device functions.
+ * are declared in nccl.h. GIN's (device-initiated networking) device functions are in gin.h.
  */
 #ifndef OXCCL_NCCL_DEVICE_CORE_H
 #define OXCCL_NCCL_DEVICE_CORE_H

@@ -127,9 +127,41 @@ extern "C" __global__ void oxccl_dev_barriers(ncclDevComm dc, ncclWindow_t win,
   }
 }
 
-// GIN is declared so that such kernels build; oxccl's device communicators never reach it.
-extern "C" __global__ void oxccl_dev_gin(ncclDevComm dc, ncclWindow_t win) {
-  ncclGin gin(dc, 0);
-  gin.put(ncclTeamWorld(dc), 0, win, 0, win, 0, 8);
-  gin.flush(ncclCoopThread());
+// GIN through the host proxy: every operation, action and cooperative group, and the GIN
+// and world barriers.
+extern "C" __global__ void oxccl_dev_gin(ncclDevComm dc, ncclWindow_t win, uint64_t *out) {
+  __shared__ ncclGinDescriptorSmem desc;
+  ncclGin gin(dc, 1);
+  ncclTeam world = ncclTeamWorld(dc);
+  int peer = (dc.rank + 1) % dc.nRanks;
+  gin.put(world, peer, win, 0, win, 64, 8);
+  gin.put(world, peer, win, 128, win, 0, 4096, ncclGin_SignalInc{0}, ncclGin_CounterInc{0},
+          ncclCoopCta(), ncclGin_DescriptorSmem{&desc}, cuda::thread_scope_system);
+  gin.put(world, peer, ncclSymPtr<float>(win, 256), ncclSymPtr<float>(win, 0), 16,
+          ncclGin_SignalAdd{1, 7}, ncclGin_None{}, ncclCoopWarp());
+  gin.putValue(world, peer, win, 8, (uint16_t)3, ncclGin_SignalInc{2});
+  gin.putValue(world, peer, ncclSymPtr<double>(win, 16), 2.5);
+  gin.signal(ncclTeamRail(dc), 0, ncclGin_SignalAdd{1, 1ull << 40}, ncclCoopTile<4>());
+  gin.flush(ncclCoopCta());
+  gin.waitCounter(ncclCoopCta(), 0, 1);
+  gin.waitSignal(ncclCoopWarp(), 0, 1, 32, cuda::memory_order_relaxed);
+  gin.increaseSignalShadow(0, 1);
+  gin.waitSignalMeetShadow(ncclCoopCta(), 0);
+  uint32_t before, delta;
+  gin.waitSignalFollowShadow(ncclCoopWarp(), 1, 1u, &before, &delta, 32);
+  {
+    ncclGinBarrierSession<ncclCoopCta> bar(ncclCoopCta(), gin, ncclTeamTagRail(), 0);
+    bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel, ncclGinFenceLevel::Relaxed);
+  }
+  {
+    ncclBarrierSession<ncclCoopCta> bar(ncclCoopCta(), ncclTeamTagWorld(), gin, 0);
+    bar.sync(ncclCoopCta(), cuda::memory_order_seq_cst, ncclGinFenceLevel::Relaxed);
+    bar.lsaBarrier().sync(ncclCoopCta(), cuda::memory_order_relaxed);
+  }
+  if (threadIdx.x == 0) {
+    out[0] = gin.readCounter(0) + gin.readSignal(1, 48) + before + delta +
+             *gin.getSignalShadowPtr(2);
+  }
+  gin.resetCounter(0);
+  gin.resetSignal(1);
 }
