@@ -51,3 +51,35 @@ fn windows_and_device_communicators_on_three_ranks() {
         assert!(again);
     }
 }
+
+/// GIN through the safe crate: the device communicator's contexts and ids, and where each
+/// resource buffer's own signals and counters start.
+#[test]
+fn a_device_communicator_with_gin_signals_and_counters() {
+    let out = on_ranks(2, |comm| {
+        let req = DevCommRequirements {
+            rail_barriers: 1,
+            resources: vec![(64, 16), (64, 16)],
+            resource_gin: vec![(3, 1), (2, 2)],
+            gin_signals: 2,
+            gin_counters: 1,
+            ..DevCommRequirements::default()
+        };
+        let dc = comm.create_dev_comm(&req).unwrap();
+        let raw = *dc.raw();
+        let starts = dc.resource_gin_starts();
+        (
+            raw.ginContextCount,
+            raw.ginSignalCount,
+            raw.ginCounterCount,
+            raw.railGinBarrier.signal0,
+            starts,
+        )
+    });
+    for (contexts, signals, counters, rail, starts) in out {
+        assert_eq!(contexts, 4);
+        // The caller's 2, the rail barrier's 1, then the buffers' 3 and 2.
+        assert_eq!((signals, counters, rail), (8, 4, 2));
+        assert_eq!(starts, vec![(3, 1), (6, 2)]);
+    }
+}

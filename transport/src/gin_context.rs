@@ -21,6 +21,7 @@ pub use oxccl_net::gin::context_layout::GIN_TYPE_PROXY;
 /// and the engine that moves it are done).
 pub struct GinContextMemory<A: DeviceApi> {
     api: A,
+    device: i32,
     host: *mut u8,
     pis: DevicePtr,
     ctx: DevicePtr,
@@ -33,9 +34,10 @@ unsafe impl<A: DeviceApi> Send for GinContextMemory<A> {}
 
 impl<A: DeviceApi> GinContextMemory<A> {
     /// A context for `nranks` ranks with rings of `queue_size` slots (a power of two) and
-    /// `ncounters` counters and `nsignals` signals, all zero; `api`'s device must be bound.
+    /// `ncounters` counters and `nsignals` signals, all zero, on `device`.
     pub fn new(
         api: &A,
+        device: i32,
         nranks: usize,
         queue_size: u32,
         ncounters: usize,
@@ -47,9 +49,13 @@ impl<A: DeviceApi> GinContextMemory<A> {
             )));
         }
         let layout = ContextLayout::new(nranks, queue_size, ncounters, nsignals);
+        let _bound = api.bind(device)?;
+        // Beside whatever the application captures.
+        let _relaxed = api.relaxed_capture()?;
         let (host, dev) = api.host_alloc(layout.total)?;
         let mut me = GinContextMemory {
             api: api.clone(),
+            device,
             host,
             pis: 0,
             ctx: 0,
@@ -81,6 +87,9 @@ impl<A: DeviceApi> GinContextMemory<A> {
 
 impl<A: DeviceApi> Drop for GinContextMemory<A> {
     fn drop(&mut self) {
+        // Dropped on whichever thread destroys the communicator, maybe beside a capture.
+        let _bound = self.api.bind(self.device);
+        let _relaxed = self.api.relaxed_capture();
         // SAFETY: the context's own allocations; its kernels and engine are done (the caller's
         // order of teardown).
         unsafe {
@@ -98,7 +107,7 @@ mod tests {
     #[test]
     fn a_ring_size_that_is_not_a_power_of_two_is_refused() {
         let api = crate::fake_api::FakeApi::default();
-        let e = GinContextMemory::new(&api, 2, 6, 1, 1).err().unwrap();
+        let e = GinContextMemory::new(&api, 0, 2, 6, 1, 1).err().unwrap();
         assert!(e.to_string().contains("power of two"), "{e}");
         assert!(api.calls().is_empty(), "nothing allocated");
     }

@@ -388,11 +388,11 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
 ) -> Result<Parts> {
     use oxccl_device_transport::gin_context::GinContextMemory;
     use oxccl_device_transport::gin_windows::GinWindows;
-    let _bound = api.bind(device)?;
     let mut contexts: Vec<Box<dyn GinContext>> = Vec::with_capacity(shape.ncontexts);
     for _ in 0..shape.ncontexts {
         contexts.push(Box::new(GinContextMemory::new(
             api,
+            device,
             shape.nranks,
             shape.queue,
             shape.ncounters,

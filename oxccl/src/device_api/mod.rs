@@ -83,6 +83,7 @@ impl Drop for SymmetricWindow<'_> {
 pub struct DevComm<'a> {
     comm: &'a Communicator,
     made: MadeDevComm,
+    places: Vec<shared::ResourcePlace>,
     handles: Vec<u32>,
 }
 
@@ -95,6 +96,14 @@ impl DevComm<'_> {
     /// The handle (`ncclDevResourceHandle_t`) of each requested resource buffer, in order.
     pub fn resource_handles(&self) -> &[u32] {
         &self.handles
+    }
+
+    /// The first GIN signal and counter id of each requested resource buffer, in order
+    /// (relative to the device communicator's, as `outGinSignalStart` and `outGinCounterStart`).
+    pub fn resource_gin_starts(&self) -> Vec<(u32, u32)> {
+        (self.places.iter())
+            .map(|p| (p.gin_signal0, p.gin_counter0))
+            .collect()
     }
 }
 
@@ -164,6 +173,7 @@ impl Communicator {
             comm: self,
             made,
             handles: places.iter().map(|p| p.handle).collect(),
+            places,
         })
     }
 
