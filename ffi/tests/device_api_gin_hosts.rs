@@ -196,3 +196,40 @@ fn gin_crosses_hosts_after_a_rail_barrier() {
     }
     assert!(failed.is_empty(), "{failed:?}");
 }
+
+/// `NCCL_GIN_TYPE` naming a type oxccl lacks (3, NVIDIA's GDAKI) refuses a device communicator
+/// that needs GIN with `ncclInternalError` and a sentence, as NCCL refuses a type mismatch.
+#[test]
+fn a_gin_type_oxccl_lacks_is_refused() {
+    const CHILD: &str = "OXCCL_GIN_TYPE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let mut c = ncclComm_t::NULL;
+        // SAFETY: one out-slot; a NULL device list means device 0.
+        let r = unsafe { ncclCommInitAll(&mut c, 1, std::ptr::null()) };
+        assert_eq!(r, R::SUCCESS, "{}", last_error());
+        // SAFETY: plain C data.
+        let (mut reqs, mut dc): (oxccl_ffi::abi::ncclDevCommRequirements_t, ncclDevComm_t) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        reqs.ginForceEnable = true;
+        // SAFETY: valid pointers.
+        let got = unsafe { ncclDevCommCreate(c, &reqs, &mut dc) };
+        assert_eq!(got, R::INTERNAL_ERROR);
+        assert!(last_error().contains("NCCL_GIN_TYPE=3"), "{}", last_error());
+        // SAFETY: a live handle, not used afterwards.
+        assert_eq!(unsafe { ncclCommDestroy(c) }, R::SUCCESS);
+        return;
+    }
+    let status = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "a_gin_type_oxccl_lacks_is_refused",
+            "--nocapture",
+            "-q",
+        ])
+        .env(CHILD, "1")
+        .env("OXCCL_BACKEND", "host")
+        .env("NCCL_GIN_TYPE", "3")
+        .status()
+        .expect("run the child");
+    assert!(status.success(), "{status:?}");
+}

@@ -138,6 +138,7 @@ vars! {
         valid(|n| (1..=65536).contains(n), "1 to 65536");
     NCCL_GIN_PROXY_QUEUE_SIZE: u32 = 256, Comm, "descriptor slots per peer of a GIN context",
         valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
+    NCCL_GIN_TYPE: Option<i64> = None, Comm, "the GIN type: 2 (proxy) is oxccl's only one; -1 or unset: any";
     OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (not yet run on a GPU)";
 
     // Host backend, reliability.

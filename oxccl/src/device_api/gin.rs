@@ -264,6 +264,13 @@ impl GinState {
                 "ncclDevCommCreate: the device communicator needs GIN, which NCCL_GIN_ENABLE=0 turns off".into(),
             ));
         }
+        if let Some(t) =
+            config::get(&vars::NCCL_GIN_TYPE).filter(|&t| t != -1 && t != i64::from(GIN_TYPE_PROXY))
+        {
+            return Err(Error::Internal(format!(
+                "ncclDevCommCreate: NCCL_GIN_TYPE={t} asks for a GIN type oxccl lacks: it has the proxy type ({GIN_TYPE_PROXY}) only"
+            )));
+        }
         let nsignals = config::get(&vars::NCCL_GIN_SIGNAL_POOL_SIZE);
         let ncounters = config::get(&vars::NCCL_GIN_COUNTER_POOL_SIZE);
         let queue = config::get(&vars::NCCL_GIN_PROXY_QUEUE_SIZE);
