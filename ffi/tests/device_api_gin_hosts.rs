@@ -12,7 +12,8 @@ mod gin_device;
 use gin_device::{Ctx, gfd};
 use oxccl_ffi::abi::ncclResult_t as R;
 use oxccl_ffi::abi::{
-    NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclUniqueId, ncclWindow_t,
+    NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevResourceRequirements_t,
+    ncclUniqueId, ncclWindow_t,
 };
 use oxccl_ffi::api::*;
 use std::ffi::{CStr, c_int};
@@ -62,6 +63,9 @@ fn rank_main(rank: usize, id: ncclUniqueId) {
     let mut wins = [ncclWindow_t(std::ptr::null_mut()); 2];
     // SAFETY: plain C data; all-zero is what NCCL's callers start from.
     let mut dc: ncclDevComm_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut res: ncclDevResourceRequirements_t = unsafe { std::mem::zeroed() };
+    let mut res_signal = u32::MAX;
     // SAFETY: valid pointers; the buffers outlive their windows.
     unsafe {
         for (w, (buf, bytes)) in [(src.as_mut_ptr(), PART), (dst.as_mut_ptr(), RANKS * PART)]
@@ -72,9 +76,15 @@ fn rank_main(rank: usize, id: ncclUniqueId) {
                 ncclCommWindowRegister(c, buf.cast(), bytes, &mut wins[w], NCCL_WIN_COLL_SYMMETRIC);
             assert_eq!(got, R::SUCCESS, "{}", last_error());
         }
+        // A resource buffer with a signal of its own (which does not start GIN by itself).
+        res.bufferSize = 64;
+        res.bufferAlign = 64;
+        res.ginSignalCount = 1;
+        res.outGinSignalStart = &mut res_signal;
         let mut reqs: oxccl_ffi::abi::ncclDevCommRequirements_t = std::mem::zeroed();
         reqs.lsaBarrierCount = 1;
         reqs.railGinBarrierCount = 2;
+        reqs.resourceRequirementsList = &mut res;
         let got = ncclDevCommCreate(c, &reqs, &mut dc);
         assert_eq!(got, R::SUCCESS, "{}", last_error());
     }
@@ -87,8 +97,11 @@ fn rank_main(rank: usize, id: ncclUniqueId) {
         dc.ginContextCount > 0,
         "GIN starts for ranks on several hosts"
     );
-    // No signals of the caller's own: the rail barriers' come first.
-    assert_eq!((dc.railGinBarrier.signal0, dc.ginSignalCount), (0, 2));
+    // No signals of the caller's own: the two rail barriers' come first, then the buffer's.
+    assert_eq!(
+        (dc.railGinBarrier.signal0, res_signal, dc.ginSignalCount),
+        (0, 2, 3)
+    );
     // SAFETY: `ginHandles[0]` points at a live context's struct in host memory.
     let ctx = unsafe { Ctx::read(dc.ginHandles[0], RANKS) };
     // SAFETY: host-backend descriptors are host memory.
@@ -103,7 +116,7 @@ fn rank_main(rank: usize, id: ncclUniqueId) {
     );
     wait_signal(&ctx, barrier, 1, "rail barrier");
     // Then this rank's source into both peers' destination at its slice, with signal 0.
-    let landed = dc.ginSignalBase;
+    let landed = dc.ginSignalBase + res_signal;
     for peer in [rail_peer, host_peer] {
         let put = gfd(
             PART as u64,

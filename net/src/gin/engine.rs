@@ -231,6 +231,16 @@ impl GinEngine {
         Ok(moved)
     }
 
+    /// Whether a descriptor is waiting in a ring, or messages to some peer are still being
+    /// made or on their way out.
+    pub fn sending(&self) -> bool {
+        let posted = (0..self.peers.len()).any(|peer| {
+            let slot = self.mem.slot(peer, self.seen[peer]);
+            gfd::complete(&slot.map(|w| w.load(Ordering::Acquire)))
+        });
+        posted || (self.peers.iter().flatten()).any(|p| p.current.is_some() || !p.sends.is_empty())
+    }
+
     fn progress_peer(&mut self, peer: usize) -> Result<bool> {
         let mut moved = false;
         if peer == self.rank {

@@ -69,11 +69,29 @@ impl GinRunner {
     }
 }
 
+/// How long a stopping runner keeps sending what it had taken in.
+const DRAIN: Duration = Duration::from_secs(2);
+
 fn drive(mut engines: Vec<GinEngine>, abort: &AbortFlag, stop: &AtomicBool) {
+    run(&mut engines, abort, stop);
+    // A descriptor the device counts as done locally may still be on its way out (the network
+    // took it, but a socket helper has yet to write it): closing now would lose it.
+    let start = Instant::now();
+    while !abort.is_aborted() && start.elapsed() < DRAIN && engines.iter().any(GinEngine::sending) {
+        for e in &mut engines {
+            if e.progress().is_err() {
+                return;
+            }
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn run(engines: &mut [GinEngine], abort: &AbortFlag, stop: &AtomicBool) {
     let mut last = Instant::now();
     while !abort.is_aborted() && !stop.load(Ordering::Acquire) {
         let mut moved = false;
-        for e in &mut engines {
+        for e in engines.iter_mut() {
             match e.progress() {
                 Ok(m) => moved |= m,
                 Err(err) => {

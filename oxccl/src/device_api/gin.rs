@@ -246,8 +246,8 @@ pub struct GinState {
 }
 
 impl GinState {
-    /// Starts GIN on `comm` (collective: every rank at once), with `windows` (handle, base,
-    /// bytes) already registered.
+    /// Starts GIN on `comm` (collective: every rank at once), with the windows registered so far
+    /// (`windows_now`: handle, base, bytes).
     pub fn start(
         comm: &AnyComm,
         backend: &Arc<AnyBackend>,
@@ -308,12 +308,12 @@ impl GinState {
         }
         let (bootstrap, abort) = comm.gin_endpoints()?;
         let net = choose_net(&bootstrap)?;
-        let device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
+        let net_device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
         let runner = GinRunner::start(
             &bootstrap,
             &abort,
             net,
-            device,
+            net_device,
             contexts.iter().map(|c| c.engine_memory()).collect(),
             windows.clone(),
             config::get(&vars::OXCCL_INIT_TIMEOUT),

@@ -26,9 +26,9 @@ pub struct ncclWindow_vidmem {
     pub stride4G: u32,
     /// Offset in the multicast range, in units of 4 KiB (multimem is not provided: 0).
     pub mcOffset4K: u32,
-    /// Offset in the GIN registration, in units of 4 KiB (GIN is not provided: 0).
+    /// Offset in the GIN registration, in units of 4 KiB (0: each window is registered alone).
     pub ginOffset4K: u32,
-    /// GIN windows per context (null: GIN is not provided).
+    /// The window's GIN handle per context (oxccl's is the same in every context).
     pub ginWins: [*mut c_void; NCCL_GIN_MAX_CONTEXTS],
 }
 
@@ -136,7 +136,7 @@ pub struct ncclDevComm_t {
     pub lsaBarrier: ncclLsaBarrierHandle_t,
     /// Its barriers across the rail team over GIN.
     pub railGinBarrier: ncclGinBarrierHandle_t,
-    /// GIN contexts (0: GIN is not provided).
+    /// GIN contexts (0: the device communicator has no GIN).
     pub ginContextCount: u8,
     /// Each GIN context's type.
     pub ginTypes: [u8; 4],

@@ -51,18 +51,27 @@ pub struct DevCommRequirements {
     pub gin_force: bool,
 }
 
+/// Why a device communicator starts GIN (NCCL's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GinNeed {
+    /// Its requirements use GIN (the reason, for a refusal's sentence).
+    Asked(&'static str),
+    /// Its ranks span several hosts, though nothing it asked for needs GIN.
+    SpansHosts,
+}
+
 impl DevCommRequirements {
     /// Why the device communicator needs GIN, if it does, on a communicator whose ranks span
-    /// several hosts or not (NCCL's rule: it starts GIN for either).
-    fn gin_need(&self, hosts_apart: bool) -> Option<&'static str> {
+    /// several hosts or not.
+    fn gin_need(&self, hosts_apart: bool) -> Option<GinNeed> {
         if self.gin_force {
-            Some("ginForceEnable is set")
+            Some(GinNeed::Asked("ginForceEnable is set"))
         } else if self.gin_signals != 0 || self.gin_counters != 0 {
-            Some("GIN signals or counters are required")
+            Some(GinNeed::Asked("GIN signals or counters are required"))
         } else if hosts_apart && self.rail_barriers > 0 {
-            Some("barriers across hosts are required")
+            Some(GinNeed::Asked("barriers across hosts are required"))
         } else if hosts_apart {
-            Some("its ranks span several hosts")
+            Some(GinNeed::SpansHosts)
         } else {
             None
         }
@@ -145,8 +154,8 @@ pub fn create_dev_comm(
     let carried = super::gin::carried_on(comm);
     let gin = match req.gin_need(hosts_apart) {
         // Without GIN, do without it where NCCL would start it for nothing in particular.
-        Some("its ranks span several hosts") if !carried => false,
-        Some(why) if !carried => {
+        Some(GinNeed::SpansHosts) if !carried => false,
+        Some(GinNeed::Asked(why)) if !carried => {
             return Err(Error::usage(format!(
                 "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); GIN has not yet run on {} GPUs in oxccl (OXCCL_GIN_GPU=1 tries it; LSA windows and barriers work within a host)",
                 backend.name()
@@ -172,7 +181,9 @@ pub fn create_dev_comm(
             align_of::<u32>(),
         ),
     };
-    signals += req.rail_barriers;
+    signals = signals
+        .checked_add(req.rail_barriers)
+        .ok_or_else(|| Error::arg("too many GIN signals"))?;
     dc.lsaBarrier = ncclLsaBarrierHandle_t {
         bufHandle: place(
             lsa_barrier_bytes(lsa.size as usize, req.lsa_barriers as usize),
