@@ -474,3 +474,27 @@ fn nccl_flavour_compiles_for_nvidia_gpus() {
     assert_holds(&object, &[]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The GPU suite's device API programs (`tests/gpu/device_api`: the LSA sum and the GIN puts,
+/// host code included) compile with nvcc against the NCCL flavour's installed headers, as they
+/// do against NVIDIA's (where `scripts/nccl-tests/pack.sh` builds them for GPUs).
+#[test]
+fn the_gpu_suite_s_device_api_programs_compile_against_ours() {
+    let Some(nvcc) = gpu_compiler("CUDA", "NVCC", &["CUDA_HOME", "CUDA_PATH"], "nvcc") else {
+        return;
+    };
+    let (dir, include) = scratch("cuda-programs", xtask::Flavour::Nccl, NCCL_2_28_9);
+    for program in ["lsa_sum.cu", "gin_put.cu"] {
+        let mut cmd = Command::new(&nvcc);
+        cmd.args(["-c", "-arch=sm_90", "-std=c++17", "-Werror", "all-warnings"])
+            .arg("-I")
+            .arg(&include)
+            .arg("-o")
+            .arg(dir.join(program).with_extension("o"))
+            .arg(suite_kernels().join(program));
+        if let Err(e) = run(cmd) {
+            panic!("{program}: {e}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

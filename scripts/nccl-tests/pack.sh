@@ -23,21 +23,23 @@ trap 'rm -rf "$pack"' EXIT
 mkdir -p "$pack/lib" "$pack/bin" .carry
 cp -a dist/lib/libnccl.so* "$pack/lib/"
 cp "$CARGO_TARGET_DIR"/release/{safe-check,gpu-check,oxccl-bench} "$pack/bin/"
-# The device API check is compiled twice from the same source: against NVIDIA's nccl_device.h
-# (the wheel build.sh unpacks), as a user's kernel is, and against ours in include/
-# (device-api-check-ox). Both link the wheel's libnccl.so.2 only for its soname; skipped with a
-# message when build.sh has not run.
+# The device API checks (LSA: lsa_sum.cu; GIN: gin_put.cu) are compiled twice from the same
+# source: against NVIDIA's nccl_device.h (the wheel build.sh unpacks), as a user's kernel is,
+# and against ours in include/ (device-api-check-ox, device-gin-check-ox). All link the wheel's
+# libnccl.so.2 only for its soname; skipped with a message when build.sh has not run.
 nv=${NCCL_TESTS_CACHE:-$HOME/.cache/oxccl-nccl-tests}/nccl-2.28.9
 if [ -f "$nv/include/nccl_device.h" ]; then
-  device_check() { # NAME INCLUDE_DIR
+  device_check() { # NAME INCLUDE_DIR SOURCE
     "$CUDA_HOME/bin/nvcc" -std=c++17 -arch="sm_${OXCCL_CUDA_ARCHS%%,*}" -I"$2" \
-      tests/gpu/device_api/lsa_sum.cu -o "$pack/bin/$1" \
+      "tests/gpu/device_api/$3" -o "$pack/bin/$1" \
       -L"$CUDA_HOME/lib" -L"$nv/lib" -l:libnccl.so.2 -cudart static
   }
-  device_check device-api-check "$nv/include"
-  device_check device-api-check-ox include
+  device_check device-api-check "$nv/include" lsa_sum.cu
+  device_check device-api-check-ox include lsa_sum.cu
+  device_check device-gin-check "$nv/include" gin_put.cu
+  device_check device-gin-check-ox include gin_put.cu
 else
-  echo "pack.sh: no $nv/include/nccl_device.h (run scripts/nccl-tests/build.sh): device-api-check(-ox) not built" >&2
+  echo "pack.sh: no $nv/include/nccl_device.h (run scripts/nccl-tests/build.sh): device-api-check(-ox) and device-gin-check(-ox) not built" >&2
 fi
 strip --strip-debug "$pack"/lib/libnccl.so.2.* "$pack"/bin/*
 cp -a "$pack"/lib/libnccl.so* "$pack/bin/"

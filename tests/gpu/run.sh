@@ -50,6 +50,8 @@
 #                                  (tests/gpu/device_api): LSA windows and barriers;
 #                                  d2-device-api-ox: the same source built on oxccl's own
 #                                  nccl_device.h
+#   d2/d4-device-gin(-ox)          a GIN kernel written against the same API (puts, a putValue,
+#                                  signals, counters, flush, world barriers; OXCCL_GIN_GPU=1)
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
@@ -307,6 +309,15 @@ api_configs() {
     fi
     if [ -x "$BIN/device-api-check-ox" ]; then
       run_exe "$BIN/device-api-check-ox" d2-device-api-ox LD_LIBRARY_PATH="$dir" -- 2 1048579 3
+    fi
+    # GIN through oxccl's host proxy (device-gin-check, the same way): every rank puts into
+    # every rank, itself included.
+    if [ -x "$BIN/device-gin-check" ]; then
+      run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 2 65537 3
+      run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 4 1048579 2
+    fi
+    if [ -x "$BIN/device-gin-check-ox" ]; then
+      run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 2 65537 3
     fi
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then

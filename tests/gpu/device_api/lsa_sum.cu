@@ -16,25 +16,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));           \
-      failed = true;                                                                    \
-      return;                                                                           \
-    }                                                                                   \
-  } while (0)
-#define CHECK_NCCL(x)                                                                   \
-  do {                                                                                  \
-    ncclResult_t r_ = (x);                                                              \
-    if (r_ != ncclSuccess) {                                                            \
-      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #x, ncclGetErrorString(r_),       \
-              ncclGetLastError(nullptr));                                               \
-      failed = true;                                                                    \
-      return;                                                                           \
-    }                                                                                   \
-  } while (0)
+#include "check.h"
 
 constexpr int kBlocks = 4;
 constexpr int kThreads = 256;
