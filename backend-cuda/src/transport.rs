@@ -284,6 +284,17 @@ impl DeviceApi for CudaApi {
         unsafe { call!(cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream(s))) }
     }
 
+    unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { call!(cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream(s))) }
+    }
+
     unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, s: Handle) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { call!(cuMemsetD8Async(dst, 0, bytes, stream(s))) }

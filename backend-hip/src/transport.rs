@@ -410,6 +410,25 @@ impl DeviceApi for HipApi {
         }
     }
 
+    unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.memcpy_kind(
+                dst as DevicePtr,
+                src,
+                bytes,
+                sys::hipMemcpyKind::hipMemcpyDeviceToHost,
+                s,
+            )
+        }
+    }
+
     unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, s: Handle) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe {

@@ -175,6 +175,18 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
         bytes: usize,
         stream: Handle,
     ) -> Result<()>;
+    /// Queues a copy of `bytes` bytes from device memory at `src` to host memory at `dst` on
+    /// `stream`.
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the copy has run.
+    unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<()>;
     /// Queues zeroing `bytes` bytes at `dst` on `stream`.
     ///
     /// # Safety

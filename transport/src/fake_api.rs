@@ -95,6 +95,10 @@ impl DeviceApi for FakeApi {
         self.log(format!("copy_h2d_async {d:#x} {n} on {s}"));
         Ok(())
     }
+    unsafe fn copy_d2h_async(&self, _: *mut u8, src: DevicePtr, n: usize, s: Handle) -> Result<()> {
+        self.log(format!("copy_d2h_async {src:#x} {n} on {s}"));
+        Ok(())
+    }
     unsafe fn memset_zero_async(&self, d: DevicePtr, n: usize, s: Handle) -> Result<()> {
         self.log(format!("memset {d:#x} {n} on {s}"));
         Ok(())

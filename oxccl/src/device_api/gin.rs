@@ -7,8 +7,9 @@
 //! at once: device communicators are created collectively), and stopped with the
 //! communicator. On the host backend "device" memory is host memory, so a context is plain
 //! memory the engine and the ranks' code share; on GPUs a context's rings, indices, counters
-//! and signals are mapped host memory (`oxccl_device_transport::gin_context`), which has not
-//! yet run on a GPU, so GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
+//! and signals are mapped host memory (`oxccl_device_transport::gin_context`) and windows are
+//! copied on a stream of the engine's own (`gin_windows`); none of it has yet run on a GPU, so
+//! GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
 
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
@@ -406,7 +407,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
             shape.nsignals,
         )?));
     }
-    Ok((contexts, Arc::new(GinWindows::new(api.clone(), device))))
+    Ok((contexts, Arc::new(GinWindows::new(api.clone(), device)?)))
 }
 
 #[cfg(test)]
