@@ -25,6 +25,10 @@
 #                            machine (NET between them, Simple then LL forced), under
 #                            gpu-check's every-operation run: the ProxyOp and ProxyStep events
 #                            in each rank's dump (each counted as its begin and end lines)
+#   gin                      GIN through oxccl's host proxy on GPUs (OXCCL_GIN_GPU=1): the GPU
+#                            suite's *-device-gin configurations, then nccl-tests' GIN AlltoAll
+#                            (alltoall_perf -R 2 -D 3, a thread per GPU, 8 B-16 MiB, -c 1), ours
+#                            beside NVIDIA's (which needs InfiniBand or a GIN plugin for it)
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
@@ -126,6 +130,17 @@ for step in "$@"; do
           env LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 "${extra[@]}" timeout 60 "$ar" -t 2 -g 1 -b 8 -e 8 -c 0 -n 2000 -w 200 > "$pd/cost-$lib-$prof.log" 2>&1
           echo "8-byte AllReduce $lib, profiler $prof: $(awk '/^ +8 +2/{print $6" / "$10" us"}' "$pd/cost-$lib-$prof.log")"
         done
+      done ;;
+    gin)
+      mkdir -p "$work/gin"
+      QUICK=1 ONLY=device-gin timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
+      echo "device-gin rc=$?"; counts "$work/gin/suite.out"
+      bin=$(perf_bin alltoall)
+      for lib in ours nv; do
+        env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" OXCCL_GIN_GPU=1 timeout 120 "$bin" -t "$ngpus" -g 1 \
+          -R 2 -D 3 -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$work/gin/alltoall-$lib.log" 2>&1
+        echo "GIN AlltoAll, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$work/gin/alltoall-$lib.log")"
+        tail -4 "$work/gin/alltoall-$lib.log"
       done ;;
     proxy-events)
       P=$PWD/.carry/nv-plugins
