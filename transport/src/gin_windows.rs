@@ -7,24 +7,21 @@
 //! one order, so a handle names the same window on every rank.
 
 use crate::api::{DeviceApi, Handle};
-use oxccl_core::backend::DevicePtr;
-use oxccl_core::error::{Error, Result};
-use oxccl_core::lock::lock;
-use oxccl_net::gin::GinMemory;
-use std::collections::HashMap;
-use std::sync::Mutex;
+use oxccl_core::error::Result;
+use oxccl_net::gin::{GinMemory, WindowRanges};
+use std::sync::Arc;
 
 /// The windows of one communicator on one device, by GIN handle.
 pub struct GinWindows<A: DeviceApi> {
     api: A,
     device: i32,
     stream: Handle,
-    table: Mutex<HashMap<u64, (DevicePtr, u64)>>,
+    ranges: Arc<WindowRanges>,
 }
 
 impl<A: DeviceApi> GinWindows<A> {
-    /// No windows yet, on `device`.
-    pub fn new(api: A, device: i32) -> Result<GinWindows<A>> {
+    /// The windows `ranges` names (kept up to date by their owner), on `device`.
+    pub fn new(api: A, device: i32, ranges: Arc<WindowRanges>) -> Result<GinWindows<A>> {
         let _bound = api.bind(device)?;
         let _relaxed = api.relaxed_capture()?;
         let stream = api.stream_create()?;
@@ -32,40 +29,14 @@ impl<A: DeviceApi> GinWindows<A> {
             api,
             device,
             stream,
-            table: Mutex::new(HashMap::new()),
+            ranges,
         })
-    }
-
-    /// Window `handle` is this rank's `bytes` bytes at `base`.
-    pub fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
-        lock(&self.table).insert(handle, (base, bytes));
-    }
-
-    /// Window `handle` is gone (deregistered after every put that names it completed).
-    pub fn remove(&self, handle: u64) {
-        lock(&self.table).remove(&handle);
-    }
-
-    /// The device address of `len` bytes at `offset` of window `handle`, when they lie in it.
-    fn at(&self, handle: u64, offset: u64, len: usize, what: &str) -> Result<DevicePtr> {
-        let Some(&(base, bytes)) = lock(&self.table).get(&handle) else {
-            return Err(Error::Internal(format!(
-                "a GIN put {what} window {handle:#x}, which this rank has not registered"
-            )));
-        };
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= bytes => Ok(base + offset),
-            _ => Err(Error::Internal(format!(
-                "a GIN put {what} bytes {offset}..{} of a window of {bytes} bytes",
-                offset.saturating_add(len as u64)
-            ))),
-        }
     }
 }
 
 impl<A: DeviceApi> GinMemory for GinWindows<A> {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let src = self.at(handle, offset, dst.len(), "reads")?;
+        let src = self.ranges.at(handle, offset, dst.len(), "reads")?;
         let _bound = self.api.bind(self.device)?;
         // The engine's thread copies beside whatever the application captures.
         let _relaxed = self.api.relaxed_capture()?;
@@ -76,7 +47,7 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
     }
 
     fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
-        let dst = self.at(handle, offset, src.len(), "writes")?;
+        let dst = self.ranges.at(handle, offset, src.len(), "writes")?;
         let _bound = self.api.bind(self.device)?;
         let _relaxed = self.api.relaxed_capture()?;
         // SAFETY: `dst` and the `src.len()` bytes after it lie in a registered window, and `src`
@@ -106,9 +77,10 @@ mod tests {
     #[test]
     fn copies_go_to_the_named_window_and_stay_inside_it() {
         let api = FakeApi::default();
-        let w = GinWindows::new(api.clone(), 3).unwrap();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 3, ranges.clone()).unwrap();
         assert_eq!(api.calls(), ["stream_create"]);
-        w.add(7, 0x1000, 256);
+        ranges.add(7, 0x1000, 256);
         let mut buf = [0u8; 16];
         w.read(7, 240, &mut buf).unwrap();
         w.write(7, 0, &buf[..8]).unwrap();
@@ -128,7 +100,7 @@ mod tests {
             "an offset that overflows"
         );
         assert!(w.read(8, 0, &mut buf).is_err(), "an unknown window");
-        w.remove(7);
+        ranges.remove(7);
         assert!(w.read(7, 0, &mut buf).is_err(), "a removed window");
         assert!(api.calls().is_empty(), "refused copies reach no device");
     }

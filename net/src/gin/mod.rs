@@ -22,7 +22,44 @@ pub mod runner;
 mod testkit;
 mod wire;
 
-use oxccl_core::error::Result;
+use oxccl_core::error::{Error, Result};
+use oxccl_core::lock::lock;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Where this rank's windows lie, by GIN handle: the bounds every [`GinMemory`] checks a copy
+/// against before it touches memory.
+#[derive(Debug, Default)]
+pub struct WindowRanges(Mutex<HashMap<u64, (u64, u64)>>);
+
+impl WindowRanges {
+    /// Window `handle` is this rank's `bytes` bytes at `base`.
+    pub fn add(&self, handle: u64, base: u64, bytes: u64) {
+        lock(&self.0).insert(handle, (base, bytes));
+    }
+
+    /// Window `handle` is gone (deregistered after every put that names it completed).
+    pub fn remove(&self, handle: u64) {
+        lock(&self.0).remove(&handle);
+    }
+
+    /// The address of `len` bytes at `offset` of window `handle`, when they lie in it; `what`
+    /// ("reads", "writes") says what the put does there, for the error.
+    pub fn at(&self, handle: u64, offset: u64, len: usize, what: &str) -> Result<u64> {
+        let Some(&(base, bytes)) = lock(&self.0).get(&handle) else {
+            return Err(Error::Internal(format!(
+                "a GIN put {what} window {handle:#x}, which this rank has not registered"
+            )));
+        };
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= bytes => Ok(base + offset),
+            _ => Err(Error::Internal(format!(
+                "a GIN put {what} bytes {offset}..{} of a window of {bytes} bytes",
+                offset.saturating_add(len as u64)
+            ))),
+        }
+    }
+}
 
 /// This rank's copies of the symmetric windows, by GIN window handle: where the engine reads a
 /// put's source and writes a received payload.

@@ -14,16 +14,15 @@
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::config::{self, vars};
-use oxccl_core::lock::lock;
 use oxccl_core::{Error, Result};
 use oxccl_net::connect::choose_net;
-use oxccl_net::gin::GinMemory;
 use oxccl_net::gin::context_layout::{ContextLayout, GPU_CTX_BYTES};
 use oxccl_net::gin::engine::ContextMem;
 use oxccl_net::gin::runner::GinRunner;
-use std::collections::{BTreeMap, HashMap};
+use oxccl_net::gin::{GinMemory, WindowRanges};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
 
 pub use oxccl_net::gin::context_layout::GIN_TYPE_PROXY;
 
@@ -166,70 +165,23 @@ impl<A: oxccl_device_transport::DeviceApi> GinContext
     }
 }
 
-/// This rank's windows by GIN handle, as engines read and write them.
-trait GinWindowTable: GinMemory {
-    /// Window `handle` is this rank's `bytes` bytes at `base`.
-    fn add(&self, handle: u64, base: DevicePtr, bytes: u64);
-    /// Window `handle` is gone.
-    fn remove(&self, handle: u64);
-}
-
-#[cfg(any(feature = "cuda", feature = "hip"))]
-impl<A: oxccl_device_transport::DeviceApi> GinWindowTable
-    for oxccl_device_transport::gin_windows::GinWindows<A>
-{
-    fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
-        oxccl_device_transport::gin_windows::GinWindows::add(self, handle, base, bytes)
-    }
-    fn remove(&self, handle: u64) {
-        oxccl_device_transport::gin_windows::GinWindows::remove(self, handle)
-    }
-}
-
 /// The windows of the host backend: by GIN handle, through the backend's copies.
 struct BackendWindows {
     backend: Arc<AnyBackend>,
     device: i32,
-    table: Mutex<HashMap<u64, (DevicePtr, u64)>>,
-}
-
-impl BackendWindows {
-    /// The address of `len` bytes at `offset` of window `handle`, when they lie in it.
-    fn at(&self, handle: u64, offset: u64, len: usize, what: &str) -> Result<DevicePtr> {
-        let Some(&(base, bytes)) = lock(&self.table).get(&handle) else {
-            return Err(Error::Internal(format!(
-                "a GIN put {what} window {handle:#x}, which this rank has not registered"
-            )));
-        };
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= bytes => Ok(base + offset),
-            _ => Err(Error::Internal(format!(
-                "a GIN put {what} bytes {offset}..{} of a window of {bytes} bytes",
-                offset.saturating_add(len as u64)
-            ))),
-        }
-    }
-}
-
-impl GinWindowTable for BackendWindows {
-    fn add(&self, handle: u64, base: DevicePtr, bytes: u64) {
-        lock(&self.table).insert(handle, (base, bytes));
-    }
-    fn remove(&self, handle: u64) {
-        lock(&self.table).remove(&handle);
-    }
+    ranges: Arc<WindowRanges>,
 }
 
 impl GinMemory for BackendWindows {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let src = self.at(handle, offset, dst.len(), "reads")?;
+        let src = self.ranges.at(handle, offset, dst.len(), "reads")?;
         // SAFETY: `src` and the `dst.len()` bytes after it lie in a registered window, which
         // stays allocated while registered (the registration's contract).
         unsafe { self.backend.copy_from_device(self.device, dst, src) }
     }
 
     fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
-        let dst = self.at(handle, offset, src.len(), "writes")?;
+        let dst = self.ranges.at(handle, offset, src.len(), "writes")?;
         // SAFETY: as for `read`; the copy has landed when this returns, before the engine
         // applies the put's signal.
         unsafe { self.backend.copy_to_device(self.device, dst, src) }
@@ -241,7 +193,7 @@ pub struct GinState {
     /// First: its engines stop before the memory they move goes.
     _runner: GinRunner,
     contexts: Vec<Box<dyn GinContext>>,
-    windows: Arc<dyn GinWindowTable>,
+    windows: Arc<WindowRanges>,
     signals: IdPool,
     counters: IdPool,
 }
@@ -284,11 +236,19 @@ impl GinState {
             ncontexts,
         };
         let device = comm.device();
-        let (contexts, windows): Parts = match comm {
+        let ranges = Arc::new(WindowRanges::default());
+        for (h, base, bytes) in windows_now {
+            ranges.add(h, base, bytes);
+        }
+        let (contexts, memory): Parts = match comm {
             #[cfg(feature = "cuda")]
-            AnyComm::Cuda(c) => gpu_parts(c.communicator().backend().api(), device, &shape)?,
+            AnyComm::Cuda(c) => {
+                gpu_parts(c.communicator().backend().api(), device, &shape, &ranges)?
+            }
             #[cfg(feature = "hip")]
-            AnyComm::Hip(c) => gpu_parts(c.communicator().backend().api(), device, &shape)?,
+            AnyComm::Hip(c) => {
+                gpu_parts(c.communicator().backend().api(), device, &shape, &ranges)?
+            }
             AnyComm::Host(_) => (
                 (0..ncontexts)
                     .map(|_| {
@@ -300,13 +260,10 @@ impl GinState {
                 Arc::new(BackendWindows {
                     backend: backend.clone(),
                     device,
-                    table: Mutex::new(HashMap::new()),
+                    ranges: ranges.clone(),
                 }),
             ),
         };
-        for (h, base, bytes) in windows_now {
-            windows.add(h, base, bytes);
-        }
         let (bootstrap, abort) = comm.gin_endpoints()?;
         let net = choose_net(&bootstrap)?;
         let net_device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
@@ -316,7 +273,7 @@ impl GinState {
             net,
             net_device,
             contexts.iter().map(|c| c.engine_memory()).collect(),
-            windows.clone(),
+            memory,
             config::get(&vars::OXCCL_INIT_TIMEOUT),
         )?;
         tracing::info!(target: "oxccl::init",
@@ -325,7 +282,7 @@ impl GinState {
         Ok(GinState {
             _runner: runner,
             contexts,
-            windows,
+            windows: ranges,
             signals: IdPool::new(nsignals, "signals"),
             counters: IdPool::new(ncounters, "counters"),
         })
@@ -375,8 +332,8 @@ pub fn carried_on(comm: &AnyComm) -> bool {
     matches!(comm, AnyComm::Host(_)) || config::get(&vars::OXCCL_GIN_GPU).0
 }
 
-/// A communicator's contexts and windows.
-type Parts = (Vec<Box<dyn GinContext>>, Arc<dyn GinWindowTable>);
+/// A communicator's contexts, and its windows as its engines copy them.
+type Parts = (Vec<Box<dyn GinContext>>, Arc<dyn GinMemory>);
 
 /// What every context of a communicator is made with.
 struct Shape {
@@ -393,6 +350,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     api: &A,
     device: i32,
     shape: &Shape,
+    ranges: &Arc<WindowRanges>,
 ) -> Result<Parts> {
     use oxccl_device_transport::gin_context::GinContextMemory;
     use oxccl_device_transport::gin_windows::GinWindows;
@@ -407,7 +365,8 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
             shape.nsignals,
         )?));
     }
-    Ok((contexts, Arc::new(GinWindows::new(api.clone(), device)?)))
+    let windows = GinWindows::new(api.clone(), device, ranges.clone())?;
+    Ok((contexts, Arc::new(windows)))
 }
 
 #[cfg(test)]
