@@ -1,8 +1,11 @@
-// The error checks of the device API programs (lsa_sum.cu, gin_put.cu): inside a rank's lambda,
-// where `rank` and `failed` are in scope, a failed call prints what failed and returns.
+// What the device API programs (lsa_sum.cu, gin_put.cu) share: their ranks' threads and tally
+// (runRanks), and the error checks of a rank's body, where `rank` and `failed` are in scope: a
+// failed call prints what failed and returns. Include it after nccl.h.
 #pragma once
 
 #include <cstdio>
+#include <thread>
+#include <vector>
 
 #define CHECK_CUDA(x)                                                                   \
   do {                                                                                  \
@@ -23,3 +26,31 @@
       return;                                                                           \
     }                                                                                   \
   } while (0)
+
+/* Checks one rank's body passed and failed. */
+struct RankTally {
+  long pass = 0, fail = 0;
+};
+
+/* Runs body(rank, id, failed, tally) for ranks 0..n-1 of one communicator (id: its unique id,
+ * made here), a thread each; a body that sets `failed` counts one more failure. Prints
+ * `RESULT pass=P fail=F` and returns the exit status (2: no unique id). */
+template <typename Body>
+int runRanks(int n, Body body) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  std::vector<RankTally> tally(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; r++) {
+    threads.emplace_back([&, r] {
+      bool failed = false;
+      body(r, id, failed, tally[r]);
+      if (failed) tally[r].fail++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  long p = 0, f = 0;
+  for (const RankTally& t : tally) p += t.pass, f += t.fail;
+  printf("RESULT pass=%ld fail=%ld\n", p, f);
+  return f ? 1 : 0;
+}

@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -82,74 +81,58 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : (gpus > 1 ? gpus : 2);
   const size_t count = argc > 2 ? strtoull(argv[2], nullptr, 10) : 65537;
   const int iters = argc > 3 ? atoi(argv[3]) : 3;
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
-  std::vector<long> pass(n, 0), fail(n, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; r++) {
-    threads.emplace_back([&, r] {
-      const int rank = r;
-      bool failed = false;
-      [&] {
-        CHECK_CUDA(cudaSetDevice(rank % gpus));
-        ncclComm_t comm;
-        CHECK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-        const Layout l = {count, n};
-        char* buf = nullptr;
-        CHECK_NCCL(ncclMemAlloc((void**)&buf, l.bytes()));
-        ncclWindow_t win;
-        CHECK_NCCL(ncclCommWindowRegister(comm, buf, l.bytes(), &win, NCCL_WIN_COLL_SYMMETRIC));
-        ncclDevCommRequirements reqs = {};
-        reqs.barrierCount = 1;
-        reqs.ginSignalCount = 1;
-        reqs.ginCounterCount = 1;
-        ncclDevComm dc;
-        CHECK_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
-        cudaStream_t s;
-        CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        std::vector<float> host(count), got((size_t)n * count);
-        std::vector<uint64_t> values(n);
-        for (int it = 0; it < iters; it++) {
-          for (size_t i = 0; i < count; i++) host[i] = input(rank, it, i);
-          CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), count * sizeof(float),
-                                     cudaMemcpyHostToDevice, s));
-          // Poison what the peers write.
-          CHECK_CUDA(cudaMemsetAsync(buf + l.slice(0), 0xff, l.bytes() - l.slice(0), s));
-          gin_put<<<1, kThreads, 0, s>>>(dc, win, l, token(rank, it));
-          CHECK_CUDA(cudaGetLastError());
-          CHECK_CUDA(cudaMemcpyAsync(got.data(), buf + l.slice(0), (size_t)n * count * sizeof(float),
-                                     cudaMemcpyDeviceToHost, s));
-          CHECK_CUDA(cudaMemcpyAsync(values.data(), buf + l.value(0), n * sizeof(uint64_t),
-                                     cudaMemcpyDeviceToHost, s));
-          CHECK_CUDA(cudaStreamSynchronize(s));
-          long wrong = 0;
-          for (int p = 0; p < n; p++) {
-            for (size_t i = 0; i < count; i++) {
-              float want = input(p, it, i);
-              if (got[(size_t)p * count + i] != want && wrong++ < 3)
-                fprintf(stderr, "rank %d iter %d: from rank %d [%zu] = %g, expected %g\n", rank,
-                        it, p, i, got[(size_t)p * count + i], want);
-            }
-          }
-          const int prev = (rank + n - 1) % n;
-          if (values[prev] != token(prev, it) && wrong++ < 4)
-            fprintf(stderr, "rank %d iter %d: value from rank %d = %#llx, expected %#llx\n", rank,
-                    it, prev, (unsigned long long)values[prev],
-                    (unsigned long long)token(prev, it));
-          (wrong ? fail : pass)[rank]++;
+  return runRanks(n, [&](const int rank, ncclUniqueId id, bool& failed, RankTally& tally) {
+    CHECK_CUDA(cudaSetDevice(rank % gpus));
+    ncclComm_t comm;
+    CHECK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    const Layout l = {count, n};
+    char* buf = nullptr;
+    CHECK_NCCL(ncclMemAlloc((void**)&buf, l.bytes()));
+    ncclWindow_t win;
+    CHECK_NCCL(ncclCommWindowRegister(comm, buf, l.bytes(), &win, NCCL_WIN_COLL_SYMMETRIC));
+    ncclDevCommRequirements reqs = {};
+    reqs.barrierCount = 1;
+    reqs.ginSignalCount = 1;
+    reqs.ginCounterCount = 1;
+    ncclDevComm dc;
+    CHECK_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<float> host(count), got((size_t)n * count);
+    std::vector<uint64_t> values(n);
+    for (int it = 0; it < iters; it++) {
+      for (size_t i = 0; i < count; i++) host[i] = input(rank, it, i);
+      CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), count * sizeof(float),
+                                 cudaMemcpyHostToDevice, s));
+      // Poison what the peers write.
+      CHECK_CUDA(cudaMemsetAsync(buf + l.slice(0), 0xff, l.bytes() - l.slice(0), s));
+      gin_put<<<1, kThreads, 0, s>>>(dc, win, l, token(rank, it));
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaMemcpyAsync(got.data(), buf + l.slice(0), (size_t)n * count * sizeof(float),
+                                 cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaMemcpyAsync(values.data(), buf + l.value(0), n * sizeof(uint64_t),
+                                 cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      long wrong = 0;
+      for (int p = 0; p < n; p++) {
+        for (size_t i = 0; i < count; i++) {
+          float want = input(p, it, i);
+          if (got[(size_t)p * count + i] != want && wrong++ < 3)
+            fprintf(stderr, "rank %d iter %d: from rank %d [%zu] = %g, expected %g\n", rank,
+                    it, p, i, got[(size_t)p * count + i], want);
         }
-        CHECK_NCCL(ncclDevCommDestroy(comm, &dc));
-        CHECK_NCCL(ncclCommWindowDeregister(comm, win));
-        CHECK_NCCL(ncclMemFree(buf));
-        CHECK_CUDA(cudaStreamDestroy(s));
-        CHECK_NCCL(ncclCommDestroy(comm));
-      }();
-      if (failed) fail[rank]++;
-    });
-  }
-  for (auto& t : threads) t.join();
-  long p = 0, f = 0;
-  for (int r = 0; r < n; r++) p += pass[r], f += fail[r];
-  printf("RESULT pass=%ld fail=%ld\n", p, f);
-  return f ? 1 : 0;
+      }
+      const int prev = (rank + n - 1) % n;
+      if (values[prev] != token(prev, it) && wrong++ < 4)
+        fprintf(stderr, "rank %d iter %d: value from rank %d = %#llx, expected %#llx\n", rank,
+                it, prev, (unsigned long long)values[prev],
+                (unsigned long long)token(prev, it));
+      (wrong ? tally.fail : tally.pass)++;
+    }
+    CHECK_NCCL(ncclDevCommDestroy(comm, &dc));
+    CHECK_NCCL(ncclCommWindowDeregister(comm, win));
+    CHECK_NCCL(ncclMemFree(buf));
+    CHECK_CUDA(cudaStreamDestroy(s));
+    CHECK_NCCL(ncclCommDestroy(comm));
+  });
 }
