@@ -5,14 +5,14 @@
 
 mod gin_device;
 
-use gin_device::{Ctx, gfd};
+use gin_device::{Ctx, gfd, last_error};
 use oxccl_ffi::abi::ncclResult_t as R;
 use oxccl_ffi::abi::{
     NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
     ncclDevResourceRequirements_t, ncclWindow_t,
 };
 use oxccl_ffi::api::*;
-use std::ffi::{CStr, c_int};
+use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -21,13 +21,6 @@ const RANKS: usize = 3;
 const PART: usize = (300 << 10) + 3;
 /// The GIN context every put goes through (of two).
 const CONTEXT: usize = 1;
-
-fn last_error() -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string that outlives this copy.
-    unsafe { CStr::from_ptr(ncclGetLastError(ncclComm_t::NULL)) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn pattern(rank: usize, i: usize) -> u8 {
     (i as u8).wrapping_mul(13) ^ (rank as u8).wrapping_mul(101)

@@ -9,14 +9,14 @@
 
 mod gin_device;
 
-use gin_device::{Ctx, gfd};
+use gin_device::{Ctx, gfd, last_error};
 use oxccl_ffi::abi::ncclResult_t as R;
 use oxccl_ffi::abi::{
     NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevResourceRequirements_t,
     ncclUniqueId, ncclWindow_t,
 };
 use oxccl_ffi::api::*;
-use std::ffi::{CStr, c_int};
+use std::ffi::c_int;
 use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -26,13 +26,6 @@ const PER_HOST: usize = 2;
 const PART: usize = 70_000;
 const RANK: &str = "OXCCL_GIN_HOSTS_RANK";
 const ID: &str = "OXCCL_GIN_HOSTS_ID";
-
-fn last_error() -> String {
-    // SAFETY: ncclGetLastError returns a NUL-terminated string that outlives this copy.
-    unsafe { CStr::from_ptr(ncclGetLastError(ncclComm_t::NULL)) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn pattern(rank: usize, i: usize) -> u8 {
     (i as u8).wrapping_mul(29) ^ (rank as u8).wrapping_mul(77)

@@ -6,9 +6,19 @@
 // Each test binary that includes this uses part of it.
 #![allow(dead_code)]
 
-use std::ffi::c_void;
+use oxccl_ffi::abi::ncclComm_t;
+use oxccl_ffi::api::ncclGetLastError;
+use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The sentence of the last error (`ncclGetLastError`).
+pub fn last_error() -> String {
+    // SAFETY: ncclGetLastError returns a NUL-terminated string that outlives this copy.
+    unsafe { CStr::from_ptr(ncclGetLastError(ncclComm_t::NULL)) }
+        .to_string_lossy()
+        .into_owned()
+}
 
 /// What a context's 48-byte struct says (`ncclGinProxyGpuCtx_t`).
 #[derive(Debug, Clone, Copy)]
