@@ -1,7 +1,10 @@
 // What the device API programs (lsa_sum.cu, gin_put.cu) share: their ranks' threads and tally
-// (runRanks), and the error checks of a rank's body, where `rank` and `failed` are in scope: a
-// failed call prints what failed and returns. Include it after nccl.h.
+// (runRanks), pinned host buffers (PinnedHost), and the error checks of a rank's body, where
+// `rank` and `failed` are in scope: a failed call prints what failed and returns. Include it
+// after nccl.h.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstdio>
 #include <thread>
@@ -26,6 +29,25 @@
       return;                                                                           \
     }                                                                                   \
   } while (0)
+
+/* Pinned host memory for a rank's copies (nullptr in `p` when it could not be had). Ranks that
+ * share a GPU must not copy through pageable memory: the driver stages a context's pageable
+ * copies through one buffer, so a rank's copy waiting for its kernel (itself waiting for a
+ * peer) would hold back the copy that peer needs before it can launch its own. */
+template <typename T>
+struct PinnedHost {
+  T* p = nullptr;
+  explicit PinnedHost(size_t n) {
+    if (cudaMallocHost((void**)&p, n * sizeof(T)) != cudaSuccess) p = nullptr;
+  }
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  ~PinnedHost() {
+    if (p) cudaFreeHost(p);
+  }
+  T& operator[](size_t i) { return p[i]; }
+  T* data() { return p; }
+};
 
 /* Checks one rank's body passed and failed. */
 struct RankTally {

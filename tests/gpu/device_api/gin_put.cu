@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #include "check.h"
 
@@ -98,8 +97,13 @@ int main(int argc, char** argv) {
     CHECK_NCCL(ncclDevCommCreate(comm, &reqs, &dc));
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    std::vector<float> host(count), got((size_t)n * count);
-    std::vector<uint64_t> values(n);
+    PinnedHost<float> host(count), got((size_t)n * count);
+    PinnedHost<uint64_t> values(n);
+    if (!host.p || !got.p || !values.p) {
+      fprintf(stderr, "rank %d: no pinned host memory\n", rank);
+      failed = true;
+      return;
+    }
     for (int it = 0; it < iters; it++) {
       for (size_t i = 0; i < count; i++) host[i] = input(rank, it, i);
       CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), count * sizeof(float),

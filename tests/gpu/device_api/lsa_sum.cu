@@ -69,7 +69,12 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMemset(bad, 0, sizeof(int)));
     cudaStream_t s;
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    std::vector<float> host(count);
+    PinnedHost<float> host(count);
+    if (!host.p) {
+      fprintf(stderr, "rank %d: no pinned host memory\n", rank);
+      failed = true;
+      return;
+    }
     for (int it = 0; it < iters; it++) {
       for (size_t i = 0; i < count; i++) host[i] = input(rank, it, i);
       CHECK_CUDA(cudaMemcpyAsync(buf, host.data(), count * sizeof(float),
