@@ -105,6 +105,11 @@ pub trait Net: Send + Sync {
     fn name(&self) -> &str;
     /// Number of devices.
     fn devices(&self) -> Result<usize>;
+    /// The plugin library behind this network, for a network plugin (where GIN looks for the
+    /// library's GIN plugin); `None` for the built-in one.
+    fn plugin_lib(&self) -> Option<&std::sync::Arc<plugin::PluginLib>> {
+        None
+    }
     /// Properties of device `dev`.
     fn properties(&self, dev: usize) -> Result<Properties>;
     /// Starts listening on `dev`; fills `handle` for the connecting side. Never blocks.
