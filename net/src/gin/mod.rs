@@ -17,6 +17,8 @@
 pub mod context_layout;
 pub mod engine;
 pub mod gfd;
+pub mod plugin_engine;
+mod rings;
 pub mod runner;
 #[cfg(test)]
 mod testkit;
