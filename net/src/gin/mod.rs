@@ -21,7 +21,7 @@ pub mod plugin_engine;
 mod rings;
 pub mod runner;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod wire;
 
 use oxccl_core::error::{Error, Result};

@@ -20,6 +20,8 @@ pub(crate) mod adapter;
 pub mod gin;
 pub mod gin_abi;
 pub(crate) mod gin_adapter;
+#[cfg(test)]
+mod gin_tests;
 pub mod loader;
 pub mod select;
 #[cfg(test)]

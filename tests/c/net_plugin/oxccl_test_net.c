@@ -1294,10 +1294,14 @@ const void *oxtest_struct(void) { return &OXTEST_SYMBOL; }
  * copies into the peer's registration of the same index at once, iputSignal then adds to the
  * peer's signal word. A request is done at its second test, so callers do see pending ones.
  * OXTEST_GIN_TYPE (default 2, the proxy) is the device type reported; OXTEST_GIN_FAIL_AFTER=n
- * (environment, read at init) makes every put after the first n fail with ncclRemoteError.
+ * (environment, read at init; default OXTEST_GIN_FAIL_AFTER_DEFAULT, -1: never) makes every
+ * put after the first n fail with ncclRemoteError.
  * States are freed when the last comm holding one closes. */
 #ifndef OXTEST_GIN_TYPE
 #define OXTEST_GIN_TYPE 2
+#endif
+#ifndef OXTEST_GIN_FAIL_AFTER_DEFAULT
+#define OXTEST_GIN_FAIL_AFTER_DEFAULT -1
 #endif
 #include <sched.h>
 #include <stdbool.h>
@@ -1357,7 +1361,7 @@ static void gin_unref(struct gin_rank *r) {
 static res_t gin_init(void **ctx, uint64_t comm_id, logger_t logger) {
   log_fn = logger;
   const char *f = getenv("OXTEST_GIN_FAIL_AFTER");
-  gin_fail_after = f ? atol(f) : -1;
+  gin_fail_after = f ? atol(f) : OXTEST_GIN_FAIL_AFTER_DEFAULT;
   struct ctx *c = malloc(sizeof *c);
   if (!c) return NET_SYSTEM;
   c->magic = CTX_MAGIC;
