@@ -21,6 +21,11 @@ mod ll_trace;
 pub mod nic_affinity;
 pub mod open_files;
 pub mod plugin;
+
+/// Where this crate's build put oxccl's C test network plugins (`tests/c/net_plugin/`), for the
+/// tests of the crates above that load them by path.
+#[doc(hidden)]
+pub const TEST_NET_PLUGIN_DIR: &str = env!("OXCCL_TEST_NET_PLUGIN_DIR");
 pub mod proxy;
 pub mod proxy_cpus;
 mod proxy_drain;
