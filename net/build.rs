@@ -24,7 +24,7 @@ fn main() {
         return;
     }
     let compiler = cc::Build::new().get_compiler();
-    let variants: [(&str, &[&str]); 14] = [
+    let variants: [(&str, &[&str]); 18] = [
         ("libnccl-net-oxtest.so", &[]),
         ("libnccl-net-oxtest6.so", &["-DOXTEST_V6"]),
         ("libnccl-net-oxtest7.so", &["-DOXTEST_V7"]),
@@ -36,6 +36,19 @@ fn main() {
         ("libnccl-net-oxtest12-11.so", &["-DOXTEST_V12_AND_V11"]),
         ("libnccl-net-oxtest-nosym.so", &["-DOXTEST_NO_SYMBOL"]),
         ("libnccl-net-oxtest-badinit.so", &["-DOXTEST_FAIL_INIT"]),
+        // A GIN plugin beside the net plugin, for ranks that are threads of one process.
+        ("libnccl-net-oxtest-gin.so", &["-DOXTEST_GIN=11"]),
+        ("libnccl-net-oxtest-gin13.so", &["-DOXTEST_GIN=13"]),
+        // Every GIN put fails: the error reaches the communicator.
+        (
+            "libnccl-net-oxtest-gin-fail.so",
+            &["-DOXTEST_GIN=11", "-DOXTEST_GIN_FAIL_AFTER_DEFAULT=0"],
+        ),
+        // A GIN plugin of another type than the proxy (GDAKI): oxccl's own messages then.
+        (
+            "libnccl-net-oxtest-gin-gdaki.so",
+            &["-DOXTEST_GIN=11", "-DOXTEST_GIN_TYPE=3"],
+        ),
         // Four devices at made-up PCI places (far, none, two beside the GPU of
         // `connect::tests`): choosing the devices nearest a GPU.
         (

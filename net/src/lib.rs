@@ -21,6 +21,11 @@ mod ll_trace;
 pub mod nic_affinity;
 pub mod open_files;
 pub mod plugin;
+
+/// Where this crate's build put oxccl's C test network plugins (`tests/c/net_plugin/`), for the
+/// tests of the crates above that load them by path.
+#[doc(hidden)]
+pub const TEST_NET_PLUGIN_DIR: &str = env!("OXCCL_TEST_NET_PLUGIN_DIR");
 pub mod proxy;
 pub mod proxy_cpus;
 mod proxy_drain;
@@ -105,6 +110,11 @@ pub trait Net: Send + Sync {
     fn name(&self) -> &str;
     /// Number of devices.
     fn devices(&self) -> Result<usize>;
+    /// The plugin library behind this network, for a network plugin (where GIN looks for the
+    /// library's GIN plugin); `None` for the built-in one.
+    fn plugin_lib(&self) -> Option<&std::sync::Arc<plugin::PluginLib>> {
+        None
+    }
     /// Properties of device `dev`.
     fn properties(&self, dev: usize) -> Result<Properties>;
     /// Starts listening on `dev`; fills `handle` for the connecting side. Never blocks.

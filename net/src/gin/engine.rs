@@ -10,7 +10,8 @@
 //! bounce buffers ([`RING`]); a descriptor waits in its queue until one is free.
 
 use super::GinMemory;
-use super::gfd::{self, Gfd, Signal};
+use super::gfd::Gfd;
+use super::rings::{Rings, signal_add};
 use super::wire::{CHUNK_BYTES, HEADER_BYTES, Header, MESSAGE_BYTES, SignalAdd};
 use crate::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
 use oxccl_core::error::{Error, Result};
@@ -151,14 +152,10 @@ pub struct PeerLink {
 pub struct GinEngine {
     net: Arc<dyn Net>,
     rank: usize,
-    mem: ContextMem,
+    rings: Rings,
     windows: Arc<dyn GinMemory>,
     /// By rank; `None` for this rank.
     peers: Vec<Option<Peer>>,
-    /// Per destination: the next slot to consume.
-    seen: Vec<u32>,
-    /// Per destination: descriptors done locally (what `cis` says).
-    done: Vec<u32>,
 }
 
 impl GinEngine {
@@ -171,21 +168,13 @@ impl GinEngine {
         mem: ContextMem,
         windows: Arc<dyn GinMemory>,
     ) -> Result<GinEngine> {
-        if !mem.queue_size.is_power_of_two() {
-            return Err(Error::arg(format!(
-                "a GIN queue of {} slots is not a power of two",
-                mem.queue_size
-            )));
-        }
         let nranks = links.len();
         let mut engine = GinEngine {
             net,
             rank,
-            mem,
+            rings: Rings::new(mem, rank, nranks)?,
             windows,
             peers: Vec::with_capacity(nranks),
-            seen: vec![0; nranks],
-            done: vec![0; nranks],
         };
         for link in links {
             let peer = match link {
@@ -234,19 +223,16 @@ impl GinEngine {
     /// Whether a descriptor is waiting in a ring, or messages to some peer are still being
     /// made or on their way out.
     pub fn sending(&self) -> bool {
-        let posted = (0..self.peers.len()).any(|peer| {
-            let slot = self.mem.slot(peer, self.seen[peer]);
-            gfd::complete(&slot.map(|w| w.load(Ordering::Acquire)))
-        });
+        let posted = (0..self.peers.len()).any(|peer| self.rings.posted(peer));
         posted || (self.peers.iter().flatten()).any(|p| p.current.is_some() || !p.sends.is_empty())
     }
 
     fn progress_peer(&mut self, peer: usize) -> Result<bool> {
         let mut moved = false;
         if peer == self.rank {
-            while let Some(g) = self.take(peer)? {
+            while let Some(g) = self.rings.take(peer)? {
                 self.local(&g)?;
-                self.finish(peer, g.counter);
+                self.rings.finish(peer, g.counter);
                 moved = true;
             }
             return Ok(moved);
@@ -255,38 +241,6 @@ impl GinEngine {
         moved |= self.retire_sends(peer)?;
         moved |= self.receive(peer)?;
         Ok(moved)
-    }
-
-    /// The next complete descriptor of `peer`'s ring, taken out of it.
-    fn take(&mut self, peer: usize) -> Result<Option<Gfd>> {
-        let slot = self.mem.slot(peer, self.seen[peer]);
-        let words = slot.map(|w| w.load(Ordering::Acquire));
-        if !gfd::complete(&words) {
-            return Ok(None);
-        }
-        let g = gfd::decode(&words).map_err(|e| {
-            Error::Internal(format!(
-                "rank {}: GIN descriptor {} for rank {peer}: {e}",
-                self.rank, self.seen[peer]
-            ))
-        })?;
-        // Cleared before `cis` frees the slot, so the device's next descriptor is all new.
-        for w in slot {
-            w.store(0, Ordering::Relaxed);
-        }
-        self.seen[peer] = self.seen[peer].wrapping_add(1);
-        Ok(Some(g))
-    }
-
-    /// A descriptor is done locally: its counter, then `cis`.
-    fn finish(&mut self, peer: usize, counter: Option<u16>) {
-        if let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) {
-            self.mem
-                .word64(self.mem.counters, c)
-                .fetch_add(1, Ordering::Release);
-        }
-        self.done[peer] = self.done[peer].wrapping_add(1);
-        self.mem.ci(peer).store(self.done[peer], Ordering::Release);
     }
 
     /// A put, inline put or signal to this rank itself.
@@ -307,16 +261,10 @@ impl GinEngine {
 
     fn signal(&self, s: Option<SignalAdd>) -> Result<()> {
         let Some(s) = s else { return Ok(()) };
-        let id = usize::from(s.id);
-        if id >= self.mem.nsignals {
-            return Err(Error::Internal(format!(
-                "a GIN signal {id} beyond the {} signals",
-                self.mem.nsignals
-            )));
-        }
+        let id = self.rings.check_signal(s.id)?;
+        let mem = &self.rings.mem;
         // The payload's writes returned before this: the device sees the signal after them.
-        self.mem
-            .word64(self.mem.signals, id)
+        mem.word64(mem.signals, id)
             .fetch_add(s.value, Ordering::Release);
         Ok(())
     }
@@ -327,7 +275,7 @@ impl GinEngine {
         loop {
             let p = self.peers[peer].as_mut().expect("a peer");
             if p.current.is_none() {
-                match self.take(peer)? {
+                match self.rings.take(peer)? {
                     Some(gfd) => {
                         let p = self.peers[peer].as_mut().expect("a peer");
                         p.current = Some(Outgoing { gfd, sent: 0 });
@@ -402,7 +350,7 @@ impl GinEngine {
             p.free.push(f.buf);
             moved = true;
             if let Some(counter) = f.last {
-                self.finish(peer, counter);
+                self.rings.finish(peer, counter);
             }
         }
     }
@@ -459,10 +407,7 @@ impl GinEngine {
 
 /// The signal a descriptor applies at its destination.
 fn signal_of(g: &Gfd) -> Option<SignalAdd> {
-    g.signal.map(|s| match s {
-        Signal::Inc(id) => SignalAdd { id, value: 1 },
-        Signal::Add(id, value) => SignalAdd { id, value },
-    })
+    signal_add(g).map(|(id, value)| SignalAdd { id, value })
 }
 
 impl Drop for GinEngine {
@@ -489,6 +434,7 @@ impl Drop for GinEngine {
 
 #[cfg(test)]
 mod tests {
+    use super::super::gfd::{self, Signal};
     use super::super::testkit::{HostWindows, context, post};
     use super::*;
     use crate::proxy::testkit::{link, socket_net};

@@ -17,9 +17,11 @@
 pub mod context_layout;
 pub mod engine;
 pub mod gfd;
+pub mod plugin_engine;
+mod rings;
 pub mod runner;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod wire;
 
 use oxccl_core::error::{Error, Result};

@@ -1,11 +1,14 @@
-//! The thread that drives a communicator's GIN engines: it connects one link each way with
-//! every other rank over the bootstrap ([`crate::connect::connect_gin`]), then moves every
-//! context's descriptors and messages until the communicator goes; a network error records
-//! itself on the communicator and aborts it, which ends every wait.
+//! The thread that drives a communicator's GIN engines, of either kind ([`GinTransport`]):
+//! over a network, it connects one link each way with every other rank over the bootstrap
+//! ([`crate::connect::connect_gin`]); over a GIN plugin, one collective comm per context
+//! ([`GinPlugin::connect`]). Then it moves every context's descriptors until the communicator
+//! goes; an error records itself on the communicator and aborts it, which ends every wait.
 
 use super::GinMemory;
 use super::engine::{ContextMem, GinEngine, PeerLink};
+use super::plugin_engine::PluginGinEngine;
 use crate::Net;
+use crate::plugin::gin::{GinColl, GinPlugin};
 use oxccl_core::abort::AbortFlag;
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::Result;
@@ -19,42 +22,115 @@ const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_millis(5);
 const PARK: Duration = Duration::from_micros(500);
 
+/// What a communicator's GIN engines carry descriptors over.
+pub enum GinTransport {
+    /// Messages on connections of a network (oxccl's own protocol), whose engines copy
+    /// payloads in and out of the windows through `windows`.
+    Net {
+        /// The network.
+        net: Arc<dyn Net>,
+        /// Its device.
+        device: usize,
+        /// The windows, as the engines copy them.
+        windows: Arc<dyn GinMemory>,
+        /// How long connecting may take.
+        timeout: Duration,
+    },
+    /// The network plugin's GIN side: every descriptor is a put of the plugin's.
+    Plugin {
+        /// The plugin, initialized for this communicator.
+        plugin: Arc<GinPlugin>,
+        /// Its device.
+        device: usize,
+        /// `NCCL_PTR_HOST` or `NCCL_PTR_CUDA`: what the windows are to the plugin.
+        ptr_type: u32,
+    },
+}
+
+/// One context's engine, of either kind.
+enum Engine {
+    Net(GinEngine),
+    Plugin(PluginGinEngine),
+}
+
+impl Engine {
+    fn progress(&mut self) -> Result<bool> {
+        match self {
+            Engine::Net(e) => e.progress(),
+            Engine::Plugin(e) => e.progress(),
+        }
+    }
+
+    fn sending(&self) -> bool {
+        match self {
+            Engine::Net(e) => e.sending(),
+            Engine::Plugin(e) => e.sending(),
+        }
+    }
+}
+
 /// A communicator's GIN engines on their thread; stopped and joined when dropped.
 pub struct GinRunner {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Over a plugin: each context's collective comm (windows are registered on each), and the
+    /// windows' pointer type.
+    colls: Vec<Arc<GinColl>>,
+    ptr_type: u32,
 }
 
 impl GinRunner {
-    /// Connects this rank's engines (one per entry of `contexts`, each with its links to every
-    /// other rank on `device` of `net`) and starts driving them. Every rank of the
-    /// communicator calls this together.
+    /// Connects this rank's engines (one per entry of `contexts`) over `transport` and starts
+    /// driving them. Every rank of the communicator calls this together.
     pub fn start(
         bootstrap: &Bootstrap,
         abort: &AbortFlag,
-        net: Arc<dyn Net>,
-        device: usize,
+        transport: GinTransport,
         contexts: Vec<ContextMem>,
-        windows: Arc<dyn GinMemory>,
-        timeout: Duration,
     ) -> Result<GinRunner> {
         let (rank, nranks) = (bootstrap.rank() as usize, bootstrap.nranks() as usize);
-        let peers: Vec<u32> = (0..nranks as u32).filter(|&p| p as usize != rank).collect();
         let mut engines = Vec::with_capacity(contexts.len());
-        for mem in contexts {
-            let links =
-                crate::connect::connect_gin(bootstrap, abort, &net, &peers, device, timeout)?;
-            let mut by_rank: Vec<Option<PeerLink>> = (0..nranks).map(|_| None).collect();
-            for (&p, (send, recv)) in peers.iter().zip(links) {
-                by_rank[p as usize] = Some(PeerLink { send, recv });
+        let mut colls = Vec::new();
+        let mut ptr_type = 0;
+        match transport {
+            GinTransport::Net {
+                net,
+                device,
+                windows,
+                timeout,
+            } => {
+                let peers: Vec<u32> = (0..nranks as u32).filter(|&p| p as usize != rank).collect();
+                for mem in contexts {
+                    let links = crate::connect::connect_gin(
+                        bootstrap, abort, &net, &peers, device, timeout,
+                    )?;
+                    let mut by_rank: Vec<Option<PeerLink>> = (0..nranks).map(|_| None).collect();
+                    for (&p, (send, recv)) in peers.iter().zip(links) {
+                        by_rank[p as usize] = Some(PeerLink { send, recv });
+                    }
+                    let e = GinEngine::new(net.clone(), rank, by_rank, mem, windows.clone())?;
+                    engines.push(Engine::Net(e));
+                }
             }
-            engines.push(GinEngine::new(
-                net.clone(),
-                rank,
-                by_rank,
-                mem,
-                windows.clone(),
-            )?);
+            GinTransport::Plugin {
+                plugin,
+                device,
+                ptr_type: ty,
+            } => {
+                ptr_type = ty;
+                for mem in contexts {
+                    let coll = Arc::new(plugin.connect(
+                        bootstrap,
+                        device,
+                        mem.queue_size,
+                        mem.nsignals,
+                        mem.ncounters,
+                    )?);
+                    let e = PluginGinEngine::new(coll.clone(), rank, nranks, mem)?;
+                    engines.push(Engine::Plugin(e));
+                    colls.push(coll);
+                }
+            }
         }
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, abort) = (stop.clone(), abort.clone());
@@ -65,19 +141,43 @@ impl GinRunner {
         Ok(GinRunner {
             stop,
             thread: Some(thread),
+            colls,
+            ptr_type,
         })
+    }
+
+    /// Window `handle` (`bytes` at `base`) is new: over a plugin, every context registers it
+    /// (collective: every rank adds windows in the same order). The window stays allocated
+    /// until [`GinRunner::remove_window`].
+    pub fn add_window(&self, handle: u64, base: u64, bytes: u64) -> Result<()> {
+        for c in &self.colls {
+            // SAFETY: the window stays allocated until `remove_window`, this method's contract
+            // (the registration's, as for every GIN window).
+            unsafe { c.add_window(handle, base, bytes, self.ptr_type) }?;
+        }
+        Ok(())
+    }
+
+    /// Window `handle` is gone (every put naming it completed): over a plugin, every context
+    /// deregisters it.
+    pub fn remove_window(&self, handle: u64) -> Result<()> {
+        let mut result = Ok(());
+        for c in &self.colls {
+            result = result.and(c.remove_window(handle));
+        }
+        result
     }
 }
 
 /// How long a stopping runner keeps sending what it had taken in.
 const DRAIN: Duration = Duration::from_secs(2);
 
-fn drive(mut engines: Vec<GinEngine>, abort: &AbortFlag, stop: &AtomicBool) {
+fn drive(mut engines: Vec<Engine>, abort: &AbortFlag, stop: &AtomicBool) {
     run(&mut engines, abort, stop);
     // A descriptor the device counts as done locally may still be on its way out (the network
     // took it, but a socket helper has yet to write it): closing now would lose it.
     let start = Instant::now();
-    while !abort.is_aborted() && start.elapsed() < DRAIN && engines.iter().any(GinEngine::sending) {
+    while !abort.is_aborted() && start.elapsed() < DRAIN && engines.iter().any(Engine::sending) {
         for e in &mut engines {
             if e.progress().is_err() {
                 return;
@@ -87,7 +187,7 @@ fn drive(mut engines: Vec<GinEngine>, abort: &AbortFlag, stop: &AtomicBool) {
     }
 }
 
-fn run(engines: &mut [GinEngine], abort: &AbortFlag, stop: &AtomicBool) {
+fn run(engines: &mut [Engine], abort: &AbortFlag, stop: &AtomicBool) {
     let mut last = Instant::now();
     while !abort.is_aborted() && !stop.load(Ordering::Acquire) {
         let mut moved = false;
@@ -150,16 +250,14 @@ mod tests {
             let windows = Arc::new(HostWindows::new(&[PART, nranks * PART], rank as u8));
             let (mem, _keep) = context(nranks, 4);
             let abort = AbortFlag::new();
-            let runner = GinRunner::start(
-                &b,
-                &abort,
+            let transport = GinTransport::Net {
                 net,
-                0,
-                vec![mem],
-                windows.clone(),
-                Duration::from_secs(10),
-            )
-            .map_err(|e| e.to_string())?;
+                device: 0,
+                windows: windows.clone(),
+                timeout: Duration::from_secs(10),
+            };
+            let runner =
+                GinRunner::start(&b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
             for peer in (0..nranks).filter(|&p| p != rank) {
                 let g = gfd::encode::put(
                     2,

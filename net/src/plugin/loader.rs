@@ -4,10 +4,12 @@
 //! meaning no plugin. An entry is `dlopen`ed as given (RTLD_NOW | RTLD_LOCAL), and, when that
 //! fails and the entry is a bare name (no `/`, not `lib…so`), as `libnccl-net-<entry>.so`; an
 //! entry starting with `STATIC_PLUGIN` (any case) means the main program. The library's newest
-//! exported `ncclNetPlugin_v12` … `v6` wins (NCCL 2.30's search). Libraries stay loaded for the
+//! exported `ncclNetPlugin_v12` … `v6` wins (NCCL 2.30's search); the same library's newest
+//! `ncclGinPlugin_v13` … `v11`, if any, is kept beside it for GIN. Libraries stay loaded for the
 //! life of the process.
 
 use super::abi::SYMBOLS;
+use super::gin_abi::GIN_SYMBOLS;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::c_void;
 
@@ -52,12 +54,14 @@ pub struct Opened {
     pub version: u32,
     /// Address of the exported `ncclNetPlugin_vN` struct.
     pub sym: *mut c_void,
+    /// The newest exported `ncclGinPlugin_vN` struct (v13 to v11) and its version, if any.
+    pub gin: Option<(*mut c_void, u32)>,
     /// Keeps the library mapped (never closed: see the module docs).
     _lib: Library,
 }
 
-// SAFETY: `sym` is the address of a struct inside the library, which stays mapped as long as
-// `_lib` lives; it is only read under the plugin's lock (see `PluginLib`).
+// SAFETY: `sym` and `gin` are addresses of structs inside the library, which stays mapped as long as
+// `_lib` lives; they are only read under the plugin's lock (see `PluginLib`) or copied once.
 unsafe impl Send for Opened {}
 // SAFETY: as for Send; `Opened` itself is never mutated after opening.
 unsafe impl Sync for Opened {}
@@ -117,22 +121,26 @@ pub fn open(entry: &str) -> Result<Opened, OpenError> {
         }
         found.ok_or_else(|| OpenError::NotFound(errors.join("; ")))?
     };
-    for (name, version) in SYMBOLS {
+    let Some((sym, version)) = newest(&lib, &SYMBOLS) else {
+        return Err(OpenError::NoSymbol(path));
+    };
+    Ok(Opened {
+        path,
+        version,
+        sym,
+        gin: newest(&lib, &GIN_SYMBOLS),
+        _lib: lib,
+    })
+}
+
+/// The first of `symbols` (name, version) that `lib` exports with a non-NULL address.
+fn newest(lib: &Library, symbols: &[(&str, u32)]) -> Option<(*mut c_void, u32)> {
+    symbols.iter().find_map(|&(name, version)| {
         // SAFETY: only the symbol's address is taken (as a pointer-sized `Symbol`, which
         // libloading requires); nothing is read through it here.
         let sym = unsafe { lib.get::<*mut c_void>(name) }.map(|s| s.into_raw());
-        if let Ok(sym) = sym
-            && !sym.is_null()
-        {
-            return Ok(Opened {
-                path,
-                version,
-                sym,
-                _lib: lib,
-            });
-        }
-    }
-    Err(OpenError::NoSymbol(path))
+        sym.ok().filter(|s| !s.is_null()).map(|s| (s, version))
+    })
 }
 
 #[cfg(test)]

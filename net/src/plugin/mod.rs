@@ -17,6 +17,11 @@
 
 pub mod abi;
 pub(crate) mod adapter;
+pub mod gin;
+pub mod gin_abi;
+pub(crate) mod gin_adapter;
+#[cfg(test)]
+mod gin_tests;
 pub mod loader;
 pub mod select;
 #[cfg(test)]
@@ -78,6 +83,11 @@ impl PluginLib {
     /// The ABI version taken (6 to 12).
     pub fn version(&self) -> u32 {
         self.opened.version
+    }
+
+    /// The ABI version of the library's newest `ncclGinPlugin_vN` (11 to 13), if it has one.
+    pub fn gin_version(&self) -> Option<u32> {
+        self.opened.gin.map(|(_, v)| v)
     }
 
     /// The file that was opened.
@@ -328,6 +338,10 @@ impl Net for PluginNet {
 
     fn devices(&self) -> Result<usize> {
         Ok(self.devices.len())
+    }
+
+    fn plugin_lib(&self) -> Option<&Arc<PluginLib>> {
+        Some(&self.lib)
     }
 
     fn properties(&self, dev: usize) -> Result<Properties> {

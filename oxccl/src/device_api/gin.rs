@@ -18,8 +18,10 @@ use oxccl_core::{Error, Result};
 use oxccl_net::connect::choose_net;
 use oxccl_net::gin::context_layout::{ContextLayout, GPU_CTX_BYTES};
 use oxccl_net::gin::engine::ContextMem;
-use oxccl_net::gin::runner::GinRunner;
+use oxccl_net::gin::runner::{GinRunner, GinTransport};
 use oxccl_net::gin::{GinMemory, WindowRanges};
+use oxccl_net::plugin::gin::GinPlugin;
+use oxccl_net::{Net, PTR_CUDA, PTR_HOST};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -191,7 +193,7 @@ impl GinMemory for BackendWindows {
 /// A communicator's GIN: its contexts, their engines' thread, its windows and id pools.
 pub struct GinState {
     /// First: its engines stop before the memory they move goes.
-    _runner: GinRunner,
+    runner: GinRunner,
     contexts: Vec<Box<dyn GinContext>>,
     windows: Arc<WindowRanges>,
     signals: IdPool,
@@ -237,7 +239,11 @@ impl GinState {
         };
         let device = comm.device();
         let ranges = Arc::new(WindowRanges::default());
-        for (h, base, bytes) in windows_now {
+        // In handle order, the order every rank took them in: a plugin registers them
+        // collectively.
+        let mut windows_now: Vec<_> = windows_now.into_iter().collect();
+        windows_now.sort_by_key(|w| w.0);
+        for &(h, base, bytes) in &windows_now {
             ranges.add(h, base, bytes);
         }
         let (contexts, memory): Parts = match comm {
@@ -267,20 +273,54 @@ impl GinState {
         let (bootstrap, abort) = comm.gin_endpoints()?;
         let net = choose_net(&bootstrap)?;
         let net_device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
+        let ptr_type = if matches!(comm, AnyComm::Host(_)) {
+            PTR_HOST
+        } else {
+            PTR_CUDA
+        };
+        let (transport, how) = match plugin_choice(&*net, &bootstrap)? {
+            Ok(plugin) => {
+                let how = format!(
+                    "GIN plugin {} (v{}) of network plugin {}",
+                    plugin.name(),
+                    plugin.version(),
+                    plugin.lib().path()
+                );
+                let plugin = Arc::new(plugin);
+                let t = GinTransport::Plugin {
+                    plugin,
+                    device: net_device,
+                    ptr_type,
+                };
+                (t, how)
+            }
+            Err(why) => {
+                let t = GinTransport::Net {
+                    net: net.clone(),
+                    device: net_device,
+                    windows: memory,
+                    timeout: config::get(&vars::OXCCL_INIT_TIMEOUT),
+                };
+                (
+                    t,
+                    format!("oxccl's messages over network {} ({why})", net.name()),
+                )
+            }
+        };
         let runner = GinRunner::start(
             &bootstrap,
             &abort,
-            net,
-            net_device,
+            transport,
             contexts.iter().map(|c| c.engine_memory()).collect(),
-            memory,
-            config::get(&vars::OXCCL_INIT_TIMEOUT),
         )?;
+        for &(h, base, bytes) in &windows_now {
+            runner.add_window(h, base, bytes)?;
+        }
         tracing::info!(target: "oxccl::init",
-            "rank {}: GIN through the host proxy: {ncontexts} contexts of {queue} slots per peer, {nsignals} signals, {ncounters} counters",
+            "rank {}: GIN through the host proxy, over {how}: {ncontexts} contexts of {queue} slots per peer, {nsignals} signals, {ncounters} counters",
             comm.rank());
         Ok(GinState {
-            _runner: runner,
+            runner,
             contexts,
             windows: ranges,
             signals: IdPool::new(nsignals, "signals"),
@@ -316,15 +356,48 @@ impl GinState {
         self.contexts.iter().map(|c| c.device_handle()).collect()
     }
 
-    /// Window `handle` is this rank's `bytes` bytes at `base`.
-    pub fn add_window(&self, handle: u64, base: DevicePtr, bytes: u64) {
+    /// Window `handle` is this rank's `bytes` bytes at `base` (collective: a GIN plugin
+    /// registers it on every rank in the same order); it stays allocated until
+    /// [`GinState::remove_window`].
+    pub fn add_window(&self, handle: u64, base: DevicePtr, bytes: u64) -> Result<()> {
+        self.runner.add_window(handle, base, bytes)?;
         self.windows.add(handle, base, bytes);
+        Ok(())
     }
 
     /// Window `handle` is gone.
-    pub fn remove_window(&self, handle: u64) {
+    pub fn remove_window(&self, handle: u64) -> Result<()> {
         self.windows.remove(handle);
+        self.runner.remove_window(handle)
     }
+}
+
+/// The GIN plugin of `net`'s library when every rank can use it (collective), else why not:
+/// no plugin network, no GIN symbol, `OXCCL_GIN_PLUGIN=0`, a failed `init`, no device, a type
+/// other than the proxy, or another rank's reason.
+fn plugin_choice(
+    net: &dyn Net,
+    bootstrap: &oxccl_core::bootstrap::Bootstrap,
+) -> Result<std::result::Result<GinPlugin, String>> {
+    let mine = match net.plugin_lib() {
+        None => Err(format!("{} is not a network plugin", net.name())),
+        Some(lib) if lib.gin_version().is_none() => Err(format!(
+            "{} exports no ncclGinPlugin_v11 .. v13",
+            lib.path()
+        )),
+        Some(_) if !config::get(&vars::OXCCL_GIN_PLUGIN).0 => Err("OXCCL_GIN_PLUGIN=0".to_string()),
+        Some(lib) => GinPlugin::new(lib, bootstrap.session_key().nonce).map_err(|e| e.to_string()),
+    };
+    // Every rank must drive GIN alike: one rank's plugin failing sends all to the messages.
+    let all = bootstrap.all_gather(&[u8::from(mine.is_ok())])?;
+    if let Some(r) = all.iter().position(|v| v.first() != Some(&1)) {
+        let why = match mine {
+            Err(why) => why,
+            Ok(_) => format!("rank {r} cannot use the GIN plugin"),
+        };
+        return Ok(Err(why));
+    }
+    Ok(mine)
 }
 
 /// Whether `comm`'s backend carries GIN: the host backend always, GPUs when asked to.

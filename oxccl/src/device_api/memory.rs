@@ -251,19 +251,25 @@ impl DeviceApi {
         });
         let host = (&mut *w as *mut RegisteredWindow).cast::<c_void>();
         let (at, _) = self.descriptor(user_ptr as DevicePtr, flat.as_ref(), host, gin_handle)?;
+        if let Some(g) = &self.gin
+            && let Err(err) = g.add_window(gin_handle, user_ptr as DevicePtr, size as u64)
+        {
+            self.slab.give(at, size_of::<ncclWindow_vidmem>());
+            return Err(err);
+        }
         let e = ncclDevCommWindowEntry {
             base: user_ptr,
             size,
             window: at as usize,
         };
         if let Err(err) = write(&self.backend, self.device, self.entry_addr(entry), &e) {
+            if let Some(g) = &self.gin {
+                let _ = g.remove_window(gin_handle);
+            }
             self.slab.give(at, size_of::<ncclWindow_vidmem>());
             return Err(err);
         }
         self.entries[entry] = true;
-        if let Some(g) = &self.gin {
-            g.add_window(gin_handle, user_ptr as DevicePtr, size as u64);
-        }
         self.windows.insert(at, w);
         Ok(at)
     }
@@ -302,9 +308,10 @@ impl DeviceApi {
                 "window {at:#x} was not registered on this communicator"
             ))
         })?;
-        if let Some(g) = &self.gin {
-            g.remove_window(w.gin_handle);
-        }
+        let deregistered = match &self.gin {
+            Some(g) => g.remove_window(w.gin_handle),
+            None => Ok(()),
+        };
         self.entries[w.entry] = false;
         let cleared = write(
             &self.backend,
@@ -318,7 +325,7 @@ impl DeviceApi {
             Some(f) => unsafe { self.comm.unmap_flat(f) },
             None => Ok(()),
         };
-        cleared.and(unmapped)
+        cleared.and(unmapped).and(deregistered)
     }
 
     /// Records the resource buffers of a new device communicator: `bytes` at `memory`
@@ -333,8 +340,11 @@ impl DeviceApi {
     ) -> Result<(DevicePtr, ncclWindow_vidmem)> {
         let gin_handle = self.take_gin_handle();
         let (at, d) = self.descriptor(memory, flat.as_ref(), std::ptr::null_mut(), gin_handle)?;
-        if let Some(g) = &self.gin {
-            g.add_window(gin_handle, memory, bytes as u64);
+        if let Some(g) = &self.gin
+            && let Err(err) = g.add_window(gin_handle, memory, bytes as u64)
+        {
+            self.slab.give(at, size_of::<ncclWindow_vidmem>());
+            return Err(err);
         }
         self.dev_comms.insert(
             at,
@@ -360,14 +370,15 @@ impl DeviceApi {
             ))
         })?;
         self.slab.give(at, size_of::<ncclWindow_vidmem>());
+        let mut deregistered = Ok(());
         if let Some(g) = &mut self.gin {
-            g.remove_window(r.gin_handle);
+            deregistered = g.remove_window(r.gin_handle);
             if let Some(ids) = r.gin_ids {
                 g.give_ids(ids);
             }
         }
         // SAFETY: the caller's contract.
-        unsafe { release_resources(&self.comm, &self.backend, r) }
+        unsafe { release_resources(&self.comm, &self.backend, r) }.and(deregistered)
     }
 }
 

@@ -10,6 +10,9 @@
  *   -DOXTEST_V12_AND_V11 exports ncclNetPlugin_v12 ("OxTest12") and ncclNetPlugin_v11 ("OxTest")
  *   -DOXTEST_NO_SYMBOL   exports no ncclNetPlugin_* symbol at all
  *   -DOXTEST_FAIL_INIT   exports ncclNetPlugin_v11 whose init fails, name "OxTestBad"
+ *   -DOXTEST_GIN=11|13   also exports ncclGinPlugin_v11 ("OxTestGin") or ncclGinPlugin_v13
+ *                        ("OxTestGin13"): an in-process GIN plugin of the proxy type (see the
+ *                        end of this file); -DOXTEST_GIN_TYPE=n reports another device type
  *   -DOXTEST_PCI_PATHS_DEFAULT="p0;p1;..."   the devices below without OXTEST_NET_PCI_PATHS
  *   -DOXTEST_GDR_DEFAULT=fake|cuda, -DOXTEST_DMABUF_DEFAULT=1, -DOXTEST_FORCE_FLUSH_DEFAULT=1
  *                        the defaults of the GPU-memory modes below, for variants that need no
@@ -1280,5 +1283,416 @@ __attribute__((visibility("default"))) net_v12_t ncclNetPlugin_v12 =
 /* Keep the struct referenced so the compiler does not warn about it. */
 const void *oxtest_struct(void) { return &OXTEST_SYMBOL; }
 #endif
+
+#ifdef OXTEST_GIN
+/* A GIN plugin of the proxy type (ncclGinPlugin_v11, or ncclGinPlugin_v13 with OXTEST_GIN=13)
+ * for ranks that are threads of one process: it really moves data, in process memory.
+ * listen puts a pointer to the rank's state in the handle; connect keeps every rank's state;
+ * regMrSym records (address, size) under the registration's index (registrations are
+ * collective, so an index names the same memory on every rank) and, standing in for the
+ * all-gather a real plugin does there, waits until every rank made that registration; iput
+ * copies into the peer's registration of the same index at once, iputSignal then adds to the
+ * peer's signal word. A request is done at its second test, so callers do see pending ones.
+ * OXTEST_GIN_TYPE (default 2, the proxy) is the device type reported; OXTEST_GIN_FAIL_AFTER=n
+ * (environment, read at init; default OXTEST_GIN_FAIL_AFTER_DEFAULT, -1: never) makes every
+ * put after the first n fail with ncclRemoteError.
+ * States are freed when the last comm holding one closes. */
+#ifndef OXTEST_GIN_TYPE
+#define OXTEST_GIN_TYPE 2
+#endif
+#ifndef OXTEST_GIN_FAIL_AFTER_DEFAULT
+#define OXTEST_GIN_FAIL_AFTER_DEFAULT -1
+#endif
+#include <sched.h>
+#include <stdbool.h>
+#include <time.h>
+
+#define GIN_MAX_RANKS 64
+#define GIN_MAX_REGS 4096
+#define GIN_MAGIC 0x4e49474fu
+enum { GIN_OP_INC = 1, GIN_OP_ADD = 2, GIN_FORCE_SO = 1 };
+
+struct gin_rank {
+  uint32_t magic;
+  int refs;  /* the listen comm and every collective comm that knows this rank */
+  int nregs; /* registrations published so far */
+  void *base[GIN_MAX_REGS];
+  size_t size[GIN_MAX_REGS];
+};
+struct gin_coll {
+  uint32_t magic;
+  int rank, nranks;
+  struct gin_rank *self;
+  struct gin_rank *peers[GIN_MAX_RANKS];
+};
+struct gin_mr {
+  uint32_t magic;
+  int idx;
+};
+struct gin_req {
+  int tests;
+};
+struct gin_ctx {
+  uint32_t magic;
+  struct gin_coll *coll;
+};
+
+static int n_gin_init, n_gin_finalize, n_gin_colls, n_gin_puts, n_gin_signals, n_gin_progress;
+static int n_gin_reg_host, n_gin_reg_cuda, n_gin_reg_strong, n_gin_contexts;
+static long gin_fail_after = -1;
+int oxtest_gin_init_count(void) { return __atomic_load_n(&n_gin_init, __ATOMIC_SEQ_CST); }
+int oxtest_gin_finalize_count(void) { return __atomic_load_n(&n_gin_finalize, __ATOMIC_SEQ_CST); }
+int oxtest_gin_open_colls(void) { return __atomic_load_n(&n_gin_colls, __ATOMIC_SEQ_CST); }
+int oxtest_gin_put_count(void) { return __atomic_load_n(&n_gin_puts, __ATOMIC_SEQ_CST); }
+int oxtest_gin_signal_count(void) { return __atomic_load_n(&n_gin_signals, __ATOMIC_SEQ_CST); }
+int oxtest_gin_progress_count(void) { return __atomic_load_n(&n_gin_progress, __ATOMIC_SEQ_CST); }
+int oxtest_gin_reg_host_count(void) { return __atomic_load_n(&n_gin_reg_host, __ATOMIC_SEQ_CST); }
+int oxtest_gin_reg_cuda_count(void) { return __atomic_load_n(&n_gin_reg_cuda, __ATOMIC_SEQ_CST); }
+int oxtest_gin_reg_strong_count(void) { return __atomic_load_n(&n_gin_reg_strong, __ATOMIC_SEQ_CST); }
+int oxtest_gin_context_count(void) { return __atomic_load_n(&n_gin_contexts, __ATOMIC_SEQ_CST); }
+
+static void gin_unref(struct gin_rank *r) {
+  if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    r->magic = 0;
+    free(r);
+  }
+}
+
+static res_t gin_init(void **ctx, uint64_t comm_id, logger_t logger) {
+  log_fn = logger;
+  const char *f = getenv("OXTEST_GIN_FAIL_AFTER");
+  gin_fail_after = f ? atol(f) : OXTEST_GIN_FAIL_AFTER_DEFAULT;
+  struct ctx *c = malloc(sizeof *c);
+  if (!c) return NET_SYSTEM;
+  c->magic = CTX_MAGIC;
+  c->comm_id = comm_id;
+  *ctx = c;
+  __atomic_add_fetch(&n_gin_init, 1, __ATOMIC_SEQ_CST);
+  LOG(L_INFO, "OxTestGin: init for comm %#llx", (unsigned long long)comm_id);
+  return NET_OK;
+}
+
+static res_t gin_finalize(void *ctx) {
+  struct ctx *c = ctx;
+  if (!c || c->magic != CTX_MAGIC) return NET_INTERNAL;
+  c->magic = 0;
+  free(c);
+  __atomic_add_fetch(&n_gin_finalize, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t gin_devices(int *ndev) {
+  *ndev = 1;
+  return NET_OK;
+}
+
+#define GIN_PROPS(p)                                                                           \
+  do {                                                                                         \
+    if (dev != 0) return NET_ARGUMENT;                                                         \
+    memset(p, 0, sizeof *p);                                                                   \
+    p->name = (char *)"oxgin";                                                                 \
+    p->ptr_support = PTR_HOST | PTR_CUDA;                                                      \
+    p->speed = 10000;                                                                          \
+    p->max_comms = 65536;                                                                      \
+    p->max_recvs = 1;                                                                          \
+    p->dev_type = OXTEST_GIN_TYPE;                                                             \
+    p->vprops.ndevs = 1;                                                                       \
+    p->max_p2p_bytes = (size_t)1 << 40;                                                        \
+    p->max_coll_bytes = (size_t)1 << 40;                                                       \
+    p->max_multi_request_size = 1;                                                             \
+  } while (0)
+
+static __attribute__((unused)) res_t gin_props_v11(int dev, props_v11_t *p) {
+  GIN_PROPS(p);
+  return NET_OK;
+}
+static __attribute__((unused)) res_t gin_props_v12(int dev, props_v12_t *p) {
+  GIN_PROPS(p);
+  return NET_OK;
+}
+
+static res_t gin_listen(void *ctx, int dev, void *handle, void **listen_comm) {
+  struct ctx *c = ctx;
+  if (!c || c->magic != CTX_MAGIC || dev != 0) return NET_INTERNAL;
+  struct gin_rank *r = calloc(1, sizeof *r);
+  if (!r) return NET_SYSTEM;
+  r->magic = GIN_MAGIC;
+  r->refs = 1;
+  memset(handle, 0, 128);
+  memcpy(handle, &r, sizeof r);
+  *listen_comm = r;
+  return NET_OK;
+}
+
+static res_t gin_connect(void *ctx, void **handles, int nranks, int rank, void *listen_comm,
+                         void **coll_comm) {
+  (void)ctx;
+  if (nranks < 1 || nranks > GIN_MAX_RANKS || rank < 0 || rank >= nranks) return NET_ARGUMENT;
+  struct gin_coll *g = calloc(1, sizeof *g);
+  if (!g) return NET_SYSTEM;
+  g->magic = GIN_MAGIC;
+  g->rank = rank;
+  g->nranks = nranks;
+  g->self = listen_comm;
+  for (int r = 0; r < nranks; r++) {
+    memcpy(&g->peers[r], handles[r], sizeof g->peers[r]);
+    if (!g->peers[r] || g->peers[r]->magic != GIN_MAGIC) {
+      LOG(L_WARN, "OxTestGin: rank %d's handle names no rank of this process", r);
+      free(g);
+      return NET_INTERNAL;
+    }
+  }
+  if (g->peers[rank] != g->self) {
+    free(g);
+    return NET_INTERNAL;
+  }
+  for (int r = 0; r < nranks; r++) __atomic_add_fetch(&g->peers[r]->refs, 1, __ATOMIC_ACQ_REL);
+  __atomic_add_fetch(&n_gin_colls, 1, __ATOMIC_SEQ_CST);
+  *coll_comm = g;
+  return NET_OK;
+}
+
+static res_t gin_close_listen(void *listen_comm) {
+  gin_unref(listen_comm);
+  return NET_OK;
+}
+
+static res_t gin_close_coll(void *coll_comm) {
+  struct gin_coll *g = coll_comm;
+  if (!g || g->magic != GIN_MAGIC) return NET_INTERNAL;
+  for (int r = 0; r < g->nranks; r++) gin_unref(g->peers[r]);
+  g->magic = 0;
+  free(g);
+  __atomic_sub_fetch(&n_gin_colls, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+
+static res_t gin_reg(void *coll_comm, void *data, size_t size, int type, uint64_t flags,
+                     void **mhandle, void **gin_handle) {
+  struct gin_coll *g = coll_comm;
+  if (!g || g->magic != GIN_MAGIC) return NET_INTERNAL;
+  if (type != PTR_HOST && type != PTR_CUDA) return NET_ARGUMENT;
+  int idx = __atomic_load_n(&g->self->nregs, __ATOMIC_RELAXED);
+  if (idx >= GIN_MAX_REGS) return NET_SYSTEM;
+  struct gin_mr *m = malloc(sizeof *m);
+  if (!m) return NET_SYSTEM;
+  g->self->base[idx] = data;
+  g->self->size[idx] = size;
+  __atomic_store_n(&g->self->nregs, idx + 1, __ATOMIC_RELEASE);
+  /* The all-gather of a real plugin: every rank's address is known before any put uses it. */
+  time_t t0 = time(NULL);
+  for (int r = 0; r < g->nranks; r++) {
+    while (__atomic_load_n(&g->peers[r]->nregs, __ATOMIC_ACQUIRE) <= idx) {
+      if (time(NULL) - t0 > 30) {
+        LOG(L_WARN, "OxTestGin: rank %d never made registration %d", r, idx);
+        free(m);
+        return NET_INTERNAL;
+      }
+      sched_yield();
+    }
+  }
+  __atomic_add_fetch(type == PTR_HOST ? &n_gin_reg_host : &n_gin_reg_cuda, 1, __ATOMIC_SEQ_CST);
+  if (flags & GIN_FORCE_SO) __atomic_add_fetch(&n_gin_reg_strong, 1, __ATOMIC_SEQ_CST);
+  m->magic = GIN_MAGIC;
+  m->idx = idx;
+  *mhandle = m;
+  *gin_handle = m;
+  return NET_OK;
+}
+
+static res_t gin_dereg(void *coll_comm, void *mhandle) {
+  struct gin_coll *g = coll_comm;
+  struct gin_mr *m = mhandle;
+  if (!g || g->magic != GIN_MAGIC || !m || m->magic != GIN_MAGIC) return NET_INTERNAL;
+  g->self->base[m->idx] = NULL;
+  g->self->size[m->idx] = 0;
+  m->magic = 0;
+  free(m);
+  return NET_OK;
+}
+
+/* The memory of `rank`'s registration `mh` from `off` for `n` bytes, or NULL. */
+static char *gin_at(struct gin_coll *g, int rank, void *mh, uint64_t off, size_t n) {
+  struct gin_mr *m = mh;
+  if (!m || m->magic != GIN_MAGIC) return NULL;
+  struct gin_rank *r = g->peers[rank];
+  if (!r->base[m->idx] || off > r->size[m->idx] || n > r->size[m->idx] - off) return NULL;
+  return (char *)r->base[m->idx] + off;
+}
+
+static res_t gin_put(void *coll_comm, uint64_t src_off, void *src_mh, size_t size,
+                     uint64_t dst_off, void *dst_mh, uint32_t rank, int with_signal,
+                     uint64_t sig_off, void *sig_mh, uint64_t sig_value, uint32_t sig_op,
+                     void **request) {
+  struct gin_coll *g = coll_comm;
+  if (!g || g->magic != GIN_MAGIC) return NET_INTERNAL;
+  if ((int)rank >= g->nranks) return NET_ARGUMENT;
+  int n = __atomic_add_fetch(&n_gin_puts, 1, __ATOMIC_SEQ_CST);
+  if (gin_fail_after >= 0 && n > gin_fail_after) {
+    LOG(L_WARN, "OxTestGin: put %d fails on purpose (OXTEST_GIN_FAIL_AFTER)", n);
+    return NET_REMOTE;
+  }
+  if (size > 0) {
+    char *src = gin_at(g, g->rank, src_mh, src_off, size);
+    char *dst = gin_at(g, rank, dst_mh, dst_off, size);
+    if (!src || !dst) {
+      LOG(L_WARN, "OxTestGin: a put of %zu bytes outside its registrations", size);
+      return NET_ARGUMENT;
+    }
+    memcpy(dst, src, size);
+  }
+  if (with_signal) {
+    uint64_t *word = (uint64_t *)gin_at(g, rank, sig_mh, sig_off, 8);
+    if (!word || (sig_op != GIN_OP_INC && sig_op != GIN_OP_ADD)) return NET_ARGUMENT;
+    __atomic_fetch_add(word, sig_op == GIN_OP_INC ? 1 : sig_value, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&n_gin_signals, 1, __ATOMIC_SEQ_CST);
+  }
+  struct gin_req *r = calloc(1, sizeof *r);
+  if (!r) return NET_SYSTEM;
+  *request = r;
+  return NET_OK;
+}
+
+static res_t gin_test(void *coll_comm, void *request, int *done) {
+  (void)coll_comm;
+  struct gin_req *r = request;
+  *done = ++r->tests >= 2;
+  if (*done) free(r);
+  return NET_OK;
+}
+
+static res_t gin_query_last_error(void *gin_ctx, bool *has_error) {
+  (void)gin_ctx;
+  *has_error = false;
+  return NET_OK;
+}
+
+#if OXTEST_GIN == 13
+typedef struct { int n_signals, n_counters, n_contexts, queue_depth, traffic_class; } gin_config_t;
+typedef struct {
+  const char *name;
+  res_t (*init)(void **, uint64_t, logger_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v12_t *);
+  res_t (*listen)(void *, int, void *, void **);
+  res_t (*connect)(void *, void **, int, int, void *, void **);
+  res_t (*create_context)(void *, gin_config_t *, void **, dev_handle_t **);
+  res_t (*reg_mr_sym)(void *, void *, size_t, int, uint64_t, void **, void **);
+  res_t (*reg_mr_sym_dmabuf)(void *, void *, size_t, int, uint64_t, int, uint64_t, void **,
+                             void **);
+  res_t (*dereg_mr_sym)(void *, void *);
+  res_t (*destroy_context)(void *);
+  res_t (*close_coll)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*iput)(void *, int, uint64_t, void *, size_t, uint64_t, void *, uint32_t, void **);
+  res_t (*iput_signal)(void *, int, uint64_t, void *, size_t, uint64_t, void *, uint32_t,
+                       uint64_t, void *, uint64_t, uint32_t, void **);
+  res_t (*iget)(void *, int, uint64_t, void *, size_t, uint64_t, void *, uint32_t, void **);
+  res_t (*iflush)(void *, int, void *, uint32_t, void **);
+  res_t (*test)(void *, void *, int *);
+  res_t (*gin_progress)(void *);
+  res_t (*query_last_error)(void *, bool *);
+  res_t (*finalize)(void *);
+} gin_v13_t;
+_Static_assert(sizeof(gin_v13_t) == 168, "GIN v13 struct size");
+
+static dev_handle_t gin_dev_handle = {OXTEST_GIN_TYPE, 0, NULL, 0, 1};
+
+static res_t gin_create_context(void *coll_comm, gin_config_t *config, void **gin_ctx,
+                                dev_handle_t **dev) {
+  struct gin_coll *g = coll_comm;
+  if (!g || g->magic != GIN_MAGIC || !config || config->n_contexts != 1) return NET_ARGUMENT;
+  struct gin_ctx *c = malloc(sizeof *c);
+  if (!c) return NET_SYSTEM;
+  c->magic = GIN_MAGIC;
+  c->coll = g;
+  *gin_ctx = c;
+  *dev = &gin_dev_handle;
+  __atomic_add_fetch(&n_gin_contexts, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static res_t gin_destroy_context(void *gin_ctx) {
+  struct gin_ctx *c = gin_ctx;
+  if (!c || c->magic != GIN_MAGIC) return NET_INTERNAL;
+  c->magic = 0;
+  free(c);
+  __atomic_sub_fetch(&n_gin_contexts, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+static struct gin_coll *gin_coll_of(void *gin_ctx, int context) {
+  struct gin_ctx *c = gin_ctx;
+  return c && c->magic == GIN_MAGIC && context == 0 ? c->coll : NULL;
+}
+static res_t gin_iput_v13(void *gin_ctx, int context, uint64_t so, void *sm, size_t size,
+                          uint64_t d_o, void *dm, uint32_t rank, void **req) {
+  return gin_put(gin_coll_of(gin_ctx, context), so, sm, size, d_o, dm, rank, 0, 0, NULL, 0, 0,
+                 req);
+}
+static res_t gin_iput_signal_v13(void *gin_ctx, int context, uint64_t so, void *sm,
+                                 size_t size, uint64_t d_o, void *dm, uint32_t rank,
+                                 uint64_t go, void *gm, uint64_t v, uint32_t op, void **req) {
+  return gin_put(gin_coll_of(gin_ctx, context), so, sm, size, d_o, dm, rank, 1, go, gm, v, op,
+                 req);
+}
+static res_t gin_progress_v13(void *gin_ctx) {
+  if (!gin_coll_of(gin_ctx, 0)) return NET_INTERNAL;
+  __atomic_add_fetch(&n_gin_progress, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+__attribute__((visibility("default"))) gin_v13_t ncclGinPlugin_v13 = {
+    "OxTestGin13", gin_init, gin_devices, gin_props_v12, gin_listen, gin_connect,
+    gin_create_context, gin_reg, NULL, gin_dereg, gin_destroy_context, gin_close_coll,
+    gin_close_listen, gin_iput_v13, gin_iput_signal_v13, NULL, NULL, gin_test,
+    gin_progress_v13, gin_query_last_error, gin_finalize,
+};
+#else
+typedef struct {
+  const char *name;
+  res_t (*init)(void **, uint64_t, logger_t);
+  res_t (*devices)(int *);
+  res_t (*get_properties)(int, props_v11_t *);
+  res_t (*listen)(void *, int, void *, void **);
+  res_t (*connect)(void *, void **, int, int, void *, void **);
+  res_t (*create_context)(void *, int, int, void **, dev_handle_t **);
+  res_t (*reg_mr_sym)(void *, void *, size_t, int, uint64_t, void **, void **);
+  res_t (*reg_mr_sym_dmabuf)(void *, void *, size_t, int, uint64_t, int, uint64_t, void **,
+                             void **);
+  res_t (*dereg_mr_sym)(void *, void *);
+  res_t (*destroy_context)(void *);
+  res_t (*close_coll)(void *);
+  res_t (*close_listen)(void *);
+  res_t (*iput)(void *, uint64_t, void *, size_t, uint64_t, void *, uint32_t, void **);
+  res_t (*iput_signal)(void *, uint64_t, void *, size_t, uint64_t, void *, uint32_t, uint64_t,
+                       void *, uint64_t, uint32_t, void **);
+  res_t (*test)(void *, void *, int *);
+  res_t (*gin_progress)(void *);
+  res_t (*query_last_error)(void *, bool *);
+  res_t (*finalize)(void *);
+} gin_v11_t;
+_Static_assert(sizeof(gin_v11_t) == 152, "GIN v11 struct size");
+
+static res_t gin_iput_v11(void *coll, uint64_t so, void *sm, size_t size, uint64_t d_o,
+                          void *dm, uint32_t rank, void **req) {
+  return gin_put(coll, so, sm, size, d_o, dm, rank, 0, 0, NULL, 0, 0, req);
+}
+static res_t gin_iput_signal_v11(void *coll, uint64_t so, void *sm, size_t size, uint64_t d_o,
+                                 void *dm, uint32_t rank, uint64_t go, void *gm, uint64_t v,
+                                 uint32_t op, void **req) {
+  return gin_put(coll, so, sm, size, d_o, dm, rank, 1, go, gm, v, op, req);
+}
+static res_t gin_progress_v11(void *coll) {
+  struct gin_coll *g = coll;
+  if (!g || g->magic != GIN_MAGIC) return NET_INTERNAL;
+  __atomic_add_fetch(&n_gin_progress, 1, __ATOMIC_SEQ_CST);
+  return NET_OK;
+}
+/* createContext stays NULL: NCCL 2.28.9 never calls it for the proxy type. */
+__attribute__((visibility("default"))) gin_v11_t ncclGinPlugin_v11 = {
+    "OxTestGin", gin_init, gin_devices, gin_props_v11, gin_listen, gin_connect, NULL, gin_reg,
+    NULL, gin_dereg, NULL, gin_close_coll, gin_close_listen, gin_iput_v11, gin_iput_signal_v11,
+    gin_test, gin_progress_v11, gin_query_last_error, gin_finalize,
+};
+#endif
+#endif /* OXTEST_GIN */
 
 #endif

@@ -1,0 +1,112 @@
+//! The host's side of one GIN context's descriptor rings, shared by both engines (over a
+//! [`Net`](crate::Net), or over a GIN plugin): taking each complete descriptor out of a
+//! destination's ring in order, then reporting it done locally (its counter, then the ring's
+//! consumer index `cis`, which frees the slot for the device).
+
+use super::engine::ContextMem;
+use super::gfd::{self, Gfd, Signal};
+use oxccl_core::error::{Error, Result};
+use std::sync::atomic::Ordering;
+
+/// The consumer side of a context's rings on one rank.
+pub(crate) struct Rings {
+    pub(crate) mem: ContextMem,
+    rank: usize,
+    /// Per destination: the next slot to consume.
+    seen: Vec<u32>,
+    /// Per destination: descriptors done locally (what `cis` says).
+    done: Vec<u32>,
+}
+
+impl Rings {
+    /// The rings of rank `rank` among `nranks`, in `mem`.
+    pub(crate) fn new(mem: ContextMem, rank: usize, nranks: usize) -> Result<Rings> {
+        if !mem.queue_size.is_power_of_two() {
+            return Err(Error::arg(format!(
+                "a GIN queue of {} slots is not a power of two",
+                mem.queue_size
+            )));
+        }
+        Ok(Rings {
+            mem,
+            rank,
+            seen: vec![0; nranks],
+            done: vec![0; nranks],
+        })
+    }
+
+    /// Whether a complete descriptor waits in `peer`'s ring.
+    pub(crate) fn posted(&self, peer: usize) -> bool {
+        let slot = self.mem.slot(peer, self.seen[peer]);
+        gfd::complete(&slot.map(|w| w.load(Ordering::Acquire)))
+    }
+
+    /// Where the next descriptor of `peer`'s ring lies among all slots (`peer * queue_size +
+    /// index`): a slot of the host's own keyed like it (the inline values) is free until that
+    /// descriptor is done.
+    pub(crate) fn next_slot(&self, peer: usize) -> usize {
+        peer * self.mem.queue_size as usize + (self.seen[peer] % self.mem.queue_size) as usize
+    }
+
+    /// The next complete descriptor of `peer`'s ring, taken out of it.
+    pub(crate) fn take(&mut self, peer: usize) -> Result<Option<Gfd>> {
+        let slot = self.mem.slot(peer, self.seen[peer]);
+        let words = slot.map(|w| w.load(Ordering::Acquire));
+        if !gfd::complete(&words) {
+            return Ok(None);
+        }
+        let g = gfd::decode(&words).map_err(|e| {
+            Error::Internal(format!(
+                "rank {}: GIN descriptor {} for rank {peer}: {e}",
+                self.rank, self.seen[peer]
+            ))
+        })?;
+        // Cleared before `cis` frees the slot, so the device's next descriptor is all new.
+        for w in slot {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.seen[peer] = self.seen[peer].wrapping_add(1);
+        Ok(Some(g))
+    }
+
+    /// Bumps `counter` (when the descriptor has one in range): its source was consumed.
+    pub(crate) fn count(&self, counter: Option<u16>) {
+        if let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) {
+            self.mem
+                .word64(self.mem.counters, c)
+                .fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// The oldest descriptor of `peer` not yet done is done: `cis` moves past it.
+    pub(crate) fn advance(&mut self, peer: usize) {
+        self.done[peer] = self.done[peer].wrapping_add(1);
+        self.mem.ci(peer).store(self.done[peer], Ordering::Release);
+    }
+
+    /// A descriptor is done locally: its counter, then `cis`.
+    pub(crate) fn finish(&mut self, peer: usize, counter: Option<u16>) {
+        self.count(counter);
+        self.advance(peer);
+    }
+
+    /// Checks signal `id` against the context's signals.
+    pub(crate) fn check_signal(&self, id: u16) -> Result<usize> {
+        let id = usize::from(id);
+        if id >= self.mem.nsignals {
+            return Err(Error::Internal(format!(
+                "a GIN signal {id} beyond the {} signals",
+                self.mem.nsignals
+            )));
+        }
+        Ok(id)
+    }
+}
+
+/// The signal a descriptor applies at its destination: id and value added.
+pub(crate) fn signal_add(g: &Gfd) -> Option<(u16, u64)> {
+    g.signal.map(|s| match s {
+        Signal::Inc(id) => (id, 1),
+        Signal::Add(id, value) => (id, value),
+    })
+}
