@@ -26,7 +26,9 @@
 #                            gpu-check's every-operation run: the ProxyOp and ProxyStep events
 #                            in each rank's dump (each counted as its begin and end lines)
 #   gin                      GIN through oxccl's host proxy on GPUs (OXCCL_GIN_GPU=1): the GPU
-#                            suite's *-device-gin configurations, then nccl-tests' GIN AlltoAll
+#                            suite's device API configurations (LSA d*-device-api and GIN
+#                            d*-device-gin, ranks sharing GPUs where there are fewer), then
+#                            nccl-tests' GIN AlltoAll
 #                            (alltoall_perf -R 2 -D 3, a thread per GPU, 8 B-16 MiB, -c 1), ours
 #                            beside NVIDIA's (which needs InfiniBand or a GIN plugin for it)
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
@@ -133,8 +135,8 @@ for step in "$@"; do
       done ;;
     gin)
       mkdir -p "$work/gin"
-      QUICK=1 ONLY=device-gin timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
-      echo "device-gin rc=$?"; counts "$work/gin/suite.out"
+      QUICK=1 ONLY=device- timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
+      echo "device API rc=$?"; counts "$work/gin/suite.out"
       bin=$(perf_bin alltoall)
       for lib in ours nv; do
         env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" OXCCL_GIN_GPU=1 timeout 120 "$bin" -t "$ngpus" -g 1 \
