@@ -7,9 +7,10 @@ use oxccl_core::error::{Error, Result};
 use std::sync::Mutex;
 
 /// A runtime that only records what it is asked (no device): addresses and
-/// handles count up from 0x1000, calls are logged in order.
+/// handles count up from 0x1000, calls are logged in order; events are complete unless
+/// [`FakeApi::hold_events`] was called.
 #[derive(Clone, Default)]
-pub(crate) struct FakeApi(std::sync::Arc<Mutex<(u64, Vec<String>)>>);
+pub(crate) struct FakeApi(std::sync::Arc<Mutex<(u64, Vec<String>, bool)>>);
 
 impl FakeApi {
     fn next(&self, what: String) -> u64 {
@@ -23,6 +24,10 @@ impl FakeApi {
     }
     pub(crate) fn calls(&self) -> Vec<String> {
         std::mem::take(&mut self.0.lock().unwrap().1)
+    }
+    /// From now on no event completes: as if the device never ran what was queued.
+    pub(crate) fn hold_events(&self) {
+        self.0.lock().unwrap().2 = true;
     }
 }
 
@@ -215,8 +220,12 @@ impl DeviceApi for FakeApi {
     fn stream_event(&self, _: Handle) -> Result<Handle> {
         unreachable!()
     }
-    fn event_query(&self, _: Handle) -> Result<Option<bool>> {
-        unreachable!()
+    fn event_query(&self, e: Handle) -> Result<Option<bool>> {
+        let held = self.0.lock().unwrap().2;
+        if !held {
+            self.log(format!("event_query {e:#x}"));
+        }
+        Ok(Some(!held))
     }
     unsafe fn memcpy_async(
         &self,

@@ -7,15 +7,29 @@
 //! copy of the engine's would queue behind it). A handle is the one the window's descriptor
 //! carries in `ginWins[]`; symmetric windows are registered collectively in one order, so a
 //! handle names the same window on every rank.
+//!
+//! CUDA does not promise the engine's stream a hardware queue of its own: with more streams
+//! than `CUDA_DEVICE_MAX_CONNECTIONS` (default 8) queues, streams share them, and a copy queued
+//! behind a kernel that waits for that very copy never runs. So each copy is waited for with a
+//! bound: past [`STALL_WARNING`] a warning names the cause and the remedy; past [`STALL_LIMIT`],
+//! or when the communicator aborts, the copy fails and the engine aborts the communicator
+//! (reported by `ncclCommGetAsyncError`) rather than hanging silently.
 
 use crate::api::{DeviceApi, Handle};
-use oxccl_core::error::Result;
+use oxccl_core::abort::AbortFlag;
+use oxccl_core::error::{Error, Result};
 use oxccl_core::lock::lock;
 use oxccl_net::gin::{GinMemory, WindowRanges};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Bytes of the pinned staging buffer: a larger copy goes through it in pieces.
 const STAGING_BYTES: usize = 1 << 20;
+/// A copy waiting this long is reported.
+const STALL_WARNING: Duration = Duration::from_secs(5);
+/// A copy waiting this long fails.
+const STALL_LIMIT: Duration = Duration::from_secs(60);
 
 /// The windows of one communicator on one device, by GIN handle.
 pub struct GinWindows<A: DeviceApi> {
@@ -23,20 +37,41 @@ pub struct GinWindows<A: DeviceApi> {
     device: i32,
     stream: Handle,
     ranges: Arc<WindowRanges>,
+    /// Recorded after each copy, to wait for it with a bound.
+    done: Handle,
+    abort: AbortFlag,
+    /// A copy was given up on and may still run: its stream and staging buffer are never freed.
+    stalled: AtomicBool,
     /// Pinned (registered with the device) while `self` lives.
     staging: Mutex<Box<[u8]>>,
 }
 
 impl<A: DeviceApi> GinWindows<A> {
-    /// The windows `ranges` names (kept up to date by their owner), on `device`.
-    pub fn new(api: A, device: i32, ranges: Arc<WindowRanges>) -> Result<GinWindows<A>> {
+    /// The windows `ranges` names (kept up to date by their owner), on `device`, of a
+    /// communicator that `abort` aborts.
+    pub fn new(
+        api: A,
+        device: i32,
+        ranges: Arc<WindowRanges>,
+        abort: AbortFlag,
+    ) -> Result<GinWindows<A>> {
         let _bound = api.bind(device)?;
         let _relaxed = api.relaxed_capture()?;
         let mut staging = vec![0u8; STAGING_BYTES].into_boxed_slice();
         // SAFETY: the box stays allocated (and unmoved) until `drop` unregisters it.
         unsafe { api.host_register(staging.as_mut_ptr(), STAGING_BYTES) }?;
-        let stream = match api.stream_create() {
-            Ok(s) => s,
+        let made = api
+            .stream_create()
+            .and_then(|stream| match api.event_create() {
+                Ok(done) => Ok((stream, done)),
+                Err(e) => {
+                    // SAFETY: created above, unused.
+                    unsafe { api.stream_destroy(stream) };
+                    Err(e)
+                }
+            });
+        let (stream, done) = match made {
+            Ok(m) => m,
             Err(e) => {
                 // SAFETY: registered above, not used yet.
                 unsafe { api.host_unregister(staging.as_mut_ptr()) };
@@ -48,9 +83,52 @@ impl<A: DeviceApi> GinWindows<A> {
             device,
             stream,
             ranges,
+            done,
+            abort,
+            stalled: AtomicBool::new(false),
             staging: Mutex::new(staging),
         })
     }
+
+    /// Waits for the copies queued on the stream, within [`STALL_LIMIT`] and while the
+    /// communicator lives.
+    fn wait(&self) -> Result<()> {
+        self.api.event_record(self.done, self.stream)?;
+        let start = Instant::now();
+        let mut warned = false;
+        loop {
+            match self.api.event_query(self.done)? {
+                Some(true) => return Ok(()),
+                Some(false) => {}
+                // The runtime cannot tell without blocking.
+                None => return self.api.stream_sync(self.stream),
+            }
+            let waited = start.elapsed();
+            if self.abort.is_aborted() {
+                self.stalled.store(true, Ordering::Relaxed);
+                return Err(Error::Internal(
+                    "a GIN window copy was cut short: the communicator aborted".into(),
+                ));
+            }
+            if !warned && waited >= STALL_WARNING {
+                warned = true;
+                tracing::warn!(target: "oxccl::net", "{}", stall_message(self.device, waited));
+            }
+            if waited >= STALL_LIMIT {
+                self.stalled.store(true, Ordering::Relaxed);
+                return Err(Error::Internal(stall_message(self.device, waited)));
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Why a window copy on `device` has waited `waited`, and what to do.
+fn stall_message(device: i32, waited: Duration) -> String {
+    format!(
+        "a GIN window copy on GPU {device} has waited {} s: a kernel that waits for this put probably shares its hardware queue (a process with more streams than CUDA_DEVICE_MAX_CONNECTIONS, 8 by default); set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA",
+        waited.as_secs()
+    )
 }
 
 impl<A: DeviceApi> GinMemory for GinWindows<A> {
@@ -67,7 +145,7 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
             unsafe {
                 (self.api).copy_d2h_async(staging.as_mut_ptr(), from, piece.len(), self.stream)
             }?;
-            self.api.stream_sync(self.stream)?;
+            self.wait()?;
             piece.copy_from_slice(&staging[..piece.len()]);
         }
         Ok(())
@@ -85,7 +163,7 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
             // staging buffer stays untouched until the copy, waited for, has landed (before
             // the engine applies the put's signal).
             unsafe { (self.api).copy_h2d_async(to, staging.as_ptr(), piece.len(), self.stream) }?;
-            self.api.stream_sync(self.stream)?;
+            self.wait()?;
         }
         Ok(())
     }
@@ -93,12 +171,17 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
 
 impl<A: DeviceApi> Drop for GinWindows<A> {
     fn drop(&mut self) {
+        let staging = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
+        if *self.stalled.get_mut() {
+            // The device may still write the staging buffer: it stays, leaked, as the stream.
+            std::mem::forget(std::mem::take(staging));
+            return;
+        }
         if let Ok(_bound) = self.api.bind(self.device) {
             let _relaxed = self.api.relaxed_capture();
-            let staging = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: every copy on the stream was waited for; nothing uses it or the staging
-            // buffer any more.
+            // SAFETY: every copy on the stream was waited for; nothing uses them any more.
             unsafe {
+                self.api.event_destroy(self.done);
                 self.api.stream_destroy(self.stream);
                 self.api.host_unregister(staging.as_mut_ptr());
             }
@@ -116,20 +199,22 @@ mod tests {
     fn copies_go_to_the_named_window_and_stay_inside_it() {
         let api = FakeApi::default();
         let ranges = Arc::new(WindowRanges::default());
-        let w = GinWindows::new(api.clone(), 3, ranges.clone()).unwrap();
-        assert_eq!(api.calls(), ["stream_create"]);
+        let w = GinWindows::new(api.clone(), 3, ranges.clone(), AbortFlag::new()).unwrap();
+        assert_eq!(api.calls(), ["stream_create", "event_create"]);
         ranges.add(7, 0x1000, 256);
         let mut buf = [0u8; 16];
         w.read(7, 240, &mut buf).unwrap();
         w.write(7, 0, &buf[..8]).unwrap();
-        let s = w.stream;
+        let (s, e) = (w.stream, w.done);
         assert_eq!(
             api.calls(),
             [
                 format!("copy_d2h_async 0x10f0 16 on {s}"),
-                format!("stream_sync {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
                 format!("copy_h2d_async 0x1000 8 on {s}"),
-                format!("stream_sync {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
             ]
         );
         assert!(w.read(7, 241, &mut buf).is_err(), "one byte past the end");
@@ -148,8 +233,8 @@ mod tests {
     fn a_large_copy_goes_through_staging_in_pieces() {
         let api = FakeApi::default();
         let ranges = Arc::new(WindowRanges::default());
-        let w = GinWindows::new(api.clone(), 0, ranges.clone()).unwrap();
-        let s = w.stream;
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new()).unwrap();
+        let (s, e) = (w.stream, w.done);
         api.calls();
         ranges.add(1, 0x10_0000, 4 * STAGING_BYTES as u64);
         let mut buf = vec![0u8; STAGING_BYTES + 3];
@@ -159,10 +244,41 @@ mod tests {
             api.calls(),
             [
                 format!("copy_d2h_async 0x100008 {STAGING_BYTES} on {s}"),
-                format!("stream_sync {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
                 format!("copy_d2h_async {second:#x} 3 on {s}"),
-                format!("stream_sync {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
             ]
         );
+    }
+
+    /// A copy the device never runs does not hold the engine once the communicator aborts;
+    /// the stream and staging buffer it may still use are then never freed.
+    #[test]
+    fn a_copy_that_never_runs_ends_with_the_communicator() {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let abort = AbortFlag::new();
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), abort.clone()).unwrap();
+        ranges.add(1, 0x10_0000, 64);
+        api.hold_events();
+        let aborter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            abort.abort();
+        });
+        let e = w.write(1, 0, &[1, 2, 3]).unwrap_err();
+        assert!(e.to_string().contains("communicator aborted"), "{e}");
+        aborter.join().unwrap();
+        api.calls();
+        drop(w);
+        assert!(api.calls().is_empty(), "nothing freed: {:?}", api.calls());
+    }
+
+    #[test]
+    fn a_stall_names_the_cause_and_the_remedy() {
+        let m = stall_message(2, Duration::from_secs(61));
+        assert!(m.contains("GPU 2 has waited 61 s"), "{m}");
+        assert!(m.contains("CUDA_DEVICE_MAX_CONNECTIONS=32"), "{m}");
     }
 }

@@ -246,15 +246,24 @@ impl GinState {
         for &(h, base, bytes) in &windows_now {
             ranges.add(h, base, bytes);
         }
+        let (bootstrap, abort) = comm.gin_endpoints()?;
         let (contexts, memory): Parts = match comm {
             #[cfg(feature = "cuda")]
-            AnyComm::Cuda(c) => {
-                gpu_parts(c.communicator().backend().api(), device, &shape, &ranges)?
-            }
+            AnyComm::Cuda(c) => gpu_parts(
+                c.communicator().backend().api(),
+                device,
+                &shape,
+                &ranges,
+                &abort,
+            )?,
             #[cfg(feature = "hip")]
-            AnyComm::Hip(c) => {
-                gpu_parts(c.communicator().backend().api(), device, &shape, &ranges)?
-            }
+            AnyComm::Hip(c) => gpu_parts(
+                c.communicator().backend().api(),
+                device,
+                &shape,
+                &ranges,
+                &abort,
+            )?,
             AnyComm::Host(_) => (
                 (0..ncontexts)
                     .map(|_| {
@@ -270,7 +279,6 @@ impl GinState {
                 }),
             ),
         };
-        let (bootstrap, abort) = comm.gin_endpoints()?;
         let net = choose_net(&bootstrap)?;
         let net_device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
         let ptr_type = if matches!(comm, AnyComm::Host(_)) {
@@ -424,6 +432,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     device: i32,
     shape: &Shape,
     ranges: &Arc<WindowRanges>,
+    abort: &oxccl_core::abort::AbortFlag,
 ) -> Result<Parts> {
     use oxccl_device_transport::gin_context::GinContextMemory;
     use oxccl_device_transport::gin_windows::GinWindows;
@@ -438,7 +447,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
             shape.nsignals,
         )?));
     }
-    let windows = GinWindows::new(api.clone(), device, ranges.clone())?;
+    let windows = GinWindows::new(api.clone(), device, ranges.clone(), abort.clone())?;
     Ok((contexts, Arc::new(windows)))
 }
 
