@@ -311,13 +311,15 @@ api_configs() {
       run_exe "$BIN/device-api-check-ox" d2-device-api-ox LD_LIBRARY_PATH="$dir" -- 2 1048579 3
     fi
     # GIN through oxccl's host proxy (device-gin-check, the same way): every rank puts into
-    # every rank, itself included.
+    # every rank, itself included. Ranks sharing a GPU make more streams than CUDA's default 8
+    # hardware queues, and a window copy sharing a queue with a kernel that waits for it would
+    # stall (oxccl warns and names this variable), hence 32 queues.
     if [ -x "$BIN/device-gin-check" ]; then
-      run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 2 65537 3
-      run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 4 1048579 2
+      run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
+      run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 4 1048579 2
     fi
     if [ -x "$BIN/device-gin-check-ox" ]; then
-      run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 -- 2 65537 3
+      run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
     fi
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then
