@@ -139,7 +139,7 @@ vars! {
     NCCL_GIN_PROXY_QUEUE_SIZE: u32 = 256, Comm, "descriptor slots per peer of a GIN context",
         valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
     NCCL_GIN_TYPE: Option<i64> = None, Comm, "the GIN type: 2 (proxy) is oxccl's only one; -1 or unset: any";
-    OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (not yet run on a GPU)";
+    OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (run on one GPU, not yet across GPUs)";
     OXCCL_GIN_PLUGIN: Flag = Flag(true), Comm, "0: GIN over oxccl's own messages even when the network plugin has a GIN plugin of the proxy type";
 
     // Host backend, reliability.

@@ -8,8 +8,8 @@
 //! communicator. On the host backend "device" memory is host memory, so a context is plain
 //! memory the engine and the ranks' code share; on GPUs a context's rings, indices, counters
 //! and signals are mapped host memory (`oxccl_device_transport::gin_context`) and windows are
-//! copied on a stream of the engine's own (`gin_windows`); none of it has yet run on a GPU, so
-//! GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
+//! copied on a stream of the engine's own (`gin_windows`); it has run with ranks sharing one
+//! GPU, not yet across GPUs, so GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
 
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
@@ -210,7 +210,7 @@ impl GinState {
     ) -> Result<GinState> {
         if !carried_on(comm) {
             return Err(Error::usage(format!(
-                "ncclDevCommCreate: device-initiated networking (GIN) has not yet run on {} GPUs; OXCCL_GIN_GPU=1 tries it (LSA windows and barriers work within a host)",
+                "ncclDevCommCreate: device-initiated networking (GIN) on {} GPUs is opt-in in oxccl until it has run across GPUs; OXCCL_GIN_GPU=1 turns it on (LSA windows and barriers work within a host)",
                 backend.name()
             )));
         }

@@ -157,7 +157,7 @@ pub fn create_dev_comm(
         Some(GinNeed::SpansHosts) if !carried => false,
         Some(GinNeed::Asked(why)) if !carried => {
             return Err(Error::usage(format!(
-                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); GIN has not yet run on {} GPUs in oxccl (OXCCL_GIN_GPU=1 tries it; LSA windows and barriers work within a host)",
+                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); GIN on {} GPUs is opt-in in oxccl until it has run across GPUs (OXCCL_GIN_GPU=1 turns it on; LSA windows and barriers work within a host)",
                 backend.name()
             )));
         }
