@@ -230,12 +230,13 @@ impl DeviceApi for FakeApi {
     unsafe fn memcpy_async(
         &self,
         _: i32,
-        _: DevicePtr,
-        _: DevicePtr,
-        _: usize,
-        _: Handle,
+        d: DevicePtr,
+        s: DevicePtr,
+        n: usize,
+        st: Handle,
     ) -> Result<()> {
-        unreachable!()
+        self.log(format!("memcpy_async {s:#x} -> {d:#x} {n} on {st}"));
+        Ok(())
     }
     fn pointer_info(&self, _: DevicePtr) -> Result<PointerInfo> {
         unreachable!()

@@ -167,6 +167,21 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         }
         Ok(())
     }
+
+    /// One device-side copy, waited for: a put to the rank itself needs no trip through the
+    /// host.
+    fn copy_within(&self, src: (u64, u64), dst: (u64, u64), len: usize) -> Result<()> {
+        let from = self.ranges.at(src.0, src.1, len, "reads")?;
+        let to = self.ranges.at(dst.0, dst.1, len, "writes")?;
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        // SAFETY: both ranges lie in registered windows of this device; the copy is waited for.
+        unsafe {
+            self.api
+                .memcpy_async(self.device, to, from, len, self.stream)
+        }?;
+        self.wait()
+    }
 }
 
 impl<A: DeviceApi> Drop for GinWindows<A> {
@@ -273,6 +288,36 @@ mod tests {
         api.calls();
         drop(w);
         assert!(api.calls().is_empty(), "nothing freed: {:?}", api.calls());
+    }
+
+    /// A put to the rank itself is one copy on the device, inside both windows.
+    #[test]
+    fn a_put_to_self_is_one_device_copy() {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new()).unwrap();
+        let (s, e) = (w.stream, w.done);
+        api.calls();
+        ranges.add(1, 0x10_0000, 4096);
+        ranges.add(2, 0x20_0000, 64);
+        w.copy_within((1, 4000), (2, 0), 64).unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                format!("memcpy_async 0x100fa0 -> 0x200000 64 on {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
+            ]
+        );
+        assert!(
+            w.copy_within((1, 4000), (2, 1), 64).is_err(),
+            "past the destination"
+        );
+        assert!(
+            w.copy_within((1, 4040), (2, 0), 64).is_err(),
+            "past the source"
+        );
+        assert!(api.calls().is_empty(), "refused copies reach no device");
     }
 
     #[test]

@@ -246,15 +246,18 @@ impl GinEngine {
     /// A put, inline put or signal to this rank itself.
     fn local(&self, g: &Gfd) -> Result<()> {
         if g.size > 0 {
-            let mut data = vec![0u8; g.size as usize];
+            let dst = (g.dst_handle, g.dst_offset);
             match (g.inline_value, g.src) {
-                (Some(v), _) => data.copy_from_slice(&v.to_le_bytes()[..g.size as usize]),
-                (None, Some((handle, offset))) => self.windows.read(handle, offset, &mut data)?,
+                (Some(v), _) => {
+                    let bytes = v.to_le_bytes();
+                    self.windows
+                        .write(dst.0, dst.1, &bytes[..g.size as usize])?;
+                }
+                (None, Some(src)) => self.windows.copy_within(src, dst, g.size as usize)?,
                 (None, None) => {
                     return Err(Error::Internal("a GIN put without a source".into()));
                 }
             }
-            self.windows.write(g.dst_handle, g.dst_offset, &data)?;
         }
         self.signal(signal_of(g))
     }

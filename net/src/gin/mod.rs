@@ -70,4 +70,11 @@ pub trait GinMemory: Send + Sync {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()>;
     /// Copies `src` to `offset` of window `handle`; the device sees it once this returns.
     fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()>;
+    /// Copies `len` bytes from `src` to `dst` (each a window handle and offset) of this rank:
+    /// a put to the rank itself. The device sees them once this returns.
+    fn copy_within(&self, src: (u64, u64), dst: (u64, u64), len: usize) -> Result<()> {
+        let mut data = vec![0u8; len];
+        self.read(src.0, src.1, &mut data)?;
+        self.write(dst.0, dst.1, &data)
+    }
 }
