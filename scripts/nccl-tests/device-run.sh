@@ -135,6 +135,9 @@ for step in "$@"; do
       done ;;
     gin)
       mkdir -p "$work/gin"
+      # The process-per-rank configurations share the GPU(s) concurrently under MPS.
+      # shellcheck disable=SC1091
+      source tests/gpu/mps.sh start > "$work/gin/mps.log" 2>&1
       QUICK=1 ONLY=device- timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
       echo "device API rc=$?"; counts "$work/gin/suite.out"
       bin=$(perf_bin alltoall)
@@ -143,7 +146,8 @@ for step in "$@"; do
           -R 2 -D 3 -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$work/gin/alltoall-$lib.log" 2>&1
         echo "GIN AlltoAll, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$work/gin/alltoall-$lib.log")"
         tail -4 "$work/gin/alltoall-$lib.log"
-      done ;;
+      done
+      bash tests/gpu/mps.sh stop >> "$work/gin/mps.log" 2>&1 ;;
     proxy-events)
       P=$PWD/.carry/nv-plugins
       for proto in Simple LL; do

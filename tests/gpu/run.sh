@@ -50,6 +50,8 @@
 #                                  (tests/gpu/device_api): LSA windows and barriers;
 #                                  d2-device-api-ox: the same source built on oxccl's own
 #                                  nccl_device.h
+#   p*-device-api/gin              the same programs with a process per rank (p2: one host; p2h2,
+#                                  p4h2: two "hosts", GIN across them); start MPS first
 #   d2/d4-device-gin(-ox)          a GIN kernel written against the same API (puts, a putValue,
 #                                  signals, counters, flush, world barriers; OXCCL_GIN_GPU=1)
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
@@ -307,6 +309,10 @@ api_configs() {
       run_exe "$BIN/device-api-check" d2-device-api LD_LIBRARY_PATH="$dir" -- 2 1048579 3
       run_exe "$BIN/device-api-check" d4-device-api LD_LIBRARY_PATH="$dir" -- 4 65537 5
     fi
+    if [ -x "$BIN/device-api-check" ]; then
+      # A process per rank on one host: the LSA windows imported across processes.
+      run_exe "$BIN/device-api-check" p2-device-api LD_LIBRARY_PATH="$dir" DEVICE_CHECK_HOSTS=1 -- 2 65537 3
+    fi
     if [ -x "$BIN/device-api-check-ox" ]; then
       run_exe "$BIN/device-api-check-ox" d2-device-api-ox LD_LIBRARY_PATH="$dir" -- 2 1048579 3
     fi
@@ -317,6 +323,10 @@ api_configs() {
     if [ -x "$BIN/device-gin-check" ]; then
       run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
       run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 4 1048579 2
+      # A process per rank (DEVICE_CHECK_HOSTS, check.h), on two "hosts": every put and the
+      # world barrier's rail half cross the network; with four, LSA pairs inside each host.
+      run_exe "$BIN/device-gin-check" p2h2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 DEVICE_CHECK_HOSTS=2 -- 2 65537 3
+      run_exe "$BIN/device-gin-check" p4h2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 DEVICE_CHECK_HOSTS=2 -- 4 65537 2
     fi
     if [ -x "$BIN/device-gin-check-ox" ]; then
       run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : (gpus > 1 ? gpus : 2);
   const size_t count = argc > 2 ? strtoull(argv[2], nullptr, 10) : 65537;
   const int iters = argc > 3 ? atoi(argv[3]) : 3;
-  return runRanks(n, [&](const int rank, ncclUniqueId id, bool& failed, RankTally& tally) {
+  return runRanks(n, argv, [&](const int rank, ncclUniqueId id, bool& failed, RankTally& tally) {
     CHECK_CUDA(cudaSetDevice(rank % gpus));
     ncclComm_t comm;
     CHECK_NCCL(ncclCommInitRank(&comm, n, id, rank));
