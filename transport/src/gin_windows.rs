@@ -11,9 +11,9 @@
 //! CUDA does not promise the engine's stream a hardware queue of its own: with more streams
 //! than `CUDA_DEVICE_MAX_CONNECTIONS` (default 8) queues, streams share them, and a copy queued
 //! behind a kernel that waits for that very copy never runs. So each copy is waited for with a
-//! bound: past [`STALL_WARNING`] a warning names the cause and the remedy; past [`STALL_LIMIT`],
-//! or when the communicator aborts, the copy fails and the engine aborts the communicator
-//! (reported by `ncclCommGetAsyncError`) rather than hanging silently.
+//! bound: after 5 s a warning names the cause and the remedy; after 60 s, or when the
+//! communicator aborts, the copy fails and the engine aborts the communicator (reported by
+//! `ncclCommGetAsyncError`) rather than hanging silently.
 
 use crate::api::{DeviceApi, Handle};
 use oxccl_core::abort::AbortFlag;

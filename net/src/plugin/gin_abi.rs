@@ -5,7 +5,7 @@
 //! Every struct is `#[repr(C)]` with its members in the ABI's order; function members are
 //! `Option`s of function pointers, so a NULL member reads as `None` (NVIDIA allows most members
 //! to be NULL when `devices` reports none). The device handle a context returns is the net
-//! ABI's [`DeviceHandle`](super::abi::DeviceHandle), unchanged since v7.
+//! ABI's [`DeviceHandle`], unchanged since v7.
 
 use super::abi::{DeviceHandle, Logger, NcclResult, PropsV11, PropsV12};
 use std::ffi::c_int;
