@@ -16,6 +16,43 @@ use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Readies this test binary for the three-rank scenario: the host backend, two GIN contexts of
+/// four slots, `NCCL_NET_PLUGIN=plugin` when given, and a watchdog that ends the process when
+/// the test has not finished within 120 s. The first thing the test does.
+pub fn host_gin_process(plugin: Option<&str>) {
+    // SAFETY: called first, before any thread reads the environment.
+    unsafe {
+        std::env::set_var("OXCCL_BACKEND", "host");
+        std::env::set_var("NCCL_GIN_NCONTEXTS", "2");
+        std::env::set_var("NCCL_GIN_PROXY_QUEUE_SIZE", "4");
+        if let Some(lib) = plugin {
+            std::env::set_var("NCCL_NET_PLUGIN", lib);
+        }
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(120));
+        eprintln!("HANG: the GIN test did not finish within 120 s");
+        std::process::exit(99);
+    });
+}
+
+/// A counter (`int name(void)`) oxccl's C test plugin exports, from the library at `path`,
+/// loaded already.
+pub fn plugin_counter(path: &str, name: &str) -> i32 {
+    let (p, n) = (
+        std::ffi::CString::new(path).unwrap(),
+        std::ffi::CString::new(name).unwrap(),
+    );
+    // SAFETY: the library is loaded already (RTLD_NOLOAD), so no initialisers run; the
+    // counters are `int f(void)`.
+    unsafe {
+        let h = libc::dlopen(p.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!h.is_null(), "{path} is not loaded");
+        let f: unsafe extern "C" fn() -> i32 = std::mem::transmute(libc::dlsym(h, n.as_ptr()));
+        f()
+    }
+}
+
 /// The sentence of the last error (`ncclGetLastError`).
 pub fn last_error() -> String {
     // SAFETY: ncclGetLastError returns a NUL-terminated string that outlives this copy.
