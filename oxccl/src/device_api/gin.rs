@@ -425,6 +425,20 @@ struct Shape {
     ncontexts: usize,
 }
 
+/// Says once per process when CUDA's hardware queues are few enough for a GIN window copy to
+/// share one with a kernel that waits for it (the copy would stall: `gin_windows`).
+#[cfg(any(feature = "cuda", feature = "hip"))]
+fn warn_about_hardware_queues() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let queues = config::get(&vars::CUDA_DEVICE_MAX_CONNECTIONS);
+    if queues < 32 {
+        ONCE.call_once(|| {
+            tracing::warn!(target: "oxccl::init",
+                "GIN on a GPU with CUDA_DEVICE_MAX_CONNECTIONS={queues}: this process's streams share {queues} hardware queues, and a GIN window copy sharing one with a kernel that waits for it stalls (oxccl then fails it after 60 s); set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA");
+        });
+    }
+}
+
 /// A GPU's contexts (mapped host memory and device memory of `device`) and windows.
 #[cfg(any(feature = "cuda", feature = "hip"))]
 fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
@@ -447,6 +461,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
             shape.nsignals,
         )?));
     }
+    warn_about_hardware_queues();
     let windows = GinWindows::new(api.clone(), device, ranges.clone(), abort.clone())?;
     Ok((contexts, Arc::new(windows)))
 }
