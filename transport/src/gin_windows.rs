@@ -30,6 +30,9 @@ const STAGING_BYTES: usize = 1 << 20;
 const STALL_WARNING: Duration = Duration::from_secs(5);
 /// A copy waiting this long fails.
 const STALL_LIMIT: Duration = Duration::from_secs(60);
+/// A wait polls without pause this long, then every [`POLL`].
+const SPIN: Duration = Duration::from_millis(1);
+const POLL: Duration = Duration::from_micros(50);
 
 /// The windows of one communicator on one device, by GIN handle.
 pub struct GinWindows<A: DeviceApi> {
@@ -118,7 +121,12 @@ impl<A: DeviceApi> GinWindows<A> {
                 self.stalled.store(true, Ordering::Relaxed);
                 return Err(Error::Internal(stall_message(self.device, waited)));
             }
-            std::thread::yield_now();
+            if waited < SPIN {
+                std::thread::yield_now();
+            } else {
+                // A copy this slow is queued behind other work: poll without taking a core.
+                std::thread::sleep(POLL);
+            }
         }
     }
 }
