@@ -37,6 +37,28 @@
     }                                                                                   \
   } while (0)
 
+/* What both programs take on their command line, [NRANKS] [COUNT] [ITERS], and the GPUs the
+ * ranks share (rank r on GPU r % gpus). */
+struct RankArgs {
+  int gpus = 0;
+  int n = 0;
+  size_t count = 0;
+  int iters = 0;
+};
+
+/* Reads the command line into `a` (defaults: a rank per GPU and at least 2, `count`
+ * elements, 3 iterations); false, having said so, when there is no GPU. */
+inline bool readRankArgs(int argc, char** argv, size_t count, RankArgs& a) {
+  if (cudaGetDeviceCount(&a.gpus) != cudaSuccess || a.gpus == 0) {
+    fprintf(stderr, "no GPU\n");
+    return false;
+  }
+  a.n = argc > 1 ? atoi(argv[1]) : (a.gpus > 1 ? a.gpus : 2);
+  a.count = argc > 2 ? strtoull(argv[2], nullptr, 10) : count;
+  a.iters = argc > 3 ? atoi(argv[3]) : 3;
+  return true;
+}
+
 /* Pinned host memory for a rank's copies (nullptr in `p` when it could not be had). Ranks that
  * share a GPU must not copy through pageable memory: the driver stages a context's pageable
  * copies through one buffer, so a rank's copy waiting for its kernel (itself waiting for a

@@ -72,14 +72,10 @@ static float input(int rank, int iter, size_t i) {
 static uint64_t token(int rank, int iter) { return (uint64_t(rank + 1) << 40) | (uint64_t)iter; }
 
 int main(int argc, char** argv) {
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    fprintf(stderr, "no GPU\n");
-    return 2;
-  }
-  const int n = argc > 1 ? atoi(argv[1]) : (gpus > 1 ? gpus : 2);
-  const size_t count = argc > 2 ? strtoull(argv[2], nullptr, 10) : 65537;
-  const int iters = argc > 3 ? atoi(argv[3]) : 3;
+  RankArgs a;
+  if (!readRankArgs(argc, argv, 65537, a)) return 2;
+  const int gpus = a.gpus, n = a.n, iters = a.iters;
+  const size_t count = a.count;
   return runRanks(n, argv, [&](const int rank, ncclUniqueId id, bool& failed, RankTally& tally) {
     CHECK_CUDA(cudaSetDevice(rank % gpus));
     ncclComm_t comm;
