@@ -6,11 +6,13 @@
 use super::PluginLib;
 use super::gin::GinPlugin;
 use crate::PTR_HOST;
+use crate::gin::engine::ContextMem;
 use crate::gin::gfd::{Signal, encode};
 use crate::gin::runner::{GinRunner, GinTransport};
 use crate::gin::testkit::{context, post};
 use crate::proxy::testkit::Mem;
 use oxccl_core::abort::AbortFlag;
+use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::testing::run_ranks;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,6 +41,27 @@ fn counter(file: &str, name: &str) -> i32 {
     let f = unsafe { lib.get::<unsafe extern "C" fn() -> i32>(name) }.unwrap();
     // SAFETY: as above.
     unsafe { f() }
+}
+
+/// Rank `b`'s runner over `lib`'s GIN plugin (initialized for communicator `comm_id`), with
+/// one context of four slots per peer among `nranks` ranks and host windows: the context's
+/// memory (in the `Mem`), the abort flag and the runner, last, so that it is dropped first.
+fn plugin_runner(
+    b: &Bootstrap,
+    lib: &Arc<PluginLib>,
+    comm_id: u64,
+    nranks: usize,
+) -> Result<(Mem, ContextMem, AbortFlag, GinRunner), String> {
+    let plugin = Arc::new(GinPlugin::new(lib, comm_id).map_err(|e| e.to_string())?);
+    let (mem, keep) = context(nranks, 4);
+    let abort = AbortFlag::new();
+    let transport = GinTransport::Plugin {
+        plugin,
+        device: 0,
+        ptr_type: PTR_HOST,
+    };
+    let runner = GinRunner::start(b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
+    Ok((keep, mem, abort, runner))
 }
 
 /// The plugins' counters are process-wide: tests that read them run one at a time.
@@ -86,16 +109,7 @@ fn puts_through(file: &str) {
     let strong0 = counter(file, "oxtest_gin_reg_strong_count");
     let results = run_ranks(RANKS as u32, move |b| -> Result<(), String> {
         let rank = b.rank() as usize;
-        let plugin = Arc::new(GinPlugin::new(&lib, 77).map_err(|e| e.to_string())?);
-        let (mem, _keep) = context(RANKS, 4);
-        let abort = AbortFlag::new();
-        let transport = GinTransport::Plugin {
-            plugin,
-            device: 0,
-            ptr_type: PTR_HOST,
-        };
-        let runner =
-            GinRunner::start(&b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
+        let (_keep, mem, abort, runner) = plugin_runner(&b, &lib, 77, RANKS)?;
         let (src, dst) = (Mem::new(PART), Mem::new(RANKS * PART + 8 * RANKS));
         // SAFETY: `src` holds PART bytes, written here before any put reads them.
         let s = unsafe { std::slice::from_raw_parts_mut(src.ptr, PART) };
@@ -199,16 +213,7 @@ fn a_v13_gin_plugin_carries_them_through_its_context() {
 fn a_failing_gin_put_aborts_with_a_clear_error() {
     let lib = load(FAIL);
     let results = run_ranks(2, move |b| -> Result<String, String> {
-        let plugin = Arc::new(GinPlugin::new(&lib, 78).map_err(|e| e.to_string())?);
-        let (mem, _keep) = context(2, 4);
-        let abort = AbortFlag::new();
-        let transport = GinTransport::Plugin {
-            plugin,
-            device: 0,
-            ptr_type: PTR_HOST,
-        };
-        let runner =
-            GinRunner::start(&b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
+        let (_keep, mem, abort, runner) = plugin_runner(&b, &lib, 78, 2)?;
         let peer = 1 - b.rank() as usize;
         post(&mem, peer, 0, &encode::signal(Signal::Inc(0)));
         let t0 = Instant::now();
