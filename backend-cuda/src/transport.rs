@@ -490,10 +490,10 @@ impl DeviceApi for CudaApi {
         Ok((alloc as Handle, size))
     }
 
-    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr> {
+    unsafe fn va_reserve(&self, bytes: usize, align: usize, at: DevicePtr) -> Result<DevicePtr> {
         let mut va: CUdeviceptr = 0;
-        // SAFETY: reserves `bytes` bytes of addresses; `va` receives the start.
-        unsafe { call!(cuMemAddressReserve(&mut va, bytes, align, 0, 0)) }?;
+        // SAFETY: reserves `bytes` bytes of addresses (at `at` if free); `va` receives the start.
+        unsafe { call!(cuMemAddressReserve(&mut va, bytes, align, at, 0)) }?;
         Ok(va)
     }
 

@@ -692,13 +692,14 @@ impl DeviceApi for HipApi {
         Ok((alloc as Handle, size))
     }
 
-    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr> {
+    unsafe fn va_reserve(&self, bytes: usize, align: usize, at: DevicePtr) -> Result<DevicePtr> {
         let mut va: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `va` is a valid out-pointer; size and alignment are granularity multiples.
+        // SAFETY: `va` is a valid out-pointer; size and alignment are granularity multiples;
+        // `at` is only a hint.
         unsafe {
             hip_call!(
                 self.hip,
-                hipMemAddressReserve(&mut va, bytes, align, std::ptr::null_mut(), 0)
+                hipMemAddressReserve(&mut va, bytes, align, at as *mut c_void, 0)
             )
         }?;
         Ok(va as DevicePtr)

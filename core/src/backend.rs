@@ -127,8 +127,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Maps the allocations behind `handles` (from `export_handle`, one per rank of a
     /// load/store-accessible team, in team order) at `stride`-byte steps of one new address
     /// range that kernels on `device` may read and write: the flat view of a symmetric window
-    /// (NCCL's device API). Returns the range's start; [`Backend::unmap_flat`] releases it.
-    /// Backends without one refuse.
+    /// (NCCL's device API). With `at`, the range must start there, else the call fails (the
+    /// address space there is taken). Returns the range's start; [`Backend::unmap_flat`]
+    /// releases it. Backends without one refuse.
     ///
     /// # Safety
     /// The handles' allocations stay allocated while the mapping is in use.
@@ -137,6 +138,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         _device: i32,
         _handles: &[ShareableHandle],
         _stride: usize,
+        _at: Option<DevicePtr>,
     ) -> Result<DevicePtr> {
         Err(Error::usage(format!(
             "the {} backend has no symmetric memory (NCCL device API)",

@@ -14,6 +14,8 @@
 #   g*-graph                       every case captured into a CUDA graph, replayed 100 times
 #   s2-*-split                     on a communicator split from the world one, ranks reversed
 #   o2-*-offsets-vmm               ncclMemAlloc (VMM) arenas, buffer addresses moving inside them
+#   m*-procs-window(-zc)           the same arenas registered as symmetric windows: zero copy
+#                                  across processes (forced at every size with -zc)
 #   z2-*                           zero-copy plans at every size (OXCCL_ZERO_COPY=1), and their
 #                                  fallback branch (rank 1's buffers from a pool its peer cannot map)
 #   x2-*                           one-shot kernels wherever they take the message
@@ -430,6 +432,14 @@ if [ "$NGPU" -ge 1 ]; then
   # hence few cases.
   run m4-procs-auto -- --mode procs --ranks 4 $SMALL $BIG1
   run m8-procs-auto -- --mode procs --ranks 8 $SMALL --big-count 0
+  # Arenas registered as symmetric windows, mapped at one address in every process: zero-copy
+  # plans read and write the peers' arenas across processes (forced at every size; one-shot
+  # kernels off so that small cases reach the plans), then the tuner's choice.
+  run_want m2-procs-window-zc "zero-copy true exposed true" OXCCL_ZERO_COPY=1 OXCCL_ONE_SHOT=0 \
+    NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=COLL -- --mode procs --ranks 2 $SMALL $BIG1 --window
+  run_want m4-procs-window-zc "zero-copy true exposed true" OXCCL_ZERO_COPY=1 OXCCL_ONE_SHOT=0 \
+    NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=COLL -- --mode procs --ranks 4 $SMALL --big-count 0 --window
+  run m4-procs-window -- --mode procs --ranks 4 $SMALL $BIG1 --window
   # A rank exits without a goodbye: the others' AllReduce (plan, one-shot) ends with an error.
   run m4-procs-dead-peer -- --mode procs --ranks 4 --dead-peer 1048579
   run m2-procs-dead-peer-oneshot OXCCL_ONE_SHOT=1 -- --mode procs --ranks 2 --dead-peer 1000

@@ -272,11 +272,12 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
     /// (released with [`DeviceApi::allocation_release`] once mapped), and the bytes to map of
     /// it; refuses memory that is not VMM memory or exceeds `stride`.
     fn flat_allocation(&self, handle: &ShareableHandle, stride: usize) -> Result<(Handle, usize)>;
-    /// Reserves `bytes` bytes of device address space aligned to `align`.
+    /// Reserves `bytes` bytes of device address space aligned to `align`, starting at `at` if
+    /// it is not 0 and that range is free (the driver takes it as a hint: the caller checks).
     ///
     /// # Safety
     /// `bytes` and `align` are multiples of the granularity.
-    unsafe fn va_reserve(&self, bytes: usize, align: usize) -> Result<DevicePtr>;
+    unsafe fn va_reserve(&self, bytes: usize, align: usize, at: DevicePtr) -> Result<DevicePtr>;
     /// Maps `bytes` bytes of allocation `alloc` at `at`.
     ///
     /// # Safety
@@ -318,7 +319,7 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
         devices: &[i32],
     ) -> Result<DevicePtr> {
         // SAFETY: the caller's contract.
-        let va = unsafe { self.va_reserve(bytes, align) }?;
+        let va = unsafe { self.va_reserve(bytes, align, 0) }?;
         // SAFETY: `va` is a fresh reservation of `bytes` bytes; `alloc` is that long.
         if let Err(e) = unsafe { self.va_map(va, bytes, alloc) } {
             // SAFETY: undoes the reservation above.

@@ -193,7 +193,13 @@ impl DeviceApi for FakeApi {
         }
         Ok((self.next(format!("flat_allocation {size}")) as Handle, size))
     }
-    unsafe fn va_reserve(&self, n: usize, _: usize) -> Result<DevicePtr> {
+    /// Grants an address asked for above every fresh one handed out so far; below, it is
+    /// taken and, as the driver does, a fresh one comes back instead.
+    unsafe fn va_reserve(&self, n: usize, _: usize, at: DevicePtr) -> Result<DevicePtr> {
+        if at > self.0.lock().unwrap().0 {
+            self.log(format!("va_reserve {n} at {at:#x}"));
+            return Ok(at);
+        }
         Ok(self.next(format!("va_reserve {n}")))
     }
     unsafe fn va_map(&self, at: DevicePtr, n: usize, a: Handle) -> Result<()> {

@@ -131,13 +131,15 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
     fn flat_mapping(&self) -> bool {
         true
     }
-    /// Allocation `i` of `handles` at `i * stride` of one new range, readable and writable by
-    /// `device`; on a failure, what was mapped is unmapped and the range freed.
+    /// Allocation `i` of `handles` at `i * stride` of one new range (at `at` when given),
+    /// readable and writable by `device`; on a failure, what was mapped is unmapped and the
+    /// range freed.
     unsafe fn map_flat(
         &self,
         device: i32,
         handles: &[ShareableHandle],
         stride: usize,
+        at: Option<DevicePtr>,
     ) -> Result<DevicePtr> {
         let total = stride
             .checked_mul(handles.len())
@@ -146,7 +148,14 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         let (align, _bound) = self.api.flat_begin(device)?;
         // SAFETY: `total` is a multiple of the stride, and so of the granularity; `align` is the
         // granularity.
-        let va = unsafe { self.api.va_reserve(total, align) }?;
+        let va = unsafe { self.api.va_reserve(total, align, at.unwrap_or(0)) }?;
+        if let Some(want) = at.filter(|&want| want != va) {
+            // SAFETY: reserved just above, nothing mapped.
+            unsafe { self.api.va_free(va, total) };
+            return Err(Error::Internal(format!(
+                "the {total} bytes of addresses at {want:#x} are taken in this process"
+            )));
+        }
         let mut range = FlatRange {
             total,
             maps: Vec::with_capacity(handles.len()),
@@ -324,7 +333,7 @@ mod tests {
         let api = FakeApi::default();
         let be = GpuBackend::new(api.clone(), FifoGeometry::default());
         // SAFETY: `FakeApi` touches no memory.
-        let va = unsafe { be.map_flat(3, &[handle(4), handle(8)], 8192) }.unwrap();
+        let va = unsafe { be.map_flat(3, &[handle(4), handle(8)], 8192, None) }.unwrap();
         assert_eq!(va, 0x1000);
         assert_eq!(
             api.calls(),
@@ -357,6 +366,27 @@ mod tests {
         assert!(api.calls().is_empty());
     }
 
+    /// A range asked for at an address starts there, or fails (freed, nothing mapped) when the
+    /// driver hands out another.
+    #[test]
+    fn flat_ranges_at_an_address_start_there_or_fail() {
+        let api = FakeApi::default();
+        let be = GpuBackend::new(api.clone(), FifoGeometry::default());
+        // SAFETY: `FakeApi` touches no memory.
+        let va = unsafe { be.map_flat(0, &[handle(4)], 4096, Some(0x40000)) }.unwrap();
+        assert_eq!(va, 0x40000);
+        assert_eq!(api.calls()[1], "va_reserve 4096 at 0x40000");
+        // SAFETY: as above.
+        let e = unsafe { be.map_flat(0, &[handle(4)], 4096, Some(0x1000)) }.unwrap_err();
+        assert!(e.to_string().contains("at 0x1000 are taken"), "{e}");
+        let calls = api.calls();
+        assert_eq!(
+            calls[1..],
+            ["va_reserve 4096", "va_free 0x2000 4096"],
+            "{calls:?}"
+        );
+    }
+
     /// A rank whose allocation cannot be mapped fails the range: what was mapped is unmapped
     /// and the range freed, and nothing is left to unmap.
     #[test]
@@ -364,7 +394,7 @@ mod tests {
         let api = FakeApi::default();
         let be = GpuBackend::new(api.clone(), FifoGeometry::default());
         // SAFETY: `FakeApi` touches no memory.
-        let e = unsafe { be.map_flat(0, &[handle(4), handle(0)], 8192) }.unwrap_err();
+        let e = unsafe { be.map_flat(0, &[handle(4), handle(0)], 8192, None) }.unwrap_err();
         assert!(e.to_string().contains("not mappable"), "{e}");
         assert_eq!(
             api.calls(),
@@ -383,7 +413,7 @@ mod tests {
         assert!(unsafe { be.unmap_flat(0x1000) }.is_err());
         // A range larger than the address space is refused before anything is reserved.
         // SAFETY: as above.
-        let e = unsafe { be.map_flat(0, &[handle(1), handle(1)], usize::MAX) }.unwrap_err();
+        let e = unsafe { be.map_flat(0, &[handle(1), handle(1)], usize::MAX, None) }.unwrap_err();
         assert!(e.to_string().contains("overflows the address space"), "{e}");
         assert!(api.calls().is_empty());
     }

@@ -327,6 +327,18 @@ impl Bootstrap {
         self.ring_all_gather(TAG_ALL_GATHER, mine)
     }
 
+    /// [`Bootstrap::all_gather`] of one `u64` per rank.
+    pub fn all_gather_u64(&self, mine: u64) -> Result<Vec<u64>> {
+        (self.all_gather(&mine.to_le_bytes())?.iter())
+            .map(|b| {
+                let bytes = b.as_slice().try_into().map_err(|_| {
+                    Error::Internal(format!("a peer sent {} bytes for a u64", b.len()))
+                })?;
+                Ok(u64::from_le_bytes(bytes))
+            })
+            .collect()
+    }
+
     fn ring_all_gather(&self, tag: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.nranks;
         let r = self.rank;

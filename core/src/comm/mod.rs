@@ -102,6 +102,9 @@ struct Connected<B: Backend> {
     /// Every rank lives in this process, so an address one rank publishes is valid for all
     /// (zero-copy plans).
     one_process: bool,
+    /// Buffers of symmetric windows every rank mapped at one address (zero copy across
+    /// processes).
+    shared_buffers: Mutex<symmetric::SharedBuffers>,
     /// The ranks' hosts when they span several (plans order rings and trees by host).
     hosts: Option<Arc<HostLayout>>,
     /// This communicator's context of the tuner plugin, when one is loaded.
@@ -280,6 +283,7 @@ impl<B: Backend> Communicator<B> {
                 bootstrap: Arc::new(bootstrap),
                 transport: Arc::new(transport),
                 one_process,
+                shared_buffers: Mutex::default(),
                 hosts,
                 tuner_plugin,
                 profiler,

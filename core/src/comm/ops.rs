@@ -7,6 +7,7 @@ use super::{Communicator, Connected, P2P_TUNING_BYTES, check};
 use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use crate::plan::one_shot::{self, OneShot};
 use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
@@ -155,9 +156,29 @@ impl<B: Backend> Communicator<B> {
             ));
         }
         let esize = a.dtype.size() as u64;
+        let (send_elems, recv_elems) = self.buffer_elems(a)?;
+        let limit = (isize::MAX as u64) / esize;
+        if send_elems >= limit || recv_elems >= limit || a.count >= limit {
+            return Err(Error::arg(format!(
+                "count {} of {} overflows the address space",
+                a.count,
+                a.dtype.name()
+            )));
+        }
+        if send_elems > 0 && a.send == 0 {
+            return Err(Error::arg("send buffer is NULL"));
+        }
+        if recv_elems > 0 && a.recv == 0 {
+            return Err(Error::arg("receive buffer is NULL"));
+        }
+        Ok(())
+    }
+
+    /// Elements of the send and receive buffers this rank touches in `a`.
+    fn buffer_elems(&self, a: &CollArgs) -> Result<(u64, u64)> {
+        let n = self.inner.nranks as u64;
         let me = self.inner.rank;
-        // Elements of the send and receive buffers this rank touches.
-        let (send_elems, recv_elems) = match a.kind {
+        Ok(match a.kind {
             CollKind::AllReduce => (a.count, a.count),
             CollKind::Broadcast => (if me == a.root { a.count } else { 0 }, a.count),
             CollKind::Reduce => (a.count, if me == a.root { a.count } else { 0 }),
@@ -214,22 +235,7 @@ impl<B: Backend> Communicator<B> {
             CollKind::SendRecv => {
                 return Err(Error::Internal("send/recv is not a collective".into()));
             }
-        };
-        let limit = (isize::MAX as u64) / esize;
-        if send_elems >= limit || recv_elems >= limit || a.count >= limit {
-            return Err(Error::arg(format!(
-                "count {} of {} overflows the address space",
-                a.count,
-                a.dtype.name()
-            )));
-        }
-        if send_elems > 0 && a.send == 0 {
-            return Err(Error::arg("send buffer is NULL"));
-        }
-        if recv_elems > 0 && a.recv == 0 {
-            return Err(Error::arg("receive buffer is NULL"));
-        }
-        Ok(())
+        })
     }
 
     fn topology(&self, transport: &B::Transport) -> Topology {
@@ -506,8 +512,20 @@ impl<B: Backend> Communicator<B> {
         let mut work = plan::build_coll(&req)?;
         let block = a.count.saturating_mul(a.dtype.size() as u64);
         let topo = self.topology(&c.transport);
+        // Across processes, only buffers of windows mapped at one address on every rank may be
+        // read by peers, at their aliases there; the plan is wrapped on every rank alike once
+        // the communicator has such windows (see `SharedBuffers::ever`).
+        let (shared_ever, aliases) = if c.one_process {
+            (false, None)
+        } else {
+            let (send_elems, recv_elems) = self.buffer_elems(a)?;
+            let esize = a.dtype.size() as u64;
+            let s = lock(&c.shared_buffers);
+            let bufs = [(a.send, send_elems * esize), (a.recv, recv_elems * esize)];
+            (s.ever, s.ever.then(|| s.aliases(bufs)).flatten())
+        };
         let zero_copy = steered.is_none()
-            && c.one_process
+            && (c.one_process || shared_ever)
             && inner.backend.zero_copy()
             && plan::zero_copy::handles(&req)
             && (2..=u64::from(plan::zero_copy::MAX_RANKS)).contains(&n)
@@ -533,16 +551,25 @@ impl<B: Backend> Communicator<B> {
         if zero_copy {
             work = plan::zero_copy::wrap(&req, work);
             let backend = &inner.backend;
-            work.exposed = [a.send, a.recv]
-                .iter()
-                .all(|&p| p == 0 || backend.exposable(p));
+            work.exposed = if c.one_process {
+                [a.send, a.recv]
+                    .iter()
+                    .all(|&p| p == 0 || backend.exposable(p))
+            } else {
+                aliases.is_some()
+            };
         }
+        // The aliases name the same memory, so the fallback branch may use them too.
+        let [send, recv] = match aliases {
+            Some(al) if zero_copy => al,
+            _ => [a.send, a.recv],
+        };
         let work = Arc::new(work);
         debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {} exposed {}",
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy, work.exposed);
         // SAFETY: `collective`'s caller guarantees the buffers stay valid until the op has run.
-        unsafe { self.launch_work(c, work, vec![a.send, a.recv, 0], stream, prof) }
+        unsafe { self.launch_work(c, work, vec![send, recv, 0], stream, prof) }
     }
 
     /// Runs a caller-built plan as one collective (custom algorithms such as MSCCL's).

@@ -6,6 +6,7 @@ use super::Communicator;
 use crate::backend::{Backend, DevicePtr, ShareableHandle};
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 use std::sync::Arc;
 
 /// Address space between two LSA ranks' copies of a window is a multiple of this (the device
@@ -32,8 +33,59 @@ pub struct FlatWindow {
     pub lsa: LsaTeam,
     /// The smallest buffer any rank of the team registered, in bytes.
     pub size: u64,
+    /// Whether every rank of the communicator mapped the window at the same address, so that
+    /// an address in it names the same memory in every process: plans may then read and write
+    /// peers' buffers in it directly (zero copy) across processes.
+    pub shared: bool,
     /// Start of the mapped range (for [`Communicator::unmap_flat`]).
     range: DevicePtr,
+}
+
+/// A buffer in a window every rank mapped at one address, and its address there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SharedBuffer {
+    /// The registered buffer, as the caller passed it.
+    user: DevicePtr,
+    /// Its registered bytes.
+    size: u64,
+    /// This rank's copy of it in the flat range, the address every peer maps it at too.
+    alias: DevicePtr,
+    /// The flat range (its key for [`Communicator::unmap_flat`]).
+    range: DevicePtr,
+}
+
+/// A communicator's buffers in windows mapped at one address on every rank
+/// ([`FlatWindow::shared`]).
+#[derive(Debug, Default)]
+pub(crate) struct SharedBuffers {
+    /// Whether one was ever registered. Registrations are collective, so from then on every
+    /// rank wraps the same operations into zero-copy plans, whatever its own buffers; each rank's
+    /// buffers then only set its exposed flag, which the plan's table exchange compares.
+    pub(crate) ever: bool,
+    list: Vec<SharedBuffer>,
+}
+
+impl SharedBuffers {
+    /// The aliases of `(address, bytes)` buffers, when each is null, empty or inside one
+    /// shared buffer; `None` otherwise.
+    pub(crate) fn aliases<const N: usize>(
+        &self,
+        bufs: [(DevicePtr, u64); N],
+    ) -> Option<[DevicePtr; N]> {
+        let mut out = [0; N];
+        for (o, (p, bytes)) in out.iter_mut().zip(bufs) {
+            if p == 0 {
+                continue;
+            }
+            let b = self.list.iter().find(|b| {
+                p >= b.user
+                    && p.checked_add(bytes)
+                        .is_some_and(|end| end <= b.user + b.size)
+            })?;
+            *o = b.alias + (p - b.user);
+        }
+        Some(out)
+    }
 }
 
 /// What each rank tells the others about its buffer.
@@ -140,16 +192,52 @@ impl<B: Backend> Communicator<B> {
         let handles: Vec<ShareableHandle> = team.iter().map(|o| o.handle.clone()).collect();
         let stride_bytes = usize::try_from(stride)
             .map_err(|_| Error::usage("symmetric window stride exceeds the address space"))?;
-        // SAFETY: every rank keeps its buffer allocated while the window lives (the caller's
-        // contract, on each rank).
-        let range = unsafe { backend.map_flat(self.inner.device, &handles, stride_bytes) }?;
-        Ok(FlatWindow {
+        let device = self.inner.device;
+        let map = |at| {
+            // SAFETY: every rank keeps its buffer allocated while the window lives (the
+            // caller's contract, on each rank).
+            unsafe { backend.map_flat(device, &handles, stride_bytes, at) }
+        };
+        let mut range = map(None)?;
+        // Only a single process can't share addresses, and only a team of the whole
+        // communicator lets plans (which span it) read every peer directly.
+        let shared = !c.one_process
+            && lsa.size == self.inner.nranks
+            && lsa.size > 1
+            && agree_on_address(
+                &mut |v| c.bootstrap.all_gather_u64(v),
+                &mut range,
+                // SAFETY: nothing has used the range yet.
+                &mut |old| unsafe { backend.unmap_flat(old) },
+                &mut |at| map(Some(at)),
+                &mut || map(None),
+            )?;
+        let w = FlatWindow {
             base: range + mine.offset,
             stride,
             lsa,
             size: team.iter().map(|o| o.size).min().unwrap_or(0),
+            shared,
             range,
-        })
+        };
+        let note = if shared {
+            ", the same address on every rank: collectives on it may read and write peers directly"
+        } else {
+            ""
+        };
+        tracing::info!(target: "oxccl::reg",
+            "rank {} window {ptr:#x} ({size} B) mapped flat at {range:#x}{note}", self.inner.rank);
+        if shared {
+            let mut s = lock(&c.shared_buffers);
+            s.ever = true;
+            s.list.push(SharedBuffer {
+                user: ptr,
+                size,
+                alias: w.base + u64::from(lsa.rank) * stride,
+                range,
+            });
+        }
+        Ok(w)
     }
 
     /// Releases this rank's mapping of `w`.
@@ -157,6 +245,11 @@ impl<B: Backend> Communicator<B> {
     /// # Safety
     /// No queued or running work of this rank uses the window any more.
     pub unsafe fn unmap_flat(&self, w: &FlatWindow) -> Result<()> {
+        if w.shared {
+            lock(&self.connected()?.shared_buffers)
+                .list
+                .retain(|b| b.range != w.range);
+        }
         // SAFETY: the caller's contract.
         unsafe { self.inner.backend.unmap_flat(w.range) }
     }
@@ -172,10 +265,133 @@ impl<B: Backend> Communicator<B> {
     }
 }
 
+/// Moves this rank's fresh flat range to an address every rank can have, so that one address
+/// names the same copy in every process; collective, through `all_gather` (every rank's value,
+/// in rank order). Ranks already at one address stay. Otherwise each rank tries the highest
+/// start any rank got (`unmap` its range, `map_at` there, `map_anywhere` when that is taken).
+/// Returns whether every rank ended at the same address; if not, each keeps a valid range.
+fn agree_on_address(
+    all_gather: &mut dyn FnMut(u64) -> Result<Vec<u64>>,
+    range: &mut DevicePtr,
+    unmap: &mut dyn FnMut(DevicePtr) -> Result<()>,
+    map_at: &mut dyn FnMut(DevicePtr) -> Result<DevicePtr>,
+    map_anywhere: &mut dyn FnMut() -> Result<DevicePtr>,
+) -> Result<bool> {
+    let starts = all_gather(*range)?;
+    if starts.iter().all(|&s| s == *range) {
+        return Ok(true);
+    }
+    let target = starts.iter().copied().max().unwrap_or(*range);
+    let moved = if *range == target {
+        Ok(true)
+    } else {
+        unmap(*range).and_then(|()| match map_at(target) {
+            Ok(at) => {
+                *range = at;
+                Ok(true)
+            }
+            Err(_) => {
+                *range = map_anywhere()?;
+                Ok(false)
+            }
+        })
+    };
+    // Every rank reports, even one that failed, so that none waits for it.
+    let all = all_gather(u64::from(matches!(moved, Ok(true))))?;
+    moved?;
+    Ok(all.iter().all(|&ok| ok == 1))
+}
+
 #[cfg(test)]
 mod tests {
     use crate::backend::Backend;
     use crate::testing::on_host_ranks;
+
+    use super::agree_on_address;
+    use crate::error::{Error, Result};
+    use std::sync::{Arc, Barrier, Mutex};
+
+    /// Runs `agree_on_address` on one thread per start address; `taken(rank, at)` says whether
+    /// that rank's address space at `at` is in use. Returns each rank's answer and final range.
+    fn agree(starts: &[u64], taken: fn(usize, u64) -> bool) -> Vec<(bool, u64)> {
+        let n = starts.len();
+        let board = Arc::new(Mutex::new(vec![0u64; n]));
+        let barrier = Arc::new(Barrier::new(n));
+        let threads: Vec<_> = (starts.iter().copied().enumerate())
+            .map(|(rank, start)| {
+                let (board, barrier) = (board.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut all_gather = |v: u64| -> Result<Vec<u64>> {
+                        board.lock().unwrap()[rank] = v;
+                        barrier.wait();
+                        let all = board.lock().unwrap().clone();
+                        barrier.wait();
+                        Ok(all)
+                    };
+                    let mut range = start;
+                    let mut mapped = Some(start);
+                    let mapped = &mut mapped;
+                    let ok = agree_on_address(
+                        &mut all_gather,
+                        &mut range,
+                        &mut |old| {
+                            assert_eq!(mapped.take(), Some(old), "unmaps what it mapped");
+                            Ok(())
+                        },
+                        &mut |at| {
+                            if taken(rank, at) {
+                                return Err(Error::Internal("taken".into()));
+                            }
+                            Ok(at)
+                        },
+                        &mut || Ok(0x9000 + rank as u64),
+                    )
+                    .unwrap();
+                    (ok, range)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    /// Equal starts are kept; unequal ones move to the highest when every rank can, and when
+    /// one cannot every rank hears it and keeps a range of its own.
+    #[test]
+    fn ranks_agree_on_one_address_or_all_learn_they_did_not() {
+        assert_eq!(agree(&[0x5000; 3], |_, _| true), vec![(true, 0x5000); 3]);
+        assert_eq!(
+            agree(&[0x5000, 0x7000, 0x6000], |_, _| false),
+            vec![(true, 0x7000); 3]
+        );
+        assert_eq!(
+            agree(&[0x5000, 0x7000, 0x6000], |rank, _| rank == 2),
+            vec![(false, 0x7000), (false, 0x7000), (false, 0x9002)]
+        );
+    }
+
+    /// A buffer is aliased only when it lies wholly inside a shared buffer; null buffers pass
+    /// as 0, and one buffer outside makes the whole call `None`.
+    #[test]
+    fn buffers_alias_only_inside_shared_windows() {
+        let mut s = super::SharedBuffers::default();
+        s.list.push(super::SharedBuffer {
+            user: 0x1000,
+            size: 0x100,
+            alias: 0x7_0000_1000,
+            range: 0x7_0000_0000,
+        });
+        assert_eq!(
+            s.aliases([(0x1010, 0x10), (0, 0)]),
+            Some([0x7_0000_1010, 0])
+        );
+        assert_eq!(
+            s.aliases([(0x1000, 0x100), (0x10ff, 1)]),
+            Some([0x7_0000_1000, 0x7_0000_10ff])
+        );
+        assert_eq!(s.aliases([(0x1000, 0x101)]), None);
+        assert_eq!(s.aliases([(0x1000, 8), (0xff8, 8)]), None);
+        assert_eq!(s.aliases([(u64::MAX, 2)]), None);
+    }
 
     /// Ranks registering their windows at different offsets of their allocations all get a
     /// sentence naming both offsets, instead of a mapping that would put a peer's data at the

@@ -5,7 +5,7 @@
 //!           [--counts 0,1,7|none] [--types all|f32,bf16]
 //!           [--big-types f32] [--big-count 1048579] [--big-ops allreduce,...,sendrecv]
 //!           [--big-redops sum,avg] [--p2p-counts 1,7,4099,200000|none]
-//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--p2p-alltoall]
+//!           [--graph REPLAYS] [--split] [--offsets] [--vmm] [--window] [--p2p-alltoall]
 //!           [--in-place-alltoall] [--list]
 //! gpu-check --mode procs --ranks N --dead-peer COUNT
 //! ```
@@ -32,6 +32,10 @@
 //!   poisoned guard bytes on each side of both buffers must survive the operation.
 //! - `--vmm`: buffers come from the backend's `mem_alloc` (VMM memory, what `ncclMemAlloc`
 //!   returns) instead of `cuMemAlloc` / `hipMalloc`.
+//! - `--window` (threads, procs): `--offsets` and `--vmm`, with both arenas registered as
+//!   symmetric windows (the device API's flat mapping, collective). Across processes that
+//!   mapped them at one address, zero-copy plans read and write the peers' arenas directly;
+//!   the buffers' offsets differ between ranks, which the plans must not assume away.
 //! - `--hide-rank R`: rank R's buffers come from a stream-ordered memory pool, which its peers
 //!   cannot map: zero-copy plans must take their fallback branch (CUDA).
 //! - `--p2p-alltoall`: out-of-place AlltoAll cases are issued as nccl-tests and PyTorch issue
@@ -53,6 +57,7 @@ use oxccl_core::backend::DevicePtr;
 use oxccl_core::bootstrap::{BootstrapOptions, UniqueId};
 use oxccl_core::comm::CollArgs;
 use oxccl_core::comm::group::{group_end, group_start};
+use oxccl_core::comm::symmetric::FlatWindow;
 use oxccl_core::config::CommConfig;
 use oxccl_core::datatype::{DataType, RedOp};
 use oxccl_core::error::Error;
@@ -87,6 +92,7 @@ struct Opts {
     split: bool,
     offsets: bool,
     vmm: bool,
+    window: bool,
     /// The rank whose buffers its peers cannot map.
     hide_rank: Option<usize>,
     /// Out-of-place AlltoAll cases as grouped sends and receives.
@@ -192,6 +198,7 @@ fn opts() -> Opts {
         split: false,
         offsets: false,
         vmm: false,
+        window: false,
         hide_rank: None,
         p2p_alltoall: false,
         in_place_alltoall: false,
@@ -222,6 +229,7 @@ fn opts() -> Opts {
             "--split" => (o.split, flag) = (true, true),
             "--offsets" => (o.offsets, flag) = (true, true),
             "--vmm" => (o.vmm, flag) = (true, true),
+            "--window" => (o.window, o.offsets, o.vmm, flag) = (true, true, true, true),
             "--p2p-alltoall" => (o.p2p_alltoall, flag) = (true, true),
             "--in-place-alltoall" => (o.in_place_alltoall, flag) = (true, true),
             "--list" => (o.list, flag) = (true, true),
@@ -291,6 +299,8 @@ struct Arena {
     send: DevicePtr,
     recv: DevicePtr,
     mem: Mem,
+    /// Both arenas' flat mappings (`--window`).
+    windows: Vec<FlatWindow>,
 }
 
 /// Where a rank's buffers come from.
@@ -345,7 +355,9 @@ unsafe fn dfree<B: CheckDevice>(b: &B, dev: i32, p: DevicePtr, mem: Mem) -> Resu
     }
 }
 
-fn make_arena<B: CheckDevice>(b: &B, o: &Opts, dev: i32, n: usize, rank: usize) -> Result<Arena> {
+/// The arenas of `comm`'s rank, mapped flat with `--window` (collective then).
+fn make_arena<B: CheckDevice>(b: &B, o: &Opts, dev: i32, comm: &Communicator<B>) -> Result<Arena> {
+    let (n, rank) = (comm.nranks(), comm.rank());
     let (mut send, mut recv) = (0, 0);
     for (idx, case) in cases(o).iter().enumerate() {
         let es = case.dtype.size();
@@ -356,27 +368,54 @@ fn make_arena<B: CheckDevice>(b: &B, o: &Opts, dev: i32, n: usize, rank: usize) 
     }
     let mem = Mem::of(o, rank);
     let s = dalloc(b, dev, send, mem)?;
-    match dalloc(b, dev, recv, mem) {
-        Ok(r) => Ok(Arena {
+    let mut arena = match dalloc(b, dev, recv, mem) {
+        Ok(r) => Arena {
             send: s,
             recv: r,
             mem,
-        }),
+            windows: Vec::new(),
+        },
         Err(e) => {
             // SAFETY: just allocated, unused.
             let _ = unsafe { dfree(b, dev, s, mem) };
-            Err(e)
+            return Err(e);
         }
+    };
+    if o.window {
+        for (p, bytes) in [(arena.send, send), (arena.recv, recv)] {
+            // SAFETY: the arena stays allocated until `free_arena` unmaps it first.
+            let w = unsafe { comm.map_flat(p, bytes as u64) };
+            match w {
+                Ok(w) => arena.windows.push(w),
+                Err(e) => {
+                    free_arena_memory(b, comm, dev, arena);
+                    return Err(e);
+                }
+            }
+        }
+        println!(
+            "rank {rank}: arenas mapped at one address on every rank: {}",
+            arena.windows.iter().all(|w| w.shared)
+        );
+    }
+    Ok(arena)
+}
+
+/// Unmaps and frees an arena no work uses any more.
+fn free_arena_memory<B: CheckDevice>(b: &B, comm: &Communicator<B>, dev: i32, a: Arena) {
+    // SAFETY: every case's operation completed (its stream was synchronised).
+    unsafe {
+        for w in &a.windows {
+            let _ = comm.unmap_flat(w);
+        }
+        let _ = dfree(b, dev, a.send, a.mem);
+        let _ = dfree(b, dev, a.recv, a.mem);
     }
 }
 
 fn free_arena<B: CheckDevice>(b: &B, rc: &mut RankCtx<B>) {
     if let Some(a) = rc.arena.take() {
-        // SAFETY: every case's operation completed (its stream was synchronised).
-        unsafe {
-            let _ = dfree(b, rc.dev, a.send, a.mem);
-            let _ = dfree(b, rc.dev, a.recv, a.mem);
-        }
+        free_arena_memory(b, &rc.comm, rc.dev, a);
     }
 }
 
@@ -1063,6 +1102,10 @@ fn destroy_all<B: CheckDevice>(comms: &[Communicator<B>]) -> Result<()> {
 }
 
 fn run_initall<B: CheckDevice>(b: &Arc<B>, o: &Opts, ndev: usize, label: &str) -> Result<Tally> {
+    if o.window {
+        // One thread cannot register every rank's window: each registration waits for all.
+        return Err(Error::usage("--window needs --mode threads or procs"));
+    }
     let devs: Vec<i32> = (0..o.ranks).map(|r| (r % ndev) as i32).collect();
     step("initall init");
     let world = Communicator::init_all(b.clone(), &devs)?;
@@ -1095,7 +1138,7 @@ fn run_initall<B: CheckDevice>(b: &Arc<B>, o: &Opts, ndev: usize, label: &str) -
     let mut ctxs = Vec::new();
     for (r, c) in comms.iter().enumerate() {
         let arena = if o.offsets {
-            Some(make_arena(b.as_ref(), o, devs[r], c.nranks(), c.rank())?)
+            Some(make_arena(b.as_ref(), o, devs[r], c)?)
         } else {
             None
         };
@@ -1142,7 +1185,7 @@ fn run_rank<B: CheckDevice>(
         world.clone()
     };
     let arena = if o.offsets {
-        Some(make_arena(b.as_ref(), o, dev, n, comm.rank())?)
+        Some(make_arena(b.as_ref(), o, dev, &comm)?)
     } else {
         None
     };
@@ -1215,6 +1258,7 @@ fn check<B: CheckDevice>(o: Opts) -> ! {
         (o.split, "split".into()),
         (o.offsets, "offsets".into()),
         (o.vmm, "vmm".into()),
+        (o.window, "window".into()),
         (
             o.hide_rank.is_some(),
             format!("hide-rank={:?}", o.hide_rank),
