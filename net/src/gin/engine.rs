@@ -269,6 +269,7 @@ impl GinEngine {
         // The payload's writes returned before this: the device sees the signal after them.
         mem.word64(mem.signals, id)
             .fetch_add(s.value, Ordering::Release);
+        tracing::trace!(target: "oxccl::net", "GIN rank {}: signal {id} += {}", self.rank, s.value);
         Ok(())
     }
 

@@ -65,6 +65,9 @@ impl Rings {
         for w in slot {
             w.store(0, Ordering::Relaxed);
         }
+        tracing::trace!(target: "oxccl::net",
+            "GIN rank {}: descriptor {} for rank {peer}: {} B, signal {:?}, counter {:?}",
+            self.rank, self.seen[peer], g.size, signal_add(&g), g.counter);
         self.seen[peer] = self.seen[peer].wrapping_add(1);
         Ok(Some(g))
     }
