@@ -14,7 +14,7 @@ use crate::runtime_connect::{LaterLinks, NetSide, RuntimeConnect, runtime_connec
 use crate::shm::ShmFifos;
 use oxccl_core::abort::{AbortFlag, AbortWatcher};
 use oxccl_core::backend::{ConnectContext, DevicePtr, ShareableHandle};
-use oxccl_core::bootstrap::Bootstrap;
+use oxccl_core::bootstrap::{Bootstrap, stable_hash};
 use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
@@ -325,10 +325,15 @@ impl<A: DeviceApi> DeviceTransport<A> {
         } else {
             Vec::new()
         };
+        // Processes name GPUs by their own ordinals; the bus id names the same GPU in all.
+        let bus = api
+            .pci_bus_id(device)
+            .map_or(0, |id| stable_hash(&[id.to_ascii_lowercase().as_bytes()]));
         bs.all_gather(&publish(
             std::process::id(),
             device,
             api.multiprocessors(device)?,
+            bus,
             fifo,
             &self.geometry,
             &handle,

@@ -31,6 +31,7 @@ mod unique_id;
 pub mod wire;
 
 pub use info::PeerInfo;
+pub use process::fnv1a as stable_hash;
 pub use unique_id::UniqueId;
 pub use wire::{MAX_BOOTSTRAP_MSG, SessionKey};
 

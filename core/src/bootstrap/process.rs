@@ -58,7 +58,7 @@ fn host_hash(hostname: &str, boot_id: &str, host_id: Option<String>) -> u64 {
 }
 
 /// FNV-1a: a hash that is identical in every build and process (unlike `DefaultHasher`).
-pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for &b in *part {

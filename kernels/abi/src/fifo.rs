@@ -26,8 +26,8 @@ pub const CTR_BYTES: u64 = 192;
 /// seen at 64, LL position at 128, LL head seen at 192.
 pub const SEND_STATE_BYTES: u64 = 256;
 /// Bytes of the fixed part of a published record: pid, device, FIFO address, geometry,
-/// multiprocessors.
-pub const RECORD_HEADER: usize = 44;
+/// multiprocessors, PCI bus id hash.
+pub const RECORD_HEADER: usize = 52;
 
 /// How one rank's FIFOs are cut: channels, slots per FIFO, bytes per slot. Every rank of a
 /// communicator must use the same geometry (checked at connect).
@@ -306,6 +306,7 @@ pub fn publish(
     pid: u32,
     device: i32,
     sms: u32,
+    bus: u64,
     fifo: DevicePtr,
     geom: &FifoGeometry,
     handle: &[u8],
@@ -320,6 +321,7 @@ pub fn publish(
     v.extend_from_slice(&geom.ll_nslots.to_le_bytes());
     v.extend_from_slice(&(geom.ll_slot_bytes as u32).to_le_bytes());
     v.extend_from_slice(&sms.to_le_bytes());
+    v.extend_from_slice(&bus.to_le_bytes());
     v.extend_from_slice(handle);
     v
 }
@@ -331,6 +333,9 @@ pub struct PeerRecord<'a> {
     pub device: i32,
     /// That device's multiprocessors (0: unknown).
     pub sms: u32,
+    /// A hash of that device's PCI bus id (0: unknown): equal on one machine means one GPU,
+    /// whatever each process numbers it.
+    pub bus: u64,
     /// Its FIFO allocation's address in its own process.
     pub fifo: DevicePtr,
     /// How its FIFOs are cut.
@@ -351,9 +356,11 @@ pub fn parse_record(b: &[u8]) -> Option<PeerRecord<'_>> {
         ll_slot_bytes: u64::from(u32::from_le_bytes(b.get(36..40)?.try_into().ok()?)),
     };
     let sms = u32::from_le_bytes(b.get(40..44)?.try_into().ok()?);
+    let bus = u64::from_le_bytes(b.get(44..52)?.try_into().ok()?);
     Some(PeerRecord {
         device,
         sms,
+        bus,
         fifo,
         geometry,
         handle: &b[RECORD_HEADER..],
@@ -369,6 +376,17 @@ pub struct Placement {
     pub device: i32,
     /// That device's multiprocessors (0: unknown).
     pub sms: u32,
+    /// Its machine (whatever `NCCL_HOSTID` says) and its device's PCI bus id hash (0: unknown).
+    pub gpu: (u64, u64),
+}
+
+impl Placement {
+    /// Whether `other` runs on the same GPU: the same device of one process, or the same bus id
+    /// on one machine (processes sharing it, under MPS or in turns).
+    fn same_gpu(&self, other: &Placement) -> bool {
+        (self.process == other.process && self.device == other.device)
+            || (self.gpu.1 != 0 && self.gpu == other.gpu)
+    }
 }
 
 /// Every rank's [`Placement`], from the bootstrap's peers and the records they published.
@@ -380,25 +398,23 @@ pub fn placements(peers: &[PeerInfo], records: &[PeerRecord<'_>]) -> Vec<Placeme
             process: (info.host_hash, info.pidns_hash, info.pid),
             device: rec.device,
             sms: rec.sms,
+            gpu: (info.machine_hash, rec.bus),
         })
         .collect()
 }
 
 /// Most blocks one launch may use on a communicator whose ranks run at `ranks`.
 ///
-/// Ranks of one process that share a device wait for each other's blocks, which must
-/// therefore all be resident at once: each gets an equal share of the device's SMs (one block
-/// per SM, the executor's occupancy). Every rank computes this from the same published
-/// records, so all choose the same channel counts. `u32::MAX` when no device is shared (or
-/// its size is unknown). Ranks of different processes on one device are not seen here: without
-/// MPS their kernels take turns on the device rather than sharing it.
+/// Ranks that share a device wait for each other's blocks, which must therefore all be
+/// resident at once: each gets an equal share of the device's SMs (one block per SM, the
+/// executor's occupancy). That holds for ranks of one process and for processes under MPS;
+/// without MPS their kernels take turns on the device, where the cap costs little. Every rank
+/// computes this from the same published records, so all choose the same channel counts.
+/// `u32::MAX` when no device is shared (or its size is unknown).
 pub fn shared_device_max_blocks(ranks: &[Placement]) -> u32 {
     let mut cap = u32::MAX;
     for r in ranks {
-        let sharing = ranks
-            .iter()
-            .filter(|q| q.process == r.process && q.device == r.device)
-            .count() as u32;
+        let sharing = ranks.iter().filter(|q| q.same_gpu(r)).count() as u32;
         if sharing > 1 && r.sms > 0 {
             cap = cap.min((r.sms / sharing).max(1));
         }
@@ -599,20 +615,21 @@ mod tests {
             ll_nslots: 5,
             ll_slot_bytes: 2048,
         };
-        let b = publish(42, 3, 132, 0xdead_beef_0000, &g, &[1, 2, 3]);
+        let b = publish(42, 3, 132, 0xb05, 0xdead_beef_0000, &g, &[1, 2, 3]);
         let r = parse_record(&b).unwrap();
         assert_eq!(
             r,
             PeerRecord {
                 device: 3,
                 sms: 132,
+                bus: 0xb05,
                 fifo: 0xdead_beef_0000,
                 geometry: g,
                 handle: &[1, 2, 3]
             }
         );
         assert!(
-            parse_record(&publish(1, 0, 0, 0, &g, &[]))
+            parse_record(&publish(1, 0, 0, 0, 0, &g, &[]))
                 .unwrap()
                 .handle
                 .is_empty()
@@ -623,7 +640,7 @@ mod tests {
     #[test]
     fn peer_records_must_match_the_geometry() {
         let g = FifoGeometry::default();
-        let rec = publish(1, 0, 0, 0x1000, &g, &[9]);
+        let rec = publish(1, 0, 0, 0, 0x1000, &g, &[9]);
         assert_eq!(g.peer_record(1, &rec).unwrap().fifo, 0x1000);
         for other in [
             FifoGeometry {
@@ -645,6 +662,7 @@ mod tests {
             process: (7, 9, pid),
             device,
             sms,
+            gpu: (7, 0),
         };
         // One rank per device, or one device each in different processes: no cap.
         assert_eq!(
@@ -667,6 +685,18 @@ mod tests {
             ..at(1, 0, 132)
         };
         assert_eq!(shared_device_max_blocks(&[at(1, 0, 132), other]), u32::MAX);
+        // Four processes on one GPU of one machine (its bus id known): a quarter each, whatever
+        // ordinal each process gives it; the same bus id on another machine is another GPU.
+        let on = |pid, machine, bus| Placement {
+            gpu: (machine, bus),
+            ..at(pid, pid as i32, 132)
+        };
+        let four: Vec<_> = (1..=4).map(|p| on(p, 5, 0xb05)).collect();
+        assert_eq!(shared_device_max_blocks(&four), 33);
+        assert_eq!(
+            shared_device_max_blocks(&[on(1, 5, 0xb05), on(2, 6, 0xb05)]),
+            u32::MAX
+        );
     }
 
     #[test]
