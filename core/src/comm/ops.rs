@@ -515,14 +515,18 @@ impl<B: Backend> Communicator<B> {
         // Across processes, only buffers of windows mapped at one address on every rank may be
         // read by peers, at their aliases there; the plan is wrapped on every rank alike once
         // the communicator has such windows (see `SharedBuffers::ever`).
-        let (shared_ever, aliases) = if c.one_process {
-            (false, None)
-        } else {
-            let (send_elems, recv_elems) = self.buffer_elems(a)?;
-            let esize = a.dtype.size() as u64;
-            let s = lock(&c.shared_buffers);
-            let bufs = [(a.send, send_elems * esize), (a.recv, recv_elems * esize)];
-            (s.ever, s.ever.then(|| s.aliases(bufs)).flatten())
+        let shared = (!c.one_process)
+            .then(|| lock(&c.shared_buffers))
+            .filter(|s| s.ever);
+        let shared_ever = shared.is_some();
+        let aliases = match shared {
+            Some(s) => {
+                let (send_elems, recv_elems) = self.buffer_elems(a)?;
+                let esize = a.dtype.size() as u64;
+                // `validate` bounded both products below isize::MAX.
+                s.aliases([(a.send, send_elems * esize), (a.recv, recv_elems * esize)])
+            }
+            None => None,
         };
         let zero_copy = steered.is_none()
             && (c.one_process || shared_ever)

@@ -201,17 +201,27 @@ impl<B: Backend> Communicator<B> {
         let mut range = map(None)?;
         // Only a single process can't share addresses, and only a team of the whole
         // communicator lets plans (which span it) read every peer directly.
-        let shared = !c.one_process
-            && lsa.size == self.inner.nranks
-            && lsa.size > 1
-            && agree_on_address(
+        let agreed = if c.one_process || lsa.size != self.inner.nranks || lsa.size < 2 {
+            Ok(false)
+        } else {
+            agree_on_address(
                 &mut |v| c.bootstrap.all_gather_u64(v),
                 &mut range,
                 // SAFETY: nothing has used the range yet.
                 &mut |old| unsafe { backend.unmap_flat(old) },
                 &mut |at| map(Some(at)),
                 &mut || map(None),
-            )?;
+            )
+        };
+        let shared = match agreed {
+            Ok(shared) => shared,
+            Err(e) => {
+                // SAFETY: nothing has used the range; if the failure already unmapped it, this
+                // only reports that it is unknown.
+                let _ = unsafe { backend.unmap_flat(range) };
+                return Err(e);
+            }
+        };
         let w = FlatWindow {
             base: range + mine.offset,
             stride,
