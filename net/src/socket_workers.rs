@@ -59,6 +59,18 @@ impl ReqState {
 pub(super) struct Job {
     pub span: Span,
     pub state: Arc<ReqState>,
+    /// Set by [`Lane::submit`]: counts the part as its lane's until the part is dropped, which
+    /// is after the thread's last touch of `span`.
+    pub ticket: Option<LaneTicket>,
+}
+
+/// One part a lane's thread holds (see [`Lane::drain`]).
+pub(super) struct LaneTicket(Arc<AtomicUsize>);
+
+impl Drop for LaneTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What a thread is told, in order.
@@ -192,6 +204,7 @@ impl SocketWorkers {
             worker,
             _workers: self.clone(),
             stream: keep,
+            held: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -218,12 +231,31 @@ pub(super) struct Lane {
     _workers: Arc<SocketWorkers>,
     /// The socket (for shutting it down; the thread holds a clone).
     pub stream: TcpStream,
+    /// Parts given to the thread and not yet dropped by it.
+    held: Arc<AtomicUsize>,
 }
 
 impl Lane {
     /// Queues a part behind the lane's earlier ones.
-    pub fn submit(&self, job: Job) {
+    pub fn submit(&self, mut job: Job) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+        job.ticket = Some(LaneTicket(self.held.clone()));
         self.worker.post(Msg::Job { id: self.id, job });
+    }
+
+    /// Waits, at most `limit`, until the thread holds none of the lane's parts, so that no
+    /// helper reads or writes their memory any more; false if some are still held. A part
+    /// whose socket was shut down fails within a system call, so a closed connection drains
+    /// at once.
+    pub fn drain(&self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.held.load(Ordering::Acquire) != 0 {
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        true
     }
 }
 
@@ -474,6 +506,7 @@ mod tests {
 
     fn job(addr: *const u8, len: usize, state: &Arc<ReqState>) -> Job {
         Job {
+            ticket: None,
             span: Span {
                 addr: addr as usize,
                 len,
@@ -523,6 +556,30 @@ mod tests {
         assert!(lock(&state.failed).is_none(), "{:?}", lock(&state.failed));
         assert_eq!(src, dst);
         assert_eq!(w.threads(), 1);
+    }
+
+    /// A part waiting for bytes that never come stays held until its socket is shut down;
+    /// then the lane drains at once, for a thread serving it alone (blocked in `recv`) and for
+    /// one serving several (asleep in `epoll_wait`), and the part has failed.
+    #[test]
+    fn a_shut_down_lane_drains_its_held_parts() {
+        for most in [8, 1] {
+            let w = SocketWorkers::new(most);
+            let (a, b) = pair();
+            let (_peer, rx) = (w.lane(a, true).unwrap(), w.lane(b, false).unwrap());
+            let mut dst = vec![0u8; 4096];
+            let state = Arc::new(ReqState::default());
+            state.parts.store(1, Ordering::Release);
+            rx.submit(job(dst.as_mut_ptr(), dst.len(), &state));
+            assert!(
+                !rx.drain(Duration::from_millis(50)),
+                "held while no byte came"
+            );
+            rx.stream.shutdown(std::net::Shutdown::Both).unwrap();
+            assert!(rx.drain(Duration::from_secs(5)), "threads: {most}");
+            assert_eq!(state.parts.load(Ordering::Acquire), 0);
+            assert!(lock(&state.failed).is_some());
+        }
     }
 
     #[test]

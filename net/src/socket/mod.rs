@@ -136,6 +136,19 @@ impl SocketNet {
     }
 }
 
+/// How long a closing connection waits for its helper threads to let go of its parts.
+const CLOSE_DRAIN: Duration = Duration::from_secs(10);
+
+/// Waits until no helper thread holds a part of `lanes` (their sockets shut down), so that the
+/// caller may free the requests' memory once close returns, as NCCL's net API lets it.
+fn drain_lanes(lanes: &[Lane], what: &str) {
+    if !lanes.iter().all(|l| l.drain(CLOSE_DRAIN)) {
+        tracing::warn!(target: "oxccl::net",
+            "closing a {what} connection: a network helper still holds a part after {} s; its memory may still be written",
+            CLOSE_DRAIN.as_secs());
+    }
+}
+
 fn downcast<'a, T: 'static>(
     b: &'a mut Box<dyn std::any::Any + Send>,
     what: &str,
@@ -330,6 +343,7 @@ impl Net for SocketNet {
                         len,
                     },
                     state: state.clone(),
+                    ticket: None,
                 };
                 side.lanes[lane].submit(job);
             }
@@ -446,6 +460,7 @@ impl Net for SocketNet {
         for l in &side.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
         }
+        drain_lanes(&side.lanes, "send");
         Ok(())
     }
 
@@ -462,6 +477,7 @@ impl Net for SocketNet {
         for l in &side.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
         }
+        drain_lanes(&side.lanes, "receive");
         Ok(())
     }
 

@@ -253,6 +253,7 @@ impl RecvSide {
                             len,
                         },
                         state: st.parts.clone(),
+                        ticket: None,
                     };
                     self.lanes[lane].submit(job);
                 }
