@@ -21,8 +21,8 @@ use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_u
 use oxccl_core::plan::tuner::link_summary;
 use oxccl_core::plan::{HostLayout, NetLink, Protocol, Topology, WorkDesc};
 use oxccl_kernel_abi::{
-    FifoGeometry, PeerRecord, SlotPeers, one_shot_max_bytes, placements, publish,
-    shared_device_max_blocks,
+    FifoGeometry, PeerRecord, SlotPeers, one_shot_max_bytes, placements, process_shares_device,
+    publish, shared_device_max_blocks,
 };
 use oxccl_net::Net;
 use oxccl_net::connect::{NetDevices, choose_net};
@@ -103,6 +103,20 @@ unsafe impl<A: DeviceApi> Sync for DeviceTransport<A> {}
 /// P2P is off for every pair: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or `0`), NCCL's
 /// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
 /// P2P wherever peer access works.
+/// Says once per process that its ranks sharing a GPU need more hardware queues than CUDA's
+/// default: each rank's kernels wait for the others', and a kernel queued behind a waiting one
+/// in the same queue never starts (seen with 4 ranks on one H200 under MPS).
+fn warn_about_shared_queues(device: i32) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let queues = config::get(&vars::CUDA_DEVICE_MAX_CONNECTIONS);
+    if queues < 32 {
+        ONCE.call_once(|| {
+            tracing::warn!(target: "oxccl::init",
+                "ranks of this process share GPU {device}, and with CUDA_DEVICE_MAX_CONNECTIONS={queues} their streams share {queues} hardware queues: a kernel queued behind a peer's kernel that waits for it can hang; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA");
+        });
+    }
+}
+
 fn p2p_disabled() -> bool {
     config::get(&vars::NCCL_P2P_DISABLE)
         || config::get(&vars::NCCL_P2P_LEVEL)
@@ -224,12 +238,16 @@ impl<A: DeviceApi> DeviceTransport<A> {
             .collect::<Result<Vec<_>>>()?;
         let routes = t.map_p2p_peers(bs, &records, bytes)?;
 
-        t.max_blocks = shared_device_max_blocks(&placements(bs.peers(), &records));
+        let placed = placements(bs.peers(), &records);
+        t.max_blocks = shared_device_max_blocks(&placed);
         if t.max_blocks != u32::MAX {
             tracing::info!(
                 "rank {rank}: ranks share GPUs; at most {} blocks per launch",
                 t.max_blocks
             );
+        }
+        if process_shares_device(&placed, rank as usize) {
+            warn_about_shared_queues(device);
         }
 
         let mut table = t.build_conn_table(&slot_peers, &routes.fifo)?;

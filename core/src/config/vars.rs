@@ -140,7 +140,7 @@ vars! {
         valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
     NCCL_GIN_TYPE: Option<i64> = None, Comm, "the GIN type: 2 (proxy) is oxccl's only one; -1 or unset: any";
     OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (run on one GPU, not yet across GPUs)";
-    CUDA_DEVICE_MAX_CONNECTIONS: u32 = 8, Process, "CUDA's hardware queues per device, which streams share (CUDA reads it; oxccl only warns when GIN on a GPU may stall with fewer than 32)",
+    CUDA_DEVICE_MAX_CONNECTIONS: u32 = 8, Process, "CUDA's hardware queues per device, which streams share (CUDA reads it; oxccl only warns when GIN on a GPU, or ranks of one process sharing a GPU, may stall with fewer than 32)",
         valid(|n| (1..=32).contains(n), "an integer from 1 to 32");
     OXCCL_GIN_PLUGIN: Flag = Flag(true), Comm, "0: GIN over oxccl's own messages even when the network plugin has a GIN plugin of the proxy type";
 

@@ -403,6 +403,17 @@ pub fn placements(peers: &[PeerInfo], records: &[PeerRecord<'_>]) -> Vec<Placeme
         .collect()
 }
 
+/// Whether rank `me` shares its device with another rank of its own process: their streams
+/// then share the process's hardware queues, and a kernel queued behind a peer's kernel that
+/// waits for it never starts.
+pub fn process_shares_device(ranks: &[Placement], me: usize) -> bool {
+    let r = &ranks[me];
+    (ranks.iter())
+        .filter(|q| q.process == r.process && q.device == r.device)
+        .count()
+        > 1
+}
+
 /// Most blocks one launch may use on a communicator whose ranks run at `ranks`.
 ///
 /// Ranks that share a device wait for each other's blocks, which must therefore all be
@@ -693,6 +704,9 @@ mod tests {
         };
         let four: Vec<_> = (1..=4).map(|p| on(p, 5, 0xb05)).collect();
         assert_eq!(shared_device_max_blocks(&four), 33);
+        // Only ranks of one process share its hardware queues.
+        assert!(!process_shares_device(&four, 0));
+        assert!(process_shares_device(&three, 0) && !process_shares_device(&three, 1));
         assert_eq!(
             shared_device_max_blocks(&[on(1, 5, 0xb05), on(2, 6, 0xb05)]),
             u32::MAX
