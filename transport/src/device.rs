@@ -108,13 +108,11 @@ unsafe impl<A: DeviceApi> Sync for DeviceTransport<A> {}
 /// in the same queue never starts (seen with 4 ranks on one H200 under MPS).
 fn warn_about_shared_queues(device: i32) {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let queues = config::get(&vars::CUDA_DEVICE_MAX_CONNECTIONS);
-    if queues < 32 {
-        ONCE.call_once(|| {
-            tracing::warn!(target: "oxccl::init",
-                "ranks of this process share GPU {device}, and with CUDA_DEVICE_MAX_CONNECTIONS={queues} their streams share {queues} hardware queues: a kernel queued behind a peer's kernel that waits for it can hang; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA");
-        });
-    }
+    crate::hardware_queues::warn_if_few_hardware_queues(&ONCE, |queues| {
+        format!(
+            "ranks of this process share GPU {device}, and with CUDA_DEVICE_MAX_CONNECTIONS={queues} their streams share {queues} hardware queues: a kernel queued behind a peer's kernel that waits for it can hang"
+        )
+    });
 }
 
 fn p2p_disabled() -> bool {

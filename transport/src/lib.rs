@@ -18,6 +18,7 @@ mod fake_api;
 pub mod gin_context;
 pub mod gin_windows;
 mod gpu_backend;
+pub mod hardware_queues;
 mod ll_area;
 mod net;
 mod peer_fd;

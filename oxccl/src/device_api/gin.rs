@@ -430,13 +430,11 @@ struct Shape {
 #[cfg(any(feature = "cuda", feature = "hip"))]
 fn warn_about_hardware_queues() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let queues = config::get(&vars::CUDA_DEVICE_MAX_CONNECTIONS);
-    if queues < 32 {
-        ONCE.call_once(|| {
-            tracing::warn!(target: "oxccl::init",
-                "GIN on a GPU with CUDA_DEVICE_MAX_CONNECTIONS={queues}: this process's streams share {queues} hardware queues, and a GIN window copy sharing one with a kernel that waits for it stalls (oxccl then fails it after 60 s); set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA");
-        });
-    }
+    oxccl_device_transport::hardware_queues::warn_if_few_hardware_queues(&ONCE, |queues| {
+        format!(
+            "GIN on a GPU with CUDA_DEVICE_MAX_CONNECTIONS={queues}: this process's streams share {queues} hardware queues, and a GIN window copy sharing one with a kernel that waits for it stalls (oxccl then fails it after 60 s)"
+        )
+    });
 }
 
 /// A GPU's contexts (mapped host memory and device memory of `device`) and windows.
