@@ -381,11 +381,15 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Whether `other` is the same device of the same process.
+    fn same_process_device(&self, other: &Placement) -> bool {
+        self.process == other.process && self.device == other.device
+    }
+
     /// Whether `other` runs on the same GPU: the same device of one process, or the same bus id
     /// on one machine (processes sharing it, under MPS or in turns).
     fn same_gpu(&self, other: &Placement) -> bool {
-        (self.process == other.process && self.device == other.device)
-            || (self.gpu.1 != 0 && self.gpu == other.gpu)
+        self.same_process_device(other) || (self.gpu.1 != 0 && self.gpu == other.gpu)
     }
 }
 
@@ -408,10 +412,7 @@ pub fn placements(peers: &[PeerInfo], records: &[PeerRecord<'_>]) -> Vec<Placeme
 /// waits for it never starts.
 pub fn process_shares_device(ranks: &[Placement], me: usize) -> bool {
     let r = &ranks[me];
-    (ranks.iter())
-        .filter(|q| q.process == r.process && q.device == r.device)
-        .count()
-        > 1
+    ranks.iter().filter(|q| q.same_process_device(r)).count() > 1
 }
 
 /// Most blocks one launch may use on a communicator whose ranks run at `ranks`.
