@@ -57,15 +57,26 @@ impl ReqState {
 
 /// One part of a message for a data socket.
 pub(super) struct Job {
-    pub span: Span,
-    pub state: Arc<ReqState>,
+    span: Span,
+    state: Arc<ReqState>,
     /// Set by [`Lane::submit`]: counts the part as its lane's until the part is dropped, which
     /// is after the thread's last touch of `span`.
-    pub ticket: Option<LaneTicket>,
+    ticket: Option<LaneTicket>,
+}
+
+impl Job {
+    /// The part `span` of the request whose completion `state` tracks.
+    pub fn new(span: Span, state: Arc<ReqState>) -> Job {
+        Job {
+            span,
+            state,
+            ticket: None,
+        }
+    }
 }
 
 /// One part a lane's thread holds (see [`Lane::drain`]).
-pub(super) struct LaneTicket(Arc<AtomicUsize>);
+struct LaneTicket(Arc<AtomicUsize>);
 
 impl Drop for LaneTicket {
     fn drop(&mut self) {
@@ -505,14 +516,13 @@ mod tests {
     }
 
     fn job(addr: *const u8, len: usize, state: &Arc<ReqState>) -> Job {
-        Job {
-            ticket: None,
-            span: Span {
+        Job::new(
+            Span {
                 addr: addr as usize,
                 len,
             },
-            state: state.clone(),
-        }
+            state.clone(),
+        )
     }
 
     fn wait_parts(state: &ReqState) {

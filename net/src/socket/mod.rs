@@ -337,14 +337,13 @@ impl Net for SocketNet {
             let ps = parts(size, side.lanes.len(), side.config.min_task);
             state.parts.store(ps.len(), Ordering::Release);
             for (off, len, lane) in ps {
-                let job = Job {
-                    span: Span {
+                let job = Job::new(
+                    Span {
                         addr: data as usize + off,
                         len,
                     },
-                    state: state.clone(),
-                    ticket: None,
-                };
+                    state.clone(),
+                );
                 side.lanes[lane].submit(job);
             }
         }

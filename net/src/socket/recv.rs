@@ -247,14 +247,13 @@ impl RecvSide {
                 let ps = parts(size, self.lanes.len(), self.config.min_task);
                 st.parts.parts.store(ps.len(), Ordering::Release);
                 for (off, len, lane) in ps {
-                    let job = Job {
-                        span: Span {
+                    let job = Job::new(
+                        Span {
                             addr: st.span.addr + off,
                             len,
                         },
-                        state: st.parts.clone(),
-                        ticket: None,
-                    };
+                        st.parts.clone(),
+                    );
                     self.lanes[lane].submit(job);
                 }
                 st.done.store(true, Ordering::Release);
