@@ -43,6 +43,10 @@
 #   reg:OP                   our library and NVIDIA's, OP 64 KiB-4 MiB driven by one thread with
 #                            -R 0, 1 and 2 (plain, ncclCommRegister, symmetric windows): what
 #                            registration costs each
+#   window:OPS               oxccl-bench, one process per GPU (--launch procs), OPS (e.g.
+#                            allreduce,allgather) 64 KiB-256 MiB out of place, buffers from
+#                            cudaMalloc and from ncclMemAlloc registered as symmetric windows,
+#                            our library beside NVIDIA's (--compare): what windows give each
 #
 # OXCCL_COMMIT names the commit the build came from in the logs.
 set -u
@@ -216,6 +220,15 @@ for step in "$@"; do
             -g "$ngpus" -R $r -c 0 -w 5 -n 50 > "$work/reg/$tag.log" 2>&1
           echo "$tag $(row_times "$work/reg/$tag.log")"
         done
+      done ;;
+    window:*)
+      ops=${step#window:}; mkdir -p "$work/window"
+      for reg in none window; do
+        [ "$(left)" -gt 30 ] || break
+        timeout $(( $(left) / 2 )) /tmp/oxccl-build/bin/oxccl-bench --lib /tmp/oxccl-build/lib/libnccl.so.2 \
+          --compare "$nvlib/libnccl.so.2" --launch procs -n "$ngpus" --op "$ops" --reg $reg \
+          -b 64K -e 256M -f 4 -w 5 -i 20 -c 1 --json "$work/window/$reg.json" > "$work/window/$reg.log" 2>&1
+        echo "window:$ops --reg $reg rc=$?"; grep -E "^#  *[a-z]+ \(|^  *[0-9]|RESULT" "$work/window/$reg.log"
       done ;;
     *) echo "unknown step $step" ;;
   esac
