@@ -28,9 +28,10 @@
 #   gin                      GIN through oxccl's host proxy on GPUs (OXCCL_GIN_GPU=1): the GPU
 #                            suite's device API configurations (LSA d*-device-api and GIN
 #                            d*-device-gin, ranks sharing GPUs where there are fewer), then
-#                            nccl-tests' GIN AlltoAll
-#                            (alltoall_perf -R 2 -D 3, a thread per GPU, 8 B-16 MiB, -c 1), ours
-#                            beside NVIDIA's (which needs InfiniBand or a GIN plugin for it)
+#                            nccl-tests' GIN and hybrid LSA+GIN AlltoAll
+#                            (alltoall_perf -R 2 -D 3 and -D 4, a thread per GPU, 8 B-16 MiB,
+#                            -c 1), ours beside NVIDIA's (which needs InfiniBand or a GIN plugin
+#                            for it); GIN_SUITE=REGEX picks other suite configurations
 #   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
@@ -142,14 +143,17 @@ for step in "$@"; do
       # The process-per-rank configurations share the GPU(s) concurrently under MPS.
       # shellcheck disable=SC1091
       source tests/gpu/mps.sh start > "$work/gin/mps.log" 2>&1
-      QUICK=1 ONLY=device- timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
+      QUICK=1 ONLY="${GIN_SUITE:-device-}" timeout $(( $(left) / 2 )) tests/gpu/run.sh /tmp/oxccl-build/bin "$work/gin/suite" > "$work/gin/suite.out" 2>&1
       echo "device API rc=$?"; counts "$work/gin/suite.out"
       bin=$(perf_bin alltoall)
-      for lib in ours nv; do
-        env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" OXCCL_GIN_GPU=1 timeout 120 "$bin" -t "$ngpus" -g 1 \
-          -R 2 -D 3 -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$work/gin/alltoall-$lib.log" 2>&1
-        echo "GIN AlltoAll, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$work/gin/alltoall-$lib.log")"
-        tail -4 "$work/gin/alltoall-$lib.log"
+      for d in 3 4; do
+        for lib in ours nv; do
+          log="$work/gin/alltoall-D$d-$lib.log"
+          env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" OXCCL_GIN_GPU=1 timeout 120 "$bin" -t "$ngpus" -g 1 \
+            -R 2 -D $d -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$log" 2>&1
+          echo "GIN AlltoAll -D $d, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$log")"
+          tail -4 "$log"
+        done
       done
       bash tests/gpu/mps.sh stop >> "$work/gin/mps.log" 2>&1 ;;
     proxy-events)
