@@ -405,8 +405,8 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
  * NVIDIA declares these in the nccl_device headers. Only ncclTeam_t is laid out here; the other
  * structs are used through pointers, and nccl_device.h (oxccl's own, with NCCL 2.28.9's layouts
  * and device functions) lays them out for kernels. oxccl has no multimem yet, and carries GIN
- * (device-initiated networking) on the host backend (on GPUs only with OXCCL_GIN_GPU=1):
- * ncclDevCommCreate refuses requirements that need what it lacks.
+ * (device-initiated networking) through its host proxy over any network: ncclDevCommCreate
+ * refuses requirements that need what it lacks.
  */
 
 /* A team of ranks: rank r of the team is world rank (worldRank - rank*stride + r*stride). */

@@ -203,12 +203,14 @@ fn gin_crosses_hosts_after_a_rail_barrier() {
     assert!(failed.is_empty(), "{failed:?}");
 }
 
-/// `NCCL_GIN_TYPE` naming a type oxccl lacks (3, NVIDIA's GDAKI) refuses a device communicator
-/// that needs GIN with `ncclInternalError` and a sentence, as NCCL refuses a type mismatch.
+/// A device communicator that asks for GIN is refused with `ncclInternalError` and a sentence
+/// naming the variable, as NCCL refuses it, when `NCCL_GIN_ENABLE=0` turns GIN off or
+/// `NCCL_GIN_TYPE` names a type oxccl lacks (3, NVIDIA's GDAKI). Each case runs in a child
+/// process with the variable set.
 #[test]
-fn a_gin_type_oxccl_lacks_is_refused() {
-    const CHILD: &str = "OXCCL_GIN_TYPE_CHILD";
-    if std::env::var_os(CHILD).is_some() {
+fn gin_switched_off_or_of_a_missing_type_is_refused() {
+    const CHILD: &str = "OXCCL_GIN_REFUSAL_CHILD";
+    if let Some(setting) = std::env::var_os(CHILD) {
         let mut c = ncclComm_t::NULL;
         // SAFETY: one out-slot; a NULL device list means device 0.
         let r = unsafe { ncclCommInitAll(&mut c, 1, std::ptr::null()) };
@@ -220,22 +222,25 @@ fn a_gin_type_oxccl_lacks_is_refused() {
         // SAFETY: valid pointers.
         let got = unsafe { ncclDevCommCreate(c, &reqs, &mut dc) };
         assert_eq!(got, R::INTERNAL_ERROR);
-        assert!(last_error().contains("NCCL_GIN_TYPE=3"), "{}", last_error());
+        let setting = setting.to_string_lossy();
+        assert!(last_error().contains(&*setting), "{}", last_error());
         // SAFETY: a live handle, not used afterwards.
         assert_eq!(unsafe { ncclCommDestroy(c) }, R::SUCCESS);
         return;
     }
-    let status = Command::new(std::env::current_exe().expect("this test binary"))
-        .args([
-            "--exact",
-            "a_gin_type_oxccl_lacks_is_refused",
-            "--nocapture",
-            "-q",
-        ])
-        .env(CHILD, "1")
-        .env("OXCCL_BACKEND", "host")
-        .env("NCCL_GIN_TYPE", "3")
-        .status()
-        .expect("run the child");
-    assert!(status.success(), "{status:?}");
+    for (var, value) in [("NCCL_GIN_ENABLE", "0"), ("NCCL_GIN_TYPE", "3")] {
+        let status = Command::new(std::env::current_exe().expect("this test binary"))
+            .args([
+                "--exact",
+                "gin_switched_off_or_of_a_missing_type_is_refused",
+                "--nocapture",
+                "-q",
+            ])
+            .env(CHILD, format!("{var}={value}"))
+            .env("OXCCL_BACKEND", "host")
+            .env(var, value)
+            .status()
+            .expect("run the child");
+        assert!(status.success(), "{var}={value}: {status:?}");
+    }
 }

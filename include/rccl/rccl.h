@@ -429,8 +429,8 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
  * structs are used through pointers, and rccl/nccl_device.h (oxccl's own, installed beside this
  * file, with NCCL 2.28.9's layouts and device functions that hipcc compiles for AMD GPUs) lays
  * them out for kernels. oxccl has no multimem yet, and carries GIN (device-initiated
- * networking) on the host backend (on GPUs only with OXCCL_GIN_GPU=1): ncclDevCommCreate
- * refuses requirements that need what it lacks.
+ * networking) through its host proxy over any network: ncclDevCommCreate refuses requirements
+ * that need what it lacks.
  */
 
 /* A team of ranks: rank r of the team is world rank (worldRank - rank*stride + r*stride). */

@@ -25,7 +25,7 @@
 #                            machine (NET between them, Simple then LL forced), under
 #                            gpu-check's every-operation run: the ProxyOp and ProxyStep events
 #                            in each rank's dump (each counted as its begin and end lines)
-#   gin                      GIN through oxccl's host proxy on GPUs (OXCCL_GIN_GPU=1): the GPU
+#   gin                      GIN through oxccl's host proxy on GPUs: the GPU
 #                            suite's device API configurations (LSA d*-device-api and GIN
 #                            d*-device-gin, ranks sharing GPUs where there are fewer), then
 #                            nccl-tests' GIN and hybrid LSA+GIN AlltoAll
@@ -149,7 +149,7 @@ for step in "$@"; do
       for d in 3 4; do
         for lib in ours nv; do
           log="$work/gin/alltoall-D$d-$lib.log"
-          env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" OXCCL_GIN_GPU=1 timeout 120 "$bin" -t "$ngpus" -g 1 \
+          env LD_LIBRARY_PATH="$(lib_dir $lib):/usr/local/cuda/lib64" timeout 120 "$bin" -t "$ngpus" -g 1 \
             -R 2 -D $d -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$log" 2>&1
           echo "GIN AlltoAll -D $d, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$log")"
           tail -4 "$log"

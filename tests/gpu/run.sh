@@ -55,7 +55,7 @@
 #   p*-device-api/gin              the same programs with a process per rank (p2: one host; p2h2,
 #                                  p4h2: two "hosts", GIN across them); start MPS first
 #   d2/d4-device-gin(-ox)          a GIN kernel written against the same API (puts, a putValue,
-#                                  signals, counters, flush, world barriers; OXCCL_GIN_GPU=1)
+#                                  signals, counters, flush, world barriers)
 #   t5-safe-cycles                 init / AllReduce / finalize cycles: fds, threads, GPU memory flat
 #   t12/t13-torch-*                torch.distributed on BIN/libnccl.so.2: a stalled rank named by
 #                                  the watchdog, a mismatched count refused by OXCCL_CHECK=1
@@ -326,15 +326,15 @@ api_configs() {
     # hardware queues, and a window copy sharing a queue with a kernel that waits for it would
     # stall (oxccl warns and names this variable), hence 32 queues.
     if [ -x "$BIN/device-gin-check" ]; then
-      run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
-      run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 4 1048579 2
+      run_exe "$BIN/device-gin-check" d2-device-gin LD_LIBRARY_PATH="$dir" CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
+      run_exe "$BIN/device-gin-check" d4-device-gin LD_LIBRARY_PATH="$dir" CUDA_DEVICE_MAX_CONNECTIONS=32 -- 4 1048579 2
       # A process per rank (DEVICE_CHECK_HOSTS, check.h), on two "hosts": every put and the
       # world barrier's rail half cross the network; with four, LSA pairs inside each host.
-      run_exe "$BIN/device-gin-check" p2h2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 DEVICE_CHECK_HOSTS=2 -- 2 65537 3
-      run_exe "$BIN/device-gin-check" p4h2-device-gin LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 DEVICE_CHECK_HOSTS=2 -- 4 65537 2
+      run_exe "$BIN/device-gin-check" p2h2-device-gin LD_LIBRARY_PATH="$dir" DEVICE_CHECK_HOSTS=2 -- 2 65537 3
+      run_exe "$BIN/device-gin-check" p4h2-device-gin LD_LIBRARY_PATH="$dir" DEVICE_CHECK_HOSTS=2 -- 4 65537 2
     fi
     if [ -x "$BIN/device-gin-check-ox" ]; then
-      run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" OXCCL_GIN_GPU=1 CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
+      run_exe "$BIN/device-gin-check-ox" d2-device-gin-ox LD_LIBRARY_PATH="$dir" CUDA_DEVICE_MAX_CONNECTIONS=32 -- 2 65537 3
     fi
   fi
   if [ -f "$BIN/libnccl.so.2" ] && python3 -c "import torch" 2>/dev/null; then

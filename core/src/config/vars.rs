@@ -129,7 +129,7 @@ vars! {
     OXCCL_NET_TRACE: Option<String> = None, Process, "directory the socket network writes traces of its transfers to";
 
     // Device-initiated networking (GIN) of the device API.
-    NCCL_GIN_ENABLE: bool = true, Comm, "0: device communicators that need GIN are refused";
+    NCCL_GIN_ENABLE: bool = true, Comm, "0: device communicators that ask for GIN are refused, and ones spanning hosts do without it";
     NCCL_GIN_NCONTEXTS: u32 = 4, Comm, "GIN contexts of a communicator",
         valid(|n| (1..=4).contains(n), "1 to 4");
     NCCL_GIN_SIGNAL_POOL_SIZE: u32 = 65536, Comm, "GIN signals a communicator's device communicators share",
@@ -139,7 +139,6 @@ vars! {
     NCCL_GIN_PROXY_QUEUE_SIZE: u32 = 256, Comm, "descriptor slots per peer of a GIN context",
         valid(|n| n.is_power_of_two() && *n <= 65536, "a power of two up to 65536");
     NCCL_GIN_TYPE: Option<i64> = None, Comm, "the GIN type: 2 (proxy) is oxccl's only one; -1 or unset: any";
-    OXCCL_GIN_GPU: Flag = Flag(false), Comm, "1: GPU backends carry GIN too (run on one GPU, not yet across GPUs)";
     CUDA_DEVICE_MAX_CONNECTIONS: u32 = 8, Process, "CUDA's hardware queues per device, which streams share (CUDA reads it; oxccl only warns when GIN on a GPU, or ranks of one process sharing a GPU, may stall with fewer than 32)",
         valid(|n| (1..=32).contains(n), "an integer from 1 to 32");
     OXCCL_GIN_PLUGIN: Flag = Flag(true), Comm, "0: GIN over oxccl's own messages even when the network plugin has a GIN plugin of the proxy type";

@@ -8,8 +8,7 @@
 //! communicator. On the host backend "device" memory is host memory, so a context is plain
 //! memory the engine and the ranks' code share; on GPUs a context's rings, indices, counters
 //! and signals are mapped host memory (`oxccl_device_transport::gin_context`) and windows are
-//! copied on a stream of the engine's own (`gin_windows`); it has run with ranks sharing one
-//! GPU, not yet across GPUs, so GPU backends carry GIN only when `OXCCL_GIN_GPU=1` asks for it.
+//! copied on a stream of the engine's own (`gin_windows`).
 
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
@@ -208,13 +207,7 @@ impl GinState {
         backend: &Arc<AnyBackend>,
         windows_now: impl IntoIterator<Item = (u64, DevicePtr, u64)>,
     ) -> Result<GinState> {
-        if !carried_on(comm) {
-            return Err(Error::usage(format!(
-                "ncclDevCommCreate: device-initiated networking (GIN) on {} GPUs is opt-in in oxccl until it has run across GPUs; OXCCL_GIN_GPU=1 turns it on (LSA windows and barriers work within a host)",
-                backend.name()
-            )));
-        }
-        if !config::get(&vars::NCCL_GIN_ENABLE) {
+        if !enabled() {
             return Err(Error::Internal(
                 "ncclDevCommCreate: the device communicator needs GIN, which NCCL_GIN_ENABLE=0 turns off".into(),
             ));
@@ -408,9 +401,9 @@ fn plugin_choice(
     Ok(mine)
 }
 
-/// Whether `comm`'s backend carries GIN: the host backend always, GPUs when asked to.
-pub fn carried_on(comm: &AnyComm) -> bool {
-    matches!(comm, AnyComm::Host(_)) || config::get(&vars::OXCCL_GIN_GPU).0
+/// Whether GIN may start (`NCCL_GIN_ENABLE`, as in NCCL).
+pub fn enabled() -> bool {
+    config::get(&vars::NCCL_GIN_ENABLE)
 }
 
 /// A communicator's contexts, and its windows as its engines copy them.

@@ -151,14 +151,13 @@ pub fn create_dev_comm(
 ) -> Result<(MadeDevComm, Vec<ResourcePlace>)> {
     let lsa = comm.lsa_team()?;
     let hosts_apart = lsa.size as usize != comm.nranks();
-    let carried = super::gin::carried_on(comm);
+    let enabled = super::gin::enabled();
     let gin = match req.gin_need(hosts_apart) {
-        // Without GIN, do without it where NCCL would start it for nothing in particular.
-        Some(GinNeed::SpansHosts) if !carried => false,
-        Some(GinNeed::Asked(why)) if !carried => {
-            return Err(Error::usage(format!(
-                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN); GIN on {} GPUs is opt-in in oxccl until it has run across GPUs (OXCCL_GIN_GPU=1 turns it on; LSA windows and barriers work within a host)",
-                backend.name()
+        // With GIN turned off, do without it where NCCL would start it for nothing in particular.
+        Some(GinNeed::SpansHosts) if !enabled => false,
+        Some(GinNeed::Asked(why)) if !enabled => {
+            return Err(Error::Internal(format!(
+                "ncclDevCommCreate: {why}, which needs device-initiated networking (GIN), turned off by NCCL_GIN_ENABLE=0"
             )));
         }
         need => need.is_some(),

@@ -10,7 +10,7 @@
 // here), the counter (its sources consumed) and a flush. Every received element is checked;
 // the last line is `RESULT pass=P fail=F`.
 //
-// oxccl carries GIN on GPUs only with OXCCL_GIN_GPU=1; NVIDIA's NCCL 2.28.9 needs an
+// oxccl carries GIN over any network through its host proxy; NVIDIA's NCCL 2.28.9 needs an
 // InfiniBand network or a GIN plugin for it.
 //
 // Usage: device-gin-check [NRANKS] [COUNT] [ITERS]
