@@ -197,6 +197,56 @@ pub struct ncclSimInfo_t {
 /// `ncclSimInfo_t.magic`.
 pub const NCCL_SIM_INFO_MAGIC: c_uint = 0x7468_5283;
 
+/// `ncclGinType_t` (NCCL 2.29): the GIN type a communicator offers.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ncclGinType_t(pub c_int);
+
+impl ncclGinType_t {
+    /// `NCCL_GIN_TYPE_NONE`.
+    pub const NONE: ncclGinType_t = ncclGinType_t(0);
+    /// `NCCL_GIN_TYPE_PROXY`: oxccl's only type.
+    pub const PROXY: ncclGinType_t = ncclGinType_t(2);
+    /// `NCCL_GIN_TYPE_GDAKI`.
+    pub const GDAKI: ncclGinType_t = ncclGinType_t(3);
+}
+
+/// `ncclCommProperties_t` as NCCL 2.29.7 and later lay it out; 2.29.2-2.29.3 headers end after
+/// `ginType`, and the caller's `size` says which it has.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ncclCommProperties_t {
+    /// `sizeof(ncclCommProperties_t)` of the caller's header.
+    pub size: usize,
+    /// `NCCL_API_MAGIC`.
+    pub magic: c_uint,
+    /// `NCCL_VERSION_CODE` of the caller's header.
+    pub version: c_uint,
+    /// This rank.
+    pub rank: c_int,
+    /// Ranks of the communicator.
+    pub nRanks: c_int,
+    /// Its CUDA device ordinal.
+    pub cudaDev: c_int,
+    /// Its NVML device index (-1: oxccl does not use NVML).
+    pub nvmlDev: c_int,
+    /// Whether the device API (`ncclDevCommCreate`, windows) works on it.
+    pub deviceApiSupport: bool,
+    /// Whether multimem (NVLink multicast) is available.
+    pub multimemSupport: bool,
+    /// The GIN type device communicators get.
+    pub ginType: ncclGinType_t,
+    /// LSA teams (hosts) of the communicator (2.29.7).
+    pub nLsaTeams: c_int,
+    /// Whether host-initiated one-sided operations are available (2.29.7).
+    pub hostRmaSupport: bool,
+    /// The GIN type across rails (2.29.7).
+    pub railedGinType: ncclGinType_t,
+}
+
+/// Bytes of `ncclCommProperties_t` in NCCL 2.29.2-2.29.3 headers (up to `ginType`).
+pub const COMM_PROPERTIES_2_29_2_BYTES: usize = 40;
+
 /// `ncclTeam_t`: returned by value in registers.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,6 +39,7 @@ ctype! {
     ncclRedOp_t => "ncclRedOp_t",
     ncclScalarResidence_t => "ncclScalarResidence_t",
     ncclCommMemStat_t => "ncclCommMemStat_t",
+    ncclCommProperties_t => "ncclCommProperties_t",
     ncclComm_t => "ncclComm_t",
     ncclWindow_t => "ncclWindow_t",
     ncclUniqueId => "ncclUniqueId",
@@ -206,6 +207,7 @@ decls! { ADDED_2_29:
     ncclCommResume / pncclCommResume: fn(ncclComm_t) -> ncclResult_t;
     ncclCommMemStats / pncclCommMemStats: fn(ncclComm_t, ncclCommMemStat_t, *mut u64) -> ncclResult_t;
     ncclWinGetUserPtr / pncclWinGetUserPtr: fn(ncclComm_t, ncclWindow_t, *mut *mut c_void) -> ncclResult_t;
+    ncclCommQueryProperties / pncclCommQueryProperties: fn(ncclComm_t, *mut ncclCommProperties_t) -> ncclResult_t;
     ncclAlltoAllv / pncclAlltoAllv:
         fn(*const c_void, *const usize, *const usize, *mut c_void, *const usize, *const usize, ncclDataType_t, ncclComm_t, Stream) -> ncclResult_t;
 }

@@ -6,9 +6,10 @@
 
 use oxccl_ffi::abi::ncclResult_t as R;
 use oxccl_ffi::abi::{
-    NCCL_WIN_COLL_SYMMETRIC, ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t,
-    ncclDevResourceRequirements_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
-    ncclTeamRequirements_t, ncclWindow_t,
+    COMM_PROPERTIES_2_29_2_BYTES, NCCL_CONFIG_MAGIC, NCCL_WIN_COLL_SYMMETRIC, ncclComm_t,
+    ncclCommProperties_t, ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t,
+    ncclGinType_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t, ncclTeamRequirements_t,
+    ncclWindow_t,
 };
 use oxccl_ffi::api::*;
 use std::ffi::{CStr, c_int, c_void};
@@ -276,6 +277,103 @@ fn multicast_is_refused_with_a_sentence_and_forced_gin_runs() {
     assert_eq!(got, R::INVALID_ARGUMENT);
     assert!(
         last_error().contains("teamRequirementsList does not end"),
+        "{}",
+        last_error()
+    );
+    destroy(c);
+}
+
+/// `ncclCommQueryProperties` (NCCL 2.29) fills what the caller's `size` holds: every field of
+/// 2.29.7's layout, or 2.29.2's shorter one without touching the bytes after it; a struct not
+/// made by the initializer and a NULL one are refused with a sentence.
+#[test]
+fn comm_properties_answer_as_far_as_the_callers_struct_goes() {
+    setup();
+    let c = comms(2);
+    let fresh = |size: usize| ncclCommProperties_t {
+        size,
+        magic: NCCL_CONFIG_MAGIC,
+        version: 22907,
+        rank: -7,
+        nRanks: -7,
+        cudaDev: -7,
+        nvmlDev: -7,
+        deviceApiSupport: false,
+        multimemSupport: true,
+        ginType: ncclGinType_t(-7),
+        nLsaTeams: -7,
+        hostRmaSupport: true,
+        railedGinType: ncclGinType_t(-7),
+    };
+    let mut p = fresh(size_of::<ncclCommProperties_t>());
+    // SAFETY: a live communicator and a whole struct.
+    assert_eq!(unsafe { ncclCommQueryProperties(c[1], &mut p) }, R::SUCCESS);
+    assert_eq!((p.rank, p.nRanks, p.cudaDev, p.nvmlDev), (1, 2, 1, -1));
+    assert!(p.deviceApiSupport && !p.multimemSupport && !p.hostRmaSupport);
+    assert_eq!(
+        (p.ginType, p.railedGinType),
+        (ncclGinType_t::PROXY, ncclGinType_t::PROXY)
+    );
+    assert_eq!(p.nLsaTeams, 1, "one host");
+
+    let mut short = fresh(COMM_PROPERTIES_2_29_2_BYTES);
+    // SAFETY: as above; the library writes only the first 40 bytes.
+    let got = unsafe { ncclCommQueryProperties(c[0], &mut short) };
+    assert_eq!(got, R::SUCCESS);
+    assert_eq!((short.rank, short.ginType), (0, ncclGinType_t::PROXY));
+    assert_eq!(
+        (short.nLsaTeams, short.hostRmaSupport, short.railedGinType),
+        (-7, true, ncclGinType_t(-7)),
+        "2.29.2's struct ends at ginType"
+    );
+
+    let mut unmade = fresh(size_of::<ncclCommProperties_t>());
+    unmade.magic = 0;
+    // SAFETY: as above.
+    let got = unsafe { ncclCommQueryProperties(c[0], &mut unmade) };
+    assert_eq!(got, R::INVALID_USAGE);
+    assert!(
+        last_error().contains("NCCL_COMM_PROPERTIES_INITIALIZER"),
+        "{}",
+        last_error()
+    );
+    let mut tiny = fresh(16);
+    // SAFETY: as above.
+    let got = unsafe { ncclCommQueryProperties(c[0], &mut tiny) };
+    assert_eq!(got, R::INVALID_ARGUMENT);
+    // SAFETY: NULL is named, not written.
+    let got = unsafe { ncclCommQueryProperties(c[0], std::ptr::null_mut()) };
+    assert_eq!(got, R::INVALID_ARGUMENT);
+    destroy(c);
+}
+
+/// Requirements built with NCCL 2.29's or later headers start with size, magic and version
+/// (then 2.28's fields): `ncclDevCommCreate` names that layout and refuses it instead of
+/// reading the size as a list pointer.
+#[test]
+fn requirements_of_a_newer_layout_are_refused_with_a_sentence() {
+    setup();
+    let c = comms(1);
+    #[repr(C)]
+    struct Newer {
+        size: usize,
+        magic: u32,
+        version: u32,
+        rest: ncclDevCommRequirements_t,
+    }
+    let newer = Newer {
+        size: size_of::<Newer>(),
+        magic: NCCL_CONFIG_MAGIC,
+        version: 23007,
+        rest: zero_reqs(),
+    };
+    // SAFETY: plain C data.
+    let mut dc: ncclDevComm_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the struct holds more than 2.28's requirements; only its first 16 bytes are read.
+    let got = unsafe { ncclDevCommCreate(c[0], (&newer as *const Newer).cast(), &mut dc) };
+    assert_eq!(got, R::INVALID_USAGE);
+    assert!(
+        last_error().contains("NCCL 2.30.7") && last_error().contains("2.28.9"),
         "{}",
         last_error()
     );

@@ -22,6 +22,7 @@
 #endif
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -523,6 +524,41 @@ ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t
 
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+/* The GIN type a communicator offers its device communicators (oxccl: the proxy type). */
+typedef enum {
+  NCCL_GIN_TYPE_NONE = 0,
+  NCCL_GIN_TYPE_PROXY = 2,
+  NCCL_GIN_TYPE_GDAKI = 3
+} ncclGinType_t;
+
+/* What ncclCommQueryProperties reports, as NCCL 2.29.7 lays it out (2.29.2's ends after
+ * ginType; the library writes only what `size` holds). Start from
+ * NCCL_COMM_PROPERTIES_INITIALIZER. oxccl reports nvmlDev -1 (it does not use NVML). */
+typedef struct ncclCommProperties {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int rank;
+  int nRanks;
+  int cudaDev;
+  int nvmlDev;
+  bool deviceApiSupport;
+  bool multimemSupport;
+  ncclGinType_t ginType;
+  int nLsaTeams;
+  bool hostRmaSupport;
+  ncclGinType_t railedGinType;
+} ncclCommProperties_t;
+
+#define NCCL_COMM_PROPERTIES_INITIALIZER                                                     \
+  {                                                                                          \
+    sizeof(ncclCommProperties_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, 0, 0, 0, 0, false, false, \
+        NCCL_GIN_TYPE_NONE, 0, false, NCCL_GIN_TYPE_NONE                                     \
+  }
+
+ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props);
+ncclResult_t pncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props);
 
 /* One-sided operations on registered windows. Not supported by oxccl yet: ncclInvalidUsage. */
 typedef struct {

@@ -64,13 +64,14 @@ const NCCL_2_28_9: [&str; 52] = [
 ];
 
 /// Documented extensions of both builds (each with a `p` twin): NCCL 2.29 additions and AlltoAllv.
-const EXTENSIONS: [&str; 7] = [
+const EXTENSIONS: [&str; 8] = [
     "ncclCommGetUniqueId",
     "ncclCommGrow",
     "ncclCommSuspend",
     "ncclCommResume",
     "ncclCommMemStats",
     "ncclWinGetUserPtr",
+    "ncclCommQueryProperties",
     "ncclAlltoAllv",
 ];
 
@@ -161,8 +162,8 @@ fn check(flavour: Flavour) {
     fixed.insert("oxcclCommHangReport".into());
     assert_eq!(names, fixed);
     let expected_count = match flavour {
-        Flavour::Nccl => 2 * 52 + 2 * 7 + 3,
-        Flavour::Rccl => 2 * 52 + 2 * 7 + 2 * 9 + 3,
+        Flavour::Nccl => 2 * 52 + 2 * 8 + 3,
+        Flavour::Rccl => 2 * 52 + 2 * 8 + 2 * 9 + 3,
     };
     assert_eq!(names.len(), expected_count);
 

@@ -2,12 +2,14 @@
 //!
 //! Device communicators follow NCCL 2.28's layout byte for byte (`abi::ncclDevComm_t`), so
 //! kernels compiled against NVIDIA's `nccl_device.h` run on them: teams, windows mapped flat
-//! over the load/store-accessible (LSA) team, LSA barriers and resource buffers. Multicast
-//! (multimem) and device-initiated networking (GIN) are refused with a sentence.
+//! over the load/store-accessible (LSA) team, LSA barriers and resource buffers, and GIN through
+//! oxccl's host proxy. Multicast (multimem) is refused with a sentence. NCCL 2.29's
+//! `ncclCommQueryProperties` answers too; 2.29's requirement layout is recognised and refused.
 
 use crate::abi::{
-    ncclComm_t, ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t,
-    ncclGinBarrierHandle_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
+    COMM_PROPERTIES_2_29_2_BYTES, NCCL_CONFIG_MAGIC, ncclComm_t, ncclCommProperties_t,
+    ncclDevComm_t, ncclDevCommRequirements_t, ncclDevResourceRequirements_t,
+    ncclGinBarrierHandle_t, ncclGinType_t, ncclLLA2AHandle_t, ncclLsaBarrierHandle_t, ncclTeam_t,
 };
 use crate::boundary::nccl_api;
 use crate::group;
@@ -148,7 +150,7 @@ unsafe fn gin_barrier_create_requirement(
         )
     };
     let n = count(n_barriers, "nBarriers")?;
-    // Sized as NCCL's; `ncclDevCommCreate` refuses it where GIN would have to carry it.
+    // Sized as NCCL's.
     *req = requirement(
         device_api::rail_barrier_bytes(n),
         align_of::<u32>(),
@@ -202,6 +204,13 @@ unsafe fn dev_comm_create(
     }
     if out_dev_comm.is_null() {
         return Err(Error::arg("outDevComm argument is NULL"));
+    }
+    // SAFETY: a requirements struct of any NCCL version holds at least 16 bytes.
+    if let Some(version) = unsafe { newer_requirements(reqs) } {
+        return Err(Error::usage(format!(
+            "ncclDevCommCreate: the requirements are laid out as NCCL {}'s (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER with size, magic and version first); oxccl implements NCCL 2.28.9's device API: build the program against NCCL 2.28's headers or oxccl's",
+            version_name(version)
+        )));
     }
     // SAFETY: the caller passes a valid requirements struct of NCCL 2.28's layout.
     let reqs = unsafe { *reqs };
@@ -292,6 +301,72 @@ unsafe fn dev_comm_create(
     )
 }
 
+/// The header version of a requirements struct laid out as NCCL 2.29 and later lay it out
+/// (`size`, `NCCL_API_MAGIC`, version, then 2.28's fields), or `None` for 2.28's layout, whose
+/// first two fields are pointers: a pointer is never a struct's size, and its low half matching
+/// the magic as well does not happen by chance.
+///
+/// # Safety
+/// `reqs` points at 16 readable bytes.
+unsafe fn newer_requirements(reqs: *const ncclDevCommRequirements_t) -> Option<u32> {
+    // SAFETY: the caller's contract; read as plain words, whatever the layout.
+    let (size, magic, version) = unsafe {
+        let words = reqs.cast::<u64>();
+        let halves = reqs.cast::<u32>();
+        (
+            words.read_unaligned(),
+            halves.add(2).read_unaligned(),
+            halves.add(3).read_unaligned(),
+        )
+    };
+    ((16..4096).contains(&size) && magic == NCCL_CONFIG_MAGIC).then_some(version)
+}
+
+/// `NCCL_VERSION_CODE` as NCCL spells versions (`2.29.7`).
+fn version_name(code: u32) -> String {
+    format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100)
+}
+
+unsafe fn comm_query_properties(comm: ncclComm_t, props: *mut ncclCommProperties_t) -> Result<()> {
+    let live = handles::lookup(comm, Need::Query)?;
+    if props.is_null() {
+        return Err(Error::arg("props argument is NULL"));
+    }
+    // SAFETY: every version's struct starts with size, magic and version.
+    let (size, magic) = unsafe { ((*props).size, (*props).magic) };
+    if magic != NCCL_CONFIG_MAGIC {
+        return Err(Error::usage(
+            "ncclCommQueryProperties: props must start as NCCL_COMM_PROPERTIES_INITIALIZER makes it (its magic is missing)",
+        ));
+    }
+    if size < COMM_PROPERTIES_2_29_2_BYTES {
+        return Err(Error::arg(format!(
+            "ncclCommQueryProperties: props size {size} is smaller than any NCCL version's ncclCommProperties_t"
+        )));
+    }
+    let c = &live.comm;
+    let lsa = c.lsa_team()?;
+    let gin = ncclGinType_t(c_int::from(oxccl::device_api::gin::offered_type()));
+    let p = props;
+    // SAFETY: the caller's struct holds `size` bytes, at least 2.29.2's: each field is written
+    // only where that size holds it.
+    unsafe {
+        (*p).rank = c.rank() as c_int;
+        (*p).nRanks = c.nranks() as c_int;
+        (*p).cudaDev = c.device();
+        (*p).nvmlDev = -1;
+        (*p).deviceApiSupport = true;
+        (*p).multimemSupport = false;
+        (*p).ginType = gin;
+        if size >= size_of::<ncclCommProperties_t>() {
+            (*p).nLsaTeams = (c.nranks() / lsa.size.max(1) as usize) as c_int;
+            (*p).hostRmaSupport = false;
+            (*p).railedGinType = gin;
+        }
+    }
+    Ok(())
+}
+
 /// The entries of a C list from `head` along `next`; one that does not end within 2^16
 /// entries (a cycle) is refused rather than walked forever.
 ///
@@ -344,6 +419,12 @@ nccl_api! {
     ) => dev_comm_create;
 }
 nccl_api! {
+    /// `ncclCommQueryProperties` (2.29): rank, device, and what the device API offers.
+    fn ncclCommQueryProperties, pncclCommQueryProperties(
+        comm: ncclComm_t, props: *mut ncclCommProperties_t
+    ) => comm_query_properties;
+}
+nccl_api! {
     /// `ncclDevCommDestroy`.
     fn ncclDevCommDestroy, pncclDevCommDestroy(
         comm: ncclComm_t, dev_comm: *const ncclDevComm_t
@@ -381,7 +462,7 @@ nccl_api! {
     ) => lsa_barrier_create_requirement;
 }
 nccl_api! {
-    /// `ncclGinBarrierCreateRequirement` (sized; `ncclDevCommCreate` refuses GIN).
+    /// `ncclGinBarrierCreateRequirement`.
     fn ncclGinBarrierCreateRequirement, pncclGinBarrierCreateRequirement(
         comm: ncclComm_t, team: ncclTeam_t, n_barriers: c_int,
         out_handle: *mut ncclGinBarrierHandle_t, out_req: *mut ncclDevResourceRequirements_t

@@ -100,6 +100,28 @@ fn expectations() -> Vec<(String, i128)> {
         }
     );
     layout!(
+        "ncclCommProperties_t",
+        ncclCommProperties_t {
+            size,
+            magic,
+            version,
+            rank,
+            nRanks,
+            cudaDev,
+            nvmlDev,
+            deviceApiSupport,
+            multimemSupport,
+            ginType,
+            nLsaTeams,
+            hostRmaSupport,
+            railedGinType
+        }
+    );
+    push(
+        "offsetof(ncclCommProperties_t, ginType) + sizeof(ncclGinType_t)",
+        COMM_PROPERTIES_2_29_2_BYTES as i128,
+    );
+    layout!(
         "ncclTeam_t",
         ncclTeam_t {
             nRanks,
@@ -123,6 +145,7 @@ fn expectations() -> Vec<(String, i128)> {
         ("ncclRedOp_t", size_of::<ncclRedOp_t>()),
         ("ncclScalarResidence_t", size_of::<ncclScalarResidence_t>()),
         ("ncclCommMemStat_t", size_of::<ncclCommMemStat_t>()),
+        ("ncclGinType_t", size_of::<ncclGinType_t>()),
         ("ncclComm_t", size_of::<ncclComm_t>()),
         ("ncclWindow_t", size_of::<ncclWindow_t>()),
         (<Stream as CType>::c().leak() as &str, size_of::<Stream>()),
@@ -189,6 +212,10 @@ fn expectations() -> Vec<(String, i128)> {
         ("NCCL_CTA_POLICY_DEFAULT", 0),
         ("NCCL_CTA_POLICY_EFFICIENCY", 1),
         ("NCCL_CTA_POLICY_ZERO", 2),
+        ("NCCL_API_MAGIC", NCCL_CONFIG_MAGIC as i128),
+        ("NCCL_GIN_TYPE_NONE", ncclGinType_t::NONE.0 as i128),
+        ("NCCL_GIN_TYPE_PROXY", ncclGinType_t::PROXY.0 as i128),
+        ("NCCL_GIN_TYPE_GDAKI", ncclGinType_t::GDAKI.0 as i128),
         ("NCCL_MAJOR", API_LEVEL.0 as i128),
         ("NCCL_MINOR", API_LEVEL.1 as i128),
         ("NCCL_PATCH", API_LEVEL.2 as i128),
@@ -206,7 +233,6 @@ fn expectations() -> Vec<(String, i128)> {
         ("ncclFp8E4M3", 10),
         ("ncclFp8E5M2", 11),
         ("NCCL_WIN_STRICT_ORDERING", NCCL_WIN_STRICT_ORDERING as i128),
-        ("NCCL_API_MAGIC", NCCL_CONFIG_MAGIC as i128),
         ("RCCL_BFLOAT16", 1),
         ("RCCL_FLOAT8", 1),
         ("RCCL_GATHER_SCATTER", 1),
@@ -260,6 +286,9 @@ fn expectations() -> Vec<(String, i128)> {
     push("init_sim.magic", NCCL_SIM_INFO_MAGIC as i128);
     push("init_sim.version", VERSION_CODE as i128);
     push("(init_sim.estimatedTime == -1.0f)", 1);
+    push("init_props.size", size_of::<ncclCommProperties_t>() as i128);
+    push("init_props.magic", NCCL_CONFIG_MAGIC as i128);
+    push("init_props.version", VERSION_CODE as i128);
     // The initializer parses as "every field default".
     // SAFETY: no strings are set in the initializer.
     assert!(unsafe { config::to_core(&init) }.is_ok());
@@ -277,7 +306,8 @@ fn c_program() -> String {
         s.push_str(";\n");
     }
     s.push_str("\nstatic ncclConfig_t init_cfg = NCCL_CONFIG_INITIALIZER;\n");
-    s.push_str("static ncclSimInfo_t init_sim = NCCL_SIM_INFO_INITIALIZER;\n\nint main(void) {\n");
+    s.push_str("static ncclSimInfo_t init_sim = NCCL_SIM_INFO_INITIALIZER;\n");
+    s.push_str("static ncclCommProperties_t init_props = NCCL_COMM_PROPERTIES_INITIALIZER;\n\nint main(void) {\n");
     for (expr, _) in expectations() {
         s.push_str(&format!(
             "  printf(\"%s=%lld\\n\", \"{}\", (long long)({expr}));\n",

@@ -212,9 +212,7 @@ impl GinState {
                 "ncclDevCommCreate: the device communicator needs GIN, which NCCL_GIN_ENABLE=0 turns off".into(),
             ));
         }
-        if let Some(t) =
-            config::get(&vars::NCCL_GIN_TYPE).filter(|&t| t != -1 && t != i64::from(GIN_TYPE_PROXY))
-        {
+        if let Some(t) = foreign_type_asked() {
             return Err(Error::Internal(format!(
                 "ncclDevCommCreate: NCCL_GIN_TYPE={t} asks for a GIN type oxccl lacks: it has the proxy type ({GIN_TYPE_PROXY}) only"
             )));
@@ -404,6 +402,21 @@ fn plugin_choice(
 /// Whether GIN may start (`NCCL_GIN_ENABLE`, as in NCCL).
 pub fn enabled() -> bool {
     config::get(&vars::NCCL_GIN_ENABLE)
+}
+
+/// The type `NCCL_GIN_TYPE` asks for when it is one oxccl lacks.
+fn foreign_type_asked() -> Option<i64> {
+    config::get(&vars::NCCL_GIN_TYPE).filter(|&t| t != -1 && t != i64::from(GIN_TYPE_PROXY))
+}
+
+/// The GIN type device communicators get (`ncclCommQueryProperties`): the proxy type, or 0
+/// when the environment rules it out.
+pub fn offered_type() -> u8 {
+    if enabled() && foreign_type_asked().is_none() {
+        GIN_TYPE_PROXY
+    } else {
+        0
+    }
 }
 
 /// A communicator's contexts, and its windows as its engines copy them.
