@@ -52,7 +52,7 @@ typedef cudaStream_t stream_t;
   X(ncclGather) X(ncclScatter) X(ncclCommRevoke) X(ncclCommShrink) X(ncclCommWindowRegister)    \
   X(ncclCommWindowDeregister) X(ncclDevCommCreate) X(ncclTeamWorld) X(ncclTeamLsa)              \
   X(ncclTeamRankToWorld) X(ncclLLA2ACreateRequirement) X(ncclCommInitRankScalable)              \
-  X(ncclGroupSimulateEnd)
+  X(ncclGroupSimulateEnd) X(ncclCommQueryProperties)
 #define STRINGIFY(x) #x
 #define WEAK_REF(f) _Pragma(STRINGIFY(weak f))
 OPTIONAL_FUNCTIONS(WEAK_REF)
@@ -747,6 +747,14 @@ static int test_queries(ncclComm_t comm, int rank, int n) {
     CHECK(lsa.nRanks == n && lsa.rank == rank, "team lsa {%d,%d,%d}", lsa.nRanks, lsa.rank,
           lsa.stride);
     CHECK(ncclTeamRankToWorld(comm, world, n - 1) == n - 1, "team rank to world");
+  }
+  if (HAVE(ncclCommQueryProperties)) {
+    ncclCommProperties_t props = NCCL_COMM_PROPERTIES_INITIALIZER;
+    NCCLCHECK(ncclCommQueryProperties(comm, &props));
+    CHECK(props.rank == rank && props.nRanks == n, "properties: rank %d of %d", props.rank,
+          props.nRanks);
+    NCCLCHECK(ncclCommCuDevice(comm, &v));
+    CHECK(props.cudaDev == v, "properties: device %d, expected %d", props.cudaDev, v);
   }
   /* NULL requirements: oxccl names the argument; NCCL would dereference them. */
   if (is_oxccl) CHECK(ncclDevCommCreate(comm, NULL, NULL) == ncclInvalidArgument,
