@@ -100,9 +100,6 @@ unsafe impl<A: DeviceApi> Send for DeviceTransport<A> {}
 // SAFETY: as above.
 unsafe impl<A: DeviceApi> Sync for DeviceTransport<A> {}
 
-/// P2P is off for every pair: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or `0`), NCCL's
-/// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
-/// P2P wherever peer access works.
 /// Says once per process that its ranks sharing a GPU need more hardware queues than CUDA's
 /// default: each rank's kernels wait for the others', and a kernel queued behind a waiting one
 /// in the same queue never starts (seen with 4 ranks on one H200 under MPS).
@@ -115,6 +112,9 @@ fn warn_about_shared_queues(device: i32) {
     });
 }
 
+/// P2P is off for every pair: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC` (or `0`), NCCL's
+/// "never use P2P". Other levels name PCI distances this backend does not measure: they leave
+/// P2P wherever peer access works.
 fn p2p_disabled() -> bool {
     config::get(&vars::NCCL_P2P_DISABLE)
         || config::get(&vars::NCCL_P2P_LEVEL)

@@ -347,21 +347,20 @@ unsafe fn comm_query_properties(comm: ncclComm_t, props: *mut ncclCommProperties
     let c = &live.comm;
     let lsa = c.lsa_team()?;
     let gin = ncclGinType_t(c_int::from(oxccl::device_api::gin::offered_type()));
-    let p = props;
     // SAFETY: the caller's struct holds `size` bytes, at least 2.29.2's: each field is written
     // only where that size holds it.
     unsafe {
-        (*p).rank = c.rank() as c_int;
-        (*p).nRanks = c.nranks() as c_int;
-        (*p).cudaDev = c.device();
-        (*p).nvmlDev = -1;
-        (*p).deviceApiSupport = true;
-        (*p).multimemSupport = false;
-        (*p).ginType = gin;
+        (*props).rank = c.rank() as c_int;
+        (*props).nRanks = c.nranks() as c_int;
+        (*props).cudaDev = c.device();
+        (*props).nvmlDev = -1;
+        (*props).deviceApiSupport = true;
+        (*props).multimemSupport = false;
+        (*props).ginType = gin;
         if size >= size_of::<ncclCommProperties_t>() {
-            (*p).nLsaTeams = (c.nranks() / lsa.size.max(1) as usize) as c_int;
-            (*p).hostRmaSupport = false;
-            (*p).railedGinType = gin;
+            (*props).nLsaTeams = (c.nranks() / lsa.size.max(1) as usize) as c_int;
+            (*props).hostRmaSupport = false;
+            (*props).railedGinType = gin;
         }
     }
     Ok(())
