@@ -295,6 +295,30 @@ impl DeviceApi for CudaApi {
         unsafe { call!(cuMemcpyDtoHAsync_v2(dst.cast(), src, bytes, stream(s))) }
     }
 
+    fn has_word_writes(&self, device: i32) -> bool {
+        // CUDA 12 made 32-bit stream writes universal; 64-bit ones remain a device's choice.
+        let wide = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+        self.mem.attribute(device, wide).is_ok_and(|v| v != 0)
+    }
+
+    unsafe fn write_word_async(
+        &self,
+        dst: DevicePtr,
+        value: u64,
+        wide: bool,
+        s: Handle,
+    ) -> Result<()> {
+        // Flags 0: the write waits for the stream's earlier writes to be visible.
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if wide {
+                call!(cuStreamWriteValue64_v2(stream(s), dst, value, 0))
+            } else {
+                call!(cuStreamWriteValue32_v2(stream(s), dst, value as u32, 0))
+            }
+        }
+    }
+
     unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, s: Handle) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { call!(cuMemsetD8Async(dst, 0, bytes, stream(s))) }

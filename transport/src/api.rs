@@ -187,6 +187,30 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
         bytes: usize,
         stream: Handle,
     ) -> Result<()>;
+    /// Whether [`DeviceApi::write_word_async`] works (default: no; CUDA's stream memory
+    /// operations do).
+    fn has_word_writes(&self, device: i32) -> bool {
+        let _ = device;
+        false
+    }
+    /// Queues a write of `value` to the device word at `dst` (8 bytes when `wide`, else its low
+    /// 4) on `stream`, done by the GPU's front end without a kernel, and seen only after
+    /// everything queued before it on `stream`.
+    ///
+    /// # Safety
+    /// `dst` holds the word, aligned, until the write has run.
+    unsafe fn write_word_async(
+        &self,
+        dst: DevicePtr,
+        value: u64,
+        wide: bool,
+        stream: Handle,
+    ) -> Result<()> {
+        let _ = (dst, value, wide, stream);
+        Err(Error::Internal(
+            "this runtime has no stream writes of device words".into(),
+        ))
+    }
     /// Queues zeroing `bytes` bytes at `dst` on `stream`.
     ///
     /// # Safety

@@ -4,10 +4,14 @@
 //!
 //! NVIDIA's inline device code fixes what it reads: a 48-byte struct in device memory (read
 //! through the read-only cache, so it never changes while kernels run) holding the ring size
-//! and five addresses. The rings, the consumer indices, the counters and the signals are in
-//! one mapped host allocation (the device writes descriptors and reads the rest with
-//! system-scope atomics; the host engine reads and writes them directly); the producer indices
-//! only the device touches, so they are in device memory, as NCCL keeps them.
+//! and five addresses. The rings are in mapped host memory: the device writes descriptors
+//! there and the host engine reads them. The producer indices only the device touches, so they
+//! are in device memory, as NCCL keeps them. The consumer indices, counters and signals, which
+//! kernels poll, are in device memory too where the runtime can write device words from a
+//! stream (`cells_on_device`): every block of a kernel polling one line of mapped host memory
+//! waits for the others' reads, about a microsecond each, where device memory answers in
+//! about a tenth of that. The engine then writes them through its stream (`gin_windows`).
+//! Otherwise (a GIN plugin, which writes signals itself; HIP) they share the host allocation.
 
 use crate::api::DeviceApi;
 use oxccl_core::backend::DevicePtr;
@@ -25,6 +29,8 @@ pub struct GinContextMemory<A: DeviceApi> {
     host: *mut u8,
     pis: DevicePtr,
     ctx: DevicePtr,
+    /// The consumer indices, counters and signals, when on the device; else 0.
+    cells: DevicePtr,
     mem: ContextMem,
 }
 
@@ -34,7 +40,9 @@ unsafe impl<A: DeviceApi> Send for GinContextMemory<A> {}
 
 impl<A: DeviceApi> GinContextMemory<A> {
     /// A context for `nranks` ranks with rings of `queue_size` slots (a power of two) and
-    /// `ncounters` counters and `nsignals` signals, all zero, on `device`.
+    /// `ncounters` counters and `nsignals` signals, all zero, on `device`; its consumer
+    /// indices, counters and signals in device memory when `cells_on_device` (the engine must
+    /// then write them through a `GinWindows` of `device`).
     pub fn new(
         api: &A,
         device: i32,
@@ -42,6 +50,7 @@ impl<A: DeviceApi> GinContextMemory<A> {
         queue_size: u32,
         ncounters: usize,
         nsignals: usize,
+        cells_on_device: bool,
     ) -> Result<GinContextMemory<A>> {
         if !queue_size.is_power_of_two() {
             return Err(Error::arg(format!(
@@ -59,6 +68,7 @@ impl<A: DeviceApi> GinContextMemory<A> {
             host,
             pis: 0,
             ctx: 0,
+            cells: 0,
             // SAFETY: `host` holds `layout.total` bytes that live as long as `me`.
             mem: unsafe { layout.context_mem(host) },
         };
@@ -67,7 +77,14 @@ impl<A: DeviceApi> GinContextMemory<A> {
         me.pis = api.dev_alloc(4 * nranks)?;
         // SAFETY: `pis` holds `4 * nranks` bytes.
         unsafe { api.copy_h2d(me.pis, &vec![0u8; 4 * nranks]) }?;
-        let image = layout.gpu_ctx(dev, me.pis);
+        if cells_on_device {
+            let bytes = layout.cells_bytes();
+            me.cells = api.dev_alloc(bytes)?;
+            // SAFETY: `cells` holds `bytes` bytes.
+            unsafe { api.copy_h2d(me.cells, &vec![0u8; bytes]) }?;
+            me.mem.device_cells = Some(layout.device_cells(me.cells));
+        }
+        let image = layout.gpu_ctx(dev, me.pis, me.mem.device_cells);
         me.ctx = api.dev_alloc(GPU_CTX_BYTES)?;
         // SAFETY: `ctx` holds the struct's 48 bytes.
         unsafe { api.copy_h2d(me.ctx, &image) }?;
@@ -95,6 +112,9 @@ impl<A: DeviceApi> Drop for GinContextMemory<A> {
         unsafe {
             self.api.dev_free(self.ctx);
             self.api.dev_free(self.pis);
+            if self.cells != 0 {
+                self.api.dev_free(self.cells);
+            }
             self.api.host_free(self.host);
         }
     }
@@ -107,7 +127,9 @@ mod tests {
     #[test]
     fn a_ring_size_that_is_not_a_power_of_two_is_refused() {
         let api = crate::fake_api::FakeApi::default();
-        let e = GinContextMemory::new(&api, 0, 2, 6, 1, 1).err().unwrap();
+        let e = GinContextMemory::new(&api, 0, 2, 6, 1, 1, true)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("power of two"), "{e}");
         assert!(api.calls().is_empty(), "nothing allocated");
     }

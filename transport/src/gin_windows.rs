@@ -176,6 +176,29 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         Ok(())
     }
 
+    fn set_word32(&self, addr: u64, value: u32) -> Result<()> {
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        // SAFETY: `addr` is a consumer index of a context of this device, which outlives its
+        // engine; the write is queued after the stream's copies.
+        unsafe { (self.api).write_word_async(addr, u64::from(value), false, self.stream) }
+    }
+
+    /// Reads the word on the stream (after the writes queued before), then queues the sum:
+    /// one wait, as the engine is the only writer but for a kernel's reset.
+    fn add_word64(&self, addr: u64, value: u64) -> Result<()> {
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        let mut staging = lock(&self.staging);
+        // SAFETY: `addr` is a counter or signal of a context of this device, which outlives
+        // its engine; the staging buffer is ours until the copy, waited for, is done.
+        unsafe { (self.api).copy_d2h_async(staging.as_mut_ptr(), addr, 8, self.stream) }?;
+        self.wait()?;
+        let now = u64::from_le_bytes(staging[..8].try_into().expect("8 bytes"));
+        // SAFETY: as above; the value travels in the command itself.
+        unsafe { (self.api).write_word_async(addr, now.wrapping_add(value), true, self.stream) }
+    }
+
     /// One device-side copy, waited for: a put to the rank itself needs no trip through the
     /// host.
     fn copy_within(&self, src: (u64, u64), dst: (u64, u64), len: usize) -> Result<()> {

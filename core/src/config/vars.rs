@@ -142,6 +142,7 @@ vars! {
     CUDA_DEVICE_MAX_CONNECTIONS: u32 = 8, Process, "CUDA's hardware queues per device, which streams share (CUDA reads it; oxccl only warns when GIN on a GPU, or ranks of one process sharing a GPU, may stall with fewer than 32)",
         valid(|n| (1..=32).contains(n), "an integer from 1 to 32");
     OXCCL_GIN_PLUGIN: Flag = Flag(true), Comm, "0: GIN over oxccl's own messages even when the network plugin has a GIN plugin of the proxy type";
+    OXCCL_GIN_HOST_WORDS: Flag = Flag(false), Comm, "1: GIN's consumer indices, counters and signals in mapped host memory on GPUs too (default: in device memory, which kernels poll faster, where the runtime can write device words from a stream)";
 
     // Host backend, reliability.
     OXCCL_OP_TIMEOUT: Duration = Duration::ZERO, Comm, "seconds a host-backend receive waits before failing (0: no limit)";

@@ -5,6 +5,7 @@
 //! One allocation holds the parts the host moves; the producer indices and the struct only the
 //! device touches.
 
+use super::DeviceCells;
 use super::engine::ContextMem;
 
 /// The value of `ncclDevComm::ginTypes[i]` for a proxy context (`NCCL_NET_DEVICE_GIN_PROXY`).
@@ -69,23 +70,36 @@ impl ContextLayout {
             ncounters: self.ncounters,
             signals: host.wrapping_add(self.signals).cast(),
             nsignals: self.nsignals,
+            device_cells: None,
+        }
+    }
+
+    /// Bytes of the consumer indices, counters and signals alone (what a device keeps of them
+    /// in its own memory).
+    pub fn cells_bytes(&self) -> usize {
+        self.total - self.cis
+    }
+
+    /// Where the consumer indices, counters and signals lie when they start at `at`, at the
+    /// same distances from each other as in the host allocation.
+    pub fn device_cells(&self, at: u64) -> DeviceCells {
+        DeviceCells {
+            cis: at,
+            counters: at + (self.counters - self.cis) as u64,
+            signals: at + (self.signals - self.cis) as u64,
         }
     }
 
     /// The 48 bytes of `ncclGinProxyGpuCtx_t` for a context whose allocation the device sees at
-    /// `at` and whose producer indices are at `pis`: `int nranks; uint32 queueSize;` then the
-    /// addresses of the rings, producer and consumer indices, counters and signals.
-    pub fn gpu_ctx(&self, at: u64, pis: u64) -> [u8; GPU_CTX_BYTES] {
+    /// `at`, whose producer indices are at `pis`, and whose consumer indices, counters and
+    /// signals are at `cells` when not in that allocation: `int nranks; uint32 queueSize;` then
+    /// the addresses of the rings, producer and consumer indices, counters and signals.
+    pub fn gpu_ctx(&self, at: u64, pis: u64, cells: Option<DeviceCells>) -> [u8; GPU_CTX_BYTES] {
         let mut out = [0u8; GPU_CTX_BYTES];
         out[0..4].copy_from_slice(&(self.nranks as i32).to_le_bytes());
         out[4..8].copy_from_slice(&self.queue_size.to_le_bytes());
-        let addrs = [
-            at,
-            pis,
-            at + self.cis as u64,
-            at + self.counters as u64,
-            at + self.signals as u64,
-        ];
+        let cells = cells.unwrap_or(self.device_cells(at + self.cis as u64));
+        let addrs = [at, pis, cells.cis, cells.counters, cells.signals];
         for (i, v) in addrs.into_iter().enumerate() {
             out[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
@@ -106,7 +120,7 @@ mod tests {
         assert_eq!(l.counters, (l.cis + 12).next_multiple_of(64));
         assert_eq!(l.signals, (l.counters + 800).next_multiple_of(64));
         assert!(l.total >= l.signals + 560 && l.total.is_multiple_of(64));
-        let img = l.gpu_ctx(0x10_0000, 0x9000);
+        let img = l.gpu_ctx(0x10_0000, 0x9000, None);
         let word = |at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
         assert_eq!(i32::from_le_bytes(img[0..4].try_into().unwrap()), 3);
         assert_eq!(u32::from_le_bytes(img[4..8].try_into().unwrap()), 8);
@@ -115,5 +129,20 @@ mod tests {
         assert_eq!(word(24), 0x10_0000 + l.cis as u64);
         assert_eq!(word(32), 0x10_0000 + l.counters as u64);
         assert_eq!(word(40), 0x10_0000 + l.signals as u64);
+        let cells = l.device_cells(0x50_0000);
+        assert_eq!(cells.cis, 0x50_0000);
+        assert_eq!(cells.counters, 0x50_0000 + (l.counters - l.cis) as u64);
+        assert!(cells.signals + 8 * 70 <= 0x50_0000 + l.cells_bytes() as u64);
+        let img = l.gpu_ctx(0x10_0000, 0x9000, Some(cells));
+        let word = |at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
+        assert_eq!(
+            (word(8), word(16)),
+            (0x10_0000, 0x9000),
+            "rings and pis stay"
+        );
+        assert_eq!(
+            [word(24), word(32), word(40)],
+            [cells.cis, cells.counters, cells.signals]
+        );
     }
 }

@@ -9,16 +9,16 @@
 //! Puts to this rank itself are copied at once. Messages in flight per peer are bounded by the
 //! bounce buffers ([`RING`]); a descriptor waits in its queue until one is free.
 
-use super::GinMemory;
 use super::gfd::Gfd;
 use super::rings::{Rings, signal_add};
 use super::wire::{CHUNK_BYTES, HEADER_BYTES, Header, MESSAGE_BYTES, SignalAdd};
+use super::{DeviceCells, GinMemory};
 use crate::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
 use oxccl_core::error::{Error, Result};
 use std::alloc::Layout;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Messages in flight per peer and direction (each with a bounce buffer of the largest
 /// message, a header and 256 KiB).
@@ -42,6 +42,9 @@ pub struct ContextMem {
     pub signals: *mut u64,
     /// Entries of `signals`.
     pub nsignals: usize,
+    /// Where the device reads `cis`, `counters` and `signals` instead, when they lie in its own
+    /// memory (the host copies above then go unused).
+    pub device_cells: Option<DeviceCells>,
 }
 
 // SAFETY: memory shared with the device for the engine's whole life; the engine touches the
@@ -172,7 +175,7 @@ impl GinEngine {
         let mut engine = GinEngine {
             net,
             rank,
-            rings: Rings::new(mem, rank, nranks)?,
+            rings: Rings::new(mem, rank, nranks, Some(windows.clone()))?,
             windows,
             peers: Vec::with_capacity(nranks),
         };
@@ -232,7 +235,7 @@ impl GinEngine {
         if peer == self.rank {
             while let Some(g) = self.rings.take(peer)? {
                 self.local(&g)?;
-                self.rings.finish(peer, g.counter);
+                self.rings.finish(peer, g.counter)?;
                 moved = true;
             }
             return Ok(moved);
@@ -265,10 +268,8 @@ impl GinEngine {
     fn signal(&self, s: Option<SignalAdd>) -> Result<()> {
         let Some(s) = s else { return Ok(()) };
         let id = self.rings.check_signal(s.id)?;
-        let mem = &self.rings.mem;
         // The payload's writes returned before this: the device sees the signal after them.
-        mem.word64(mem.signals, id)
-            .fetch_add(s.value, Ordering::Release);
+        self.rings.add_signal(id, s.value)?;
         tracing::trace!(target: "oxccl::net", "GIN rank {}: signal {id} += {}", self.rank, s.value);
         Ok(())
     }
@@ -354,7 +355,7 @@ impl GinEngine {
             p.free.push(f.buf);
             moved = true;
             if let Some(counter) = f.last {
-                self.rings.finish(peer, counter);
+                self.rings.finish(peer, counter)?;
             }
         }
     }
@@ -443,6 +444,7 @@ mod tests {
     use super::*;
     use crate::proxy::testkit::{link, socket_net};
     use crate::socket::SocketConfig;
+    use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
     fn put(size: u64, src: (u64, u64), dst: (u64, u64)) -> Gfd {

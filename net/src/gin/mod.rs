@@ -63,6 +63,20 @@ impl WindowRanges {
     }
 }
 
+/// The device addresses of a context's consumer indices, counters and signals when its backend
+/// keeps them in device memory: kernels read device memory far faster than mapped host memory,
+/// where many blocks polling one line wait for each other's reads. The engine then writes them
+/// through its [`GinMemory`] instead of in the context's host allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCells {
+    /// `nranks` u32.
+    pub cis: u64,
+    /// The context's u64 counters.
+    pub counters: u64,
+    /// The context's u64 signals.
+    pub signals: u64,
+}
+
 /// This rank's copies of the symmetric windows, by GIN window handle: where the engine reads a
 /// put's source and writes a received payload.
 pub trait GinMemory: Send + Sync {
@@ -77,4 +91,24 @@ pub trait GinMemory: Send + Sync {
         self.read(src.0, src.1, &mut data)?;
         self.write(dst.0, dst.1, &data)
     }
+    /// Sets the device's u32 at `addr` (a consumer index in [`DeviceCells`]) to `value`, seen
+    /// after every copy before it. Default: this memory keeps no words on a device.
+    fn set_word32(&self, addr: u64, value: u32) -> Result<()> {
+        let _ = (addr, value);
+        Err(no_device_words())
+    }
+    /// Adds `value` to the device's u64 at `addr` (a counter or signal in [`DeviceCells`]),
+    /// seen after every copy before it. Only the engine adds to it; a kernel may reset it to 0
+    /// while nothing is on its way to it (NVIDIA's rule), so the sum starts from what the
+    /// device holds.
+    fn add_word64(&self, addr: u64, value: u64) -> Result<()> {
+        let _ = (addr, value);
+        Err(no_device_words())
+    }
+}
+
+fn no_device_words() -> Error {
+    Error::Internal(
+        "a GIN context keeps its words on a device whose memory cannot write them".into(),
+    )
 }

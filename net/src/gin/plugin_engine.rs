@@ -50,7 +50,13 @@ impl PluginGinEngine {
         nranks: usize,
         mem: ContextMem,
     ) -> Result<PluginGinEngine> {
-        let rings = Rings::new(mem, rank, nranks)?;
+        // The plugin writes the signals itself, in host memory it registered.
+        if mem.device_cells.is_some() {
+            return Err(Error::Internal(
+                "a GIN plugin's context keeps its signals in host memory, not on the device".into(),
+            ));
+        }
+        let rings = Rings::new(mem, rank, nranks, None)?;
         let slots = nranks * mem.queue_size as usize;
         let mut engine = PluginGinEngine {
             coll,
@@ -111,13 +117,13 @@ impl PluginGinEngine {
                 && self.coll.test(req)?
             {
                 p.req = None;
-                self.rings.count(p.counter);
+                self.rings.count(p.counter)?;
                 moved = true;
             }
         }
         while self.pending[peer].front().is_some_and(|p| p.req.is_none()) {
             self.pending[peer].pop_front();
-            self.rings.advance(peer);
+            self.rings.advance(peer)?;
         }
         Ok(moved)
     }

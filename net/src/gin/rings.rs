@@ -3,9 +3,11 @@
 //! destination's ring in order, then reporting it done locally (its counter, then the ring's
 //! consumer index `cis`, which frees the slot for the device).
 
+use super::GinMemory;
 use super::engine::ContextMem;
 use super::gfd::{self, Gfd, Signal};
 use oxccl_core::error::{Error, Result};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The consumer side of a context's rings on one rank.
@@ -16,22 +18,40 @@ pub(crate) struct Rings {
     seen: Vec<u32>,
     /// Per destination: descriptors done locally (what `cis` says).
     done: Vec<u32>,
+    /// What writes the words when they lie on the device (`mem.device_cells`).
+    device: Option<Arc<dyn GinMemory>>,
 }
 
 impl Rings {
-    /// The rings of rank `rank` among `nranks`, in `mem`.
-    pub(crate) fn new(mem: ContextMem, rank: usize, nranks: usize) -> Result<Rings> {
+    /// The rings of rank `rank` among `nranks`, in `mem`; `memory` writes the consumer
+    /// indices, counters and signals when `mem` keeps them on the device.
+    pub(crate) fn new(
+        mem: ContextMem,
+        rank: usize,
+        nranks: usize,
+        memory: Option<Arc<dyn GinMemory>>,
+    ) -> Result<Rings> {
         if !mem.queue_size.is_power_of_two() {
             return Err(Error::arg(format!(
                 "a GIN queue of {} slots is not a power of two",
                 mem.queue_size
             )));
         }
+        let device = match (mem.device_cells, memory) {
+            (None, _) => None,
+            (Some(_), Some(m)) => Some(m),
+            (Some(_), None) => {
+                return Err(Error::Internal(
+                    "a GIN context with its words on the device, for an engine that cannot write them".into(),
+                ));
+            }
+        };
         Ok(Rings {
             mem,
             rank,
             seen: vec![0; nranks],
             done: vec![0; nranks],
+            device,
         })
     }
 
@@ -73,24 +93,51 @@ impl Rings {
     }
 
     /// Bumps `counter` (when the descriptor has one in range): its source was consumed.
-    pub(crate) fn count(&self, counter: Option<u16>) {
-        if let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) {
-            self.mem
-                .word64(self.mem.counters, c)
-                .fetch_add(1, Ordering::Release);
+    pub(crate) fn count(&self, counter: Option<u16>) -> Result<()> {
+        let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) else {
+            return Ok(());
+        };
+        match (&self.device, self.mem.device_cells) {
+            (Some(d), Some(cells)) => d.add_word64(cells.counters + 8 * c as u64, 1),
+            _ => {
+                self.mem
+                    .word64(self.mem.counters, c)
+                    .fetch_add(1, Ordering::Release);
+                Ok(())
+            }
         }
     }
 
     /// The oldest descriptor of `peer` not yet done is done: `cis` moves past it.
-    pub(crate) fn advance(&mut self, peer: usize) {
+    pub(crate) fn advance(&mut self, peer: usize) -> Result<()> {
         self.done[peer] = self.done[peer].wrapping_add(1);
-        self.mem.ci(peer).store(self.done[peer], Ordering::Release);
+        match (&self.device, self.mem.device_cells) {
+            (Some(d), Some(cells)) => d.set_word32(cells.cis + 4 * peer as u64, self.done[peer]),
+            _ => {
+                self.mem.ci(peer).store(self.done[peer], Ordering::Release);
+                Ok(())
+            }
+        }
     }
 
     /// A descriptor is done locally: its counter, then `cis`.
-    pub(crate) fn finish(&mut self, peer: usize, counter: Option<u16>) {
-        self.count(counter);
-        self.advance(peer);
+    pub(crate) fn finish(&mut self, peer: usize, counter: Option<u16>) -> Result<()> {
+        self.count(counter)?;
+        self.advance(peer)
+    }
+
+    /// Adds `value` to signal `id` (checked by [`Rings::check_signal`]), after every window
+    /// write before it.
+    pub(crate) fn add_signal(&self, id: usize, value: u64) -> Result<()> {
+        match (&self.device, self.mem.device_cells) {
+            (Some(d), Some(cells)) => d.add_word64(cells.signals + 8 * id as u64, value),
+            _ => {
+                self.mem
+                    .word64(self.mem.signals, id)
+                    .fetch_add(value, Ordering::Release);
+                Ok(())
+            }
+        }
     }
 
     /// Checks signal `id` against the context's signals.

@@ -53,6 +53,7 @@ pub(crate) fn context(nranks: usize, queue_size: u32) -> (ContextMem, Mem) {
         ncounters: 16,
         signals: m.ptr.wrapping_add(queues + 4096 + 16 * 8).cast(),
         nsignals: 16,
+        device_cells: None,
     };
     (mem, m)
 }

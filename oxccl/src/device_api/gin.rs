@@ -110,7 +110,7 @@ impl HostContext {
             layout,
         };
         let base = c.base() as u64;
-        let image = layout.gpu_ctx(base, base + layout.total as u64);
+        let image = layout.gpu_ctx(base, base + layout.total as u64, None);
         let ctx = (layout.total + pis) / 8;
         for (w, bytes) in c.words[ctx..].iter().zip(image.chunks_exact(8)) {
             w.store(
@@ -238,6 +238,10 @@ impl GinState {
             ranges.add(h, base, bytes);
         }
         let (bootstrap, abort) = comm.gin_endpoints()?;
+        let net = choose_net(&bootstrap)?;
+        let plugin = plugin_choice(&*net, &bootstrap)?;
+        // A GIN plugin writes signals itself, in host memory it registers.
+        let words_on_device = plugin.is_err() && !config::get(&vars::OXCCL_GIN_HOST_WORDS).0;
         let (contexts, memory): Parts = match comm {
             #[cfg(feature = "cuda")]
             AnyComm::Cuda(c) => gpu_parts(
@@ -246,6 +250,7 @@ impl GinState {
                 &shape,
                 &ranges,
                 &abort,
+                words_on_device,
             )?,
             #[cfg(feature = "hip")]
             AnyComm::Hip(c) => gpu_parts(
@@ -254,6 +259,7 @@ impl GinState {
                 &shape,
                 &ranges,
                 &abort,
+                words_on_device,
             )?,
             AnyComm::Host(_) => (
                 (0..ncontexts)
@@ -270,14 +276,13 @@ impl GinState {
                 }),
             ),
         };
-        let net = choose_net(&bootstrap)?;
         let net_device = config::get(&vars::OXCCL_NET_DEVICE).unwrap_or(0);
         let ptr_type = if matches!(comm, AnyComm::Host(_)) {
             PTR_HOST
         } else {
             PTR_CUDA
         };
-        let (transport, how) = match plugin_choice(&*net, &bootstrap)? {
+        let (transport, how) = match plugin {
             Ok(plugin) => {
                 let how = format!(
                     "GIN plugin {} (v{}) of network plugin {}",
@@ -443,7 +448,8 @@ fn warn_about_hardware_queues() {
     });
 }
 
-/// A GPU's contexts (mapped host memory and device memory of `device`) and windows.
+/// A GPU's contexts (mapped host memory and device memory of `device`) and windows; the words
+/// kernels poll in device memory when `words_on_device` and the runtime can write them.
 #[cfg(any(feature = "cuda", feature = "hip"))]
 fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     api: &A,
@@ -451,9 +457,11 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     shape: &Shape,
     ranges: &Arc<WindowRanges>,
     abort: &oxccl_core::abort::AbortFlag,
+    words_on_device: bool,
 ) -> Result<Parts> {
     use oxccl_device_transport::gin_context::GinContextMemory;
     use oxccl_device_transport::gin_windows::GinWindows;
+    let on_device = words_on_device && api.has_word_writes(device);
     let mut contexts: Vec<Box<dyn GinContext>> = Vec::with_capacity(shape.ncontexts);
     for _ in 0..shape.ncontexts {
         contexts.push(Box::new(GinContextMemory::new(
@@ -463,6 +471,7 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
             shape.queue,
             shape.ncounters,
             shape.nsignals,
+            on_device,
         )?));
     }
     warn_about_hardware_queues();
