@@ -570,6 +570,63 @@ mod tests {
         drop((e0, e1));
     }
 
+    /// With the words on the device, the engine writes them through its memory only: the
+    /// signal after the payload, the counter then `cis`; a signal a kernel reset to 0 counts
+    /// from 0 again; the host copies stay untouched.
+    #[test]
+    fn words_on_the_device_are_written_through_the_memory() {
+        use super::super::DeviceCells;
+        use super::super::testkit::DeviceWords;
+        let n0 = socket_net(0, SocketConfig::default());
+        let (mut mem, _keep) = context(1, 4);
+        let cells = DeviceCells {
+            cis: 0x1000,
+            counters: 0x2000,
+            signals: 0x3000,
+        };
+        mem.device_cells = Some(cells);
+        let w = Arc::new(DeviceWords::new(HostWindows::new(&[64, 64], 3)));
+        let mut e = GinEngine::new(n0, 0, vec![None], mem, w.clone()).unwrap();
+        let mut g = put(16, (1, 0), (2, 8));
+        g.op |= gfd::WITH_COUNTER | gfd::WITH_SIGNAL_ADD;
+        g.counter = Some(2);
+        g.signal = Some(Signal::Add(4, 7));
+        post(&mem, 0, 0, &g);
+        while w.word(cells.cis) < 1 {
+            e.progress().unwrap();
+        }
+        assert_eq!(w.word(cells.signals + 32), 7);
+        assert_eq!(w.word(cells.counters + 16), 1);
+        assert_eq!(
+            *w.log.lock().unwrap(),
+            ["write 2 8", "add 0x3020 7", "add 0x2010 1", "set 0x1000 1"]
+        );
+        w.words.lock().unwrap().insert(cells.signals + 32, 0);
+        let inline = Gfd {
+            op: gfd::PUT | gfd::WITH_INLINE | gfd::WITH_SIGNAL_ADD,
+            size: 4,
+            src: None,
+            inline_value: Some(0x0102_0304),
+            dst_handle: 2,
+            dst_offset: 0,
+            counter: None,
+            signal: Some(Signal::Add(4, 5)),
+        };
+        post(&mem, 0, 1, &inline);
+        while w.word(cells.cis) < 2 {
+            e.progress().unwrap();
+        }
+        assert_eq!(w.word(cells.signals + 32), 5, "counted from the reset");
+        assert_eq!(
+            w.log.lock().unwrap()[4..],
+            ["write 2 0", "add 0x3020 5", "set 0x1000 2"]
+        );
+        assert_eq!(w.windows.get(2, 0, 4), 0x0102_0304u32.to_le_bytes());
+        assert_eq!(mem.ci(0).load(Ordering::Acquire), 0);
+        assert_eq!(mem.word64(mem.signals, 4).load(Ordering::Acquire), 0);
+        assert_eq!(mem.word64(mem.counters, 2).load(Ordering::Acquire), 0);
+    }
+
     #[test]
     fn a_queue_size_that_is_not_a_power_of_two_is_refused() {
         let n0 = socket_net(0, SocketConfig::default());

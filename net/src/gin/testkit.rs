@@ -41,6 +41,56 @@ impl GinMemory for HostWindows {
     }
 }
 
+/// Windows in host memory whose memory also keeps a context's words "on the device": each
+/// word by address, and every write and word update in one log, in order.
+pub(crate) struct DeviceWords {
+    pub(crate) windows: HostWindows,
+    pub(crate) words: Mutex<std::collections::HashMap<u64, u64>>,
+    pub(crate) log: Mutex<Vec<String>>,
+}
+
+impl DeviceWords {
+    pub(crate) fn new(windows: HostWindows) -> DeviceWords {
+        DeviceWords {
+            windows,
+            words: Mutex::default(),
+            log: Mutex::default(),
+        }
+    }
+    pub(crate) fn word(&self, addr: u64) -> u64 {
+        self.words.lock().unwrap().get(&addr).copied().unwrap_or(0)
+    }
+}
+
+impl GinMemory for DeviceWords {
+    fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
+        self.windows.read(handle, offset, dst)
+    }
+    fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("write {handle} {offset}"));
+        self.windows.write(handle, offset, src)
+    }
+    fn set_word32(&self, addr: u64, value: u32) -> Result<()> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("set {addr:#x} {value}"));
+        self.words.lock().unwrap().insert(addr, u64::from(value));
+        Ok(())
+    }
+    fn add_word64(&self, addr: u64, value: u64) -> Result<()> {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("add {addr:#x} {value}"));
+        *self.words.lock().unwrap().entry(addr).or_default() += value;
+        Ok(())
+    }
+}
+
 /// A context's memory for `nranks` ranks, in `mem` (kept alive by the caller).
 pub(crate) fn context(nranks: usize, queue_size: u32) -> (ContextMem, Mem) {
     let queues = nranks * queue_size as usize * 64;

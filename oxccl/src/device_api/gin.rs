@@ -320,8 +320,12 @@ impl GinState {
         for &(h, base, bytes) in &windows_now {
             runner.add_window(h, base, bytes)?;
         }
+        let words = match contexts.first().map(|c| c.engine_memory().device_cells) {
+            Some(Some(_)) => "device",
+            _ => "mapped host",
+        };
         tracing::info!(target: "oxccl::init",
-            "rank {}: GIN through the host proxy, over {how}: {ncontexts} contexts of {queue} slots per peer, {nsignals} signals, {ncounters} counters",
+            "rank {}: GIN through the host proxy, over {how}: {ncontexts} contexts of {queue} slots per peer, {nsignals} signals, {ncounters} counters, polled words in {words} memory",
             comm.rank());
         Ok(GinState {
             runner,
