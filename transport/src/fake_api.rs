@@ -104,6 +104,14 @@ impl DeviceApi for FakeApi {
         self.log(format!("copy_d2h_async {src:#x} {n} on {s}"));
         Ok(())
     }
+    fn has_word_writes(&self, _: i32) -> bool {
+        true
+    }
+    unsafe fn write_word_async(&self, d: DevicePtr, v: u64, wide: bool, s: Handle) -> Result<()> {
+        let bits = if wide { 64 } else { 32 };
+        self.log(format!("write_word{bits} {d:#x} = {v} on {s}"));
+        Ok(())
+    }
     unsafe fn memset_zero_async(&self, d: DevicePtr, n: usize, s: Handle) -> Result<()> {
         self.log(format!("memset {d:#x} {n} on {s}"));
         Ok(())

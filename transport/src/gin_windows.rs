@@ -14,6 +14,11 @@
 //! bound: after 5 s a warning names the cause and the remedy; after 60 s, or when the
 //! communicator aborts, the copy fails and the engine aborts the communicator (reported by
 //! `ncclCommGetAsyncError`) rather than hanging silently.
+//!
+//! When the context's signals are device words written on this same stream
+//! ([`GinWindows::signals_on_stream`]), a payload write or a copy within the device is not
+//! waited for by itself: the signal that follows is queued after it, and its own wait (the
+//! signal starts from what the device holds) covers both.
 
 use crate::api::{DeviceApi, Handle};
 use oxccl_core::abort::AbortFlag;
@@ -46,7 +51,15 @@ pub struct GinWindows<A: DeviceApi> {
     /// A copy was given up on and may still run: its stream and staging buffer are never freed.
     stalled: AtomicBool,
     /// Pinned (registered with the device) while `self` lives.
-    staging: Mutex<Box<[u8]>>,
+    staging: Mutex<Staging>,
+    /// Signals follow writes on the stream: a write need not be waited for by itself.
+    defer: bool,
+}
+
+/// The staging buffer, and whether a copy queued on the stream has not been waited for.
+struct Staging {
+    buf: Box<[u8]>,
+    queued: bool,
 }
 
 impl<A: DeviceApi> GinWindows<A> {
@@ -89,8 +102,28 @@ impl<A: DeviceApi> GinWindows<A> {
             done,
             abort,
             stalled: AtomicBool::new(false),
-            staging: Mutex::new(staging),
+            staging: Mutex::new(Staging {
+                buf: staging,
+                queued: false,
+            }),
+            defer: false,
         })
+    }
+
+    /// The context's signals are device words written on this stream (`add_word64`), so a
+    /// write need not wait for itself: the next wait covers it.
+    pub fn signals_on_stream(mut self) -> Self {
+        self.defer = true;
+        self
+    }
+
+    /// Waits for a copy left queued, before the staging buffer is written again.
+    fn settle(&self, staging: &mut Staging) -> Result<()> {
+        if staging.queued {
+            self.wait()?;
+            staging.queued = false;
+        }
+        Ok(())
     }
 
     /// Waits for the copies queued on the stream, within [`STALL_LIMIT`] and while the
@@ -149,12 +182,14 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         for (i, piece) in dst.chunks_mut(STAGING_BYTES).enumerate() {
             let from = src + (i * STAGING_BYTES) as u64;
             // SAFETY: `from` and the `piece.len()` bytes after it lie in a registered window;
-            // the staging buffer holds them and is ours until the copy, waited for, is done.
+            // the staging buffer holds them and is ours until the copy, waited for (after any
+            // queued before it), is done.
             unsafe {
-                (self.api).copy_d2h_async(staging.as_mut_ptr(), from, piece.len(), self.stream)
+                (self.api).copy_d2h_async(staging.buf.as_mut_ptr(), from, piece.len(), self.stream)
             }?;
             self.wait()?;
-            piece.copy_from_slice(&staging[..piece.len()]);
+            staging.queued = false;
+            piece.copy_from_slice(&staging.buf[..piece.len()]);
         }
         Ok(())
     }
@@ -165,13 +200,19 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         let _relaxed = self.api.relaxed_capture()?;
         let mut staging = lock(&self.staging);
         for (i, piece) in src.chunks(STAGING_BYTES).enumerate() {
-            staging[..piece.len()].copy_from_slice(piece);
+            self.settle(&mut staging)?;
+            staging.buf[..piece.len()].copy_from_slice(piece);
             let to = dst + (i * STAGING_BYTES) as u64;
             // SAFETY: `to` and the `piece.len()` bytes after it lie in a registered window; the
-            // staging buffer stays untouched until the copy, waited for, has landed (before
-            // the engine applies the put's signal).
-            unsafe { (self.api).copy_h2d_async(to, staging.as_ptr(), piece.len(), self.stream) }?;
-            self.wait()?;
+            // staging buffer stays untouched until the copy has landed: waited for now, or by
+            // `settle` or the signal's wait (`defer`) before anything writes it again.
+            unsafe {
+                (self.api).copy_h2d_async(to, staging.buf.as_ptr(), piece.len(), self.stream)
+            }?;
+            staging.queued = true;
+        }
+        if !self.defer {
+            self.settle(&mut staging)?;
         }
         Ok(())
     }
@@ -191,10 +232,12 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         let _relaxed = self.api.relaxed_capture()?;
         let mut staging = lock(&self.staging);
         // SAFETY: `addr` is a counter or signal of a context of this device, which outlives
-        // its engine; the staging buffer is ours until the copy, waited for, is done.
-        unsafe { (self.api).copy_d2h_async(staging.as_mut_ptr(), addr, 8, self.stream) }?;
+        // its engine; the staging buffer is ours until the copy, waited for, is done, and a
+        // write still reading it is queued before the copy.
+        unsafe { (self.api).copy_d2h_async(staging.buf.as_mut_ptr(), addr, 8, self.stream) }?;
         self.wait()?;
-        let now = u64::from_le_bytes(staging[..8].try_into().expect("8 bytes"));
+        staging.queued = false;
+        let now = u64::from_le_bytes(staging.buf[..8].try_into().expect("8 bytes"));
         // SAFETY: as above; the value travels in the command itself.
         unsafe { (self.api).write_word_async(addr, now.wrapping_add(value), true, self.stream) }
     }
@@ -206,21 +249,31 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         let to = self.ranges.at(dst.0, dst.1, len, "writes")?;
         let _bound = self.api.bind(self.device)?;
         let _relaxed = self.api.relaxed_capture()?;
-        // SAFETY: both ranges lie in registered windows of this device; the copy is waited for.
+        let mut staging = lock(&self.staging);
+        // SAFETY: both ranges lie in registered windows of this device; the copy is waited for
+        // now, or by the signal's wait (`defer`).
         unsafe {
             self.api
                 .memcpy_async(self.device, to, from, len, self.stream)
         }?;
-        self.wait()
+        staging.queued = true;
+        if !self.defer {
+            self.settle(&mut staging)?;
+        }
+        Ok(())
     }
 }
 
 impl<A: DeviceApi> Drop for GinWindows<A> {
     fn drop(&mut self) {
+        let queued = self.staging.get_mut().is_ok_and(|s| s.queued);
+        if queued && !*self.stalled.get_mut() && self.wait().is_err() {
+            self.stalled.store(true, Ordering::Relaxed);
+        }
         let staging = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
         if *self.stalled.get_mut() {
             // The device may still write the staging buffer: it stays, leaked, as the stream.
-            std::mem::forget(std::mem::take(staging));
+            std::mem::forget(std::mem::take(&mut staging.buf));
             return;
         }
         if let Ok(_bound) = self.api.bind(self.device) {
@@ -229,7 +282,7 @@ impl<A: DeviceApi> Drop for GinWindows<A> {
             unsafe {
                 self.api.event_destroy(self.done);
                 self.api.stream_destroy(self.stream);
-                self.api.host_unregister(staging.as_mut_ptr());
+                self.api.host_unregister(staging.buf.as_mut_ptr());
             }
         }
     }
@@ -349,6 +402,50 @@ mod tests {
             "past the source"
         );
         assert!(api.calls().is_empty(), "refused copies reach no device");
+    }
+
+    /// With the signals on the stream, a payload write and the signal after it wait once: the
+    /// signal is read back after the write, then written; a consumer index is only queued. A
+    /// write left queued is waited for before the staging buffer is filled again, and before
+    /// the windows go.
+    #[test]
+    fn signals_on_the_stream_wait_once_for_their_payload() {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new())
+            .unwrap()
+            .signals_on_stream();
+        let (s, e) = (w.stream, w.done);
+        api.calls();
+        ranges.add(1, 0x10_0000, 64);
+        w.write(1, 8, &[0; 4]).unwrap();
+        w.add_word64(0x9000, 2).unwrap();
+        w.set_word32(0x8004, 5).unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                format!("copy_h2d_async 0x100008 4 on {s}"),
+                format!("copy_d2h_async 0x9000 8 on {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
+                format!("write_word64 0x9000 = 2 on {s}"),
+                format!("write_word32 0x8004 = 5 on {s}"),
+            ]
+        );
+        w.write(1, 0, &[1]).unwrap();
+        w.write(1, 1, &[2]).unwrap();
+        let waited = [
+            format!("event_record {e:#x} on {s}"),
+            format!("event_query {e:#x}"),
+        ];
+        let calls = api.calls();
+        assert_eq!(calls[1..3], waited, "the second write waits for the first");
+        drop(w);
+        assert_eq!(
+            api.calls()[..2],
+            waited,
+            "dropped after the last write landed"
+        );
     }
 
     #[test]

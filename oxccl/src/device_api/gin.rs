@@ -480,6 +480,11 @@ fn gpu_parts<A: oxccl_device_transport::DeviceApi>(
     }
     warn_about_hardware_queues();
     let windows = GinWindows::new(api.clone(), device, ranges.clone(), abort.clone())?;
+    let windows = if on_device {
+        windows.signals_on_stream()
+    } else {
+        windows
+    };
     Ok((contexts, Arc::new(windows)))
 }
 
