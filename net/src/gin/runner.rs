@@ -17,10 +17,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// An idle pass spins this long, then yields, then parks for [`PARK`] at a time.
+/// An idle pass spins this long, then yields; with [`Idle::Park`], after [`YIELD`] it parks
+/// for [`PARK`] at a time.
 const SPIN: Duration = Duration::from_micros(50);
 const YIELD: Duration = Duration::from_millis(5);
 const PARK: Duration = Duration::from_micros(500);
+
+/// What the engines' thread does once nothing has moved for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Keeps yielding its core, as NVIDIA's GIN progress thread does: a kernel's descriptor
+    /// is taken at once however long the GPU was idle (GPU backends).
+    Yield,
+    /// Parks, waking every [`PARK`]: for ranks that share a few cores (the host backend).
+    Park,
+}
 
 /// What a communicator's GIN engines carry descriptors over.
 pub enum GinTransport {
@@ -87,6 +98,7 @@ impl GinRunner {
         abort: &AbortFlag,
         transport: GinTransport,
         contexts: Vec<ContextMem>,
+        idle: Idle,
     ) -> Result<GinRunner> {
         let (rank, nranks) = (bootstrap.rank() as usize, bootstrap.nranks() as usize);
         let mut engines = Vec::with_capacity(contexts.len());
@@ -136,7 +148,7 @@ impl GinRunner {
         let (flag, abort) = (stop.clone(), abort.clone());
         let thread = std::thread::Builder::new()
             .name(format!("oxccl-gin-r{rank}"))
-            .spawn(move || drive(engines, &abort, &flag))
+            .spawn(move || drive(engines, &abort, &flag, idle))
             .map_err(|e| oxccl_core::error::Error::Internal(format!("no GIN thread: {e}")))?;
         Ok(GinRunner {
             stop,
@@ -172,8 +184,8 @@ impl GinRunner {
 /// How long a stopping runner keeps sending what it had taken in.
 const DRAIN: Duration = Duration::from_secs(2);
 
-fn drive(mut engines: Vec<Engine>, abort: &AbortFlag, stop: &AtomicBool) {
-    run(&mut engines, abort, stop);
+fn drive(mut engines: Vec<Engine>, abort: &AbortFlag, stop: &AtomicBool, idle: Idle) {
+    run(&mut engines, abort, stop, idle);
     // A descriptor the device counts as done locally may still be on its way out (the network
     // took it, but a socket helper has yet to write it): closing now would lose it.
     let start = Instant::now();
@@ -187,7 +199,7 @@ fn drive(mut engines: Vec<Engine>, abort: &AbortFlag, stop: &AtomicBool) {
     }
 }
 
-fn run(engines: &mut [Engine], abort: &AbortFlag, stop: &AtomicBool) {
+fn run(engines: &mut [Engine], abort: &AbortFlag, stop: &AtomicBool, policy: Idle) {
     let mut last = Instant::now();
     while !abort.is_aborted() && !stop.load(Ordering::Acquire) {
         let mut moved = false;
@@ -208,7 +220,7 @@ fn run(engines: &mut [Engine], abort: &AbortFlag, stop: &AtomicBool) {
         let idle = last.elapsed();
         if idle < SPIN {
             std::hint::spin_loop();
-        } else if idle < YIELD {
+        } else if idle < YIELD || policy == Idle::Yield {
             std::thread::yield_now();
         } else {
             std::thread::park_timeout(PARK);
@@ -256,8 +268,8 @@ mod tests {
                 windows: windows.clone(),
                 timeout: Duration::from_secs(10),
             };
-            let runner =
-                GinRunner::start(&b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
+            let runner = GinRunner::start(&b, &abort, transport, vec![mem], Idle::Park)
+                .map_err(|e| e.to_string())?;
             for peer in (0..nranks).filter(|&p| p != rank) {
                 let g = gfd::encode::put(
                     2,

@@ -8,7 +8,7 @@ use super::gin::GinPlugin;
 use crate::PTR_HOST;
 use crate::gin::engine::ContextMem;
 use crate::gin::gfd::{Signal, encode};
-use crate::gin::runner::{GinRunner, GinTransport};
+use crate::gin::runner::{GinRunner, GinTransport, Idle};
 use crate::gin::testkit::{context, post};
 use crate::proxy::testkit::Mem;
 use oxccl_core::abort::AbortFlag;
@@ -60,7 +60,8 @@ fn plugin_runner(
         device: 0,
         ptr_type: PTR_HOST,
     };
-    let runner = GinRunner::start(b, &abort, transport, vec![mem]).map_err(|e| e.to_string())?;
+    let runner =
+        GinRunner::start(b, &abort, transport, vec![mem], Idle::Park).map_err(|e| e.to_string())?;
     Ok((keep, mem, abort, runner))
 }
 

@@ -17,7 +17,7 @@ use oxccl_core::{Error, Result};
 use oxccl_net::connect::choose_net;
 use oxccl_net::gin::context_layout::{ContextLayout, GPU_CTX_BYTES};
 use oxccl_net::gin::engine::ContextMem;
-use oxccl_net::gin::runner::{GinRunner, GinTransport};
+use oxccl_net::gin::runner::{GinRunner, GinTransport, Idle};
 use oxccl_net::gin::{GinMemory, WindowRanges};
 use oxccl_net::plugin::gin::GinPlugin;
 use oxccl_net::{Net, PTR_CUDA, PTR_HOST};
@@ -311,11 +311,18 @@ impl GinState {
                 )
             }
         };
+        // Host-backend ranks share a few cores; a GPU's kernels expect NVIDIA's spinning proxy.
+        let idle = if matches!(comm, AnyComm::Host(_)) {
+            Idle::Park
+        } else {
+            Idle::Yield
+        };
         let runner = GinRunner::start(
             &bootstrap,
             &abort,
             transport,
             contexts.iter().map(|c| c.engine_memory()).collect(),
+            idle,
         )?;
         for &(h, base, bytes) in &windows_now {
             runner.add_window(h, base, bytes)?;
