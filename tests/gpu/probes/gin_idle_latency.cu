@@ -1,8 +1,9 @@
 // How long one GIN call takes after the host has left the GPU idle for a while: one rank puts
 // 0 bytes to itself with a signal, waits for the signal and flushes (what every GIN call
 // needs from the library's proxy thread), launched after the host slept GAP ms; the kernel's
-// time from CUDA events, by gap. Shows whether the proxy thread still answers at once after
-// an idle spell (NVIDIA's proxy thread spins while GIN is on).
+// time from CUDA events, by gap, beside an empty kernel's after the same gaps (what the GPU
+// and driver themselves take to wake). Shows whether the proxy thread still answers at once
+// after an idle spell (NVIDIA's proxy thread spins while GIN is on).
 //
 // Built against oxccl's include/ (ABI-identical to NVIDIA's 2.28.9 header) and run on
 // whichever libnccl.so.2 is loaded:
@@ -25,6 +26,8 @@
       return 1;                                                            \
     }                                                                      \
   } while (0)
+
+__global__ void empty() {}
 
 __global__ void self_put(ncclDevComm dc, ncclWindow_t win) {
   ncclGin gin(dc, 0);
@@ -57,22 +60,31 @@ int main() {
   CHECK(cudaEventCreate(&b), cudaSuccess);
   for (int warm = 0; warm < 20; warm++) self_put<<<1, 32, 0, s>>>(dc, win);
   CHECK(cudaStreamSynchronize(s), cudaSuccess);
-  printf("# us per GIN call (one put to itself, signal, flush) after the host slept GAP ms\n");
-  printf("%8s %10s %10s %10s\n", "gap ms", "median", "min", "max");
+  printf("# us per call after the host slept GAP ms: a GIN call (one put to itself, signal,\n");
+  printf("# flush) and an empty kernel; median (min-max) of 21\n");
+  printf("%8s %24s %24s\n", "gap ms", "GIN call", "empty kernel");
   for (int gap : {0, 1, 4, 10, 50}) {
-    std::vector<float> us;
-    for (int rep = 0; rep < 21; rep++) {
-      if (gap) std::this_thread::sleep_for(std::chrono::milliseconds(gap));
-      cudaEventRecord(a, s);
-      self_put<<<1, 32, 0, s>>>(dc, win);
-      cudaEventRecord(b, s);
-      CHECK(cudaEventSynchronize(b), cudaSuccess);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      us.push_back(ms * 1000);
+    printf("%8d", gap);
+    for (bool gin : {true, false}) {
+      std::vector<float> us;
+      for (int rep = 0; rep < 21; rep++) {
+        if (gap) std::this_thread::sleep_for(std::chrono::milliseconds(gap));
+        cudaEventRecord(a, s);
+        if (gin) {
+          self_put<<<1, 32, 0, s>>>(dc, win);
+        } else {
+          empty<<<1, 32, 0, s>>>();
+        }
+        cudaEventRecord(b, s);
+        CHECK(cudaEventSynchronize(b), cudaSuccess);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        us.push_back(ms * 1000);
+      }
+      std::sort(us.begin(), us.end());
+      printf(" %10.1f (%5.1f-%5.1f)", us[us.size() / 2], us.front(), us.back());
     }
-    std::sort(us.begin(), us.end());
-    printf("%8d %10.1f %10.1f %10.1f\n", gap, us[us.size() / 2], us.front(), us.back());
+    printf("\n");
   }
   CHECK(cudaGetLastError(), cudaSuccess);
   CHECK(ncclDevCommDestroy(comm, &dc), ncclSuccess);
