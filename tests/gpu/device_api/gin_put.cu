@@ -7,8 +7,11 @@
 // GIN across the rail team), then a put of its input into every rank's slice for it (itself
 // included; a thread per peer, each with a signal increment and a counter increment), a
 // putValue of one word to the next rank, waits for the signal (every put and the value landed
-// here), the counter (its sources consumed) and a flush. Every received element is checked;
-// the last line is `RESULT pass=P fail=F`.
+// here), the counter (its sources consumed) and a flush, and a last world barrier; then its
+// first thread checks that the signal and the counter grew by exactly that much and resets
+// both to 0 (nothing is on its way to them until every rank's next barrier), so the next
+// iteration starts from 0. Every received element is checked; the last line is
+// `RESULT pass=P fail=F`.
 //
 // oxccl carries GIN over any network through its host proxy; NVIDIA's NCCL 2.28.9 needs an
 // InfiniBand network or a GIN plugin for it.
@@ -37,7 +40,8 @@ struct Layout {
   __host__ __device__ size_t bytes() const { return value(nranks); }
 };
 
-__global__ void gin_put(ncclDevComm dc, ncclWindow_t win, Layout l, uint64_t token) {
+__global__ void gin_put(ncclDevComm dc, ncclWindow_t win, Layout l, uint64_t token,
+                        unsigned* wrongWords) {
   ncclGin gin(dc, 0);
   ncclTeam world = ncclTeamWorld(dc);
   uint64_t signal0 = gin.readSignal(0);
@@ -63,6 +67,12 @@ __global__ void gin_put(ncclDevComm dc, ncclWindow_t win, Layout l, uint64_t tok
     // Nobody writes its next input while a peer's put may still read this one.
     ncclBarrierSession<ncclCoopCta> bar(ncclCoopCta(), ncclTeamTagWorld(), gin, 0);
     bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel, ncclGinFenceLevel::Relaxed);
+  }
+  if (threadIdx.x == 0) {
+    if (gin.readSignal(0) != signal0 + dc.nRanks + 1) atomicAdd(wrongWords, 1);
+    if (gin.readCounter(0) != counter0 + dc.nRanks) atomicAdd(wrongWords, 1);
+    gin.resetSignal(0);
+    gin.resetCounter(0);
   }
 }
 
@@ -95,7 +105,10 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     PinnedHost<float> host(count), got((size_t)n * count);
     PinnedHost<uint64_t> values(n);
-    if (!host.p || !got.p || !values.p) {
+    PinnedHost<unsigned> wrongWords(1);
+    unsigned* devWrongWords = nullptr;
+    CHECK_CUDA(cudaMalloc((void**)&devWrongWords, sizeof(unsigned)));
+    if (!host.p || !got.p || !values.p || !wrongWords.p) {
       fprintf(stderr, "rank %d: no pinned host memory\n", rank);
       failed = true;
       return;
@@ -106,14 +119,20 @@ int main(int argc, char** argv) {
                                  cudaMemcpyHostToDevice, s));
       // Poison what the peers write.
       CHECK_CUDA(cudaMemsetAsync(buf + l.slice(0), 0xff, l.bytes() - l.slice(0), s));
-      gin_put<<<1, kThreads, 0, s>>>(dc, win, l, token(rank, it));
+      CHECK_CUDA(cudaMemsetAsync(devWrongWords, 0, sizeof(unsigned), s));
+      gin_put<<<1, kThreads, 0, s>>>(dc, win, l, token(rank, it), devWrongWords);
       CHECK_CUDA(cudaGetLastError());
       CHECK_CUDA(cudaMemcpyAsync(got.data(), buf + l.slice(0), (size_t)n * count * sizeof(float),
                                  cudaMemcpyDeviceToHost, s));
       CHECK_CUDA(cudaMemcpyAsync(values.data(), buf + l.value(0), n * sizeof(uint64_t),
                                  cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaMemcpyAsync(wrongWords.data(), devWrongWords, sizeof(unsigned),
+                                 cudaMemcpyDeviceToHost, s));
       CHECK_CUDA(cudaStreamSynchronize(s));
       long wrong = 0;
+      if (wrongWords[0] != 0 && wrong++ < 1)
+        fprintf(stderr, "rank %d iter %d: the signal or counter did not grow by exactly its puts\n",
+                rank, it);
       for (int p = 0; p < n; p++) {
         for (size_t i = 0; i < count; i++) {
           float want = input(p, it, i);
@@ -129,6 +148,7 @@ int main(int argc, char** argv) {
                 (unsigned long long)token(prev, it));
       (wrong ? tally.fail : tally.pass)++;
     }
+    CHECK_CUDA(cudaFree(devWrongWords));
     CHECK_NCCL(ncclDevCommDestroy(comm, &dc));
     CHECK_NCCL(ncclCommWindowDeregister(comm, win));
     CHECK_NCCL(ncclMemFree(buf));
