@@ -556,6 +556,24 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipStreamWriteValue32: Result<
+        unsafe extern "C" fn(
+            stream: hipStream_t,
+            ptr: *mut ::std::os::raw::c_void,
+            value: u32,
+            flags: ::std::os::raw::c_uint,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipStreamWriteValue64: Result<
+        unsafe extern "C" fn(
+            stream: hipStream_t,
+            ptr: *mut ::std::os::raw::c_void,
+            value: u64,
+            flags: ::std::os::raw::c_uint,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipEventCreateWithFlags: Result<
         unsafe extern "C" fn(event: *mut hipEvent_t, flags: ::std::os::raw::c_uint) -> hipError_t,
         ::libloading::Error,
@@ -845,6 +863,8 @@ impl HipApi {
         let hipStreamQuery = __library.get(b"hipStreamQuery\0").map(|sym| *sym);
         let hipStreamSynchronize = __library.get(b"hipStreamSynchronize\0").map(|sym| *sym);
         let hipStreamWaitEvent = __library.get(b"hipStreamWaitEvent\0").map(|sym| *sym);
+        let hipStreamWriteValue32 = __library.get(b"hipStreamWriteValue32\0").map(|sym| *sym);
+        let hipStreamWriteValue64 = __library.get(b"hipStreamWriteValue64\0").map(|sym| *sym);
         let hipEventCreateWithFlags = __library.get(b"hipEventCreateWithFlags\0").map(|sym| *sym);
         let hipEventRecord = __library.get(b"hipEventRecord\0").map(|sym| *sym);
         let hipEventDestroy = __library.get(b"hipEventDestroy\0").map(|sym| *sym);
@@ -916,6 +936,8 @@ impl HipApi {
             hipStreamQuery,
             hipStreamSynchronize,
             hipStreamWaitEvent,
+            hipStreamWriteValue32,
+            hipStreamWriteValue64,
             hipEventCreateWithFlags,
             hipEventRecord,
             hipEventDestroy,
@@ -1100,6 +1122,30 @@ impl HipApi {
             .hipStreamWaitEvent
             .as_ref()
             .expect("Expected function, got error."))(stream, event, flags)
+    }
+    pub unsafe fn hipStreamWriteValue32(
+        &self,
+        stream: hipStream_t,
+        ptr: *mut ::std::os::raw::c_void,
+        value: u32,
+        flags: ::std::os::raw::c_uint,
+    ) -> hipError_t {
+        (self
+            .hipStreamWriteValue32
+            .as_ref()
+            .expect("Expected function, got error."))(stream, ptr, value, flags)
+    }
+    pub unsafe fn hipStreamWriteValue64(
+        &self,
+        stream: hipStream_t,
+        ptr: *mut ::std::os::raw::c_void,
+        value: u64,
+        flags: ::std::os::raw::c_uint,
+    ) -> hipError_t {
+        (self
+            .hipStreamWriteValue64
+            .as_ref()
+            .expect("Expected function, got error."))(stream, ptr, value, flags)
     }
     pub unsafe fn hipEventCreateWithFlags(
         &self,

@@ -429,6 +429,35 @@ impl DeviceApi for HipApi {
         }
     }
 
+    fn has_word_writes(&self, _device: i32) -> bool {
+        // Stream writes of device words are part of HIP on every GPU it runs on; a runtime
+        // without the entry points keeps GIN's words in host memory.
+        self.hip.api.hipStreamWriteValue32.is_ok() && self.hip.api.hipStreamWriteValue64.is_ok()
+    }
+
+    unsafe fn write_word_async(
+        &self,
+        dst: DevicePtr,
+        value: u64,
+        wide: bool,
+        s: Handle,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller; flags 0 orders the write after the stream's work.
+        unsafe {
+            if wide {
+                hip_call!(
+                    self.hip,
+                    hipStreamWriteValue64(stream(s), dst as *mut c_void, value, 0)
+                )
+            } else {
+                hip_call!(
+                    self.hip,
+                    hipStreamWriteValue32(stream(s), dst as *mut c_void, value as u32, 0)
+                )
+            }
+        }
+    }
+
     unsafe fn memset_zero_async(&self, dst: DevicePtr, bytes: usize, s: Handle) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe {

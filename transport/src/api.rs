@@ -187,8 +187,8 @@ pub trait DeviceApi: Clone + Send + Sync + 'static {
         bytes: usize,
         stream: Handle,
     ) -> Result<()>;
-    /// Whether [`DeviceApi::write_word_async`] works (default: no; CUDA's stream memory
-    /// operations do).
+    /// Whether [`DeviceApi::write_word_async`] works (default: no; CUDA's and HIP's stream
+    /// memory operations do).
     fn has_word_writes(&self, device: i32) -> bool {
         let _ = device;
         false

@@ -11,7 +11,7 @@
 //! stream (`cells_on_device`): every block of a kernel polling one line of mapped host memory
 //! waits for the others' reads, about a microsecond each, where device memory answers in
 //! about a tenth of that. The engine then writes them through its stream (`gin_windows`).
-//! Otherwise (a GIN plugin, which writes signals itself; HIP) they share the host allocation.
+//! Otherwise (a GIN plugin, which writes signals itself) they share the host allocation.
 
 use crate::api::DeviceApi;
 use oxccl_core::backend::DevicePtr;

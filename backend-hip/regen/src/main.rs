@@ -54,6 +54,8 @@ const FUNCTIONS: &[&str] = &[
     "hipStreamWaitEvent",
     "hipMemcpyAsync",
     "hipMemsetAsync",
+    "hipStreamWriteValue32",
+    "hipStreamWriteValue64",
     "hipMalloc",
     "hipFree",
     "hipPointerGetAttributes",

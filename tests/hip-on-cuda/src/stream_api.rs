@@ -7,6 +7,7 @@ use crate::types::{
     EVENT_AMD_HINTS, EVENT_CUDA_FLAGS, HipError, HipEvent, HipStream, STREAM_NON_BLOCKING,
 };
 use cudarc::driver::sys;
+use std::ffi::c_void;
 
 /// `hipStreamCreateWithFlags` -> `cuStreamCreate` (`hipStreamNonBlocking` is CUDA's value).
 #[unsafe(no_mangle)]
@@ -83,6 +84,46 @@ pub unsafe extern "C" fn hipStreamWaitEvent(
         // SAFETY: HIP's contract: live handles (or the null stream); CUDA's flags must be 0.
         cu("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(stream.cast(), event.cast(), 0)
+        })
+    })
+}
+
+/// `hipStreamWriteValue32` -> `cuStreamWriteValue32_v2` (flags 0 on both: the write follows
+/// the stream's earlier work).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipStreamWriteValue32(
+    stream: HipStream,
+    ptr: *mut c_void,
+    value: u32,
+    flags: u32,
+) -> HipError {
+    with_context("hipStreamWriteValue32", || {
+        if flags != 0 {
+            return Err(Failure::invalid(format!("stream write flags {flags:#x}")));
+        }
+        // SAFETY: HIP's contract: `ptr` is a device word that stays until the write has run,
+        // and the stream is null or live.
+        cu("cuStreamWriteValue32_v2", unsafe {
+            sys::cuStreamWriteValue32_v2(stream.cast(), ptr as u64, value, 0)
+        })
+    })
+}
+
+/// `hipStreamWriteValue64` -> `cuStreamWriteValue64_v2`, as the 32-bit one.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipStreamWriteValue64(
+    stream: HipStream,
+    ptr: *mut c_void,
+    value: u64,
+    flags: u32,
+) -> HipError {
+    with_context("hipStreamWriteValue64", || {
+        if flags != 0 {
+            return Err(Failure::invalid(format!("stream write flags {flags:#x}")));
+        }
+        // SAFETY: as for the 32-bit write.
+        cu("cuStreamWriteValue64_v2", unsafe {
+            sys::cuStreamWriteValue64_v2(stream.cast(), ptr as u64, value, 0)
         })
     })
 }
