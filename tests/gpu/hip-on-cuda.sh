@@ -36,8 +36,9 @@
 #   hip2/3-*-shm*                  NCCL_P2P_DISABLE=1: SHM FIFOs in /dev/shm (hipHostRegister)
 #   hip2/4/8-procs-net*            OXCCL_TEST_HOSTS=K: NET connections over the built-in sockets
 #                                  (the shared transport's proxy and pinned host FIFOs)
-#   hip2-device-api                with RCCL_PREFIX: a kernel written against NCCL's device API
-#                                  on librccl.so.1 (symmetric windows through HIP's VMM calls)
+#   hip2-device-api, hip2-device-gin with RCCL_PREFIX: kernels written against NCCL's device API
+#                                  on librccl.so.1 (symmetric windows through HIP's VMM calls;
+#                                  GIN through the host proxy)
 set -u
 BIN=${1:-target/release}
 LOG=${2:-/tmp/oxccl-hip-on-cuda-logs}
@@ -176,22 +177,26 @@ if [ -n "${RCCL_PREFIX:-}" ] && { [ -z "${ONLY:-}" ] || [[ hip-abi-test =~ $ONLY
   grep -m5 -E '(FAIL|error)' "$LOG/hip-abi-test.log" | cut -c1-300
 fi
 
-# The device API on the HIP backend: BIN/device-api-check (a CUDA program written against
-# NVIDIA's nccl_device.h, built by scripts/nccl-tests/pack.sh) with librccl.so.1 in the place of
-# libnccl.so.2: windows mapped flat through HIP's VMM calls, 2 ranks sharing the GPUs.
-if [ -n "${RCCL_PREFIX:-}" ] && [ -x "$BIN/device-api-check" ] && selected hip2-device-api; then
-  as_nccl=$LOG/rccl-as-nccl
-  mkdir -p "$as_nccl"
-  ln -sf "$(cd "$RCCL_PREFIX/lib" && pwd)/librccl.so.1" "$as_nccl/libnccl.so.2"
-  t0=$(date +%s)
-  OXCCL_BACKEND=hip LD_LIBRARY_PATH="$as_nccl" timeout -k 5 "$LIMIT" "$BIN/device-api-check" 2 65537 3 \
-    >"$LOG/hip2-device-api.log" 2>&1
-  rc=$?; t1=$(date +%s)
-  result_counts "$LOG/hip2-device-api.log" $rc
-  TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
-  summary_line hip2-device-api "$rc" "$P" "$F" $((t1-t0))
-  grep -m5 -E '(rank|error)' "$LOG/hip2-device-api.log" | cut -c1-300
-fi
+# The device API on the HIP backend: BIN/device-api-check and BIN/device-gin-check (CUDA
+# programs written against NVIDIA's nccl_device.h, built by scripts/nccl-tests/pack.sh) with
+# librccl.so.1 in the place of libnccl.so.2: windows mapped flat through HIP's VMM calls, GIN's
+# words written through HIP's stream writes, 2 ranks sharing the GPUs.
+for pair in hip2-device-api:device-api-check hip2-device-gin:device-gin-check; do
+  name=${pair%%:*}; prog=$BIN/${pair#*:}
+  if [ -n "${RCCL_PREFIX:-}" ] && [ -x "$prog" ] && selected "$name"; then
+    as_nccl=$LOG/rccl-as-nccl
+    mkdir -p "$as_nccl"
+    ln -sf "$(cd "$RCCL_PREFIX/lib" && pwd)/librccl.so.1" "$as_nccl/libnccl.so.2"
+    t0=$(date +%s)
+    OXCCL_BACKEND=hip LD_LIBRARY_PATH="$as_nccl" timeout -k 5 "$LIMIT" "$prog" 2 65537 3 \
+      >"$LOG/$name.log" 2>&1
+    rc=$?; t1=$(date +%s)
+    result_counts "$LOG/$name.log" $rc
+    TOTAL_PASS=$((TOTAL_PASS+P)); TOTAL_FAIL=$((TOTAL_FAIL+F))
+    summary_line "$name" "$rc" "$P" "$F" $((t1-t0))
+    grep -m5 -E '(rank|error)' "$LOG/$name.log" | cut -c1-300
+  fi
+done
 
 echo "==== summary ($NGPU GPUs, HIP backend on $RUNTIME) ===="
 printf '%s\n' "${SUMMARY[@]}"
