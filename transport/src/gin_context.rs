@@ -82,7 +82,7 @@ impl<A: DeviceApi> GinContextMemory<A> {
             me.cells = api.dev_alloc(bytes)?;
             // SAFETY: `cells` holds `bytes` bytes.
             unsafe { api.copy_h2d(me.cells, &vec![0u8; bytes]) }?;
-            me.mem.device_cells = Some(layout.device_cells(me.cells));
+            me.mem.device_cells = Some(layout.cells_at(me.cells));
         }
         let image = layout.gpu_ctx(dev, me.pis, me.mem.device_cells);
         me.ctx = api.dev_alloc(GPU_CTX_BYTES)?;

@@ -82,7 +82,7 @@ impl ContextLayout {
 
     /// Where the consumer indices, counters and signals lie when they start at `at`, at the
     /// same distances from each other as in the host allocation.
-    pub fn device_cells(&self, at: u64) -> DeviceCells {
+    pub fn cells_at(&self, at: u64) -> DeviceCells {
         DeviceCells {
             cis: at,
             counters: at + (self.counters - self.cis) as u64,
@@ -98,7 +98,7 @@ impl ContextLayout {
         let mut out = [0u8; GPU_CTX_BYTES];
         out[0..4].copy_from_slice(&(self.nranks as i32).to_le_bytes());
         out[4..8].copy_from_slice(&self.queue_size.to_le_bytes());
-        let cells = cells.unwrap_or(self.device_cells(at + self.cis as u64));
+        let cells = cells.unwrap_or(self.cells_at(at + self.cis as u64));
         let addrs = [at, pis, cells.cis, cells.counters, cells.signals];
         for (i, v) in addrs.into_iter().enumerate() {
             out[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(word(24), 0x10_0000 + l.cis as u64);
         assert_eq!(word(32), 0x10_0000 + l.counters as u64);
         assert_eq!(word(40), 0x10_0000 + l.signals as u64);
-        let cells = l.device_cells(0x50_0000);
+        let cells = l.cells_at(0x50_0000);
         assert_eq!(cells.cis, 0x50_0000);
         assert_eq!(cells.counters, 0x50_0000 + (l.counters - l.cis) as u64);
         assert!(cells.signals + 8 * 70 <= 0x50_0000 + l.cells_bytes() as u64);

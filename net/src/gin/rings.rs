@@ -3,9 +3,9 @@
 //! destination's ring in order, then reporting it done locally (its counter, then the ring's
 //! consumer index `cis`, which frees the slot for the device).
 
-use super::GinMemory;
 use super::engine::ContextMem;
 use super::gfd::{self, Gfd, Signal};
+use super::{DeviceCells, GinMemory};
 use oxccl_core::error::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,8 +18,8 @@ pub(crate) struct Rings {
     seen: Vec<u32>,
     /// Per destination: descriptors done locally (what `cis` says).
     done: Vec<u32>,
-    /// What writes the words when they lie on the device (`mem.device_cells`).
-    device: Option<Arc<dyn GinMemory>>,
+    /// Where the words lie when on the device (`mem.device_cells`), and what writes them.
+    device: Option<(Arc<dyn GinMemory>, DeviceCells)>,
 }
 
 impl Rings {
@@ -39,7 +39,7 @@ impl Rings {
         }
         let device = match (mem.device_cells, memory) {
             (None, _) => None,
-            (Some(_), Some(m)) => Some(m),
+            (Some(cells), Some(m)) => Some((m, cells)),
             (Some(_), None) => {
                 return Err(Error::Internal(
                     "a GIN context with its words on the device, for an engine that cannot write them".into(),
@@ -97,9 +97,9 @@ impl Rings {
         let Some(c) = counter.map(usize::from).filter(|&c| c < self.mem.ncounters) else {
             return Ok(());
         };
-        match (&self.device, self.mem.device_cells) {
-            (Some(d), Some(cells)) => d.add_word64(cells.counters + 8 * c as u64, 1),
-            _ => {
+        match &self.device {
+            Some((d, cells)) => d.add_word64(cells.counters + 8 * c as u64, 1),
+            None => {
                 self.mem
                     .word64(self.mem.counters, c)
                     .fetch_add(1, Ordering::Release);
@@ -111,9 +111,9 @@ impl Rings {
     /// The oldest descriptor of `peer` not yet done is done: `cis` moves past it.
     pub(crate) fn advance(&mut self, peer: usize) -> Result<()> {
         self.done[peer] = self.done[peer].wrapping_add(1);
-        match (&self.device, self.mem.device_cells) {
-            (Some(d), Some(cells)) => d.set_word32(cells.cis + 4 * peer as u64, self.done[peer]),
-            _ => {
+        match &self.device {
+            Some((d, cells)) => d.set_word32(cells.cis + 4 * peer as u64, self.done[peer]),
+            None => {
                 self.mem.ci(peer).store(self.done[peer], Ordering::Release);
                 Ok(())
             }
@@ -129,9 +129,9 @@ impl Rings {
     /// Adds `value` to signal `id` (checked by [`Rings::check_signal`]), after every window
     /// write before it.
     pub(crate) fn add_signal(&self, id: usize, value: u64) -> Result<()> {
-        match (&self.device, self.mem.device_cells) {
-            (Some(d), Some(cells)) => d.add_word64(cells.signals + 8 * id as u64, value),
-            _ => {
+        match &self.device {
+            Some((d, cells)) => d.add_word64(cells.signals + 8 * id as u64, value),
+            None => {
                 self.mem
                     .word64(self.mem.signals, id)
                     .fetch_add(value, Ordering::Release);

@@ -6,9 +6,10 @@
 //! Started once per communicator, by the first device communicator that needs it (every rank
 //! at once: device communicators are created collectively), and stopped with the
 //! communicator. On the host backend "device" memory is host memory, so a context is plain
-//! memory the engine and the ranks' code share; on GPUs a context's rings, indices, counters
-//! and signals are mapped host memory (`oxccl_device_transport::gin_context`) and windows are
-//! copied on a stream of the engine's own (`gin_windows`).
+//! memory the engine and the ranks' code share; on GPUs a context's rings are mapped host
+//! memory and the words kernels poll are device memory the engine writes from a stream of its
+//! own (`oxccl_device_transport::gin_context`), on which it also copies windows
+//! (`gin_windows`).
 
 use crate::dispatch::{AnyBackend, AnyComm, CommOps, RuntimeBackend};
 use oxccl_core::backend::DevicePtr;
