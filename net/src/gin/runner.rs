@@ -29,7 +29,7 @@ pub enum Idle {
     /// Keeps yielding its core, as NVIDIA's GIN progress thread does: a kernel's descriptor
     /// is taken at once however long the GPU was idle (GPU backends).
     Yield,
-    /// Parks, waking every [`PARK`]: for ranks that share a few cores (the host backend).
+    /// Parks, waking every 0.5 ms: for ranks that share a few cores (the host backend).
     Park,
 }
 
