@@ -78,7 +78,8 @@ pub struct DeviceCells {
 }
 
 /// This rank's copies of the symmetric windows, by GIN window handle: where the engine reads a
-/// put's source and writes a received payload.
+/// put's source and writes a received payload; on a GPU also what writes the words kernels
+/// poll ([`DeviceCells`]), after those payloads.
 pub trait GinMemory: Send + Sync {
     /// Copies `dst.len()` bytes at `offset` of window `handle` into `dst`.
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()>;
