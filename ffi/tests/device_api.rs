@@ -347,7 +347,118 @@ fn comm_properties_answer_as_far_as_the_callers_struct_goes() {
     destroy(c);
 }
 
-/// Requirements built with NCCL 2.29's or later headers start with size, magic and version
+/// Requirements as NCCL 2.29's headers lay them out: size, magic and version, 2.28's fields,
+/// and from 2.29.7 three GIN connection fields.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Requirements2_29 {
+    size: usize,
+    magic: u32,
+    version: u32,
+    rest: ncclDevCommRequirements_t,
+    gin_connection_type: c_int,
+    gin_exclusive_contexts: bool,
+    gin_queue_depth: c_int,
+}
+
+/// A device communicator as 2.29.7's header lays it out (2.28's, then two u32, a bool and a
+/// pointer), with room after it that must stay untouched.
+#[repr(C)]
+struct DevComm2_29 {
+    head: ncclDevComm_t,
+    tail: [u8; 24],
+    after: [u8; 64],
+}
+
+/// A program built against NCCL 2.29.2-2.29.7's headers gets an LSA device communicator: its
+/// requirements are read past the size, magic and version, 2.29.7's longer struct gets its
+/// tail zeroed (no GIN connections, no abort flag) and nothing after it is written; 2.29.3's
+/// gets 2.28's bytes only. GIN asked that way is refused with a sentence.
+#[test]
+fn a_2_29_program_gets_an_lsa_device_communicator_and_no_gin() {
+    setup();
+    let c = comms(1);
+    let mut reqs = Requirements2_29 {
+        size: size_of::<Requirements2_29>(),
+        magic: NCCL_CONFIG_MAGIC,
+        version: 22907,
+        rest: zero_reqs(),
+        gin_connection_type: 0,
+        gin_exclusive_contexts: false,
+        gin_queue_depth: 0,
+    };
+    reqs.rest.lsaBarrierCount = 2;
+    for (version, size, tail) in [
+        (22907, size_of::<Requirements2_29>(), 0u8),
+        (22903, 16 + size_of::<ncclDevCommRequirements_t>(), 0xab),
+    ] {
+        reqs.version = version;
+        reqs.size = size;
+        // SAFETY: plain C data; poisoned to see what is written.
+        let mut dc: DevComm2_29 = unsafe { std::mem::zeroed() };
+        dc.tail = [0xab; 24];
+        dc.after = [0xab; 64];
+        // SAFETY: the struct holds 2.29.7's requirements; `dc` holds 2.29.7's device comm.
+        let got = unsafe {
+            ncclDevCommCreate(
+                c[0],
+                (&reqs as *const Requirements2_29).cast(),
+                (&mut dc as *mut DevComm2_29).cast(),
+            )
+        };
+        assert_eq!(got, R::SUCCESS, "{version}: {}", last_error());
+        assert_eq!((dc.head.rank, dc.head.nRanks, dc.head.lsaSize), (0, 1, 1));
+        assert!(
+            !dc.head.resourceWindow.is_null(),
+            "the LSA barriers' buffer"
+        );
+        assert_eq!(dc.head.ginContextCount, 0);
+        assert_eq!(dc.tail, [tail; 24], "{version}'s tail");
+        assert_eq!(dc.after, [0xab; 64], "nothing after the struct");
+        // SAFETY: created above, not used afterwards.
+        assert_eq!(unsafe { ncclDevCommDestroy(c[0], &dc.head) }, R::SUCCESS);
+    }
+    for ask in 0..3 {
+        let mut gin = reqs;
+        gin.version = 22907;
+        gin.size = size_of::<Requirements2_29>();
+        match ask {
+            0 => gin.rest.ginSignalCount = 1,
+            1 => gin.rest.ginForceEnable = true,
+            _ => gin.gin_connection_type = 1,
+        }
+        // SAFETY: plain C data.
+        let mut dc: DevComm2_29 = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let got = unsafe {
+            ncclDevCommCreate(
+                c[0],
+                (&gin as *const Requirements2_29).cast(),
+                (&mut dc as *mut DevComm2_29).cast(),
+            )
+        };
+        assert_eq!(got, R::INVALID_USAGE, "ask {ask}");
+        let e = last_error();
+        assert!(e.contains("NCCL 2.29.7") && e.contains("GIN"), "{e}");
+    }
+    let mut short = reqs;
+    short.size = 40;
+    // SAFETY: plain C data.
+    let mut dc: DevComm2_29 = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; only `size` bytes are read.
+    let got = unsafe {
+        ncclDevCommCreate(
+            c[0],
+            (&short as *const Requirements2_29).cast(),
+            (&mut dc as *mut DevComm2_29).cast(),
+        )
+    };
+    assert_eq!(got, R::INVALID_ARGUMENT);
+    assert!(last_error().contains("size 40"), "{}", last_error());
+    destroy(c);
+}
+
+/// Requirements built with NCCL 2.30's or later headers start with size, magic and version
 /// (then 2.28's fields): `ncclDevCommCreate` names that layout and refuses it instead of
 /// reading the size as a list pointer.
 #[test]
