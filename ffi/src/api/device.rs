@@ -4,8 +4,7 @@
 //! kernels compiled against NVIDIA's `nccl_device.h` run on them: teams, windows mapped flat
 //! over the load/store-accessible (LSA) team, LSA barriers and resource buffers, and GIN through
 //! oxccl's host proxy. Multicast (multimem) is refused with a sentence. NCCL 2.29's
-//! `ncclCommQueryProperties` answers too; programs built against 2.29.2-2.29.7's headers get
-//! LSA device communicators in their layout, and GIN is refused to them.
+//! `ncclCommQueryProperties` answers too; 2.29's requirement layout is recognised and refused.
 
 use crate::abi::{
     COMM_PROPERTIES_2_29_2_BYTES, NCCL_CONFIG_MAGIC, ncclComm_t, ncclCommProperties_t,
@@ -207,18 +206,14 @@ unsafe fn dev_comm_create(
         return Err(Error::arg("outDevComm argument is NULL"));
     }
     // SAFETY: a requirements struct of any NCCL version holds at least 16 bytes.
-    let header = match unsafe { newer_requirements(reqs) } {
-        None => Header::V2_28,
-        Some(version) if LSA_ONLY_2_29.contains(&version) => Header::V2_29(version),
-        Some(version) => {
-            return Err(Error::usage(format!(
-                "ncclDevCommCreate: the requirements are laid out as NCCL {}'s (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER with size, magic and version first); oxccl implements NCCL 2.28.9's device API, and 2.29.2-2.29.7's without GIN: build the program against NCCL 2.28's headers or oxccl's",
-                version_name(version)
-            )));
-        }
-    };
-    // SAFETY: the caller passes a valid requirements struct of the layout its header names.
-    let reqs = unsafe { requirements_2_28(reqs, header) }?;
+    if let Some(version) = unsafe { newer_requirements(reqs) } {
+        return Err(Error::usage(format!(
+            "ncclDevCommCreate: the requirements are laid out as NCCL {}'s (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER with size, magic and version first); oxccl implements NCCL 2.28.9's device API: build the program against NCCL 2.28's headers or oxccl's",
+            version_name(version)
+        )));
+    }
+    // SAFETY: the caller passes a valid requirements struct of NCCL 2.28's layout.
+    let reqs = unsafe { *reqs };
     // SAFETY: the lists' entries are valid until the call (group end) returns.
     let user = unsafe {
         c_list(
@@ -299,26 +294,8 @@ unsafe fn dev_comm_create(
                     }
                 }
             }
-            if let Header::V2_29(version) = header
-                && made.raw.ginContextCount != 0
-            {
-                let res = made.raw.resourceWindow as u64;
-                let mut st = handle.lock();
-                if let (Some(api), true) = (st.device_api.as_mut(), res != 0) {
-                    // SAFETY: made just now; no kernel has it.
-                    unsafe { api.remove_resources(res) }?;
-                }
-                return Err(gin_2_29_refused(version));
-            }
-            // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract), and
-            // holds the device communicator of the caller's header.
-            unsafe {
-                *(out_addr as *mut ncclDevComm_t) = made.raw;
-                if header == Header::V2_29(DEV_COMM_TAIL_FROM) {
-                    let tail = (out_addr as *mut u8).add(size_of::<ncclDevComm_t>());
-                    std::ptr::write_bytes(tail, 0, DEV_COMM_2_29_7_TAIL);
-                }
-            }
+            // SAFETY: `outDevComm` stays writable until the group end (NCCL's contract).
+            unsafe { *(out_addr as *mut ncclDevComm_t) = made.raw };
             Ok(())
         }),
     )
@@ -343,93 +320,6 @@ unsafe fn newer_requirements(reqs: *const ncclDevCommRequirements_t) -> Option<u
         )
     };
     ((16..4096).contains(&size) && magic == NCCL_CONFIG_MAGIC).then_some(version)
-}
-
-/// The layout of the caller's header: NCCL 2.28's, or 2.29's (its version code).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Header {
-    V2_28,
-    V2_29(u32),
-}
-
-/// The 2.29 releases whose device communicator is 2.28.9's for everything but GIN (2.29.7
-/// appends GIN connection fields and an abort flag, which stay zero without GIN).
-const LSA_ONLY_2_29: std::ops::RangeInclusive<u32> = 22902..=22907;
-/// The first release whose device communicator has that tail, and its bytes: two u32, a bool
-/// and a pointer, 8-aligned.
-const DEV_COMM_TAIL_FROM: u32 = 22907;
-const DEV_COMM_2_29_7_TAIL: usize = 24;
-/// Bytes of 2.29's requirements before 2.28's fields (size, magic, version); from 2.29.7 the
-/// GIN connection type follows those fields.
-const REQUIREMENTS_2_29_PREFIX: usize = 16;
-
-/// 2.28's requirements, read from the caller's struct of `header`'s layout; GIN asked by a
-/// 2.29 program is refused (its device-side GIN differs from 2.28.9's): a GIN id or counter,
-/// `ginForceEnable`, or 2.29.7's connection type.
-///
-/// # Safety
-/// `reqs` points at a requirements struct of `header`'s layout.
-unsafe fn requirements_2_28(
-    reqs: *const ncclDevCommRequirements_t,
-    header: Header,
-) -> Result<ncclDevCommRequirements_t> {
-    let Header::V2_29(version) = header else {
-        // SAFETY: the caller's contract.
-        return Ok(unsafe { *reqs });
-    };
-    let fields = size_of::<ncclDevCommRequirements_t>();
-    // SAFETY: a 2.29 struct starts with its size.
-    let size = unsafe { reqs.cast::<usize>().read_unaligned() };
-    if size < REQUIREMENTS_2_29_PREFIX + fields {
-        return Err(Error::arg(format!(
-            "ncclDevCommCreate: requirements of NCCL {} with size {size}, smaller than that version's struct",
-            version_name(version)
-        )));
-    }
-    let at = reqs.cast::<u8>();
-    // SAFETY: `size` bytes are the caller's; 2.28's fields follow the 16-byte prefix.
-    let r = unsafe {
-        at.add(REQUIREMENTS_2_29_PREFIX)
-            .cast::<ncclDevCommRequirements_t>()
-            .read_unaligned()
-    };
-    let connection = if size >= REQUIREMENTS_2_29_PREFIX + fields + 4 {
-        // SAFETY: within `size`; 2.29.7's ginConnectionType follows ginCounterCount.
-        unsafe {
-            at.add(REQUIREMENTS_2_29_PREFIX + fields)
-                .cast::<c_int>()
-                .read_unaligned()
-        }
-    } else {
-        0
-    };
-    // SAFETY: the caller's list, valid until the call returns.
-    let resources_gin = unsafe {
-        c_list(
-            r.resourceRequirementsList,
-            |e| e.next,
-            "resourceRequirementsList",
-        )
-    }?
-    .iter()
-    .any(|e| e.ginSignalCount != 0 || e.ginCounterCount != 0);
-    let asks_gin = r.ginForceEnable
-        || r.ginSignalCount != 0
-        || r.ginCounterCount != 0
-        || connection != 0
-        || resources_gin;
-    if asks_gin {
-        return Err(gin_2_29_refused(version));
-    }
-    Ok(r)
-}
-
-/// The sentence for GIN asked by a program built against NCCL 2.29's headers.
-fn gin_2_29_refused(version: u32) -> Error {
-    Error::usage(format!(
-        "ncclDevCommCreate: the program is built against NCCL {}'s headers and its device communicator needs GIN, whose 2.29 device side oxccl does not implement (LSA windows, teams and barriers within a host work): build it against NCCL 2.28's headers or oxccl's for GIN",
-        version_name(version)
-    ))
 }
 
 /// `NCCL_VERSION_CODE` as NCCL spells versions (`2.29.7`).
