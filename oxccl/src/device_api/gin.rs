@@ -208,11 +208,7 @@ impl GinState {
         backend: &Arc<AnyBackend>,
         windows_now: impl IntoIterator<Item = (u64, DevicePtr, u64)>,
     ) -> Result<GinState> {
-        if !enabled() {
-            return Err(Error::Internal(
-                "ncclDevCommCreate: the device communicator needs GIN, which NCCL_GIN_ENABLE=0 turns off".into(),
-            ));
-        }
+        // `create_dev_comm` starts GIN only where NCCL_GIN_ENABLE allows it.
         if let Some(t) = foreign_type_asked() {
             return Err(Error::Internal(format!(
                 "ncclDevCommCreate: NCCL_GIN_TYPE={t} asks for a GIN type oxccl lacks: it has the proxy type ({GIN_TYPE_PROXY}) only"
