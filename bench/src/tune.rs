@@ -2,7 +2,7 @@
 //! settings of one topology column of the tuner's table (`core/src/plan/heuristics.txt`).
 //!
 //! Each alternative is forced through the variable a user would set (`NCCL_PROTO`,
-//! `NCCL_ALGO`, `NCCL_P2P_LL_THRESHOLD`, `OXCCL_ONE_SHOT`, `OXCCL_ZERO_COPY`) in a child run of this benchmark with the
+//! `NCCL_ALGO`, `NCCL_P2P_LL_THRESHOLD`, `OXCCL_ONE_SHOT`, `OXCCL_TWO_SHOT`, `OXCCL_ZERO_COPY`) in a child run of this benchmark with the
 //! caller's options, so every run reads its configuration afresh. A setting "X up to S" is the
 //! largest measured size up to which X is never more than [`TOLERANCE`] slower than the
 //! alternative; "X from S" the smallest size from which it never is. `--apply FILE` writes the
@@ -97,10 +97,19 @@ fn variants() -> Vec<Variant> {
     for (name, on) in [("oneshot-on", "1"), ("oneshot-off", "0")] {
         v.push(Variant {
             name,
-            env: vec![("OXCCL_ZERO_COPY", "0"), ("OXCCL_ONE_SHOT", on)],
+            env: vec![
+                ("OXCCL_ZERO_COPY", "0"),
+                ("OXCCL_ONE_SHOT", on),
+                ("OXCCL_TWO_SHOT", "0"),
+            ],
             ops: ONE_SHOT_OPS,
         });
     }
+    v.push(Variant {
+        name: "twoshot-on",
+        env: vec![("OXCCL_ZERO_COPY", "0"), ("OXCCL_TWO_SHOT", "1")],
+        ops: &["allreduce"],
+    });
     for (name, on) in [("zc-on", "1"), ("zc-off", "0")] {
         v.push(Variant {
             name,
@@ -331,6 +340,26 @@ fn derive_nvlink_ops<'a>(
             });
         }
     }
+    if let (true, Some(two), Some(one)) = (
+        many,
+        get("twoshot-on", "allreduce"),
+        get("oneshot-on", "allreduce"),
+    ) {
+        // Where the Simple variant would run: beyond LL's range, within the two-shot kernel's
+        // (each rank's part at most 1 MiB; beyond it the variable falls back to the plans).
+        let ll_max = oxccl_core::plan::tuner::one_shot_ll_max_nvlink();
+        let kept = |t: &BTreeMap<u64, f64>| -> BTreeMap<u64, f64> {
+            t.range(ll_max + 1..ranks.saturating_mul(1 << 20))
+                .map(|(&s, &v)| (s, v))
+                .collect()
+        };
+        out.push(Derived {
+            setting: "two_shot_max_nvlink_many",
+            index: 0,
+            value: wins_up_to(&kept(two), &kept(one)),
+            why: "allreduce: the two-shot kernel against the Simple one-shot (vector bytes)".into(),
+        });
+    }
     for op in ZERO_COPY_OPS {
         if let (Some(on), Some(off)) = (get("zc-on", op), get("zc-off", op)) {
             out.push(Derived {
@@ -530,6 +559,46 @@ mod tests {
         assert_eq!(per_peer("allgather", 1 << 20, 4), 256 << 10);
         assert_eq!(per_peer("allreduce", 1 << 20, 4), 1 << 20);
         assert_eq!(per_peer("alltoall", u64::MAX, 4), u64::MAX);
+    }
+
+    /// The two-shot kernel's limit compares it with the Simple one-shot only where that runs
+    /// (beyond LL's range) and the kernel takes the vector (below 1 MiB per rank's part).
+    #[test]
+    fn two_shot_is_weighed_where_the_simple_one_shot_runs() {
+        let ar = |pts: &[(u64, f64)]| Times::from([("allreduce".to_string(), series(pts))]);
+        let mut runs: BTreeMap<&str, Times> = BTreeMap::new();
+        let (k, m) = (1u64 << 10, 1u64 << 20);
+        runs.insert(
+            "twoshot-on",
+            ar(&[
+                (128 * k, 9.0),
+                (512 * k, 5.0),
+                (m, 6.0),
+                (2 * m, 20.0),
+                (4 * m, 1.0),
+            ]),
+        );
+        runs.insert(
+            "oneshot-on",
+            ar(&[
+                (128 * k, 1.0),
+                (512 * k, 6.0),
+                (m, 8.0),
+                (2 * m, 10.0),
+                (4 * m, 9.0),
+            ]),
+        );
+        let nvlink = COLUMNS.iter().position(|&c| c == "nvlink").unwrap();
+        let two = |ranks| {
+            derive(&runs, nvlink, ranks)
+                .into_iter()
+                .find(|d| d.setting == "two_shot_max_nvlink_many")
+                .map(|d| d.value)
+        };
+        assert!(oxccl_core::plan::tuner::one_shot_ll_max_nvlink() < 512 * k);
+        assert_eq!(two(4), Some(m));
+        // Two ranks have no such row.
+        assert_eq!(two(2), None);
     }
 
     /// Derived values land in their rows and positions of the real table; rows keep their

@@ -6,7 +6,7 @@
 use crate::abort::AbortFlag;
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
-use crate::plan::one_shot::OneShot;
+use crate::plan::one_shot::{OneShot, Variant};
 use crate::plan::{HostLayout, Protocol, WorkDesc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -258,9 +258,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Ok(())
     }
 
-    /// Largest per-peer message, in bytes, that `transport`'s one-shot kernels take with
-    /// `proto` ([`Backend::launch_one_shot`]); 0: this backend has none.
-    fn one_shot_bytes(&self, _transport: &Self::Transport, _proto: Protocol) -> u64 {
+    /// Largest message ([`OneShot::message_bytes`]) that `transport`'s one-shot kernels take in
+    /// `variant` ([`Backend::launch_one_shot`]); 0: this backend has none.
+    fn one_shot_bytes(&self, _transport: &Self::Transport, _variant: Variant) -> u64 {
         0
     }
 

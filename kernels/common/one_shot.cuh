@@ -215,6 +215,10 @@ OXCCL_DEVICE void one_shot(const OxcclOneShotParams& p) {
 // launch's epoch; the receiving block waits for the flags of its slice and combines from its
 // own inbox. Slices depend on the message size, so the inbox half follows one epoch for the
 // whole launch (the last block to finish moves it), not the LL path's per-block epochs.
+//
+// Flags only grow: launch g raises them to 2g + 2 (the two-shot variant below first to 2g + 1,
+// after its first phase), so a wait for 2g + 1 or 2g + 2 never mistakes an older launch's flag
+// of either variant for this one's.
 // ---------------------------------------------------------------------------------------------
 
 // Offsets inside a rank's one-shot area: the LL inbox, the Simple flags, the Simple data.
@@ -240,13 +244,61 @@ OXCCL_DEVICE T* simple_data(char* base, uint32_t nranks, uint64_t half, uint32_t
                               (half * nranks + sender) * OXCCL_ONE_SHOT_SIMPLE_BYTES);
 }
 
+// After every thread of block `b` has stored what its peers read: one system fence, by the
+// thread that raises the flags, after the barrier that ordered every thread's stores before it
+// (a system fence is cumulative, as NCCL's Simple protocol relies on; a fence in each of 512
+// threads costs microseconds). Then raises this block's flag on every peer to `value` and waits
+// until every peer's flag here reaches it. The closing barrier extends thread 0's acquires to
+// every thread's reads after it. False when the communicator aborted first.
+OXCCL_DEVICE bool simple_exchange_flags(const OxcclOneShotParams& p, uint32_t b, uint64_t value,
+                                        int* stop) {
+  const uint32_t me = p.rank, n = p.nranks;
+  oxccl_block_sync();
+  if (threadIdx.x == 0) {
+    *stop = 0;
+    oxccl_fence_system();
+    for (uint32_t q = 0; q < n; ++q) {
+      if (q != me) oxccl_store_release_sys(simple_flag(p.inbox[q], n, me, b), value);
+    }
+    for (uint32_t q = 0; q < n && !*stop; ++q) {
+      if (q == me) continue;
+      const volatile uint64_t* f = simple_flag(p.inbox[me], n, q, b);
+      uint32_t spins = 0;
+      while (oxccl_load_acquire_sys(f) < value) {
+        if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
+          spins = 0;
+          if (p.abort_flag != nullptr && oxccl_load_relaxed_sys(p.abort_flag) != 0) {
+            *stop = 1;
+            break;
+          }
+        }
+      }
+    }
+  }
+  oxccl_block_sync();
+  return *stop == 0;
+}
+
+// The last block to finish a Simple or two-shot launch moves the epoch for the next launch;
+// every block read it at its start.
+OXCCL_DEVICE void simple_finish_launch(const OxcclOneShotParams& p, uint64_t g) {
+  volatile uint64_t* epoch = p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS;
+  unsigned int* finished = reinterpret_cast<unsigned int*>(p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS + 1);
+  oxccl_block_sync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(finished, 1u) == gridDim.x - 1) {
+      *finished = 0;
+      *epoch = g + 1;
+    }
+  }
+}
+
 template <class E>
 OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   typedef typename E::Bits T;
   __shared__ int stop;
-  volatile uint64_t* epoch = p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS;
-  unsigned int* finished = reinterpret_cast<unsigned int*>(p.epochs + OXCCL_ONE_SHOT_MAX_BLOCKS + 1);
-  const uint64_t g = *epoch;
+  const uint64_t g = p.epochs[OXCCL_ONE_SHOT_MAX_BLOCKS];
   const uint64_t half = g & 1;
   const uint32_t nb = gridDim.x, b = blockIdx.x, me = p.rank, n = p.nranks;
   // This block's slice of every per-peer message, in whole 16-byte packs but the last.
@@ -269,7 +321,6 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   push = plain;
   push.pre = !moves && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
   push.scale = one_shot_scale<E>(p);
-  if (threadIdx.x == 0) stop = 0;
 
   // Push: our slice for each peer (and, past two ranks, our own operand into our own inbox, so
   // the rank-ordered chain below never reads an input that an in-place output overwrote).
@@ -284,33 +335,7 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
     reduce_copy<E>(p.redop, nullptr, own_src + start, out + (uint64_t)me * p.count + start, nullptr,
                    len, plain);
   }
-  // One fence, by the thread that raises the flags, after the barrier that ordered every
-  // thread's stores before it (a system fence is cumulative, as NCCL's Simple protocol relies
-  // on): a fence in each of 512 threads costs microseconds.
-  oxccl_block_sync();
-  if (threadIdx.x == 0) {
-    oxccl_fence_system();
-    for (uint32_t q = 0; q < n; ++q) {
-      if (q != me) oxccl_store_release_sys(simple_flag(p.inbox[q], n, me, b), g + 1);
-    }
-    for (uint32_t q = 0; q < n && !stop; ++q) {
-      if (q == me) continue;
-      const volatile uint64_t* f = simple_flag(p.inbox[me], n, q, b);
-      uint32_t spins = 0;
-      while (oxccl_load_acquire_sys(f) < g + 1) {
-        if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
-          spins = 0;
-          if (p.abort_flag != nullptr && oxccl_load_relaxed_sys(p.abort_flag) != 0) {
-            stop = 1;
-            break;
-          }
-        }
-      }
-    }
-  }
-  // The barrier also extends thread 0's acquires to every thread's reads below.
-  oxccl_block_sync();
-  if (stop) return;
+  if (!simple_exchange_flags(p, b, 2 * g + 2, &stop)) return;
 
   if (moves) {
     for (uint32_t q = 0; q < n; ++q) {
@@ -337,15 +362,100 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
     }
   }
 
-  // The last block to finish moves the epoch for the next launch; every block read it above.
-  oxccl_block_sync();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(finished, 1u) == nb - 1) {
-      *finished = 0;
-      *epoch = g + 1;
+  simple_finish_launch(p, g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two-shot AllReduce (`OxcclOneShotParams::simple == 2`): past two ranks, the Simple variant
+// sends the whole vector to every peer, n - 1 vectors over each rank's links. Here rank q owns
+// the q-th of n parts: every rank first sends each owner its part (as the Simple variant does,
+// into the owner's inbox), each owner reduces its part in rank order, stores it, and sends the
+// result to every peer's inbox (the second half of the sender's slot there), from which the
+// peers copy it out: 2 (n - 1) / n of a vector over each rank's links, and every rank holds the
+// same bits. Block b handles the b-th slice of every part; its flags are raised to 2g + 1 after
+// the first phase and 2g + 2 after the second.
+// ---------------------------------------------------------------------------------------------
+
+template <class E>
+OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
+  typedef typename E::Bits T;
+  __shared__ int stop;
+  const uint64_t g = p.epochs[OXCCL_ONE_SHOT_MAX_BLOCKS];
+  const uint64_t half = g & 1;
+  const uint32_t nb = gridDim.x, b = blockIdx.x, me = p.rank, n = p.nranks;
+  constexpr uint64_t kGrain = 16 / sizeof(T);
+  // Where a sender's results start in its slot of an inbox half, in elements.
+  constexpr uint64_t kResults = OXCCL_ONE_SHOT_SIMPLE_BYTES / 2 / sizeof(T);
+  // Elements of a part (the last may be shorter), and of a block's slice of one.
+  const uint64_t part = ((p.count + n - 1) / n + kGrain - 1) / kGrain * kGrain;
+  const uint64_t per = ((part + nb - 1) / nb + kGrain - 1) / kGrain * kGrain;
+  // This block's slice of rank q's part: its first element in the vector, its offset in the
+  // part (and in an inbox slot), its length.
+  struct Slice {
+    uint64_t first, off, len;
+  };
+  const auto slice = [&](uint32_t q) {
+    const uint64_t lo = (uint64_t)q * part < p.count ? (uint64_t)q * part : p.count;
+    const uint64_t hi = p.count - lo < part ? p.count : lo + part;
+    const uint64_t s = hi - lo < (uint64_t)b * per ? hi : lo + (uint64_t)b * per;
+    const uint64_t e = hi - s < per ? hi : s + per;
+    return Slice{s, s - lo, e - s};
+  };
+  const T* in = reinterpret_cast<const T*>(p.send);
+  T* out = reinterpret_cast<T*>(p.recv);
+  StepMath<T> push, plain;
+  plain.pre = plain.pre_r = plain.post = false;
+  plain.scale = T(0);
+  plain.div = 1;
+  push = plain;
+  push.pre = (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+  push.scale = one_shot_scale<E>(p);
+
+  // Each owner's part of our input (past two ranks ours too, into our own inbox, so that the
+  // rank-ordered chain below never reads an input an in-place output overwrote).
+  for (uint32_t q = 0; q < n; ++q) {
+    if (q == me && n == 2) continue;
+    const Slice s = slice(q);
+    reduce_copy<E>(p.redop, nullptr, in + s.first, nullptr,
+                   simple_data<T>(p.inbox[q], n, half, me) + s.off, s.len, push);
+  }
+  if (!simple_exchange_flags(p, b, 2 * g + 1, &stop)) return;
+
+  const Slice mine = slice(me);
+  T* result = out + mine.first;
+  if (n == 2) {
+    // Two operands combine alike in either order.
+    StepMath<T> last = push;
+    last.post = p.post_div > 1;
+    last.div = p.post_div > 1 ? p.post_div : 1;
+    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, 1 - me) + mine.off,
+                   in + mine.first, result, nullptr, mine.len, last);
+  } else {
+    for (uint32_t q = 1; q < n; ++q) {
+      StepMath<T> m = plain;
+      m.post = q == n - 1 && p.post_div > 1;
+      m.div = m.post ? p.post_div : 1;
+      const T* acc = q == 1 ? simple_data<T>(p.inbox[me], n, half, 0) + mine.off : result;
+      reduce_copy<E>(p.redop, acc, simple_data<T>(p.inbox[me], n, half, q) + mine.off, result,
+                     nullptr, mine.len, m);
     }
   }
+  // Threads copy elements other threads reduced.
+  oxccl_block_sync();
+  for (uint32_t q = 0; q < n; ++q) {
+    if (q == me) continue;
+    reduce_copy<E>(p.redop, nullptr, result, nullptr,
+                   simple_data<T>(p.inbox[q], n, half, me) + kResults + mine.off, mine.len, plain);
+  }
+  if (!simple_exchange_flags(p, b, 2 * g + 2, &stop)) return;
+
+  for (uint32_t q = 0; q < n; ++q) {
+    if (q == me) continue;
+    const Slice s = slice(q);
+    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, q) + kResults + s.off, nullptr,
+                   out + s.first, nullptr, s.len, plain);
+  }
+  simple_finish_launch(p, g);
 }
 
 }  // namespace oxccl
@@ -354,7 +464,9 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_ONE_SHOT_SIMPLE_THREADS)   \
       NAME(const OXCCL_GRID_CONSTANT OxcclOneShotParams params) {                 \
     oxccl_grid_dependency_wait();                                                 \
-    if (params.simple) {                                                          \
+    if (params.simple == 2) {                                                     \
+      oxccl::two_shot_all_reduce<oxccl::ELEM>(params);                            \
+    } else if (params.simple) {                                                   \
       oxccl::one_shot_simple<oxccl::ELEM>(params);                                \
     } else {                                                                      \
       oxccl::one_shot<oxccl::ELEM>(params);                                       \

@@ -22,6 +22,8 @@
 #                                  (OXCCL_ONE_SHOT=1: LL up to 256 KiB per peer, Simple to 2 MiB;
 #                                  NCCL_PROTO=Simple: Simple at every size), and small messages
 #                                  without them (=0)
+#   *-twoshot*                     the two-shot AllReduce wherever it takes the vector
+#                                  (OXCCL_TWO_SHOT=1: up to 1 MiB per rank)
 #   h2-initall-256M                256M f32 elements (1-2 GiB per buffer) for the main operations
 #   m3/m4/m8-*                     3, 4 and 8 ranks on however many GPUs there are (rank r on GPU
 #                                  r % GPUs, one GPU is enough), one process or one per rank: the
@@ -448,6 +450,15 @@ if [ "$NGPU" -ge 1 ]; then
   run m2-procs-dead-peer-oneshot OXCCL_ONE_SHOT=1 -- --mode procs --ranks 2 --dead-peer 1000
   run m4-procs-oneshot-graph OXCCL_ONE_SHOT=1 -- --mode procs --ranks 4 $ONESHOT_M --types bf16,f64 --graph 10
   run_limit 240 m8-initall-oneshot OXCCL_ONE_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
+  # The two-shot AllReduce at every size it takes (parts of 3 ranks are uneven; 2 ranks take
+  # its two-operand path), the log showing it ran; other operations run as they would.
+  run_want m3-initall-twoshot "one-shot TwoShot" OXCCL_TWO_SHOT=1 NCCL_DEBUG=TRACE NCCL_DEBUG_SUBSYS=COLL \
+    -- --mode initall --ranks 3 --counts 0,1,7,4095,65537,300001 --types f32,f16 --big-count 0 --p2p-counts none
+  run_limit 240 m4-initall-twoshot OXCCL_TWO_SHOT=1 -- --mode initall --ranks 4 $ONESHOT_M
+  run m2-initall-twoshot OXCCL_TWO_SHOT=1 -- --mode initall --ranks 2 $ONESHOT_M --types i8,bf16,f32,f64
+  run m4-procs-twoshot-graph OXCCL_TWO_SHOT=1 -- --mode procs --ranks 4 $ONESHOT_M --types bf16,f64 --graph 10
+  run_limit 240 m8-initall-twoshot OXCCL_TWO_SHOT=1 -- --mode initall --ranks 8 $ONESHOT_M --types i8,bf16,f32,f64
+  run m4-procs-dead-peer-twoshot OXCCL_TWO_SHOT=1 -- --mode procs --ranks 4 --dead-peer 1000
 fi
 net_configs
 shm_configs

@@ -18,8 +18,9 @@ use oxccl_core::bootstrap::{Bootstrap, stable_hash};
 use oxccl_core::config::{self, vars};
 use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::net_peers::{per_net_peer_channels, plan_peers, some_pair_unplanned};
+use oxccl_core::plan::one_shot::Variant;
 use oxccl_core::plan::tuner::link_summary;
-use oxccl_core::plan::{HostLayout, NetLink, Protocol, Topology, WorkDesc};
+use oxccl_core::plan::{HostLayout, NetLink, Topology, WorkDesc};
 use oxccl_kernel_abi::{
     FifoGeometry, PeerRecord, SlotPeers, one_shot_max_bytes, placements, process_shares_device,
     publish, shared_device_max_blocks,
@@ -622,13 +623,12 @@ impl<A: DeviceApi> DeviceTransport<A> {
         })
     }
 
-    /// Largest per-peer message the one-shot kernels take with `proto` on this communicator
-    /// (0: none).
-    pub fn one_shot_bytes(&self, proto: Protocol) -> u64 {
+    /// Largest message the one-shot kernels take in `variant` on this communicator (0: none).
+    pub fn one_shot_bytes(&self, variant: Variant) -> u64 {
         if self.one_shot_inbox.is_empty() || !self.api.has_one_shot() {
             0
         } else {
-            one_shot_max_bytes(proto, self.max_blocks)
+            one_shot_max_bytes(variant, self.nranks, self.max_blocks)
         }
     }
 

@@ -13,7 +13,7 @@ use oxccl_core::backend::{
 use oxccl_core::bootstrap::Bootstrap;
 use oxccl_core::error::{Error, Result};
 use oxccl_core::lock::lock;
-use oxccl_core::plan::one_shot::OneShot;
+use oxccl_core::plan::one_shot::{OneShot, Variant};
 use oxccl_core::plan::tuner::Topology;
 use oxccl_core::plan::{Protocol, WorkDesc};
 use oxccl_kernel_abi::FifoGeometry;
@@ -278,9 +278,9 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<DeviceTransport<A>> {
         DeviceTransport::connect(self.api.clone(), self.geometry, ctx)
     }
-    fn one_shot_bytes(&self, transport: &DeviceTransport<A>, proto: Protocol) -> u64 {
+    fn one_shot_bytes(&self, transport: &DeviceTransport<A>, variant: Variant) -> u64 {
         if A::ONE_SHOT_KERNELS {
-            transport.one_shot_bytes(proto)
+            transport.one_shot_bytes(variant)
         } else {
             0
         }

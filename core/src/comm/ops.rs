@@ -8,7 +8,7 @@ use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
 use crate::error::{Error, Result};
 use crate::lock::lock;
-use crate::plan::one_shot::{self, OneShot};
+use crate::plan::one_shot::{self, OneShot, Variant};
 use crate::plan::tuner::{Choice, Topology, Tuner};
 use crate::plan::{
     self, Algorithm, AllToAllvLayout, CollKind, CollRequest, P2pDir, P2pOp, Protocol, WorkDesc,
@@ -405,7 +405,7 @@ impl<B: Backend> Communicator<B> {
 
     /// The one-shot variant `a` runs on, if any: an operation the kernels implement, a
     /// communicator small enough, the tuner's word, and a message the backend's kernels take.
-    fn one_shot_proto(&self, a: &CollArgs, transport: &B::Transport) -> Option<Protocol> {
+    fn one_shot_variant(&self, a: &CollArgs, transport: &B::Transport) -> Option<Variant> {
         let inner = &self.inner;
         let bytes = a.count * a.dtype.size() as u64;
         if !one_shot::supports(a.kind)
@@ -414,10 +414,11 @@ impl<B: Backend> Communicator<B> {
         {
             return None;
         }
-        let proto = inner
-            .tuner
-            .one_shot(a.kind, bytes, inner.nranks, self.topology(transport))?;
-        (bytes <= inner.backend.one_shot_bytes(transport, proto)).then_some(proto)
+        let variant =
+            inner
+                .tuner
+                .one_shot(a.kind, bytes, inner.nranks, self.topology(transport))?;
+        (bytes <= inner.backend.one_shot_bytes(transport, variant)).then_some(variant)
     }
 
     /// Numbers, records, checks (in check mode) and launches a collective of a call, with its
@@ -467,10 +468,10 @@ impl<B: Backend> Communicator<B> {
         let bytes = self.message_bytes(a);
         let steered = self.steered(c, a.kind, bytes, a.dtype);
         if steered.is_none()
-            && let Some(proto) = self.one_shot_proto(a, &c.transport)
+            && let Some(variant) = self.one_shot_variant(a, &c.transport)
         {
             let op = OneShot {
-                proto,
+                variant,
                 kind: a.kind,
                 dtype: a.dtype,
                 reduction: Reduction::lower(a.op, inner.nranks as usize),
@@ -479,7 +480,7 @@ impl<B: Backend> Communicator<B> {
                 recv: a.recv,
             };
             debug!(target: "oxccl::coll", "rank {} {:?} count {} {} one-shot {:?} seq {}",
-                inner.rank, a.kind, a.count, a.dtype.name(), proto, seq);
+                inner.rank, a.kind, a.count, a.dtype.name(), variant, seq);
             // One channel, timed on the host (`ChannelTimes::spans`).
             let _times = prof.channel_times(None);
             let _launch = self.profile_kernel_launch(c, prof.group_api, stream);

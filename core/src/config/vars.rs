@@ -85,6 +85,7 @@ vars! {
     OXCCL_CHUNK_BYTES: Option<u64> = None, Comm, "chunk size for every plan (positive)",
         valid(positive, "a positive integer");
     OXCCL_ONE_SHOT: Option<bool> = None, Comm, "one-shot kernels: 0 off, 1 wherever they take the message (unset: by size)";
+    OXCCL_TWO_SHOT: Option<bool> = None, Comm, "two-shot AllReduce kernel: 0 off, 1 wherever it takes the vector (unset: by size)";
     OXCCL_ZERO_COPY: Option<bool> = None, Comm, "zero-copy plans: 0 off, 1 at every size (unset: by size)";
 
     // GPU transports.

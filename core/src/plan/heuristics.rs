@@ -66,6 +66,9 @@ pub(crate) struct Heuristics {
     pub p2p_ll_max_nvlink_many: u64,
     /// Their LL variant up to this per-peer size, the Simple one above it.
     pub one_shot_ll_max_nvlink: u64,
+    /// AllReduce with more than two ranks on NVLink: the two-shot variant instead of the Simple
+    /// one up to this vector size (0: never).
+    pub two_shot_max_nvlink_many: u64,
     /// Send/receive groups and AlltoAll run each FIFO channel's sends and receives in blocks of
     /// their own from this message size on (largest message of a group; AlltoAll's per-peer
     /// block), `u64::MAX`: never.
@@ -156,6 +159,8 @@ impl Heuristics {
             p2p_ll_max_nvlink_many: get("p2p_ll_max_nvlink_many").and_then(|(n, v)| one(n, v))?,
             one_shot_max_nvlink: get("one_shot_max_nvlink").and_then(|(n, v)| fixed(n, v))?,
             one_shot_ll_max_nvlink: get("one_shot_ll_max_nvlink").and_then(|(n, v)| one(n, v))?,
+            two_shot_max_nvlink_many: get("two_shot_max_nvlink_many")
+                .and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,
             copies_apart_min: get("copies_apart_min").and_then(|(n, v)| fixed(n, v))?,
         };

@@ -3,13 +3,14 @@
 //!
 //! Every rank stores its data as flagged packets straight into each peer's inbox, mapped at
 //! connect, and combines what arrives; there are no steps to interpret and no FIFO positions.
-//! Two variants: LL (flagged 8-byte packets) for the smallest messages, Simple (a copy and one
-//! flag per block) for larger ones. A backend that has such kernels says how large a message
-//! each takes (the backend's `one_shot_bytes`); the tuner decides when they win.
-//! The host backend has none and runs the plan.
+//! Three variants ([`Variant`]): LL (flagged 8-byte packets) for the smallest messages, Simple
+//! (a copy and one flag per block) for larger ones, and a two-shot AllReduce that sends each
+//! rank's share of the vector once instead of the whole vector to every peer. A backend that has
+//! such kernels says how large a message each takes (the backend's `one_shot_bytes`); the tuner
+//! decides when they win. The host backend has none and runs the plan.
 
+use super::CollKind;
 use super::DevicePtr;
-use super::{CollKind, Protocol};
 use crate::datatype::{DataType, Reduction};
 
 /// Most ranks a one-shot communicator may have (the kernels keep one inbox address per rank in
@@ -33,9 +34,21 @@ pub struct OneShot {
     pub send: DevicePtr,
     /// Receive buffer.
     pub recv: DevicePtr,
-    /// LL: flagged 8-byte packets, for the smallest messages. Simple: each block copies its
-    /// slice and raises one flag per peer, for larger ones.
-    pub proto: Protocol,
+    /// Which kernel runs it.
+    pub variant: Variant,
+}
+
+/// Which one-shot kernel runs a collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Flagged 8-byte packets, for the smallest messages.
+    Ll,
+    /// Each block copies its slice of a message to every peer and raises one flag per peer.
+    Simple,
+    /// AllReduce only: rank `r` gathers the `r`-th of `n` parts of every rank's vector, reduces
+    /// it and sends the result to every peer, so each rank's links carry `2 (n - 1) / n`
+    /// vectors instead of the Simple variant's `n - 1`; two rounds of flags instead of one.
+    TwoShot,
 }
 
 impl OneShot {

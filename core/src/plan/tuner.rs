@@ -10,6 +10,7 @@
 
 use super::heuristics::HEURISTICS;
 use super::net_link::NetLink;
+use super::one_shot::Variant;
 use super::tags::MAX_CHANNELS;
 use super::{Algorithm, CollKind, P2pLl, P2pShape, Protocol, algorithms_for};
 use crate::config::{Env, vars};
@@ -215,6 +216,12 @@ fn kind_index(k: CollKind) -> usize {
 
 /// Whether the table's `_nvlink_many` rows apply: more than two ranks over NVLink (the NVLink
 /// column's own values are those of two GPUs).
+/// The table's largest per-peer message for the LL one-shot variant on NVLink (the Simple and
+/// two-shot variants take larger ones).
+pub fn one_shot_ll_max_nvlink() -> u64 {
+    HEURISTICS.one_shot_ll_max_nvlink
+}
+
 fn many_on_nvlink(nranks: u32, topo: Topology) -> bool {
     nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true })
 }
@@ -362,6 +369,9 @@ pub struct Tuner {
     /// `OXCCL_ONE_SHOT`: `Some(false)` never, `Some(true)` whenever the kernels take the
     /// message; `None`: the table.
     one_shot: Option<bool>,
+    /// `OXCCL_TWO_SHOT`: `Some(false)` never, `Some(true)` for every AllReduce the kernel takes;
+    /// `None`: the table.
+    two_shot: Option<bool>,
 }
 
 impl Tuner {
@@ -400,15 +410,44 @@ impl Tuner {
         t.p2p_ll_threshold = env.get(&vars::NCCL_P2P_LL_THRESHOLD);
         t.zero_copy = env.get(&vars::OXCCL_ZERO_COPY);
         t.one_shot = env.get(&vars::OXCCL_ONE_SHOT);
+        t.two_shot = env.get(&vars::OXCCL_TWO_SHOT);
         t
     }
 
     /// Whether a `kind` collective whose per-peer message is `message_bytes` runs on the
-    /// one-shot kernels, and with which variant (LL or Simple), provided the backend has them
-    /// and they take that size. A forced algorithm turns them off, as it does zero copy, and so
-    /// does a forced protocol unless `OXCCL_ONE_SHOT=1`, which uses them wherever they fit (in
-    /// the forced protocol, if any); `=0` never.
+    /// one-shot kernels, and on which variant, provided the backend has them and they take that
+    /// size. A forced algorithm turns them off, as it does zero copy, and so does a forced
+    /// protocol unless `OXCCL_ONE_SHOT=1`, which uses them wherever they fit (in the forced
+    /// protocol, if any); `=0` never. AllReduce runs on the two-shot variant where the Simple
+    /// one would and the table says so, or wherever `OXCCL_TWO_SHOT=1` (unless a forced protocol
+    /// excludes Simple); `OXCCL_TWO_SHOT=0` never.
     pub fn one_shot(
+        &self,
+        kind: CollKind,
+        message_bytes: u64,
+        nranks: u32,
+        topo: Topology,
+    ) -> Option<Variant> {
+        let k = kind_index(kind);
+        let simple_allowed = self.protos[k].is_none_or(|m| m & proto_bit(Protocol::Simple) != 0);
+        if kind == CollKind::AllReduce && self.two_shot == Some(true) && simple_allowed {
+            return Some(Variant::TwoShot);
+        }
+        let proto = self.one_shot_proto(kind, message_bytes, nranks, topo)?;
+        let two_shot = kind == CollKind::AllReduce
+            && proto == Protocol::Simple
+            && self.two_shot.is_none()
+            && many_on_nvlink(nranks, topo)
+            && message_bytes <= HEURISTICS.two_shot_max_nvlink_many;
+        Some(match proto {
+            _ if two_shot => Variant::TwoShot,
+            Protocol::Ll => Variant::Ll,
+            _ => Variant::Simple,
+        })
+    }
+
+    /// The LL or Simple one-shot variant, as [`Tuner::one_shot`] describes.
+    fn one_shot_proto(
         &self,
         kind: CollKind,
         message_bytes: u64,
@@ -716,7 +755,7 @@ mod tests {
     fn one_shot_follows_the_table_and_the_variables() {
         let nvl = Topology::SingleNodeGpu { nvlink: true };
         let t = tuner(&[]);
-        let (ll, simple) = (Some(Protocol::Ll), Some(Protocol::Simple));
+        let (ll, simple) = (Some(Variant::Ll), Some(Variant::Simple));
         assert_eq!(t.one_shot(CollKind::AllReduce, 8, 2, nvl), ll);
         assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, 2, nvl), ll);
         assert_eq!(
@@ -759,6 +798,34 @@ mod tests {
         assert_eq!(
             tuner(&[("OXCCL_ONE_SHOT", "x")]).one_shot(CollKind::AllReduce, 8, 2, nvl),
             ll
+        );
+    }
+
+    #[test]
+    fn two_shot_follows_the_table_and_its_variable() {
+        let nvl = Topology::SingleNodeGpu { nvlink: true };
+        let two = Some(Variant::TwoShot);
+        let t = tuner(&[]);
+        let limit = HEURISTICS.two_shot_max_nvlink_many;
+        if limit > HEURISTICS.one_shot_ll_max_nvlink {
+            assert_eq!(t.one_shot(CollKind::AllReduce, limit, 4, nvl), two);
+        }
+        // Never at two ranks by default, nor for other operations.
+        assert_ne!(t.one_shot(CollKind::AllReduce, 2 * MIB, 2, nvl), two);
+        assert_ne!(t.one_shot(CollKind::AllGather, 2 * MIB, 4, nvl), two);
+        let on = tuner(&[("OXCCL_TWO_SHOT", "1"), ("OXCCL_ONE_SHOT", "0")]);
+        assert_eq!(on.one_shot(CollKind::AllReduce, 8, 2, nvl), two);
+        assert_eq!(
+            on.one_shot(CollKind::AllReduce, 1 << 30, 8, Topology::Host),
+            two
+        );
+        assert_eq!(on.one_shot(CollKind::ReduceScatter, 8, 4, nvl), None);
+        let on_ll = tuner(&[("OXCCL_TWO_SHOT", "1"), ("NCCL_PROTO", "ll")]);
+        assert_eq!(on_ll.one_shot(CollKind::AllReduce, 8, 4, nvl), None);
+        let off = tuner(&[("OXCCL_TWO_SHOT", "0"), ("OXCCL_ONE_SHOT", "1")]);
+        assert_eq!(
+            off.one_shot(CollKind::AllReduce, 2 * MIB, 4, nvl),
+            Some(Variant::Simple)
         );
     }
 

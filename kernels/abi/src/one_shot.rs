@@ -6,8 +6,8 @@
 // sender-local state (`FifoGeometry::epochs_offset`). Both are zeroed at connect.
 
 use super::{ARGS_PRE_SCALE, ARGS_PRE_SCALE_PTR, reduction_args};
-use oxccl_core::plan::one_shot::{self, OneShot};
-use oxccl_core::plan::{CollKind, Protocol};
+use oxccl_core::plan::CollKind;
+use oxccl_core::plan::one_shot::{self, OneShot, Variant};
 use std::mem::{offset_of, size_of};
 
 /// Most ranks (`OXCCL_ONE_SHOT_MAX_RANKS`).
@@ -51,21 +51,27 @@ pub fn one_shot_inbox_bytes(nranks: u32) -> u64 {
     ll + flags + 2 * n * ONE_SHOT_SIMPLE_MAX_BYTES
 }
 
-/// Largest per-peer message the one-shot kernels take with `proto` (LL or Simple) in launches
-/// of at most `max_blocks` blocks ([`one_shot_grid`] never exceeds it for such a message).
-pub fn one_shot_max_bytes(proto: Protocol, max_blocks: u32) -> u64 {
+/// Largest message ([`OneShot::message_bytes`]) the one-shot kernels take in `variant` on
+/// `nranks` ranks in launches of at most `max_blocks` blocks ([`one_shot_grid`] never exceeds
+/// it for such a message).
+pub fn one_shot_max_bytes(variant: Variant, nranks: u32, max_blocks: u32) -> u64 {
     let blocks = u64::from(max_blocks);
-    match proto {
+    match variant {
         // Packets are spread over all ONE_SHOT_MAX_BLOCKS block indices before a thread takes a
         // second round, so fewer blocks only carry a single round.
-        Protocol::Ll if max_blocks < ONE_SHOT_MAX_BLOCKS => {
-            blocks * u64::from(ONE_SHOT_THREADS) * 8
+        Variant::Ll if max_blocks < ONE_SHOT_MAX_BLOCKS => blocks * u64::from(ONE_SHOT_THREADS) * 8,
+        Variant::Ll => ONE_SHOT_MAX_BYTES,
+        Variant::Simple => ONE_SHOT_SIMPLE_MAX_BYTES.min(blocks * SIMPLE_SLICE_BYTES),
+        // Each part's sender slot holds it and its result; a part, rounded up to whole 16-byte
+        // packs, stays within both limits.
+        Variant::TwoShot => {
+            u64::from(nranks) * (TWO_SHOT_PART_BYTES.min(blocks * SIMPLE_SLICE_BYTES) - 16)
         }
-        Protocol::Ll => ONE_SHOT_MAX_BYTES,
-        Protocol::Simple => ONE_SHOT_SIMPLE_MAX_BYTES.min(blocks * SIMPLE_SLICE_BYTES),
-        Protocol::Ll128 => 0,
     }
 }
+
+/// Largest part of a two-shot AllReduce: half a sender's Simple slot of an inbox half.
+const TWO_SHOT_PART_BYTES: u64 = ONE_SHOT_SIMPLE_MAX_BYTES / 2;
 
 /// One-shot entry points, indexed by `ncclDataType_t` like `KERNEL_NAMES`.
 pub const ONE_SHOT_KERNEL_NAMES: [&str; 12] = [
@@ -121,7 +127,7 @@ pub struct OneShotParams {
     pub redop: u8,
     /// `ARGS_PRE_SCALE*`.
     pub flags: u8,
-    /// 1: the Simple variant, else LL.
+    /// 1: the Simple variant, 2: the two-shot AllReduce, else LL.
     pub simple: u8,
 }
 
@@ -171,7 +177,11 @@ impl OneShotParams {
             },
             redop: red.redop,
             flags: red.flags & (ARGS_PRE_SCALE | ARGS_PRE_SCALE_PTR),
-            simple: u8::from(op.proto == Protocol::Simple),
+            simple: match op.variant {
+                Variant::Ll => 0,
+                Variant::Simple => 1,
+                Variant::TwoShot => 2,
+            },
             ..OneShotParams::default()
         };
         p.inbox[..inbox.len()].copy_from_slice(inbox);
@@ -226,11 +236,17 @@ impl OneShotParams {
 /// packets per thread); fewer threads, in warps, when one block is enough: a tiny message
 /// should not pay for idle warps. Block `b` always covers the same packets, which the kernels'
 /// per-block epochs rely on.
-pub fn one_shot_grid(op: &OneShot) -> (u32, u32) {
-    if op.proto == Protocol::Simple {
+pub fn one_shot_grid(op: &OneShot, nranks: u32) -> (u32, u32) {
+    let slices = match op.variant {
+        Variant::Ll => None,
+        Variant::Simple => Some(op.message_bytes()),
+        // Block b takes the b-th slice of every part.
+        Variant::TwoShot => Some(op.message_bytes().div_ceil(u64::from(nranks.max(1)))),
+    };
+    if let Some(bytes) = slices {
         // One slice per block, up to the most blocks; every block takes part (it raises and
         // waits for its flags even when its slice is empty).
-        let blocks = op.message_bytes().div_ceil(SIMPLE_SLICE_BYTES);
+        let blocks = bytes.div_ceil(SIMPLE_SLICE_BYTES);
         let blocks = blocks.clamp(1, u64::from(ONE_SHOT_SIMPLE_MAX_BLOCKS)) as u32;
         return (blocks, ONE_SHOT_SIMPLE_THREADS);
     }
@@ -259,38 +275,55 @@ mod one_shot_tests {
             count,
             send: 0x1000,
             recv: 0x2000,
-            proto: Protocol::Ll,
+            variant: Variant::Ll,
         }
+    }
+
+    fn one_shot_grid2(o: &OneShot) -> (u32, u32) {
+        one_shot_grid(o, 2)
     }
 
     #[test]
     fn one_thread_per_packet_and_full_blocks_beyond_one() {
         let f32 = DataType::Float32;
-        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 1)), (1, 32));
+        assert_eq!(one_shot_grid2(&op(CollKind::AllReduce, f32, 1)), (1, 32));
         assert_eq!(
-            one_shot_grid(&op(CollKind::AllReduce, DataType::Int8, 7)),
+            one_shot_grid2(&op(CollKind::AllReduce, DataType::Int8, 7)),
             (1, 32)
         );
         assert_eq!(
-            one_shot_grid(&op(CollKind::AllGather, f32, 2 * 33)),
+            one_shot_grid2(&op(CollKind::AllGather, f32, 2 * 33)),
             (1, 64)
         );
-        assert_eq!(one_shot_grid(&op(CollKind::AllGather, f32, 512)), (1, 256));
-        assert_eq!(one_shot_grid(&op(CollKind::AllReduce, f32, 513)), (2, 256));
+        assert_eq!(one_shot_grid2(&op(CollKind::AllGather, f32, 512)), (1, 256));
+        assert_eq!(one_shot_grid2(&op(CollKind::AllReduce, f32, 513)), (2, 256));
         // Simple: a block per 16 KiB slice, up to 128.
         let simple = |count| OneShot {
-            proto: Protocol::Simple,
+            variant: Variant::Simple,
             ..op(CollKind::AllReduce, f32, count)
         };
-        assert_eq!(one_shot_grid(&simple(1)), (1, 512));
-        assert_eq!(one_shot_grid(&simple(4097)), (2, 512));
-        assert_eq!(one_shot_grid(&simple(1 << 19)), (128, 512));
-        assert_eq!(one_shot_grid(&simple(1 << 20)), (128, 512));
+        assert_eq!(one_shot_grid2(&simple(1)), (1, 512));
+        assert_eq!(one_shot_grid2(&simple(4097)), (2, 512));
+        assert_eq!(one_shot_grid2(&simple(1 << 19)), (128, 512));
+        assert_eq!(one_shot_grid2(&simple(1 << 20)), (128, 512));
+        // Two-shot: a block per 16 KiB slice of one rank's part.
+        let two = |count, nranks| {
+            let o = OneShot {
+                variant: Variant::TwoShot,
+                ..op(CollKind::AllReduce, f32, count)
+            };
+            one_shot_grid(&o, nranks)
+        };
+        assert_eq!(two(0, 4), (1, 512));
+        assert_eq!(two(4 * 4096, 4), (1, 512));
+        assert_eq!(two(4 * 4096 + 1, 4), (2, 512));
+        assert_eq!(two(1 << 20, 4), (64, 512));
+        assert_eq!(two(1 << 20, 8), (32, 512));
         // Beyond one packet per thread of every block, threads take more rounds.
         let full = (ONE_SHOT_MAX_BLOCKS * ONE_SHOT_THREADS * 2) as u64;
         for count in [full, full + 1, ONE_SHOT_MAX_BYTES / 4] {
             assert_eq!(
-                one_shot_grid(&op(CollKind::ReduceScatter, f32, count)),
+                one_shot_grid2(&op(CollKind::ReduceScatter, f32, count)),
                 (ONE_SHOT_MAX_BLOCKS, ONE_SHOT_THREADS)
             );
         }
@@ -298,26 +331,37 @@ mod one_shot_tests {
 
     #[test]
     fn messages_within_a_block_cap_launch_within_it() {
-        assert_eq!(one_shot_max_bytes(Protocol::Ll, 1000), ONE_SHOT_MAX_BYTES);
-        assert_eq!(one_shot_max_bytes(Protocol::Ll, 4), 8 << 10);
-        assert_eq!(one_shot_max_bytes(Protocol::Simple, 128), 2 << 20);
-        assert_eq!(one_shot_max_bytes(Protocol::Simple, 16), 256 << 10);
-        assert_eq!(one_shot_max_bytes(Protocol::Ll128, 128), 0);
-        for cap in 1..=140 {
-            for proto in [Protocol::Ll, Protocol::Simple] {
-                let max = one_shot_max_bytes(proto, cap);
-                assert!(max > 0);
-                for dtype in [DataType::Int8, DataType::Float32, DataType::Float64] {
-                    let count = max / dtype.size() as u64;
-                    let o = OneShot {
-                        proto,
-                        ..op(CollKind::AllReduce, dtype, count)
-                    };
-                    let (blocks, _) = one_shot_grid(&o);
-                    assert!(
-                        blocks <= cap,
-                        "{proto:?} cap {cap} {dtype:?}: {blocks} blocks"
-                    );
+        let max = one_shot_max_bytes;
+        assert_eq!(max(Variant::Ll, 2, 1000), ONE_SHOT_MAX_BYTES);
+        assert_eq!(max(Variant::Ll, 2, 4), 8 << 10);
+        assert_eq!(max(Variant::Simple, 2, 128), 2 << 20);
+        assert_eq!(max(Variant::Simple, 2, 16), 256 << 10);
+        assert_eq!(max(Variant::TwoShot, 4, 128), 4 * ((1 << 20) - 16));
+        assert_eq!(max(Variant::TwoShot, 8, 16), 8 * ((256 << 10) - 16));
+        for nranks in [2, 3, 4, 7, 8] {
+            for cap in 1..=140 {
+                for variant in [Variant::Ll, Variant::Simple, Variant::TwoShot] {
+                    let max = max(variant, nranks, cap);
+                    assert!(max > 0);
+                    for dtype in [DataType::Int8, DataType::Float32, DataType::Float64] {
+                        let es = dtype.size() as u64;
+                        let count = max / es;
+                        let o = OneShot {
+                            variant,
+                            ..op(CollKind::AllReduce, dtype, count)
+                        };
+                        let (blocks, _) = one_shot_grid(&o, nranks);
+                        assert!(
+                            blocks <= cap,
+                            "{variant:?} cap {cap} {dtype:?}: {blocks} blocks"
+                        );
+                        if variant == Variant::TwoShot {
+                            // The kernel's part: ceil(count / n) rounded up to 16-byte packs,
+                            // within half a sender's slot.
+                            let part = count.div_ceil(u64::from(nranks)).next_multiple_of(16 / es);
+                            assert!(part * es <= TWO_SHOT_PART_BYTES, "{nranks} {dtype:?}");
+                        }
+                    }
                 }
             }
         }
@@ -343,6 +387,14 @@ mod one_shot_tests {
         assert_eq!(&b[124..128], &2u32.to_le_bytes());
         assert_eq!(b[132], KIND_REDUCE_SCATTER);
         assert_eq!(p.simple, 0);
+        let two = OneShot {
+            variant: Variant::TwoShot,
+            ..op(CollKind::AllReduce, DataType::Float32, 9)
+        };
+        assert_eq!(
+            OneShotParams::new(&two, 0, &[0xa0, 0xb0], 0, 0).to_bytes()[135],
+            2
+        );
         // 2 ranks: LL 2 halves x 32 blocks x 2 senders x 4 rounds x 256 packets of 16 bytes;
         // a page of flags; Simple 2 halves x 2 senders x 2 MiB.
         assert_eq!(one_shot_inbox_bytes(2), (2 << 20) + 4096 + (8 << 20));

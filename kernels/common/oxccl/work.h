@@ -173,7 +173,7 @@ struct OxcclOneShotParams {
   uint8_t kind;       // OXCCL_ONE_SHOT_*
   uint8_t redop;      // OXCCL_OP_*
   uint8_t flags;      // OXCCL_ARGS_PRE_SCALE*
-  uint8_t simple;     // 1: the Simple variant, else LL
+  uint8_t simple;     // 1: the Simple variant, 2: two-shot AllReduce, else LL
 };
 
 // Bytes of argument block a launch may carry inline in its parameters (args_block.rs has the

@@ -295,7 +295,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             OneShotParams::new(op, self.rank, &self.one_shot_inbox, epochs, self.abort_dev)
                 .to_bytes()
                 .to_vec();
-        let (blocks, threads) = one_shot_grid(op);
+        let (blocks, threads) = one_shot_grid(op, self.nranks);
         let api = &self.api;
         let launch = move || {
             let mut params = params;
