@@ -214,14 +214,14 @@ fn kind_index(k: CollKind) -> usize {
         .expect("every kind is listed")
 }
 
-/// Whether the table's `_nvlink_many` rows apply: more than two ranks over NVLink (the NVLink
-/// column's own values are those of two GPUs).
 /// The table's largest per-peer message for the LL one-shot variant on NVLink (the Simple and
 /// two-shot variants take larger ones).
 pub fn one_shot_ll_max_nvlink() -> u64 {
     HEURISTICS.one_shot_ll_max_nvlink
 }
 
+/// Whether the table's `_nvlink_many` rows apply: more than two ranks over NVLink (the NVLink
+/// column's own values are those of two GPUs).
 fn many_on_nvlink(nranks: u32, topo: Topology) -> bool {
     nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true })
 }

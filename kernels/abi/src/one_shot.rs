@@ -231,11 +231,12 @@ impl OneShotParams {
     }
 }
 
-/// Blocks and threads per block of a one-shot launch of `op`: one thread per 8-byte packet of
-/// a per-peer message up to [`ONE_SHOT_MAX_BLOCKS`] blocks of [`ONE_SHOT_THREADS`] (then more
-/// packets per thread); fewer threads, in warps, when one block is enough: a tiny message
-/// should not pay for idle warps. Block `b` always covers the same packets, which the kernels'
-/// per-block epochs rely on.
+/// Blocks and threads per block of a one-shot launch of `op` on `nranks` ranks. LL: one thread
+/// per 8-byte packet of a per-peer message up to [`ONE_SHOT_MAX_BLOCKS`] blocks of
+/// [`ONE_SHOT_THREADS`] (then more packets per thread); fewer threads, in warps, when one block
+/// is enough: a tiny message should not pay for idle warps. Block `b` always covers the same
+/// packets, which the kernels' per-block epochs rely on. Simple and two-shot: a block per 16 KiB
+/// slice of a per-peer message (two-shot: of one rank's part).
 pub fn one_shot_grid(op: &OneShot, nranks: u32) -> (u32, u32) {
     let slices = match op.variant {
         Variant::Ll => None,
