@@ -250,17 +250,17 @@ OXCCL_DEVICE T* simple_data(char* base, uint32_t nranks, uint64_t half, uint32_t
 // threads costs microseconds). Then raises this block's flag on every peer to `value` and waits
 // until every peer's flag here reaches it. The closing barrier extends thread 0's acquires to
 // every thread's reads after it. False when the communicator aborted first.
-OXCCL_DEVICE bool simple_exchange_flags(const OxcclOneShotParams& p, uint32_t b, uint64_t value,
-                                        int* stop) {
+OXCCL_DEVICE bool simple_exchange_flags(const OxcclOneShotParams& p, uint32_t b, uint64_t value) {
+  __shared__ int stop;
   const uint32_t me = p.rank, n = p.nranks;
   oxccl_block_sync();
   if (threadIdx.x == 0) {
-    *stop = 0;
+    stop = 0;
     oxccl_fence_system();
     for (uint32_t q = 0; q < n; ++q) {
       if (q != me) oxccl_store_release_sys(simple_flag(p.inbox[q], n, me, b), value);
     }
-    for (uint32_t q = 0; q < n && !*stop; ++q) {
+    for (uint32_t q = 0; q < n && !stop; ++q) {
       if (q == me) continue;
       const volatile uint64_t* f = simple_flag(p.inbox[me], n, q, b);
       uint32_t spins = 0;
@@ -268,7 +268,7 @@ OXCCL_DEVICE bool simple_exchange_flags(const OxcclOneShotParams& p, uint32_t b,
         if (++spins == OXCCL_ABORT_POLL_INTERVAL) {
           spins = 0;
           if (p.abort_flag != nullptr && oxccl_load_relaxed_sys(p.abort_flag) != 0) {
-            *stop = 1;
+            stop = 1;
             break;
           }
         }
@@ -276,8 +276,25 @@ OXCCL_DEVICE bool simple_exchange_flags(const OxcclOneShotParams& p, uint32_t b,
     }
   }
   oxccl_block_sync();
-  return *stop == 0;
+  return stop == 0;
 }
+
+// The element math of a Simple or two-shot launch's copies: `plain` moves elements as they are,
+// `push` pre-scales a rank's own operand where the reduction asks for it (`scales`: an
+// operation that reduces).
+template <class E>
+struct SimpleMath {
+  typedef typename E::Bits T;
+  StepMath<T> plain, push;
+  OXCCL_DEVICE SimpleMath(const OxcclOneShotParams& p, bool scales) {
+    plain.pre = plain.pre_r = plain.post = false;
+    plain.scale = T(0);
+    plain.div = 1;
+    push = plain;
+    push.pre = scales && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
+    push.scale = one_shot_scale<E>(p);
+  }
+};
 
 // The last block to finish a Simple or two-shot launch moves the epoch for the next launch;
 // every block read it at its start.
@@ -297,7 +314,6 @@ OXCCL_DEVICE void simple_finish_launch(const OxcclOneShotParams& p, uint64_t g) 
 template <class E>
 OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   typedef typename E::Bits T;
-  __shared__ int stop;
   const uint64_t g = p.epochs[OXCCL_ONE_SHOT_MAX_BLOCKS];
   const uint64_t half = g & 1;
   const uint32_t nb = gridDim.x, b = blockIdx.x, me = p.rank, n = p.nranks;
@@ -314,13 +330,9 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   const bool moves = gather || all_to_all;
   // Each peer gets its own block of the input.
   const bool blocks = p.kind == OXCCL_ONE_SHOT_REDUCE_SCATTER || all_to_all;
-  StepMath<T> push, plain;
-  plain.pre = plain.pre_r = plain.post = false;
-  plain.scale = T(0);
-  plain.div = 1;
-  push = plain;
-  push.pre = !moves && (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
-  push.scale = one_shot_scale<E>(p);
+  const SimpleMath<E> math(p, !moves);
+  const StepMath<T>& push = math.push;
+  const StepMath<T>& plain = math.plain;
 
   // Push: our slice for each peer (and, past two ranks, our own operand into our own inbox, so
   // the rank-ordered chain below never reads an input that an in-place output overwrote).
@@ -335,7 +347,7 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
     reduce_copy<E>(p.redop, nullptr, own_src + start, out + (uint64_t)me * p.count + start, nullptr,
                    len, plain);
   }
-  if (!simple_exchange_flags(p, b, 2 * g + 2, &stop)) return;
+  if (!simple_exchange_flags(p, b, 2 * g + 2)) return;
 
   if (moves) {
     for (uint32_t q = 0; q < n; ++q) {
@@ -379,7 +391,6 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
 template <class E>
 OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
   typedef typename E::Bits T;
-  __shared__ int stop;
   const uint64_t g = p.epochs[OXCCL_ONE_SHOT_MAX_BLOCKS];
   const uint64_t half = g & 1;
   const uint32_t nb = gridDim.x, b = blockIdx.x, me = p.rank, n = p.nranks;
@@ -403,13 +414,9 @@ OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
   };
   const T* in = reinterpret_cast<const T*>(p.send);
   T* out = reinterpret_cast<T*>(p.recv);
-  StepMath<T> push, plain;
-  plain.pre = plain.pre_r = plain.post = false;
-  plain.scale = T(0);
-  plain.div = 1;
-  push = plain;
-  push.pre = (p.flags & (OXCCL_ARGS_PRE_SCALE | OXCCL_ARGS_PRE_SCALE_PTR)) != 0;
-  push.scale = one_shot_scale<E>(p);
+  const SimpleMath<E> math(p, true);
+  const StepMath<T>& push = math.push;
+  const StepMath<T>& plain = math.plain;
 
   // Each owner's part of our input (past two ranks ours too, into our own inbox, so that the
   // rank-ordered chain below never reads an input an in-place output overwrote).
@@ -419,7 +426,7 @@ OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
     reduce_copy<E>(p.redop, nullptr, in + s.first, nullptr,
                    simple_data<T>(p.inbox[q], n, half, me) + s.off, s.len, push);
   }
-  if (!simple_exchange_flags(p, b, 2 * g + 1, &stop)) return;
+  if (!simple_exchange_flags(p, b, 2 * g + 1)) return;
 
   const Slice mine = slice(me);
   T* result = out + mine.first;
@@ -447,7 +454,7 @@ OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
     reduce_copy<E>(p.redop, nullptr, result, nullptr,
                    simple_data<T>(p.inbox[q], n, half, me) + kResults + mine.off, mine.len, plain);
   }
-  if (!simple_exchange_flags(p, b, 2 * g + 2, &stop)) return;
+  if (!simple_exchange_flags(p, b, 2 * g + 2)) return;
 
   for (uint32_t q = 0; q < n; ++q) {
     if (q == me) continue;
