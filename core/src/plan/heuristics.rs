@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(h.zero_copy_min_nvlink[9], u64::MAX);
         assert_eq!(
             h.one_shot_max_nvlink,
-            [256 * KIB, 0, 0, 256 * KIB, 256 * KIB, 256 * KIB, 0, 0, 0, 0]
+            [2 * MIB, 0, 0, 2 * MIB, 2 * MIB, 256 * KIB, 0, 0, 0, 0]
         );
     }
 

@@ -760,12 +760,14 @@ mod tests {
         assert_eq!(t.one_shot(CollKind::ReduceScatter, 256 * KIB, 2, nvl), ll);
         assert_eq!(
             t.one_shot(CollKind::ReduceScatter, 256 * KIB + 1, 2, nvl),
-            None
+            simple
         );
-        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, 2, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB, 2, nvl), simple);
+        assert_eq!(t.one_shot(CollKind::AllGather, 2 * MIB + 1, 2, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllToAll, 256 * KIB + 1, 2, nvl), None);
         assert_eq!(t.one_shot(CollKind::Broadcast, 8, 2, nvl), None);
         // More than two GPUs: their own row.
-        assert_eq!(t.one_shot(CollKind::AllReduce, 2 * MIB, 2, nvl), None);
+        assert_eq!(t.one_shot(CollKind::AllReduce, 4 * MIB, 2, nvl), None);
         assert_eq!(t.one_shot(CollKind::AllReduce, 2 * MIB, 4, nvl), simple);
         assert_eq!(t.one_shot(CollKind::ReduceScatter, 4 * MIB, 4, nvl), None);
         assert_eq!(t.one_shot(CollKind::AllReduce, 8, 2, Topology::Host), None);
