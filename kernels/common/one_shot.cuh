@@ -311,6 +311,34 @@ OXCCL_DEVICE void simple_finish_launch(const OxcclOneShotParams& p, uint64_t g) 
   }
 }
 
+// Combines every rank's operand at element `off` of its slot in our inbox half `half` into `dst`
+// (`len` elements) in rank order, the reduction's post-division on the last step, so that every
+// rank gets the same bits. At two ranks our own operand `own` (not yet pre-scaled) stands in for
+// our slot, which was not written: two operands combine alike in either order.
+template <class E>
+OXCCL_DEVICE void simple_combine(const OxcclOneShotParams& p, const SimpleMath<E>& math,
+                                 uint64_t half, uint64_t off, const typename E::Bits* own,
+                                 typename E::Bits* dst, uint64_t len) {
+  typedef typename E::Bits T;
+  const uint32_t me = p.rank, n = p.nranks;
+  if (n == 2) {
+    StepMath<T> last = math.push;
+    last.post = p.post_div > 1;
+    last.div = p.post_div > 1 ? p.post_div : 1;
+    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, 1 - me) + off, own, dst, nullptr,
+                   len, last);
+    return;
+  }
+  for (uint32_t q = 1; q < n; ++q) {
+    StepMath<T> m = math.plain;
+    m.post = q == n - 1 && p.post_div > 1;
+    m.div = m.post ? p.post_div : 1;
+    const T* acc = q == 1 ? simple_data<T>(p.inbox[me], n, half, 0) + off : dst;
+    reduce_copy<E>(p.redop, acc, simple_data<T>(p.inbox[me], n, half, q) + off, dst, nullptr, len,
+                   m);
+  }
+}
+
 template <class E>
 OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
   typedef typename E::Bits T;
@@ -355,23 +383,8 @@ OXCCL_DEVICE void one_shot_simple(const OxcclOneShotParams& p) {
       reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, q) + start, nullptr,
                      out + (uint64_t)q * p.count + start, nullptr, len, plain);
     }
-  } else if (n == 2) {
-    // Two operands combine alike in either order, so both ranks get the same bits.
-    StepMath<T> last = push;
-    last.post = p.post_div > 1;
-    last.div = p.post_div > 1 ? p.post_div : 1;
-    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, 1 - me) + start, own_src + start,
-                   out + start, nullptr, len, last);
   } else {
-    // Rank order, every operand (pre-scaled already) from our inbox.
-    for (uint32_t q = 1; q < n; ++q) {
-      StepMath<T> m = plain;
-      m.post = q == n - 1 && p.post_div > 1;
-      m.div = m.post ? p.post_div : 1;
-      const T* acc = q == 1 ? simple_data<T>(p.inbox[me], n, half, 0) + start : out + start;
-      reduce_copy<E>(p.redop, acc, simple_data<T>(p.inbox[me], n, half, q) + start, out + start,
-                     nullptr, len, m);
-    }
+    simple_combine<E>(p, math, half, start, own_src + start, out + start, len);
   }
 
   simple_finish_launch(p, g);
@@ -430,23 +443,7 @@ OXCCL_DEVICE void two_shot_all_reduce(const OxcclOneShotParams& p) {
 
   const Slice mine = slice(me);
   T* result = out + mine.first;
-  if (n == 2) {
-    // Two operands combine alike in either order.
-    StepMath<T> last = push;
-    last.post = p.post_div > 1;
-    last.div = p.post_div > 1 ? p.post_div : 1;
-    reduce_copy<E>(p.redop, simple_data<T>(p.inbox[me], n, half, 1 - me) + mine.off,
-                   in + mine.first, result, nullptr, mine.len, last);
-  } else {
-    for (uint32_t q = 1; q < n; ++q) {
-      StepMath<T> m = plain;
-      m.post = q == n - 1 && p.post_div > 1;
-      m.div = m.post ? p.post_div : 1;
-      const T* acc = q == 1 ? simple_data<T>(p.inbox[me], n, half, 0) + mine.off : result;
-      reduce_copy<E>(p.redop, acc, simple_data<T>(p.inbox[me], n, half, q) + mine.off, result,
-                     nullptr, mine.len, m);
-    }
-  }
+  simple_combine<E>(p, math, half, mine.off, in + mine.first, result, mine.len);
   // Threads copy elements other threads reduced.
   oxccl_block_sync();
   for (uint32_t q = 0; q < n; ++q) {
