@@ -346,10 +346,15 @@ fn derive_nvlink_ops<'a>(
         get("oneshot-on", "allreduce"),
     ) {
         // Where the Simple variant would run: beyond LL's range, within the two-shot kernel's
-        // (each rank's part at most 1 MiB; beyond it the variable falls back to the plans).
+        // (beyond it the variable falls back to the plans).
         let ll_max = oxccl_core::plan::tuner::one_shot_ll_max_nvlink();
+        let two_shot_max = oxccl_kernel_abi::one_shot_max_bytes(
+            oxccl_core::plan::one_shot::Variant::TwoShot,
+            u32::try_from(ranks).unwrap_or(u32::MAX),
+            oxccl_kernel_abi::ONE_SHOT_SIMPLE_MAX_BLOCKS,
+        );
         let kept = |t: &BTreeMap<u64, f64>| -> BTreeMap<u64, f64> {
-            t.range(ll_max + 1..ranks.saturating_mul(1 << 20))
+            t.range(ll_max + 1..=two_shot_max)
                 .map(|(&s, &v)| (s, v))
                 .collect()
         };
