@@ -24,6 +24,8 @@
 #   --warmup N      warm-up iterations (-w; default: nccl-tests' own)
 #   --repeat K      run each nv/ours pair K times, alternating (logs *.1.log .. *.K.log)
 #   --timeout S     seconds before one run is killed (default 120)
+#   --ours-env NAME=VALUE  set for our runs only (NVIDIA's keep its defaults), e.g.
+#                   NCCL_PROTO=Simple to time a forced choice against them; may be repeated
 #   --nv DIR        NVIDIA's libnccl.so.2 folder (or file), instead of finding PyTorch's
 #   --tar FILE      the nccl-tests tarball (default .carry/nccl-tests.tar.xz)
 #   --dry-run       print the runs without starting them
@@ -36,6 +38,7 @@ ours="" out="" nv="${NCCL_REF:-}"
 ops="all_reduce,all_gather,broadcast,reduce,reduce_scatter,alltoall,scatter,gather,sendrecv"
 modes="g,t,G,R" min=8 max=1G ngpus="" iters="" warmup="" repeat=1 tmo=120
 tar_file=".carry/nccl-tests.tar.xz" dry=0
+ours_env=()
 extra=()
 die() { echo "nccl-tests/run: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --timeout) tmo=$2; shift 2 ;;
+    --ours-env) ours_env+=("$2"); shift 2 ;;
     --nv) nv=$2; shift 2 ;;
     --tar) tar_file=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
@@ -169,6 +173,7 @@ command -v stdbuf >/dev/null 2>&1 && linebuf=(stdbuf -oL)
   echo "nccl-tests: $(head -1 "$bin/BUILD-INFO" 2>/dev/null || echo unknown)"
   echo "environment (NCCL_*, OXCCL_*, CUDA_*):"
   env | grep -E '^(NCCL_|OXCCL_|CUDA_)' | sort | sed 's/^/  /' || true
+  echo "ours only: ${ours_env[*]:-none}"
   echo "GPUs:"
   nvidia-smi -L 2>/dev/null | sed 's/^/  /' || true
   echo "topology:"
@@ -204,23 +209,26 @@ for op in "${op_list[@]}"; do
     for ((r = 1; r <= repeat; r++)); do
       for side in nv ours; do
         n=$((n + 1))
-        if [ "$side" = nv ]; then dir=$nv_dir; else dir=$ours_dir; fi
+        side_env=()
+        if [ "$side" = nv ]; then dir=$nv_dir; else dir=$ours_dir side_env=(${ours_env[@]+"${ours_env[@]}"}); fi
         suffix=""
         [ "$repeat" -gt 1 ] && suffix=".$r"
         log="$out/$op-$m-$side$suffix.log"
         cmd=("$exe" "${common[@]}" "${flags[@]}" ${extra[@]+"${extra[@]}"})
         if [ "$dry" = 1 ]; then
-          echo "[$n/$total] LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 ${cmd[*]} > $log"
+          echo "[$n/$total] LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 ${side_env[*]} ${cmd[*]} > $log"
           continue
         fi
         {
           echo "# run.sh: lib=$dir/libnccl.so.2"
           echo "# run.sh: cmd=${op}_perf ${cmd[*]:1}"
+          [ "${#side_env[@]}" = 0 ] || echo "# run.sh: env=${side_env[*]}"
         } >"$log"
         t0=$(date +%s.%N)
         rc=0
         # -k: a run that ignores SIGTERM (stuck in a kernel wait) is killed 10 s later.
-        LD_LIBRARY_PATH="$dir:$base_ld" timeout -k 10 "$tmo" ${linebuf[@]+"${linebuf[@]}"} "${cmd[@]}" \
+        LD_LIBRARY_PATH="$dir:$base_ld" env ${side_env[@]+"${side_env[@]}"} timeout -k 10 "$tmo" \
+          ${linebuf[@]+"${linebuf[@]}"} "${cmd[@]}" \
           >>"$log" 2>&1 || rc=$?
         t1=$(date +%s.%N)
         wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
