@@ -1,0 +1,115 @@
+// What an eager operation costs the calling thread, by operation and size: one thread drives
+// every GPU (as nccl-tests -g N does) through ncclCommInitAll, issues ITERS operations on all
+// communicators without waiting, and prints the host time per issue beside the time per
+// operation once the GPUs are done. Where the first approaches the second, the host, not the
+// GPU, sets the pace of eager loops. Runs against whichever libnccl.so.2 the loader finds.
+//
+//   nvcc -O2 -std=c++17 -arch=sm_90 -Iinclude tests/gpu/probes/launch_host_cost.cu \
+//     -o launch_host_cost -L<dir of libnccl.so.2> -l:libnccl.so.2
+//   ./launch_host_cost [GPUS [ITERS [OP [BYTES]]]]   (OP, BYTES: only that operation, size)
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    auto r_ = (x);                                                                    \
+    if (r_ != 0) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)r_); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+enum Op { SendRecv, Broadcast, AllReduce, AllGather, Gather };
+static const char* kNames[] = {"sendrecv", "broadcast", "allreduce", "allgather", "gather"};
+
+struct Rank {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  char* send;
+  char* recv;
+};
+
+// Issues `op` of `bytes` (per rank, as nccl-tests counts them) on every rank in one group.
+static void issue(Op op, std::vector<Rank>& ranks, size_t bytes) {
+  const int n = (int)ranks.size();
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    Rank& k = ranks[r];
+    switch (op) {
+      case SendRecv:
+        CHECK(ncclSend(k.send, bytes, ncclInt8, (r + 1) % n, k.comm, k.stream));
+        CHECK(ncclRecv(k.recv, bytes, ncclInt8, (r + n - 1) % n, k.comm, k.stream));
+        break;
+      case Broadcast:
+        CHECK(ncclBroadcast(k.send, k.recv, bytes, ncclInt8, 0, k.comm, k.stream));
+        break;
+      case AllReduce:
+        CHECK(ncclAllReduce(k.send, k.recv, bytes / 4, ncclFloat, ncclSum, k.comm, k.stream));
+        break;
+      case AllGather:
+        CHECK(ncclAllGather(k.send, k.recv, bytes / n, ncclInt8, k.comm, k.stream));
+        break;
+      case Gather:
+        CHECK(ncclGather(k.send, k.recv, bytes / n, ncclInt8, 0, k.comm, k.stream));
+        break;
+    }
+  }
+  CHECK(ncclGroupEnd());
+}
+
+static void sync_all(std::vector<Rank>& ranks) {
+  for (size_t r = 0; r < ranks.size(); r++) {
+    CHECK(cudaSetDevice((int)r));
+    CHECK(cudaStreamSynchronize(ranks[r].stream));
+  }
+}
+
+int main(int argc, char** argv) {
+  int n = 0;
+  CHECK(cudaGetDeviceCount(&n));
+  if (argc > 1) n = std::atoi(argv[1]);
+  const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
+  const char* only_op = argc > 3 ? argv[3] : nullptr;
+  const size_t only_bytes = argc > 4 ? std::strtoull(argv[4], nullptr, 0) : 0;
+  const size_t max_bytes = 4 << 20;
+  std::vector<int> devs(n);
+  for (int i = 0; i < n; i++) devs[i] = i;
+  std::vector<ncclComm_t> comms(n);
+  CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<Rank> ranks(n);
+  for (int r = 0; r < n; r++) {
+    CHECK(cudaSetDevice(r));
+    ranks[r].comm = comms[r];
+    CHECK(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking));
+    CHECK(cudaMalloc(&ranks[r].send, max_bytes));
+    CHECK(cudaMalloc(&ranks[r].recv, max_bytes * n));
+    CHECK(cudaMemset(ranks[r].send, 1, max_bytes));
+  }
+  std::printf("# %d GPUs, one thread, %d operations per point: host us per issue / us per op\n",
+              n, iters);
+  std::printf("%-10s %8s %10s %10s\n", "op", "bytes", "host_us", "op_us");
+  for (Op op : {SendRecv, Broadcast, AllReduce, AllGather, Gather}) {
+    if (only_op != nullptr && std::strcmp(only_op, kNames[op]) != 0) continue;
+    for (size_t bytes : {size_t(16) << 10, size_t(128) << 10, size_t(512) << 10, size_t(1) << 20,
+                         size_t(2) << 20, size_t(4) << 20}) {
+      if (only_bytes != 0 && bytes != only_bytes) continue;
+      for (int i = 0; i < 20; i++) issue(op, ranks, bytes);
+      sync_all(ranks);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; i++) issue(op, ranks, bytes);
+      const auto t1 = std::chrono::steady_clock::now();
+      sync_all(ranks);
+      const auto t2 = std::chrono::steady_clock::now();
+      const double host = std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+      const double all = std::chrono::duration<double, std::micro>(t2 - t0).count() / iters;
+      std::printf("%-10s %8zu %10.2f %10.2f\n", kNames[op], bytes, host, all);
+    }
+  }
+  for (int r = 0; r < n; r++) CHECK(ncclCommDestroy(comms[r]));
+  return 0;
+}
