@@ -187,13 +187,11 @@ int oxtest_connect_count(int dev) {
   return dev >= 0 && dev < MAX_DEVS ? __atomic_load_n(&n_connect[dev], __ATOMIC_SEQ_CST) : -1;
 }
 
+/* Once per process: every rank of a test process calls init, and a second reading while another
+ * rank's thread asks for a device's properties briefly left one device, refusing the others. */
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 static void read_devices(void) {
-  for (int d = 0; d < MAX_DEVS; d++) {
-    free(dev_paths[d]);
-    dev_paths[d] = NULL;
-    snprintf(dev_names[d], sizeof dev_names[d], "lo%d", d);
-  }
-  n_devs = 1;
+  for (int d = 0; d < MAX_DEVS; d++) snprintf(dev_names[d], sizeof dev_names[d], "lo%d", d);
   const char *v = getenv("OXTEST_NET_PCI_PATHS");
   if (!v) v = OXTEST_PCI_PATHS_DEFAULT;
   if (!*v) return;
@@ -228,7 +226,7 @@ static res_t read_modes(void) {
     LOG(L_WARN, "OxTest: OXTEST_NET_GDR=%s is none of 0, fake, cuda", g);
     return NET_USAGE;
   }
-  read_devices();
+  pthread_once(&devices_once, read_devices);
   dmabuf_on = gdr_mode != GDR_OFF && env_flag("OXTEST_NET_DMABUF", OXTEST_DMABUF_DEFAULT);
   force_flush_on = env_flag("OXTEST_NET_FORCE_FLUSH", OXTEST_FORCE_FLUSH_DEFAULT);
   if (gdr_mode == GDR_CUDA) {
