@@ -208,6 +208,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Whether a plan may run again under later sequence numbers: its executor matches messages
+    /// on a connection by order and never reads the steps' tags (device kernels).
+    fn reuses_plans(&self) -> bool {
+        false
+    }
+
     /// Whether ranks of one process may run zero-copy plans (the executors implement them and
     /// connecting enables direct access between the process's devices).
     fn zero_copy(&self) -> bool {

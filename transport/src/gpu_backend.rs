@@ -245,6 +245,10 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
     fn pointer_info(&self, ptr: DevicePtr) -> Result<PointerInfo> {
         self.api.pointer_info(ptr)
     }
+    fn reuses_plans(&self) -> bool {
+        // The kernels match a connection's messages in order; tags are only carried along.
+        true
+    }
     fn zero_copy(&self) -> bool {
         A::ZERO_COPY
     }

@@ -8,6 +8,7 @@ mod hang;
 pub mod oplog;
 mod ops;
 mod peer_watch;
+mod plan_cache;
 mod redop;
 mod split;
 pub mod symmetric;
@@ -73,6 +74,8 @@ struct Inner<B: Backend> {
     p2p_seq: Mutex<PeerSeq>,
     red_ops: Mutex<Vec<Option<(DataType, ScalarSource)>>>,
     tuner: Tuner,
+    /// Recent plans, reused by later calls with equal keys (device backends).
+    plans: plan_cache::PlanCache,
     /// Recent operations, their completion, and the watchdog's and check mode's settings.
     op_log: Arc<oplog::OpLog<B>>,
 }
@@ -156,9 +159,11 @@ impl<B: Backend> Communicator<B> {
             &id,
             rank as u32,
         );
+        let plans = plan_cache::PlanCache::new(backend.reuses_plans());
         let comm = Communicator {
             inner: Arc::new(Inner {
                 backend,
+                plans,
                 rank: rank as u32,
                 nranks: nranks as u32,
                 device,

@@ -3,6 +3,7 @@
 mod profile;
 
 use super::group::{self, Deferred, Waiter};
+use super::plan_cache::{CollPlanKey, PlanKey};
 use super::{Communicator, Connected, P2P_TUNING_BYTES, check};
 use crate::backend::{Backend, DevicePtr, Launch};
 use crate::datatype::{DataType, RedOp, Reduction};
@@ -510,7 +511,6 @@ impl<B: Backend> Communicator<B> {
             chunk_elems: choice.chunk_elems,
             hosts: c.hosts.clone(),
         };
-        let mut work = plan::build_coll(&req)?;
         let block = a.count.saturating_mul(a.dtype.size() as u64);
         let topo = self.topology(&c.transport);
         // Across processes, only buffers of windows mapped at one address on every rank may be
@@ -537,39 +537,63 @@ impl<B: Backend> Communicator<B> {
             // Peers' buffers are read directly: no pair may meet through host memory.
             && !matches!(topo, Topology::MultiNode { .. })
             && inner.tuner.zero_copy(a.kind, bytes, inner.nranks, topo);
-        if !zero_copy
+        let copies_apart = !zero_copy
             && matches!(
                 a.kind,
                 CollKind::Scatter | CollKind::Gather | CollKind::AllToAll
             )
-            && inner.tuner.copies_apart(block, topo)
-        {
-            plan::local_copies_apart(&mut work);
-        }
-        if a.kind == CollKind::AllToAll && inner.tuner.split_directions(block, topo) {
-            // Each buffer holds n blocks; in place, each receive waits for the sends before it.
-            let span = block.saturating_mul(n);
-            let overlap =
-                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
-            plan::split_directions(&mut work, overlap.then_some(inner.rank));
-        }
-        if zero_copy {
-            work = plan::zero_copy::wrap(&req, work);
-            let backend = &inner.backend;
-            work.exposed = if c.one_process {
+            && inner.tuner.copies_apart(block, topo);
+        let split = (a.kind == CollKind::AllToAll && inner.tuner.split_directions(block, topo))
+            .then(|| {
+                // Each buffer holds n blocks; in place, each receive waits for the sends before it.
+                let span = block.saturating_mul(n);
+                let overlap =
+                    byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
+                overlap.then_some(inner.rank)
+            });
+        let exposed = zero_copy
+            && if c.one_process {
+                let backend = &inner.backend;
                 [a.send, a.recv]
                     .iter()
                     .all(|&p| p == 0 || backend.exposable(p))
             } else {
                 aliases.is_some()
             };
-        }
+        let key = || {
+            let plain = a.layout.is_none() && req.reduction.pre_scale.is_none();
+            plain.then_some(PlanKey::Coll(CollPlanKey {
+                kind: a.kind,
+                count: a.count,
+                root: a.root,
+                dtype: a.dtype,
+                reduce: (req.reduction.op, req.reduction.post_div),
+                choice,
+                zero_copy,
+                exposed,
+                copies_apart,
+                split,
+            }))
+        };
+        let work = inner.plans.get_or_build(key, || {
+            let mut work = plan::build_coll(&req)?;
+            if copies_apart {
+                plan::local_copies_apart(&mut work);
+            }
+            if let Some(overlap) = split {
+                plan::split_directions(&mut work, overlap);
+            }
+            if zero_copy {
+                work = plan::zero_copy::wrap(&req, work);
+                work.exposed = exposed;
+            }
+            Ok(work)
+        })?;
         // The aliases name the same memory, so the fallback branch may use them too.
         let [send, recv] = match aliases {
             Some(al) if zero_copy => al,
             _ => [a.send, a.recv],
         };
-        let work = Arc::new(work);
         debug!(target: "oxccl::coll", "rank {} {:?} count {} {} {:?}/{:?} x{} seq {} zero-copy {} exposed {}",
             inner.rank, a.kind, a.count, a.dtype.name(), choice.algo, choice.proto, choice.nchannels, seq,
             zero_copy, work.exposed);
@@ -711,14 +735,15 @@ impl<B: Backend> Communicator<B> {
         } else {
             plan::Split::Unordered
         };
-        let work = Arc::new(plan::build_p2p(
-            inner.rank,
-            inner.nranks,
-            planned,
-            DataType::Uint8,
-            shape,
-            split,
-        ));
+        let (rank, nranks, dtype) = (inner.rank, inner.nranks, DataType::Uint8);
+        let work = inner.plans.get_or_build(
+            || {
+                Some(PlanKey::P2p(plan::p2p_plan_key(
+                    rank, nranks, planned, dtype, shape, split,
+                )))
+            },
+            || Ok(plan::build_p2p(rank, nranks, planned, dtype, shape, split)),
+        )?;
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));
         // SAFETY: `p2p`'s caller guarantees the buffers stay valid until the op has run.

@@ -86,6 +86,7 @@ vars! {
         valid(positive, "a positive integer");
     OXCCL_ONE_SHOT: Option<bool> = None, Comm, "one-shot kernels: 0 off, 1 wherever they take the message (unset: by size)";
     OXCCL_TWO_SHOT: Option<bool> = None, Comm, "two-shot AllReduce kernel: 0 off, 1 wherever it takes the vector (unset: by size)";
+    OXCCL_PLAN_CACHE: bool = true, Comm, "0: build every launch's plan afresh (GPU backends keep a communicator's 64 most recent)";
     OXCCL_ZERO_COPY: Option<bool> = None, Comm, "zero-copy plans: 0 off, 1 at every size (unset: by size)";
 
     // GPU transports.

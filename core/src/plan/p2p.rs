@@ -18,7 +18,7 @@ use crate::datatype::{DataType, Reduction};
 use std::collections::HashMap;
 
 /// How a group lays out its sends and receives ([`build_p2p`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Split {
     /// One channel per FIFO index, sends and receives in turns.
     No,
@@ -30,7 +30,7 @@ pub enum Split {
 
 /// Which send/receive messages move as LL packets, and in chunks of what size; the same on
 /// both ends of every message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct P2pLl {
     /// Messages to other ranks of at most this many bytes use LL (0: none).
     pub max_bytes: u64,
@@ -99,7 +99,7 @@ pub fn only_self_copies(rank: u32, ops: &[P2pOp]) -> Option<Vec<(usize, usize)>>
 
 /// How a group's messages are cut into chunks and spread over channels: it must be the same on
 /// both ends of every message (both know only the message itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct P2pShape {
     /// Channels of the group (`nchannels / (nranks - 1)` per rank distance, at least one).
     pub nchannels: u32,
@@ -109,6 +109,126 @@ pub struct P2pShape {
     pub bytes_per_channel: u64,
     /// Which messages move as LL packets.
     pub ll: P2pLl,
+}
+
+/// FIFO channels per rank distance of a send/receive plan (`nchannels / (nranks - 1)`, at
+/// least one).
+fn fifo_channels_per_distance(nranks: u32, shape: P2pShape) -> u32 {
+    let dists = nranks.max(1) - 1;
+    (shape.nchannels / dists.max(1)).clamp(1, MAX_CHANNELS)
+}
+
+/// How one message is cut into chunks and spread over channels, computed alike at its two
+/// ends from what both know: the message's size, the pair and `peer_seq`.
+struct MessageCut {
+    /// (sender, receiver).
+    ends: (u32, u32),
+    /// Elements per chunk.
+    chunk: u64,
+    /// Whether it moves as LL packets.
+    packets: bool,
+    /// The channel (0..nch) of its first chunk.
+    first: u32,
+}
+
+impl MessageCut {
+    fn of(rank: u32, op: &P2pOp, nch: u32, shape: P2pShape, dtype: DataType) -> MessageCut {
+        let ends = match op.dir {
+            P2pDir::Send => (rank, op.peer),
+            P2pDir::Recv => (op.peer, rank),
+        };
+        let dsize = dtype.size() as u64;
+        let ll = shape.ll;
+        // One channel moves a fraction of the link's bandwidth: cut a message so that it spreads
+        // over every channel, down to a floor where per-chunk costs dominate. Both ends know the
+        // message's size, so they cut it alike, and agree on LL from its size alone (messages
+        // to self need no protocol).
+        let ll_chunk = ll.chunk_bytes / dsize;
+        let packets =
+            ends.0 != ends.1 && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
+        let floor = if packets {
+            ll.bytes_per_channel
+        } else {
+            shape.bytes_per_channel
+        };
+        let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
+        let chunk = if packets {
+            spread.min(ll_chunk)
+        } else {
+            clamp_chunk(
+                clamp_chunk(shape.chunk_elems, grain(dtype)).min(spread),
+                grain(dtype),
+            )
+        };
+        // A pair's consecutive messages that fill fewer chunks than there are channels start
+        // where the one before ended, so a group of many small messages to one peer still
+        // spreads over every channel. A message that fills every channel starts at the pair's
+        // own channel: its plan is then the same at every `peer_seq`, which lets a repeated
+        // operation reuse it (`plan_key`).
+        let nchunks = op.count.div_ceil(chunk);
+        let pair = u64::from(ends.0) + u64::from(ends.1);
+        let turn = if nchunks >= u64::from(nch) {
+            0
+        } else {
+            op.peer_seq.wrapping_mul(nchunks)
+        };
+        let first = (pair.wrapping_add(turn) % u64::from(nch)) as u32;
+        MessageCut {
+            ends,
+            chunk,
+            packets,
+            first,
+        }
+    }
+}
+
+/// What a send/receive group's plan on `rank` depends on besides the tags of its steps (which
+/// device executors do not read): two groups with equal keys have the same plan but for those
+/// tags, so a runtime whose executor matches messages by order may reuse it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct P2pPlanKey {
+    shape: P2pShape,
+    split: Split,
+    dtype: DataType,
+    /// Per operation in the group's order: direction, peer, count, first channel, and for a
+    /// message to self its `peer_seq` less the group's lowest (self messages pair up by equal
+    /// sequence numbers).
+    ops: Vec<(P2pDir, u32, u64, u32, u64)>,
+}
+
+/// The key of [`build_p2p`]'s plan for these arguments (see [`P2pPlanKey`]).
+pub fn p2p_plan_key(
+    rank: u32,
+    nranks: u32,
+    ops: &[P2pOp],
+    dtype: DataType,
+    shape: P2pShape,
+    split: Split,
+) -> P2pPlanKey {
+    let nch = fifo_channels_per_distance(nranks, shape);
+    let self_base = ops
+        .iter()
+        .filter(|o| o.peer == rank)
+        .map(|o| o.peer_seq)
+        .min()
+        .unwrap_or(0);
+    P2pPlanKey {
+        shape,
+        split,
+        dtype,
+        ops: ops
+            .iter()
+            .map(|op| {
+                let first = MessageCut::of(rank, op, nch, shape, dtype).first;
+                let own = if op.peer == rank {
+                    op.peer_seq - self_base
+                } else {
+                    0
+                };
+                (op.dir, op.peer, op.count, first, own)
+            })
+            .collect(),
+    }
 }
 
 /// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
@@ -142,11 +262,9 @@ pub fn build_p2p(
     // to self (d = 0) use no FIFO, so their channels come after every FIFO channel: the channel
     // budget goes to the n-1 distances that move data between ranks.
     let dists = n - 1;
-    let nch = (shape.nchannels / dists.max(1)).clamp(1, MAX_CHANNELS);
-    let chunk = clamp_chunk(shape.chunk_elems, grain(dtype));
-    let ll = shape.ll;
-    let dsize = dtype.size() as u64;
+    let nch = fifo_channels_per_distance(nranks, shape);
     let fifos = (nch * dists) as usize;
+    let dsize = dtype.size() as u64;
     let index = |sender: u32, receiver: u32, ch: u32| {
         let d = (receiver + n - sender) % n;
         if d == 0 {
@@ -174,41 +292,18 @@ pub fn build_p2p(
         let op = &ops[i];
         debug_assert!(op.peer < nranks, "peer {} of {nranks} ranks", op.peer);
         let buf = buf_of(i);
-        let (sender, receiver) = match op.dir {
-            P2pDir::Send => (rank, op.peer),
-            P2pDir::Recv => (op.peer, rank),
-        };
-        // Start different streams on different channels so that many small messages still
-        // spread over all channels; both ends compute the same start.
-        let first = (u64::from(sender) + u64::from(receiver) + op.peer_seq) % u64::from(nch);
         let copy_to = match self_pairs.get(&i) {
             Some(SelfPair::CopyTo(j)) => Some(buf_of(*j)),
             Some(SelfPair::Copied) => continue,
             None => None,
         };
-        // One channel moves a fraction of the link's bandwidth: cut a message so that it spreads
-        // over every channel, down to a floor where per-chunk costs dominate. Both ends know the
-        // message's size, so they cut it alike, and agree on LL from its size alone (messages
-        // to self need no protocol).
-        let ll_chunk = ll.chunk_bytes / dsize;
-        let packets =
-            sender != receiver && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
-        let floor = if packets {
-            ll.bytes_per_channel
-        } else {
-            shape.bytes_per_channel
-        };
-        let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
-        let op_chunk = if packets {
-            spread.min(ll_chunk)
-        } else {
-            clamp_chunk(chunk.min(spread), grain(dtype))
-        };
-        for (j, (o, s)) in chunks(op.count, op_chunk).enumerate() {
-            let ch = ((first + j as u64) % u64::from(nch)) as u32;
+        let cut = MessageCut::of(rank, op, nch, shape, dtype);
+        let (sender, receiver) = cut.ends;
+        for (j, (o, s)) in chunks(op.count, cut.chunk).enumerate() {
+            let ch = ((u64::from(cut.first) + j as u64) % u64::from(nch)) as u32;
             let at = Region { buf, offset: o };
             let mut step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
-            if packets {
+            if cut.packets {
                 step = step.ll();
             }
             let c = index(sender, receiver, ch);
@@ -334,6 +429,104 @@ mod tests {
             count,
             peer_seq,
         }
+    }
+
+    /// `plan`'s channels with every step's tag cleared: what a device executor reads.
+    fn untagged(plan: &WorkDesc) -> Vec<ChannelWork> {
+        let mut channels = plan.channels.clone();
+        for st in channels.iter_mut().flat_map(|c| c.steps.iter_mut()) {
+            st.tag = 0;
+        }
+        channels
+    }
+
+    fn nvlink_shape(nchannels: u32) -> P2pShape {
+        P2pShape {
+            nchannels,
+            chunk_elems: 1 << 19,
+            bytes_per_channel: 64 << 10,
+            ll: P2pLl {
+                max_bytes: 512 << 10,
+                chunk_bytes: 4 << 10,
+                bytes_per_channel: 4 << 10,
+            },
+        }
+    }
+
+    /// Random groups, issued again and again with each pair's sequence numbers moving on as a
+    /// communicator's do: whenever two issues have equal keys, their plans differ in tags
+    /// only, so reusing one for the other is sound.
+    #[test]
+    fn equal_plan_keys_mean_equal_plans_but_for_tags() {
+        use crate::testing::Rng;
+        let mut rng = Rng::new(7);
+        let sizes = [0u64, 1, 7, 4096, 60_000, 128 << 10, (1 << 20) + 3, 4 << 20];
+        for _ in 0..200 {
+            let nranks = 2 + rng.below(5) as u32;
+            let rank = rng.below(u64::from(nranks)) as u32;
+            let dtype = [DataType::Uint8, DataType::Float32][rng.below(2) as usize];
+            let shape = nvlink_shape([2, 8, 32][rng.below(3) as usize]);
+            let split = [Split::No, Split::Unordered, Split::Ordered][rng.below(3) as usize];
+            let group: Vec<(P2pDir, u32, u64)> = (0..1 + rng.below(6))
+                .map(|_| {
+                    let dir = [P2pDir::Send, P2pDir::Recv][rng.below(2) as usize];
+                    let peer = rng.below(u64::from(nranks)) as u32;
+                    (dir, peer, sizes[rng.below(sizes.len() as u64) as usize])
+                })
+                .collect();
+            let mut seqs: HashMap<(P2pDir, u32), u64> = HashMap::new();
+            let mut seen: HashMap<P2pPlanKey, Vec<ChannelWork>> = HashMap::new();
+            for _ in 0..40 {
+                let ops: Vec<P2pOp> = group
+                    .iter()
+                    .map(|&(dir, peer, count)| {
+                        let s = seqs.entry((dir, peer)).or_default();
+                        *s += 1;
+                        op(dir, peer, count, *s - 1)
+                    })
+                    .collect();
+                let key = p2p_plan_key(rank, nranks, &ops, dtype, shape, split);
+                let plan = untagged(&build_p2p(rank, nranks, &ops, dtype, shape, split));
+                let first = seen.entry(key).or_insert_with(|| plan.clone());
+                assert_eq!(*first, plan, "rank {rank} of {nranks}: {ops:?}");
+            }
+        }
+    }
+
+    /// A message that fills every channel has one key whatever its sequence number (a loop
+    /// reuses its plan from the second call); smaller ones start where the pair's previous
+    /// message ended, so a few keys come round again.
+    #[test]
+    fn messages_that_fill_every_channel_keep_their_key() {
+        let shape = nvlink_shape(32);
+        let keys = |count: u64| {
+            (0..64u64)
+                .map(|s| {
+                    let ops = [op(P2pDir::Send, 1, count, s), op(P2pDir::Recv, 1, count, s)];
+                    p2p_plan_key(0, 2, &ops, DataType::Uint8, shape, Split::No)
+                })
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+        };
+        // 128 KiB of LL: 32 chunks of 4 KiB; 4 MiB: 64 Simple chunks.
+        assert_eq!(keys(128 << 10), 1);
+        assert_eq!(keys(4 << 20), 1);
+        // 64 KiB: 16 chunks, two starts; 8 bytes: one chunk, a start per channel.
+        assert_eq!(keys(64 << 10), 2);
+        assert_eq!(keys(8), 32);
+    }
+
+    /// A pair's small messages of one group fill the channels one after another.
+    #[test]
+    fn a_pairs_small_messages_take_consecutive_channels() {
+        let shape = nvlink_shape(32);
+        let ops: Vec<P2pOp> = (0..4).map(|s| op(P2pDir::Send, 1, 8 << 10, s)).collect();
+        let plan = build_p2p(0, 2, &ops, DataType::Uint8, shape, Split::No);
+        let busy: Vec<usize> = (0..plan.channels.len())
+            .filter(|&c| !plan.channels[c].steps.is_empty())
+            .collect();
+        // Two 4 KiB chunks a message, from channel 1 (ranks 0 + 1) on.
+        assert_eq!(busy, (1..9).collect::<Vec<_>>());
     }
 
     #[test]

@@ -69,15 +69,7 @@ impl ArgsLayout {
 
     /// Writes [`ArgsLayout::image`]'s bytes into `bytes` (`total` zeroed bytes).
     pub fn write(&self, bytes: &mut [u8], args: &LaunchArgs, enc: &EncodedWork, table: &[u64]) {
-        assert_eq!(bytes.len(), self.total, "an argument block's room");
-        let args = LaunchArgs {
-            channels: self.channels as u64,
-            buffers: self.buffers as u64,
-            loopback_offs: self.loopback_offs as u64,
-            nbuffers: table.len() as u32,
-            ..*args
-        };
-        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        self.refresh(bytes, args, table);
         for (c, r) in enc.channels.iter().enumerate() {
             let ch = DevChannel {
                 steps: (self.steps + r.start * STEP) as u64,
@@ -91,13 +83,27 @@ impl ArgsLayout {
         for (at, step) in steps.chunks_exact_mut(STEP).zip(&enc.steps) {
             step.write_to(at.try_into().expect("chunks of one step"));
         }
-        for (i, b) in table.iter().enumerate() {
-            let at = self.buffers + i * 8;
-            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
-        }
         for (i, o) in enc.loopback_offsets.iter().enumerate() {
             let at = self.loopback_offs + i * 8;
             bytes[at..at + 8].copy_from_slice(&o.to_le_bytes());
+        }
+    }
+
+    /// Rewrites the parts of a written block that differ between launches of one plan: the
+    /// launch arguments and the buffer table.
+    pub fn refresh(&self, bytes: &mut [u8], args: &LaunchArgs, table: &[u64]) {
+        assert_eq!(bytes.len(), self.total, "an argument block's room");
+        let args = LaunchArgs {
+            channels: self.channels as u64,
+            buffers: self.buffers as u64,
+            loopback_offs: self.loopback_offs as u64,
+            nbuffers: table.len() as u32,
+            ..*args
+        };
+        bytes[..size_of::<LaunchArgs>()].copy_from_slice(&args.to_bytes());
+        for (i, b) in table.iter().enumerate() {
+            let at = self.buffers + i * 8;
+            bytes[at..at + 8].copy_from_slice(&b.to_le_bytes());
         }
     }
 }
@@ -235,6 +241,39 @@ mod args_block_tests {
         assert_eq!(&p[..8], &[0u8; 8], "no indirect address");
         assert_eq!(&p[PARAMS_HEADER_BYTES..][..img.len()], &img[..]);
         assert!(p[PARAMS_HEADER_BYTES + img.len()..].iter().all(|&b| b == 0));
+    }
+
+    /// Refreshing a block for another launch of its plan gives the block that launch would
+    /// have written from scratch.
+    #[test]
+    fn a_refreshed_block_is_the_next_launchs_image() {
+        let enc = EncodedWork {
+            steps: vec![
+                DevStep {
+                    count: 3,
+                    ..DevStep::default()
+                };
+                3
+            ],
+            channels: vec![0..1, 1..3],
+            fifos: vec![0, 1],
+            loopback_offsets: vec![0],
+            loopback_bytes: 16,
+        };
+        let l = ArgsLayout::new(2, 3, 4, 1);
+        let first = LaunchArgs {
+            epoch: 1,
+            loopback: 0x10,
+            ..LaunchArgs::default()
+        };
+        let next = LaunchArgs {
+            epoch: 2,
+            loopback: 0x20,
+            ..first
+        };
+        let mut img = l.image(&first, &enc, &[1, 2, 3, 4]);
+        l.refresh(&mut img, &next, &[5, 6, 7, 8]);
+        assert_eq!(img, l.image(&next, &enc, &[5, 6, 7, 8]));
     }
 
     #[test]

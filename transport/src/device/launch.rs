@@ -4,7 +4,7 @@
 //! one-shot kernels.
 
 use super::DeviceTransport;
-use crate::api::{CaptureStatus, DeviceApi, Handle};
+use crate::api::{CaptureStatus, DeviceApi, Executor, Handle};
 use oxccl_core::abort::AbortFlag;
 use oxccl_core::backend::DevicePtr;
 use oxccl_core::backend::ProxyParents;
@@ -13,10 +13,11 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::one_shot::OneShot;
 use oxccl_core::plan::{BufId, WorkDesc};
 use oxccl_kernel_abi::{
-    self as abi, ArgsLayout, LaunchArgs, OneShotParams, indirect_params, inline_params,
-    one_shot_grid,
+    self as abi, ArgsLayout, LaunchArgs, OneShotParams, PARAMS_HEADER_BYTES, indirect_params,
+    inline_params, one_shot_grid,
 };
 use oxccl_net::proxy_events::ProxyEventSink;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
@@ -66,6 +67,28 @@ struct Arena {
     event: Handle,
 }
 
+/// Plans lowered for the kernels that a transport keeps (see [`LaunchState::keep_lowered`]).
+const LOWERED_PLANS: usize = 128;
+
+/// A plan lowered for one transport's kernels: what every launch of it reuses.
+pub(super) struct Lowered {
+    /// The plan; held, so no other plan can take its address (the key) while it is kept.
+    work: Arc<WorkDesc>,
+    enc: abi::EncodedWork,
+    layout: ArgsLayout,
+    nbuffers: usize,
+    exec: Executor,
+    threads: u32,
+    /// The inline parameters of its latest eager launch, to refresh for the next one.
+    params: Option<Vec<u8>>,
+}
+
+impl Lowered {
+    fn key(work: &Arc<WorkDesc>) -> usize {
+        Arc::as_ptr(work) as usize
+    }
+}
+
 /// What launches of one transport share; guarded by the transport's mutex. Starts empty: every
 /// buffer is allocated by the first launch that needs it.
 #[derive(Default)]
@@ -87,6 +110,8 @@ pub(super) struct LaunchState {
     /// Argument blocks and loopback flags of launches captured into graphs, freed with the
     /// transport (a graph may be replayed as long as its communicator lives).
     captured: Vec<DevicePtr>,
+    /// Lowered plans that the communicator keeps for reuse, by the plan's address.
+    lowered: HashMap<usize, Lowered>,
 }
 
 impl<A: DeviceApi> DeviceTransport<A> {
@@ -103,7 +128,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
     pub unsafe fn launch(
         &self,
         stream: Handle,
-        work: &WorkDesc,
+        work: &Arc<WorkDesc>,
         buffers: &[DevicePtr],
         abort: &AbortFlag,
         proxy: Option<&ProxyParents>,
@@ -127,13 +152,63 @@ impl<A: DeviceApi> DeviceTransport<A> {
         // events and setup stream, never a captured stream.
         let _relaxed = self.api.relaxed_capture()?;
         let _g = self.api.bind(self.device)?;
-        let enc = abi::encode(work, self.rank)?;
-        self.geometry.check_plan(&enc)?;
-        let red = abi::reduction_args(&work.reduction);
-        let esize = work.dtype.size();
 
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *st;
+        let mut low = match st.lowered.remove(&Lowered::key(work)) {
+            Some(low) if low.nbuffers == buffers.len() => low,
+            _ => self.lower(work, buffers.len())?,
+        };
+        let r = self.launch_lowered(st, s, capturing, &mut low, buffers, proxy);
+        // Held by the caller and by `low`: a third holder is the communicator's plan cache,
+        // which will launch the plan again.
+        let reused = Arc::strong_count(work) > 2;
+        st.keep_lowered(low, reused);
+        r
+    }
+
+    /// `work` lowered for this transport's kernels with `nbuffers` buffers.
+    fn lower(&self, work: &Arc<WorkDesc>, nbuffers: usize) -> Result<Lowered> {
+        let enc = abi::encode(work, self.rank)?;
+        self.geometry.check_plan(&enc)?;
+        let layout = ArgsLayout::new(
+            work.channels.len(),
+            enc.steps.len(),
+            nbuffers,
+            enc.loopback_offsets.len(),
+        );
+        // The vendor picks the entry point: inline in the smallest parameters that hold the
+        // block, else by address.
+        let exec = self.api.executor(self.device, work.dtype, layout.total)?;
+        let threads = self
+            .fixed_threads
+            .unwrap_or_else(|| launch_threads(work, A::BLOCK_THREADS));
+        Ok(Lowered {
+            work: work.clone(),
+            enc,
+            layout,
+            nbuffers,
+            exec,
+            threads,
+            params: None,
+        })
+    }
+
+    /// Queues `low`'s plan on `s` with `buffers` (see [`DeviceTransport::launch`]).
+    fn launch_lowered(
+        &self,
+        st: &mut LaunchState,
+        s: Handle,
+        capturing: bool,
+        low: &mut Lowered,
+        buffers: &[DevicePtr],
+        proxy: Option<&ProxyParents>,
+    ) -> Result<()> {
+        let work = &*low.work;
+        let (enc, layout, exec) = (&low.enc, &low.layout, low.exec);
+        let nch = work.channels.len();
+        let red = abi::reduction_args(&work.reduction);
+        let esize = work.dtype.size();
         let scratch_need = (work.scratch_elems as usize).saturating_mul(esize);
         let flags_need = enc.loopback_offsets.len() * 8;
         st.grow(
@@ -144,12 +219,6 @@ impl<A: DeviceApi> DeviceTransport<A> {
             flags_need,
         )?;
 
-        let layout = ArgsLayout::new(
-            nch,
-            enc.steps.len(),
-            buffers.len(),
-            enc.loopback_offsets.len(),
-        );
         let mut table: Vec<u64> = buffers.to_vec();
         if let Some(slot) = table.get_mut(BufId::SCRATCH.0 as usize) {
             *slot = st.scratch.0;
@@ -171,12 +240,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
             flags: abi::launch_flags(work, &red),
             ..LaunchArgs::default()
         };
-        // The vendor picks the entry point: inline in the smallest parameters that hold the
-        // block, else by address.
-        let exec = self.api.executor(self.device, work.dtype, layout.total)?;
-        let threads = self
-            .fixed_threads
-            .unwrap_or_else(|| launch_threads(work, A::BLOCK_THREADS));
+        let threads = low.threads;
 
         // The proxy's profiler events count each task's slots per connection; a graph's
         // replays would move slots no launch counts, so a captured launch that crosses the
@@ -212,9 +276,9 @@ impl<A: DeviceApi> DeviceTransport<A> {
             }
             args.epoch = 1;
             let mut params = match exec.inline_cap {
-                Some(cap) => inline_params(cap, &layout, &args, &enc, &table),
+                Some(cap) => inline_params(cap, layout, &args, enc, &table),
                 None => {
-                    let image = layout.image(&args, &enc, &table);
+                    let image = layout.image(&args, enc, &table);
                     let dev = self.api.dev_alloc(image.len())?;
                     st.captured.push(dev);
                     self.upload_now(dev, &image)?;
@@ -237,7 +301,7 @@ impl<A: DeviceApi> DeviceTransport<A> {
         args.epoch = st.epoch;
         let mut params = match (idx, exec.inline_cap) {
             (Some(idx), _) => {
-                let image = layout.image(&args, &enc, &table);
+                let image = layout.image(&args, enc, &table);
                 let arena = &st.arenas[idx];
                 // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous
                 // launch has completed (`take_arena`).
@@ -250,17 +314,23 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 }?;
                 indirect_params(exec.address_cap, arena.dev)
             }
-            (None, cap) => inline_params(
-                cap.unwrap_or(exec.address_cap),
-                &layout,
-                &args,
-                &enc,
-                &table,
-            ),
+            // The parameters of this plan's previous launch differ only in the launch
+            // arguments and the buffer table (the driver copied them at that launch).
+            (None, cap) => match low.params.take() {
+                Some(mut p) => {
+                    layout.refresh(
+                        &mut p[PARAMS_HEADER_BYTES..PARAMS_HEADER_BYTES + layout.total],
+                        &args,
+                        &table,
+                    );
+                    p
+                }
+                None => inline_params(cap.unwrap_or(exec.address_cap), layout, &args, enc, &table),
+            },
         };
         let arena_event = idx.map(|i| st.arenas[i].event);
         let api = &self.api;
-        st.in_order(api, s, || {
+        let r = st.in_order(api, s, || {
             // SAFETY: the kernel takes one `OxcclKernelParams`; everything it reaches stays
             // valid until it has run (caller for user buffers, this transport for the rest).
             unsafe { api.launch(exec.func, nch as u32, threads, &mut params, s) }?;
@@ -269,7 +339,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 api.event_record(ev, s)?;
             }
             Ok(())
-        })
+        });
+        if idx.is_none() {
+            low.params = Some(params);
+        }
+        r
     }
 
     /// Queues a one-shot collective on `stream` (`Backend::launch_one_shot`): one kernel, its
@@ -405,6 +479,21 @@ impl LaunchState {
                 .push(std::mem::replace(&mut self.flags, (p, n)).0);
         }
         Ok(())
+    }
+
+    /// Keeps `low` for the next launch of its plan when the plan will be `reused`; when full,
+    /// first forgets the plans that nobody else holds any more.
+    fn keep_lowered(&mut self, low: Lowered, reused: bool) {
+        if !reused {
+            return;
+        }
+        if self.lowered.len() >= LOWERED_PLANS {
+            self.lowered.retain(|_, l| Arc::strong_count(&l.work) > 1);
+            if self.lowered.len() >= LOWERED_PLANS {
+                self.lowered.clear();
+            }
+        }
+        self.lowered.insert(Lowered::key(&low.work), low);
     }
 
     /// Queues an eager launch on `s` after every earlier launch of this communicator, whatever
@@ -608,6 +697,52 @@ mod tests {
         assert!(st.retired_host.len() == 3 && st.retired.len() == 3);
         assert!(!api.calls().iter().any(|c| c.contains("free")));
         assert_eq!((st.arenas[0].host, st.arenas[0].dev), (host, dev));
+    }
+
+    fn lowered(work: &Arc<WorkDesc>) -> Lowered {
+        Lowered {
+            work: work.clone(),
+            enc: abi::encode(work, 0).unwrap(),
+            layout: ArgsLayout::new(1, 1, 3, 0),
+            nbuffers: 3,
+            exec: Executor {
+                func: 1,
+                inline_cap: Some(1008),
+                address_cap: 1008,
+            },
+            threads: 128,
+            params: None,
+        }
+    }
+
+    /// Only plans the communicator keeps are kept lowered; when full, those it dropped go
+    /// first.
+    #[test]
+    fn lowered_plans_are_kept_while_the_communicator_keeps_them() {
+        let mut st = state();
+        let once = Arc::new(work(DataType::Float32, &[&[4]]));
+        st.keep_lowered(lowered(&once), false);
+        assert!(st.lowered.is_empty());
+        let kept: Vec<Arc<WorkDesc>> = (0..LOWERED_PLANS)
+            .map(|_| Arc::new(work(DataType::Float32, &[&[4]])))
+            .collect();
+        for w in &kept {
+            st.keep_lowered(lowered(w), true);
+        }
+        assert_eq!(st.lowered.len(), LOWERED_PLANS);
+        // The communicator drops half of them; the next plan kept makes the map forget those.
+        let still = kept[..LOWERED_PLANS / 2].to_vec();
+        let dropped_keys: Vec<usize> = kept[LOWERED_PLANS / 2..].iter().map(Lowered::key).collect();
+        drop(kept);
+        let next = Arc::new(work(DataType::Float32, &[&[8]]));
+        st.keep_lowered(lowered(&next), true);
+        assert_eq!(st.lowered.len(), LOWERED_PLANS / 2 + 1);
+        assert!(
+            still
+                .iter()
+                .all(|w| st.lowered.contains_key(&Lowered::key(w)))
+        );
+        assert!(dropped_keys.iter().all(|k| !st.lowered.contains_key(k)));
     }
 
     /// Eager launches of one communicator run in issue order: a launch on another stream than

@@ -1,0 +1,205 @@
+//! A communicator's recent plans, kept for reuse. Loops issue one operation again and again, and
+//! on device backends building a plan, lowering it and packing its argument block is most of an
+//! eager launch's host time. A plan differs from one call to the next only in its steps' tags
+//! (derived from sequence numbers), which device executors do not read (they match messages by
+//! order), so a backend that says so ([`Backend::reuses_plans`](crate::backend::Backend)) gets the
+//! plan of the first call with an equal key.
+
+use crate::config::{Env, vars};
+use crate::datatype::{DataType, ReduceOp};
+use crate::error::Result;
+use crate::lock::lock;
+use crate::plan::tuner::Choice;
+use crate::plan::{CollKind, P2pPlanKey, WorkDesc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Plans kept per communicator; the least recently used goes first.
+const CAPACITY: usize = 64;
+
+/// Plans with more steps are not kept: their messages are large enough that the GPU, not the
+/// host, sets the pace, and they would hold much memory.
+const MAX_STEPS: usize = 4096;
+
+/// What a collective's plan depends on besides its sequence number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct CollPlanKey {
+    pub kind: CollKind,
+    pub count: u64,
+    pub root: u32,
+    pub dtype: DataType,
+    /// The combiner and post-division of the lowered reduction (PreMulSum plans are not kept).
+    pub reduce: (ReduceOp, Option<u32>),
+    pub choice: Choice,
+    pub zero_copy: bool,
+    pub exposed: bool,
+    pub copies_apart: bool,
+    /// `Some(overlap rank)` when sends and receives run in channels of their own.
+    pub split: Option<Option<u32>>,
+}
+
+/// A plan's key: what it was built from, less its sequence numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum PlanKey {
+    Coll(CollPlanKey),
+    P2p(P2pPlanKey),
+}
+
+/// Recent plans of one communicator (off: every call builds its plan).
+pub(crate) struct PlanCache {
+    on: bool,
+    plans: Mutex<Plans>,
+}
+
+#[derive(Default)]
+struct Plans {
+    by_key: HashMap<PlanKey, (Arc<WorkDesc>, u64)>,
+    /// Counts lookups: each entry's stamp says when it was last used.
+    clock: u64,
+}
+
+impl PlanCache {
+    /// A cache for a backend that may reuse plans (`reuses`), unless `OXCCL_PLAN_CACHE=0`.
+    pub(crate) fn new(reuses: bool) -> PlanCache {
+        PlanCache::with(reuses && Env::PROCESS.get(&vars::OXCCL_PLAN_CACHE))
+    }
+
+    fn with(on: bool) -> PlanCache {
+        PlanCache {
+            on,
+            plans: Mutex::default(),
+        }
+    }
+
+    /// The plan kept under `key`, else `build`'s (kept when small enough). `None` keys (plans
+    /// that depend on more than a key says) are always built.
+    pub(crate) fn get_or_build(
+        &self,
+        key: impl FnOnce() -> Option<PlanKey>,
+        build: impl FnOnce() -> Result<WorkDesc>,
+    ) -> Result<Arc<WorkDesc>> {
+        let Some(key) = self.on.then(key).flatten() else {
+            return build().map(Arc::new);
+        };
+        {
+            let mut p = lock(&self.plans);
+            p.clock += 1;
+            let now = p.clock;
+            if let Some((plan, used)) = p.by_key.get_mut(&key) {
+                *used = now;
+                return Ok(plan.clone());
+            }
+        }
+        let plan = Arc::new(build()?);
+        if plan.step_count() <= MAX_STEPS {
+            let mut p = lock(&self.plans);
+            if p.by_key.len() >= CAPACITY
+                && let Some(oldest) = p
+                    .by_key
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone())
+            {
+                p.by_key.remove(&oldest);
+            }
+            let now = p.clock;
+            p.by_key.insert(key, (plan.clone(), now));
+        }
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::Reduction;
+    use crate::plan::{Algorithm, ChannelWork, Protocol, Step};
+
+    fn key(count: u64) -> Option<PlanKey> {
+        Some(PlanKey::Coll(CollPlanKey {
+            kind: CollKind::Broadcast,
+            count,
+            root: 0,
+            dtype: DataType::Uint8,
+            reduce: (ReduceOp::Sum, None),
+            choice: Choice {
+                algo: Algorithm::Ring,
+                proto: Protocol::Ll,
+                nchannels: 1,
+                chunk_elems: 1,
+            },
+            zero_copy: false,
+            exposed: false,
+            copies_apart: false,
+            split: None,
+        }))
+    }
+
+    fn plan(steps: usize) -> Result<WorkDesc> {
+        Ok(WorkDesc {
+            kind: CollKind::Broadcast,
+            algo: Algorithm::Ring,
+            proto: Protocol::Ll,
+            dtype: DataType::Uint8,
+            reduction: Reduction::none(),
+            scratch_elems: 0,
+            exposed: false,
+            channels: vec![ChannelWork::new(vec![Step::new(1, 0); steps])],
+        })
+    }
+
+    /// A second call with an equal key gets the first call's plan without building; other
+    /// keys, `None` keys and a cache that is off build every time.
+    #[test]
+    fn equal_keys_share_one_plan() {
+        let cache = PlanCache::with(true);
+        let a = cache.get_or_build(|| key(8), || plan(2)).unwrap();
+        let b = cache
+            .get_or_build(|| key(8), || panic!("built again"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = cache.get_or_build(|| key(16), || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        let d = cache.get_or_build(|| None, || plan(2)).unwrap();
+        let e = cache.get_or_build(|| None, || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&d, &e));
+        let off = PlanCache::with(false);
+        let f = off.get_or_build(|| key(8), || plan(2)).unwrap();
+        let g = off.get_or_build(|| key(8), || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&f, &g));
+    }
+
+    /// When full, the least recently used plan makes room; plans with too many steps and
+    /// failed builds are not kept.
+    #[test]
+    fn the_least_recently_used_plan_goes_first() {
+        let cache = PlanCache::with(true);
+        for n in 0..CAPACITY as u64 {
+            cache.get_or_build(|| key(n), || plan(1)).unwrap();
+        }
+        // Key 0 used again: key 1 is now the oldest.
+        cache.get_or_build(|| key(0), || panic!("kept")).unwrap();
+        cache.get_or_build(|| key(1000), || plan(1)).unwrap();
+        cache.get_or_build(|| key(0), || panic!("kept")).unwrap();
+        let mut rebuilt = false;
+        cache
+            .get_or_build(
+                || key(1),
+                || {
+                    rebuilt = true;
+                    plan(1)
+                },
+            )
+            .unwrap();
+        assert!(rebuilt, "the oldest plan was dropped");
+        assert_eq!(lock(&cache.plans).by_key.len(), CAPACITY);
+
+        let cache = PlanCache::with(true);
+        cache
+            .get_or_build(|| key(1), || plan(MAX_STEPS + 1))
+            .unwrap();
+        let err = crate::error::Error::Internal("no plan".into());
+        assert!(cache.get_or_build(|| key(2), || Err(err)).is_err());
+        assert!(lock(&cache.plans).by_key.is_empty());
+    }
+}
