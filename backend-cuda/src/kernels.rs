@@ -158,6 +158,7 @@ mod tests {
                 .iter()
                 .chain(&LARGE_KERNEL_NAMES)
                 .chain(&SMALL_KERNEL_NAMES)
+                .chain(&MEDIUM_KERNEL_NAMES)
             {
                 let found = match e.kind {
                     // A cubin's symbol table holds the name NUL-terminated.

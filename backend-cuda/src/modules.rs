@@ -3,7 +3,8 @@
 use crate::call;
 use crate::driver::{CUfunction, CUmodule, Shared};
 use crate::kernels::{
-    self, KERNEL_NAMES, LARGE_KERNEL_NAMES, ONE_SHOT_KERNEL_NAMES, SMALL_KERNEL_NAMES,
+    self, KERNEL_NAMES, LARGE_KERNEL_NAMES, MEDIUM_KERNEL_NAMES, ONE_SHOT_KERNEL_NAMES,
+    SMALL_KERNEL_NAMES,
 };
 use cudarc::driver::sys;
 use oxccl_core::config::{self, vars};
@@ -14,7 +15,7 @@ use std::ffi::CString;
 use std::sync::{Mutex, OnceLock, RwLock};
 
 /// A loaded module and its entry points: [`KERNEL_NAMES`], [`LARGE_KERNEL_NAMES`],
-/// [`SMALL_KERNEL_NAMES`], [`ONE_SHOT_KERNEL_NAMES`].
+/// [`SMALL_KERNEL_NAMES`], [`MEDIUM_KERNEL_NAMES`], [`ONE_SHOT_KERNEL_NAMES`].
 type Loaded = (Shared<CUmodule>, Vec<Shared<CUfunction>>);
 
 /// Which entry point family a launch uses: how many argument bytes its parameters carry.
@@ -26,6 +27,8 @@ pub enum ParamsSize {
     Large = 1,
     /// `OxcclKernelParamsSmall`: 1008 bytes inline.
     Small = 2,
+    /// `OxcclKernelParamsMedium`: 8000 bytes inline.
+    Medium = 3,
 }
 
 impl ParamsSize {
@@ -33,7 +36,8 @@ impl ParamsSize {
     /// else the default one, which carries the block's address; and its inline capacity.
     pub fn for_block(bytes: usize, inline: bool) -> (ParamsSize, usize) {
         use crate::kernels::{
-            CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, CUDA_SMALL_INLINE_ARGS_BYTES,
+            CUDA_INLINE_ARGS_BYTES, CUDA_LARGE_INLINE_ARGS_BYTES, CUDA_MEDIUM_INLINE_ARGS_BYTES,
+            CUDA_SMALL_INLINE_ARGS_BYTES,
         };
         match bytes {
             _ if !inline => (ParamsSize::Default, CUDA_INLINE_ARGS_BYTES),
@@ -41,6 +45,9 @@ impl ParamsSize {
                 (ParamsSize::Small, CUDA_SMALL_INLINE_ARGS_BYTES)
             }
             b if b <= CUDA_INLINE_ARGS_BYTES => (ParamsSize::Default, CUDA_INLINE_ARGS_BYTES),
+            b if b <= CUDA_MEDIUM_INLINE_ARGS_BYTES => {
+                (ParamsSize::Medium, CUDA_MEDIUM_INLINE_ARGS_BYTES)
+            }
             _ => (ParamsSize::Large, CUDA_LARGE_INLINE_ARGS_BYTES),
         }
     }
@@ -78,7 +85,7 @@ impl Modules {
 
     /// The one-shot entry point for `dtype` on `device`; the device's context must be current.
     pub fn one_shot(&self, device: i32, dtype: DataType) -> Result<Shared<CUfunction>> {
-        self.entry(device, dtype as usize + 3 * KERNEL_NAMES.len())
+        self.entry(device, dtype as usize + 4 * KERNEL_NAMES.len())
     }
 
     /// Entry point `at` of the concatenated name lists, loading the module on first use.
@@ -100,11 +107,13 @@ impl Modules {
                 kernels::FATBIN.as_ptr().cast()
             ))
         }?;
-        let mut funcs = Vec::with_capacity(4 * KERNEL_NAMES.len());
+        let mut funcs = Vec::with_capacity(5 * KERNEL_NAMES.len());
+        // In `ParamsSize` order, then the one-shot kernels.
         for name in KERNEL_NAMES
             .iter()
             .chain(&LARGE_KERNEL_NAMES)
             .chain(&SMALL_KERNEL_NAMES)
+            .chain(&MEDIUM_KERNEL_NAMES)
             .chain(&ONE_SHOT_KERNEL_NAMES)
         {
             let c = CString::new(*name).expect("kernel names have no NUL");
@@ -150,7 +159,9 @@ mod tests {
         assert_eq!(ParamsSize::for_block(1008, true), (Small, 1008));
         assert_eq!(ParamsSize::for_block(1009, true), (Default, 4000));
         assert_eq!(ParamsSize::for_block(4000, true), (Default, 4000));
-        assert_eq!(ParamsSize::for_block(4001, true), (Large, 16000));
+        assert_eq!(ParamsSize::for_block(4001, true), (Medium, 8000));
+        assert_eq!(ParamsSize::for_block(8000, true), (Medium, 8000));
+        assert_eq!(ParamsSize::for_block(8001, true), (Large, 16000));
         // By address: the default entry points, whatever the size.
         assert_eq!(ParamsSize::for_block(300, false), (Default, 4000));
         assert_eq!(ParamsSize::for_block(1 << 20, false), (Default, 4000));

@@ -577,8 +577,9 @@ OXCCL_DEVICE const char* oxccl_args_base(const char* indirect, const char* inlin
 #define OXCCL_ARGS_BASE(params) \
   oxccl_args_base((params).indirect, reinterpret_cast<const char*>((params).block))
 
-// CUDA's entry points with 16000-byte (_large) and 1008-byte (_small) parameters, around the
-// same body; the transport picks the smallest that holds a launch's argument block.
+// CUDA's entry points with 16000-byte (_large), 1008-byte (_small) and 8000-byte (_medium)
+// parameters, around the same body; the transport picks the smallest that holds a launch's
+// argument block.
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
 #define OXCCL_SIZED_ENTRIES(NAME, ELEM)                                                 \
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
@@ -588,6 +589,10 @@ OXCCL_DEVICE const char* oxccl_args_base(const char* indirect, const char* inlin
   extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
       NAME##_small(const OXCCL_GRID_CONSTANT OxcclKernelParamsSmall params) {           \
     oxccl::run_channel<oxccl::ELEM>((const char*)params.block, OXCCL_SMALL_INLINE_ARGS_BYTES); \
+  }                                                                                     \
+  extern "C" __global__ void OXCCL_LAUNCH_BOUNDS(OXCCL_MAX_THREADS)                     \
+      NAME##_medium(const OXCCL_GRID_CONSTANT OxcclKernelParamsMedium params) {         \
+    oxccl::run_channel<oxccl::ELEM>((const char*)params.block, 0);                      \
   }
 #else
 #define OXCCL_SIZED_ENTRIES(NAME, ELEM)
@@ -601,7 +606,7 @@ OXCCL_DEVICE const char* oxccl_args_base(const char* indirect, const char* inlin
   OXCCL_SIZED_ENTRIES(NAME, ELEM)
 
 // Names are part of the ABI with the Rust side: KERNEL_NAMES in kernels/abi/src/work.rs
-// (CUDA adds NAME_large and NAME_small for each).
+// (CUDA adds NAME_large, NAME_small and NAME_medium for each).
 OXCCL_ENTRY(oxccl_exec_i8, I8)
 OXCCL_ENTRY(oxccl_exec_u8, U8)
 OXCCL_ENTRY(oxccl_exec_i32, I32)

@@ -15,6 +15,8 @@ pub const CUDA_INLINE_ARGS_BYTES: usize = 4000;
 pub const CUDA_LARGE_INLINE_ARGS_BYTES: usize = 16000;
 /// Bytes the CUDA `_small` entry points accept inline (`OXCCL_SMALL_INLINE_ARGS_BYTES`).
 pub const CUDA_SMALL_INLINE_ARGS_BYTES: usize = 1008;
+/// Bytes the CUDA `_medium` entry points accept inline (`OXCCL_MEDIUM_INLINE_ARGS_BYTES`).
+pub const CUDA_MEDIUM_INLINE_ARGS_BYTES: usize = 8000;
 /// The same for HIP, whose launches always pass the block by address (`OXCCL_INLINE_ARGS_BYTES`
 /// of work.h for hipcc).
 pub const HIP_INLINE_ARGS_BYTES: usize = 16;

@@ -113,6 +113,23 @@ pub const SMALL_KERNEL_NAMES: [&str; 12] = [
     "oxccl_exec_f8e5m2_small",
 ];
 
+/// CUDA's entry points for argument blocks of at most `CUDA_MEDIUM_INLINE_ARGS_BYTES` (and more than the
+/// plain ones take), carried in 8000-byte parameters (`OxcclKernelParamsMedium`), indexed like [`KERNEL_NAMES`].
+pub const MEDIUM_KERNEL_NAMES: [&str; 12] = [
+    "oxccl_exec_i8_medium",
+    "oxccl_exec_u8_medium",
+    "oxccl_exec_i32_medium",
+    "oxccl_exec_u32_medium",
+    "oxccl_exec_i64_medium",
+    "oxccl_exec_u64_medium",
+    "oxccl_exec_f16_medium",
+    "oxccl_exec_f32_medium",
+    "oxccl_exec_f64_medium",
+    "oxccl_exec_bf16_medium",
+    "oxccl_exec_f8e4m3_medium",
+    "oxccl_exec_f8e5m2_medium",
+];
+
 /// The entry point that executes work of element type `dtype`.
 pub fn kernel_name(dtype: DataType) -> &'static str {
     KERNEL_NAMES[dtype as usize]

@@ -192,8 +192,11 @@ struct OxcclOneShotParams {
 // copying a block to device memory before an eager kernel costs a copy-engine round trip.
 #define OXCCL_LARGE_INLINE_ARGS_BYTES 16000
 // And blocks of small launches go to the `_small` entry points, whose parameters are 1 KiB:
-// the parameter struct's whole size travels with every launch.
+// the parameter struct's whole size travels with every launch. Blocks between 4000 and 8000
+// bytes (a send/receive of 32 channels, an AlltoAll of 96 steps) take the `_medium` ones: the
+// driver copies the whole parameter struct at every launch, 16 KB for a `_large` one.
 #define OXCCL_SMALL_INLINE_ARGS_BYTES 1008
+#define OXCCL_MEDIUM_INLINE_ARGS_BYTES 8000
 #endif
 
 // The kernels' only parameter: the argument block inline, or (indirect != 0) its address.
@@ -204,7 +207,7 @@ struct OxcclKernelParams {
 };
 
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
-// The `_large` and `_small` entry points' parameters: always inline.
+// The `_large`, `_small` and `_medium` entry points' parameters: always inline.
 struct OxcclKernelParamsLarge {
   const char* indirect;  // unused (null)
   uint64_t pad;
@@ -214,6 +217,11 @@ struct OxcclKernelParamsSmall {
   const char* indirect;  // unused (null)
   uint64_t pad;
   unsigned char block[OXCCL_SMALL_INLINE_ARGS_BYTES];
+};
+struct OxcclKernelParamsMedium {
+  const char* indirect;  // unused (null)
+  uint64_t pad;
+  unsigned char block[OXCCL_MEDIUM_INLINE_ARGS_BYTES];
 };
 #endif
 
@@ -298,5 +306,6 @@ static_assert(offsetof(OxcclKernelParams, block) == 16, "params header is shared
 #ifdef OXCCL_LARGE_INLINE_ARGS_BYTES
 static_assert(offsetof(OxcclKernelParamsLarge, block) == 16, "params header is shared with Rust");
 static_assert(offsetof(OxcclKernelParamsSmall, block) == 16, "params header is shared with Rust");
+static_assert(offsetof(OxcclKernelParamsMedium, block) == 16, "params header is shared with Rust");
 #endif
 #endif
