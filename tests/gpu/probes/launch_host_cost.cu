@@ -6,9 +6,14 @@
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 -Iinclude tests/gpu/probes/launch_host_cost.cu \
 //     -o launch_host_cost -L<dir of libnccl.so.2> -l:libnccl.so.2
-//   ./launch_host_cost [GPUS [ITERS [OP [BYTES]]]]   (OP, BYTES: only that operation, size)
+//   ./launch_host_cost [GPUS [ITERS [OP [BYTES [vary]]]]]
+// OP, BYTES: only that operation, at that size (any size up to 4 MiB). With `vary`, operation i
+// moves BYTES + 16 * (i mod 101) bytes: no two operations in a row look alike, so a library that
+// keeps plans for repeated operations builds every one (what nccl-tests' first iterations of a
+// size cost it).
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
   const int iters = argc > 2 ? std::atoi(argv[2]) : 200;
   const char* only_op = argc > 3 ? argv[3] : nullptr;
   const size_t only_bytes = argc > 4 ? std::strtoull(argv[4], nullptr, 0) : 0;
+  const bool vary = argc > 5 && std::strcmp(argv[5], "vary") == 0;
   const size_t max_bytes = 4 << 20;
   std::vector<int> devs(n);
   for (int i = 0; i < n; i++) devs[i] = i;
@@ -95,13 +101,15 @@ int main(int argc, char** argv) {
   std::printf("%-10s %8s %10s %10s\n", "op", "bytes", "host_us", "op_us");
   for (Op op : {SendRecv, Broadcast, AllReduce, AllGather, Gather}) {
     if (only_op != nullptr && std::strcmp(only_op, kNames[op]) != 0) continue;
-    for (size_t bytes : {size_t(16) << 10, size_t(128) << 10, size_t(512) << 10, size_t(1) << 20,
-                         size_t(2) << 20, size_t(4) << 20}) {
-      if (only_bytes != 0 && bytes != only_bytes) continue;
-      for (int i = 0; i < 20; i++) issue(op, ranks, bytes);
+    std::vector<size_t> sizes = {size_t(16) << 10, size_t(128) << 10, size_t(512) << 10,
+                                 size_t(1) << 20,  size_t(2) << 20,   size_t(4) << 20};
+    if (only_bytes != 0) sizes = {std::min(only_bytes, max_bytes - 16 * 101)};
+    for (size_t bytes : sizes) {
+      auto size_of = [&](int i) { return vary ? bytes + 16 * size_t(i % 101) : bytes; };
+      for (int i = 0; i < 20; i++) issue(op, ranks, size_of(i));
       sync_all(ranks);
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; i++) issue(op, ranks, bytes);
+      for (int i = 0; i < iters; i++) issue(op, ranks, size_of(i + 20));
       const auto t1 = std::chrono::steady_clock::now();
       sync_all(ranks);
       const auto t2 = std::chrono::steady_clock::now();

@@ -17,7 +17,7 @@ use oxccl_kernel_abi::{
     inline_params, one_shot_grid,
 };
 use oxccl_net::proxy_events::ProxyEventSink;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Fewest threads a launch gets when its steps are small (see [`launch_threads`]).
@@ -111,7 +111,7 @@ pub(super) struct LaunchState {
     /// transport (a graph may be replayed as long as its communicator lives).
     captured: Vec<DevicePtr>,
     /// Lowered plans that the communicator keeps for reuse, by the plan's address.
-    lowered: HashMap<usize, Lowered>,
+    lowered: FxHashMap<usize, Lowered>,
 }
 
 impl<A: DeviceApi> DeviceTransport<A> {
