@@ -11,13 +11,21 @@ use crate::error::Result;
 use crate::lock::lock;
 use crate::plan::tuner::Choice;
 use crate::plan::{CollKind, P2pPlanKey, WorkDesc};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 /// Plans kept per communicator. When full it starts again empty: a loop of fewer distinct
 /// operations never gets there, and a miss must stay cheap (nccl-tests' first iterations of
 /// each size all miss), which rules out finding the least recently used.
 const CAPACITY: usize = 64;
+
+/// Keys of the latest misses remembered: a plan is kept only when its key comes back while
+/// remembered. Keeping every plan would hold the memory of each one-off operation (nccl-tests'
+/// first iterations of each size, a size that changes every call), and a launch that keeps
+/// allocating fresh memory pays for its first touch: on 2x H200, misses that kept their plans
+/// cost 3-9 us more per rank than building them did.
+const SEEN: usize = 64;
 
 /// Plans with more steps are not kept: their messages are large enough that the GPU, not the
 /// host, sets the pace, and they would hold much memory.
@@ -51,7 +59,32 @@ pub(crate) enum PlanKey {
 /// FxHash: on every launch, where SipHash over a send/receive key cost about 0.3 us.
 pub(crate) struct PlanCache {
     on: bool,
-    plans: Mutex<FxHashMap<PlanKey, Arc<WorkDesc>>>,
+    plans: Mutex<Plans>,
+}
+
+#[derive(Default)]
+struct Plans {
+    by_key: FxHashMap<PlanKey, Arc<WorkDesc>>,
+    /// Hashes of the latest missed keys, written round-robin.
+    seen: Vec<u64>,
+    next: usize,
+}
+
+impl Plans {
+    /// Whether `key` missed recently (and so may come back again); remembers it if not.
+    fn missed_before(&mut self, key: &PlanKey) -> bool {
+        let h = FxBuildHasher.hash_one(key);
+        if self.seen.contains(&h) {
+            return true;
+        }
+        if self.seen.len() < SEEN {
+            self.seen.push(h);
+        } else {
+            self.seen[self.next] = h;
+            self.next = (self.next + 1) % SEEN;
+        }
+        false
+    }
 }
 
 impl PlanCache {
@@ -67,8 +100,9 @@ impl PlanCache {
         }
     }
 
-    /// The plan kept under `key`, else `build`'s (kept when small enough). `None` keys (plans
-    /// that depend on more than a key says) are always built.
+    /// The plan kept under `key`, else `build`'s, kept when small enough and its key missed
+    /// recently already. `None` keys (plans that depend on more than a key says) are always
+    /// built.
     pub(crate) fn get_or_build(
         &self,
         key: impl FnOnce() -> Option<PlanKey>,
@@ -77,16 +111,20 @@ impl PlanCache {
         let Some(key) = self.on.then(key).flatten() else {
             return build().map(Arc::new);
         };
-        if let Some(plan) = lock(&self.plans).get(&key) {
-            return Ok(plan.clone());
-        }
-        let plan = Arc::new(build()?);
-        if plan.step_count() <= MAX_STEPS {
+        let keep = {
             let mut plans = lock(&self.plans);
-            if plans.len() >= CAPACITY {
-                plans.clear();
+            if let Some(plan) = plans.by_key.get(&key) {
+                return Ok(plan.clone());
             }
-            plans.insert(key, plan.clone());
+            plans.missed_before(&key)
+        };
+        let plan = Arc::new(build()?);
+        if keep && plan.step_count() <= MAX_STEPS {
+            let mut plans = lock(&self.plans);
+            if plans.by_key.len() >= CAPACITY {
+                plans.by_key.clear();
+            }
+            plans.by_key.insert(key, plan.clone());
         }
         Ok(plan)
     }
@@ -131,25 +169,43 @@ mod tests {
         })
     }
 
-    /// A second call with an equal key gets the first call's plan without building; other
-    /// keys, `None` keys and a cache that is off build every time.
+    /// A key's first call builds and forgets its plan, the second builds and keeps it, the
+    /// third gets it without building; other keys, `None` keys and a cache that is off build
+    /// every time.
     #[test]
-    fn equal_keys_share_one_plan() {
+    fn a_key_that_comes_back_shares_one_plan() {
         let cache = PlanCache::with(true);
         let a = cache.get_or_build(|| key(8), || plan(2)).unwrap();
-        let b = cache
+        let b = cache.get_or_build(|| key(8), || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b), "the first plan was not kept");
+        let c = cache
             .get_or_build(|| key(8), || panic!("built again"))
             .unwrap();
-        assert!(Arc::ptr_eq(&a, &b));
-        let c = cache.get_or_build(|| key(16), || plan(2)).unwrap();
-        assert!(!Arc::ptr_eq(&a, &c));
-        let d = cache.get_or_build(|| None, || plan(2)).unwrap();
+        assert!(Arc::ptr_eq(&b, &c));
+        let d = cache.get_or_build(|| key(16), || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&c, &d));
         let e = cache.get_or_build(|| None, || plan(2)).unwrap();
-        assert!(!Arc::ptr_eq(&d, &e));
+        let f = cache.get_or_build(|| None, || plan(2)).unwrap();
+        assert!(!Arc::ptr_eq(&e, &f));
         let off = PlanCache::with(false);
-        let f = off.get_or_build(|| key(8), || plan(2)).unwrap();
-        let g = off.get_or_build(|| key(8), || plan(2)).unwrap();
-        assert!(!Arc::ptr_eq(&f, &g));
+        for _ in 0..3 {
+            off.get_or_build(|| key(8), || plan(2)).unwrap();
+        }
+        assert!(lock(&off.plans).by_key.is_empty());
+    }
+
+    /// Only the latest misses are remembered: a key back after `SEEN` others is new again.
+    #[test]
+    fn misses_are_remembered_for_a_while() {
+        let cache = PlanCache::with(true);
+        for n in 0..=SEEN as u64 {
+            cache.get_or_build(|| key(n), || plan(1)).unwrap();
+        }
+        cache.get_or_build(|| key(0), || plan(1)).unwrap();
+        cache.get_or_build(|| key(SEEN as u64), || plan(1)).unwrap();
+        let kept = &lock(&cache.plans).by_key;
+        assert!(!kept.contains_key(&key(0).unwrap()));
+        assert!(kept.contains_key(&key(SEEN as u64).unwrap()));
     }
 
     /// When full, the cache starts again empty; plans with too many steps and failed builds
@@ -157,21 +213,28 @@ mod tests {
     #[test]
     fn a_full_cache_starts_again() {
         let cache = PlanCache::with(true);
+        let twice = |n: u64| {
+            for _ in 0..2 {
+                cache.get_or_build(|| key(n), || plan(1)).unwrap();
+            }
+        };
         for n in 0..CAPACITY as u64 {
-            cache.get_or_build(|| key(n), || plan(1)).unwrap();
+            twice(n);
         }
         cache.get_or_build(|| key(0), || panic!("kept")).unwrap();
-        assert_eq!(lock(&cache.plans).len(), CAPACITY);
-        cache.get_or_build(|| key(1000), || plan(1)).unwrap();
-        assert_eq!(lock(&cache.plans).len(), 1);
+        assert_eq!(lock(&cache.plans).by_key.len(), CAPACITY);
+        twice(1000);
+        assert_eq!(lock(&cache.plans).by_key.len(), 1);
         cache.get_or_build(|| key(1000), || panic!("kept")).unwrap();
 
         let cache = PlanCache::with(true);
-        cache
-            .get_or_build(|| key(1), || plan(MAX_STEPS + 1))
-            .unwrap();
-        let err = crate::error::Error::Internal("no plan".into());
-        assert!(cache.get_or_build(|| key(2), || Err(err)).is_err());
-        assert!(lock(&cache.plans).is_empty());
+        for _ in 0..2 {
+            cache
+                .get_or_build(|| key(1), || plan(MAX_STEPS + 1))
+                .unwrap();
+            let err = crate::error::Error::Internal("no plan".into());
+            assert!(cache.get_or_build(|| key(2), || Err(err)).is_err());
+        }
+        assert!(lock(&cache.plans).by_key.is_empty());
     }
 }
