@@ -35,7 +35,14 @@ fn plan(kind: CollKind, bytes: u64, nranks: u32) -> WorkDesc {
         });
         let ll_chunk = geometry.message_bytes(plan::Protocol::Ll);
         let shape = tuner.p2p_shape(nranks, TOPOLOGY, &c, Some(ll_chunk));
-        return plan::build_p2p(0, nranks, &ops, dtype, shape, plan::Split::No);
+        return plan::build_p2p(plan::P2pGroup {
+            rank: 0,
+            nranks,
+            ops: &ops,
+            dtype,
+            shape,
+            split: plan::Split::No,
+        });
     }
     let count = match kind {
         CollKind::AllToAll | CollKind::AllGather | CollKind::ReduceScatter => {

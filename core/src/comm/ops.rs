@@ -735,14 +735,17 @@ impl<B: Backend> Communicator<B> {
         } else {
             plan::Split::Unordered
         };
-        let (rank, nranks, dtype) = (inner.rank, inner.nranks, DataType::Uint8);
+        let group = plan::P2pGroup {
+            rank: inner.rank,
+            nranks: inner.nranks,
+            ops: planned,
+            dtype: DataType::Uint8,
+            shape,
+            split,
+        };
         let work = inner.plans.get_or_build(
-            || {
-                Some(PlanKey::P2p(plan::p2p_plan_key(
-                    rank, nranks, planned, dtype, shape, split,
-                )))
-            },
-            || Ok(plan::build_p2p(rank, nranks, planned, dtype, shape, split)),
+            || Some(PlanKey::P2p(plan::p2p_plan_key(group))),
+            || Ok(plan::build_p2p(group)),
         )?;
         let mut buffers = vec![0, 0, 0];
         buffers.extend(ops.iter().map(|o| o.buf));

@@ -29,7 +29,9 @@ pub use hosts::HostLayout;
 /// A device (or host-backend) address, as plans and their backends pass it.
 pub type DevicePtr = u64;
 pub use net_link::NetLink;
-pub use p2p::{P2pLl, P2pPlanKey, P2pShape, Split, build_p2p, only_self_copies, p2p_plan_key};
+pub use p2p::{
+    P2pGroup, P2pLl, P2pPlanKey, P2pShape, Split, build_p2p, only_self_copies, p2p_plan_key,
+};
 pub use tags::{coll_tag, p2p_tag};
 pub use tuner::{Choice, Topology, Tuner};
 pub use work::{

@@ -196,30 +196,43 @@ pub struct P2pPlanKey {
     ops: Vec<(P2pDir, u32, u64, u32, u64)>,
 }
 
-/// The key of [`build_p2p`]'s plan for these arguments (see [`P2pPlanKey`]).
-pub fn p2p_plan_key(
-    rank: u32,
-    nranks: u32,
-    ops: &[P2pOp],
-    dtype: DataType,
-    shape: P2pShape,
-    split: Split,
-) -> P2pPlanKey {
-    let nch = fifo_channels_per_distance(nranks, shape);
-    let self_base = ops
+/// A group of sends and receives as one rank plans it.
+#[derive(Debug, Clone, Copy)]
+pub struct P2pGroup<'a> {
+    /// The planning rank.
+    pub rank: u32,
+    /// Ranks of the communicator.
+    pub nranks: u32,
+    /// The group's operations; operation i uses buffer `BufId(BufId::FIRST_P2P.0 + i)`.
+    pub ops: &'a [P2pOp],
+    /// Element type of the counts.
+    pub dtype: DataType,
+    /// How messages are cut; the same on both ends of every message.
+    pub shape: P2pShape,
+    /// How sends and receives share channels.
+    pub split: Split,
+}
+
+/// The key of [`build_p2p`]'s plan of `group` (see [`P2pPlanKey`]).
+pub fn p2p_plan_key(group: P2pGroup<'_>) -> P2pPlanKey {
+    let rank = group.rank;
+    let nch = fifo_channels_per_distance(group.nranks, group.shape);
+    let self_base = group
+        .ops
         .iter()
         .filter(|o| o.peer == rank)
         .map(|o| o.peer_seq)
         .min()
         .unwrap_or(0);
     P2pPlanKey {
-        shape,
-        split,
-        dtype,
-        ops: ops
+        shape: group.shape,
+        split: group.split,
+        dtype: group.dtype,
+        ops: group
+            .ops
             .iter()
             .map(|op| {
-                let first = MessageCut::of(rank, op, nch, shape, dtype).first;
+                let first = MessageCut::of(rank, op, nch, group.shape, group.dtype).first;
                 let own = if op.peer == rank {
                     op.peer_seq - self_base
                 } else {
@@ -231,7 +244,7 @@ pub fn p2p_plan_key(
     }
 }
 
-/// Builds the plan of a group of sends/receives on `rank`; operation i uses buffer
+/// Builds the plan of `group` on its rank; operation i uses buffer
 /// `BufId(BufId::FIRST_P2P.0 + i)` at offset 0.
 ///
 /// A message uses the same FIFO channel index at both ends, one per rank distance: FIFO
@@ -248,14 +261,15 @@ pub fn p2p_plan_key(
 /// buffers overlap its send buffers. Either way no group can deadlock, even with bounded device
 /// buffers and whatever each rank chose. Panics if the group has more operations than buffer
 /// ids exist (65532).
-pub fn build_p2p(
-    rank: u32,
-    nranks: u32,
-    ops: &[P2pOp],
-    dtype: DataType,
-    shape: P2pShape,
-    split: Split,
-) -> WorkDesc {
+pub fn build_p2p(group: P2pGroup<'_>) -> WorkDesc {
+    let P2pGroup {
+        rank,
+        nranks,
+        ops,
+        dtype,
+        shape,
+        split,
+    } = group;
     let n = nranks.max(1);
     // FIFO channels: `nch` logical channels times one per rank distance d = (to - from) mod n.
     // Both ends of a message compute the same index (device FIFOs are per channel). Messages
@@ -440,6 +454,18 @@ mod tests {
         channels
     }
 
+    /// Rank 0's group of `ops` over 2 ranks, in bytes, sends and receives alternating.
+    fn group(ops: &[P2pOp], shape: P2pShape) -> P2pGroup<'_> {
+        P2pGroup {
+            rank: 0,
+            nranks: 2,
+            ops,
+            dtype: DataType::Uint8,
+            shape,
+            split: Split::No,
+        }
+    }
+
     fn nvlink_shape(nchannels: u32) -> P2pShape {
         P2pShape {
             nchannels,
@@ -485,8 +511,16 @@ mod tests {
                         op(dir, peer, count, *s - 1)
                     })
                     .collect();
-                let key = p2p_plan_key(rank, nranks, &ops, dtype, shape, split);
-                let plan = untagged(&build_p2p(rank, nranks, &ops, dtype, shape, split));
+                let group = P2pGroup {
+                    rank,
+                    nranks,
+                    ops: &ops,
+                    dtype,
+                    shape,
+                    split,
+                };
+                let key = p2p_plan_key(group);
+                let plan = untagged(&build_p2p(group));
                 let first = seen.entry(key).or_insert_with(|| plan.clone());
                 assert_eq!(*first, plan, "rank {rank} of {nranks}: {ops:?}");
             }
@@ -503,7 +537,7 @@ mod tests {
             (0..64u64)
                 .map(|s| {
                     let ops = [op(P2pDir::Send, 1, count, s), op(P2pDir::Recv, 1, count, s)];
-                    p2p_plan_key(0, 2, &ops, DataType::Uint8, shape, Split::No)
+                    p2p_plan_key(group(&ops, shape))
                 })
                 .collect::<std::collections::HashSet<_>>()
                 .len()
@@ -521,7 +555,7 @@ mod tests {
     fn a_pairs_small_messages_take_consecutive_channels() {
         let shape = nvlink_shape(32);
         let ops: Vec<P2pOp> = (0..4).map(|s| op(P2pDir::Send, 1, 8 << 10, s)).collect();
-        let plan = build_p2p(0, 2, &ops, DataType::Uint8, shape, Split::No);
+        let plan = build_p2p(group(&ops, shape));
         let busy: Vec<usize> = (0..plan.channels.len())
             .filter(|&c| !plan.channels[c].steps.is_empty())
             .collect();

@@ -11,9 +11,9 @@ use super::{Placement, RankMem, run};
 use crate::datatype::{DataType, RedOp, ReduceOp, Reduction, Scalar, ScalarSource};
 use crate::plan::{
     Algorithm, AllToAllvLayout, BufId, ChannelWork, CollKind, CollRequest, HostLayout, P2pDir,
-    P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Split, Step, Tuner, WorkDesc, algorithms_for,
-    build_coll, build_p2p, coll_tag, local_copies_apart, split_directions, tuner::Topology,
-    zero_copy,
+    P2pGroup, P2pLl, P2pOp, P2pShape, Path, Protocol, Region, Split, Step, Tuner, WorkDesc,
+    algorithms_for, build_coll, build_p2p, coll_tag, local_copies_apart, split_directions,
+    tuner::Topology, zero_copy,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -1042,7 +1042,14 @@ fn run_p2p_split(
             bytes_per_channel: 64 << 10,
             ll,
         };
-        let d = build_p2p(r, n, &list, dtype, shape, split(r));
+        let d = build_p2p(P2pGroup {
+            rank: r,
+            nranks: n,
+            ops: &list,
+            dtype,
+            shape,
+            split: split(r),
+        });
         for st in d.channels.iter().flat_map(|c| &c.steps) {
             if st.ll {
                 assert!(st.count * dtype.size() as u64 <= ll.chunk_bytes, "{st:?}");
@@ -1307,7 +1314,14 @@ fn huge_chunks_do_not_overflow() {
             bytes_per_channel: 64 << 10,
             ll: P2pLl::default(),
         };
-        let d = build_p2p(0, 1, &[], DataType::Int64, shape, split);
+        let d = build_p2p(P2pGroup {
+            rank: 0,
+            nranks: 1,
+            ops: &[],
+            dtype: DataType::Int64,
+            shape,
+            split,
+        });
         assert_eq!((d.channels.len(), d.step_count()), (0, 0));
     }
 }
