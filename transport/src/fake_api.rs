@@ -8,26 +8,47 @@ use std::sync::Mutex;
 
 /// A runtime that only records what it is asked (no device): addresses and
 /// handles count up from 0x1000, calls are logged in order; events are complete unless
-/// [`FakeApi::hold_events`] was called.
+/// [`FakeApi::hold_events`] was called; argument blocks go by address unless
+/// [`FakeApi::inline_blocks`] was called.
 #[derive(Clone, Default)]
-pub(crate) struct FakeApi(std::sync::Arc<Mutex<(u64, Vec<String>, bool)>>);
+pub(crate) struct FakeApi(std::sync::Arc<Mutex<FakeState>>);
+
+#[derive(Default)]
+struct FakeState {
+    /// The last address or handle handed out.
+    last: u64,
+    calls: Vec<String>,
+    held: bool,
+    /// Inline capacity of the executor's parameters (`None`: by address).
+    inline_cap: Option<usize>,
+    /// The parameters of every kernel launch, in order.
+    params: Vec<Vec<u8>>,
+}
 
 impl FakeApi {
     fn next(&self, what: String) -> u64 {
         let mut g = self.0.lock().unwrap();
-        g.0 += 0x1000;
-        g.1.push(what);
-        g.0
+        g.last += 0x1000;
+        g.calls.push(what);
+        g.last
     }
     fn log(&self, what: String) {
-        self.0.lock().unwrap().1.push(what);
+        self.0.lock().unwrap().calls.push(what);
     }
     pub(crate) fn calls(&self) -> Vec<String> {
-        std::mem::take(&mut self.0.lock().unwrap().1)
+        std::mem::take(&mut self.0.lock().unwrap().calls)
     }
     /// From now on no event completes: as if the device never ran what was queued.
     pub(crate) fn hold_events(&self) {
-        self.0.lock().unwrap().2 = true;
+        self.0.lock().unwrap().held = true;
+    }
+    /// From now on the executor takes argument blocks of up to `cap` bytes inline.
+    pub(crate) fn inline_blocks(&self, cap: usize) {
+        self.0.lock().unwrap().inline_cap = Some(cap);
+    }
+    /// The parameters of the kernel launches since the last call.
+    pub(crate) fn launched_params(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.0.lock().unwrap().params)
     }
 }
 
@@ -146,18 +167,20 @@ impl DeviceApi for FakeApi {
     fn relaxed_capture(&self) -> Result<()> {
         Ok(())
     }
-    fn executor(&self, _: i32, _: DataType, _: usize) -> Result<Executor> {
+    fn executor(&self, _: i32, _: DataType, block: usize) -> Result<Executor> {
+        let cap = self.0.lock().unwrap().inline_cap;
         Ok(Executor {
             func: 1,
-            inline_cap: None,
+            inline_cap: cap.filter(|&c| block <= c),
             address_cap: 16,
         })
     }
     fn one_shot(&self, _: i32, _: DataType) -> Result<Handle> {
         Ok(2)
     }
-    unsafe fn launch(&self, _: Handle, g: u32, t: u32, _: &mut [u8], s: Handle) -> Result<()> {
+    unsafe fn launch(&self, _: Handle, g: u32, t: u32, p: &mut [u8], s: Handle) -> Result<()> {
         self.log(format!("launch {g}x{t} on {s}"));
+        self.0.lock().unwrap().params.push(p.to_vec());
         Ok(())
     }
     // The backend's calls: the transport never makes them; `GpuBackend`'s tests make the
@@ -204,7 +227,7 @@ impl DeviceApi for FakeApi {
     /// Grants an address asked for above every fresh one handed out so far; below, it is
     /// taken and, as the driver does, a fresh one comes back instead.
     unsafe fn va_reserve(&self, n: usize, _: usize, at: DevicePtr) -> Result<DevicePtr> {
-        if at > self.0.lock().unwrap().0 {
+        if at > self.0.lock().unwrap().last {
             self.log(format!("va_reserve {n} at {at:#x}"));
             return Ok(at);
         }
@@ -235,7 +258,7 @@ impl DeviceApi for FakeApi {
         unreachable!()
     }
     fn event_query(&self, e: Handle) -> Result<Option<bool>> {
-        let held = self.0.lock().unwrap().2;
+        let held = self.0.lock().unwrap().held;
         if !held {
             self.log(format!("event_query {e:#x}"));
         }

@@ -745,6 +745,38 @@ mod tests {
         assert!(dropped_keys.iter().all(|k| !st.lowered.contains_key(k)));
     }
 
+    /// The next launch of a plan the communicator keeps refreshes the parameters of the one
+    /// before: they are what lowering it afresh gives (but for the epoch, a launch counter);
+    /// a plan nobody keeps is lowered every time and not held.
+    #[test]
+    fn a_kept_plan_launches_with_refreshed_parameters() {
+        use oxccl_kernel_abi::FifoGeometry;
+        let api = FakeApi::default();
+        api.inline_blocks(4000);
+        let geometry = FifoGeometry::default();
+        let t = DeviceTransport::unconnected(api.clone(), geometry, 0, 0, 1, 0, None);
+        let abort = AbortFlag::new();
+        let plan = Arc::new(work(DataType::Float32, &[&[4, 4], &[8]]));
+        let kept = plan.clone();
+        let launch = |w: &Arc<WorkDesc>, buffers: &[DevicePtr]| {
+            // SAFETY: `FakeApi` touches no memory.
+            unsafe { t.launch(5, w, buffers, &abort, None) }.unwrap();
+        };
+        launch(&plan, &[0x100, 0x200, 0]);
+        launch(&plan, &[0x300, 0x400, 0]);
+        let fresh = Arc::new((*plan).clone());
+        launch(&fresh, &[0x300, 0x400, 0]);
+        let [first, refreshed, mut lowered] = api.launched_params().try_into().unwrap();
+        let epoch = PARAMS_HEADER_BYTES + std::mem::offset_of!(LaunchArgs, epoch);
+        assert_eq!(refreshed[epoch..epoch + 8], 2u64.to_le_bytes());
+        lowered[epoch..epoch + 8].copy_from_slice(&2u64.to_le_bytes());
+        assert_eq!(refreshed, lowered);
+        assert_ne!(first, refreshed, "the buffer table changed");
+        let st = t.state.lock().unwrap();
+        assert!(st.lowered.contains_key(&Lowered::key(&kept)));
+        assert!(!st.lowered.contains_key(&Lowered::key(&fresh)));
+    }
+
     /// Eager launches of one communicator run in issue order: a launch on another stream than
     /// the previous one waits for the tail event; one on the same stream does not.
     #[test]
