@@ -3,7 +3,8 @@
 //! eager launch's host time. A plan differs from one call to the next only in its steps' tags
 //! (derived from sequence numbers), which device executors do not read (they match messages by
 //! order), so a backend that says so ([`Backend::reuses_plans`](crate::backend::Backend)) gets the
-//! plan of the first call with an equal key.
+//! plan kept from an earlier call with an equal key (kept from the second such call on, see
+//! [`SEEN`]).
 
 use crate::config::{Env, vars};
 use crate::datatype::{DataType, ReduceOp};

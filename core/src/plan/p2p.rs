@@ -155,16 +155,14 @@ impl MessageCut {
         let chunk = if packets {
             spread.min(ll_chunk)
         } else {
-            clamp_chunk(
-                clamp_chunk(shape.chunk_elems, grain(dtype)).min(spread),
-                grain(dtype),
-            )
+            let largest = clamp_chunk(shape.chunk_elems, grain(dtype));
+            clamp_chunk(largest.min(spread), grain(dtype))
         };
         // A pair's consecutive messages that fill fewer chunks than there are channels start
         // where the one before ended, so a group of many small messages to one peer still
         // spreads over every channel. A message that fills every channel starts at the pair's
         // own channel: its plan is then the same at every `peer_seq`, which lets a repeated
-        // operation reuse it (`plan_key`).
+        // operation reuse it ([`p2p_plan_key`]).
         let nchunks = op.count.div_ceil(chunk);
         let pair = u64::from(ends.0) + u64::from(ends.1);
         let turn = if nchunks >= u64::from(nch) {
