@@ -134,6 +134,9 @@ OXCCL_DEVICE void reduce_copy(unsigned op, const typename E::Bits* rcv, const ty
   if (one_source && !(src && m.pre) && !(rcv && m.pre_r) && !m.post) {
     // A pure move: the element function is the identity.
     const T* from = rcv ? rcv : src;
+    // In place (a broadcast root's own output, say): the data is already there.
+    if (dst == from) dst = nullptr;
+    if (dst == nullptr && snd == nullptr) return;
     uint64_t done = 0;
     OXCCL_MARK(44);
     if (aligned16(from) && aligned16(dst) && aligned16(snd)) {

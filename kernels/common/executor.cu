@@ -83,11 +83,16 @@ OXCCL_DEVICE bool block_wait_geq(const volatile uint64_t* ctr, uint64_t target,
   return *shared_abort == 0;
 }
 
-// Thread 0 publishes `value` after every thread's writes of this chunk. Whole block.
+// Thread 0 publishes `value` after every thread's writes of this chunk. Whole block. The
+// barrier makes the block's writes observed by thread 0, and its system fence is cumulative, so
+// one fence orders them all before the counter; a fence in every thread made each of them wait
+// for its own stores to cross the link.
 OXCCL_DEVICE void block_publish(volatile uint64_t* ctr, uint64_t value) {
-  oxccl_fence_system();
   oxccl_block_sync();
-  if (threadIdx.x == 0) oxccl_store_release_sys(ctr, value);
+  if (threadIdx.x == 0) {
+    oxccl_fence_system();
+    oxccl_store_release_sys(ctr, value);
+  }
 }
 
 // Thread 0 reads a counter only this block writes, and shares it. Whole block.
@@ -552,8 +557,11 @@ __device__ __noinline__ void run_channel(const char* base, uint32_t copy_bytes) 
       if ((zs.branch == 1) != ((st.zc & OXCCL_ZC_ONLY) != 0)) continue;
     }
     if (st.zc & OXCCL_ZC_FENCE) {
-      // The peer that receives this step's message then reads or leaves memory this block wrote.
-      oxccl_fence_system();
+      // The peer that receives this step's message then reads or leaves memory this block
+      // touched. One cumulative fence after the barrier, as in block_publish; the token's one
+      // packet is thread 0's.
+      oxccl_block_sync();
+      if (threadIdx.x == 0) oxccl_fence_system();
       oxccl_block_sync();
     }
     if (!run_step<E>(args, st, math, zs, ch.fifo, &shared_abort, shared_slot)) return;
