@@ -1,0 +1,155 @@
+// How fast SM copies move data between two NVLinked GPUs, by the shape of the copy loop: thread
+// blocks, threads per block, 16-byte loads in flight per thread, and how the blocks divide the
+// buffer (one contiguous part each, or chunks dealt round the grid). Pushes (the kernel runs on
+// the source GPU and stores into the peer), pulls (it runs on the destination and loads from
+// the peer), pushes both ways at once (what a send/receive pair does), and the copy engine
+// (cudaMemcpyPeerAsync) beside them. Prints one line per shape: GB/s, best and median of REPS.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 tests/gpu/probes/nvlink_copy.cu -o nvlink_copy
+//   ./nvlink_copy [MIB [REPS]]
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    auto r_ = (x);                                                                    \
+    if (r_ != 0) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)r_); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+// Copies [begin, end) of 16-byte packs from s to d (and d2 when not null), U loads in flight.
+template <int U>
+__device__ void copy_range(const uint4* s, uint4* d, uint4* d2, size_t begin, size_t end) {
+  const size_t t = blockDim.x;
+  size_t p = begin + threadIdx.x;
+  for (; p + (U - 1) * t < end; p += U * t) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = s[p + u * t];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      d[p + u * t] = v[u];
+      if (d2) d2[p + u * t] = v[u];
+    }
+  }
+  for (; p < end; p += t) {
+    d[p] = s[p];
+    if (d2) d2[p] = s[p];
+  }
+}
+
+// chunk == 0: block b copies the b-th contiguous part; else chunks of `chunk` packs, dealt out
+// to the blocks in turn.
+template <int U>
+__global__ void copy_kernel(const uint4* s, uint4* d, uint4* d2, size_t n, size_t chunk) {
+  if (chunk == 0) {
+    const size_t part = (n + gridDim.x - 1) / gridDim.x;
+    const size_t b = blockIdx.x * part, e = b + part < n ? b + part : n;
+    if (b < e) copy_range<U>(s, d, d2, b, e);
+    return;
+  }
+  for (size_t b = blockIdx.x * chunk; b < n; b += (size_t)gridDim.x * chunk) {
+    copy_range<U>(s, d, d2, b, b + chunk < n ? b + chunk : n);
+  }
+}
+
+typedef void (*Kernel)(const uint4*, uint4*, uint4*, size_t, size_t);
+
+static Kernel kernel_for(int u) {
+  switch (u) {
+    case 1: return copy_kernel<1>;
+    case 2: return copy_kernel<2>;
+    case 4: return copy_kernel<4>;
+    default: return copy_kernel<8>;
+  }
+}
+
+struct Side {
+  int dev;
+  cudaStream_t st;
+  cudaEvent_t a, b;
+};
+
+int main(int argc, char** argv) {
+  const size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  const size_t bytes = mib << 20, n = bytes / 16;
+  int ndev = 0;
+  CHECK(cudaGetDeviceCount(&ndev));
+  if (ndev < 2) {
+    std::fprintf(stderr, "needs 2 GPUs\n");
+    return 1;
+  }
+  uint4 *buf[2], *loc[2];
+  Side side[2];
+  for (int g = 0; g < 2; ++g) {
+    CHECK(cudaSetDevice(g));
+    CHECK(cudaDeviceEnablePeerAccess(1 - g, 0));
+    CHECK(cudaMalloc(&buf[g], bytes));
+    CHECK(cudaMalloc(&loc[g], bytes));
+    CHECK(cudaMemset(buf[g], g + 1, bytes));
+    side[g].dev = g;
+    CHECK(cudaStreamCreateWithFlags(&side[g].st, cudaStreamNonBlocking));
+    CHECK(cudaEventCreate(&side[g].a));
+    CHECK(cudaEventCreate(&side[g].b));
+  }
+  std::printf("# %zu MiB per copy, %d reps; GB/s best median\n", mib, reps);
+  // mode: 0 push 0->1, 1 pull (kernel on 1 reads 0), 2 push both ways, 3 push 0->1 with a second
+  // local destination (an out-of-place broadcast root), 4 copy engine 0->1, 5 copy engine both.
+  const char* names[] = {"push", "pull", "push-both", "push+local", "ce", "ce-both"};
+  auto run = [&](int mode, int blocks, int threads, int u, size_t chunk_kib) {
+    std::vector<double> gbs;
+    Kernel k = kernel_for(u);
+    const size_t chunk = chunk_kib * 1024 / 16;
+    for (int r = 0; r < reps + 1; ++r) {
+      const int nsides = (mode == 2 || mode == 5) ? 2 : 1;
+      for (int i = 0; i < nsides; ++i) {
+        const int g = mode == 1 ? 1 : i;
+        Side& sd = side[g];
+        CHECK(cudaSetDevice(g));
+        CHECK(cudaEventRecord(sd.a, sd.st));
+        if (mode >= 4) {
+          CHECK(cudaMemcpyPeerAsync(buf[1 - g], 1 - g, buf[g], g, bytes, sd.st));
+        } else if (mode == 1) {
+          k<<<blocks, threads, 0, sd.st>>>(buf[0], loc[1], nullptr, n, chunk);
+        } else {
+          k<<<blocks, threads, 0, sd.st>>>(buf[g], buf[1 - g], mode == 3 ? loc[g] : nullptr, n,
+                                           chunk);
+        }
+        CHECK(cudaGetLastError());
+        CHECK(cudaEventRecord(sd.b, sd.st));
+      }
+      float worst = 0;
+      for (int i = 0; i < nsides; ++i) {
+        const int g = mode == 1 ? 1 : i;
+        CHECK(cudaSetDevice(g));
+        CHECK(cudaEventSynchronize(side[g].b));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, side[g].a, side[g].b));
+        worst = std::max(worst, ms);
+      }
+      if (r > 0) gbs.push_back(bytes / (worst * 1e-3) / 1e9);
+    }
+    std::sort(gbs.begin(), gbs.end());
+    std::printf("%-10s blocks %3d threads %4d unroll %d chunk %5zu KiB  %6.1f %6.1f\n", names[mode],
+                blocks, threads, u, chunk_kib, gbs.back(), gbs[gbs.size() / 2]);
+    std::fflush(stdout);
+  };
+  run(4, 0, 0, 0, 0);
+  run(5, 0, 0, 0, 0);
+  for (int mode : {0, 1, 2, 3}) {
+    for (int blocks : {16, 24, 32, 48, 64}) {
+      for (int threads : {256, 512, 1024}) {
+        for (int u : {1, 2, 4, 8}) {
+          for (size_t chunk : {0, 64, 512}) run(mode, blocks, threads, u, chunk);
+        }
+      }
+    }
+  }
+  return 0;
+}
