@@ -543,14 +543,12 @@ impl<B: Backend> Communicator<B> {
                 CollKind::Scatter | CollKind::Gather | CollKind::AllToAll
             )
             && inner.tuner.copies_apart(block, topo);
-        let split = (a.kind == CollKind::AllToAll && inner.tuner.split_directions(block, topo))
-            .then(|| {
-                // Each buffer holds n blocks; in place, each receive waits for the sends before it.
-                let span = block.saturating_mul(n);
-                let overlap =
-                    byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
-                overlap.then_some(inner.rank)
-            });
+        // Each buffer holds n blocks; in place, each receive waits for the sends before it.
+        let span = block.saturating_mul(n);
+        let overlap = byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
+        let split = (a.kind == CollKind::AllToAll
+            && inner.tuner.split_directions(block, overlap, topo))
+        .then(|| overlap.then_some(inner.rank));
         let exposed = zero_copy
             && if c.one_process {
                 let backend = &inner.backend;
@@ -728,9 +726,10 @@ impl<B: Backend> Communicator<B> {
             inner.backend.max_chunk_bytes(Protocol::Ll),
         );
         let largest = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
-        let split = if !inner.tuner.split_directions(largest, topo) {
+        let overlap = sends_overlap_receives(ops);
+        let split = if !inner.tuner.split_directions(largest, overlap, topo) {
             plan::Split::No
-        } else if sends_overlap_receives(ops) {
+        } else if overlap {
             plan::Split::Ordered
         } else {
             plan::Split::Unordered

@@ -88,6 +88,7 @@ vars! {
     OXCCL_TWO_SHOT: Option<bool> = None, Comm, "two-shot AllReduce kernel: 0 off, 1 wherever it takes the vector (unset: by size)";
     OXCCL_PLAN_CACHE: bool = true, Comm, "0: build every launch's plan afresh (GPU backends keep a communicator's 64 most recent)";
     OXCCL_ZERO_COPY: Option<bool> = None, Comm, "zero-copy plans: 0 off, 1 at every size (unset: by size)";
+    OXCCL_SPLIT_DIRECTIONS: Option<bool> = None, Comm, "send/receive groups and AlltoAll send and receive in blocks of their own: 0 never, 1 at every size (unset: by size; equal on every rank)";
 
     // GPU transports.
     OXCCL_FIFO_CHANNELS: usize = 32, Process, "GPU FIFO channels per peer (1-32; equal on every rank)",

@@ -73,6 +73,9 @@ pub(crate) struct Heuristics {
     /// their own from this message size on (largest message of a group; AlltoAll's per-peer
     /// block), `u64::MAX`: never.
     pub split_directions_min: [u64; 4],
+    /// The same, for a group whose receive buffers overlap its send buffers (in place), where
+    /// each run of receives waits for the sends before it.
+    pub split_directions_min_in_place: [u64; 4],
     /// Scatter, Gather and AlltoAll run this rank's own block's copy in blocks of their own from
     /// this per-peer block size on, beside the sends and receives instead of between them
     /// (`u64::MAX`: never).
@@ -162,6 +165,8 @@ impl Heuristics {
             two_shot_max_nvlink_many: get("two_shot_max_nvlink_many")
                 .and_then(|(n, v)| one(n, v))?,
             split_directions_min: get("split_directions_min").and_then(|(n, v)| fixed(n, v))?,
+            split_directions_min_in_place: get("split_directions_min_in_place")
+                .and_then(|(n, v)| fixed(n, v))?,
             copies_apart_min: get("copies_apart_min").and_then(|(n, v)| fixed(n, v))?,
         };
         match rows.keys().next() {

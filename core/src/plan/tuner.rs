@@ -372,6 +372,9 @@ pub struct Tuner {
     /// `OXCCL_TWO_SHOT`: `Some(false)` never, `Some(true)` for every AllReduce the kernel takes;
     /// `None`: the table.
     two_shot: Option<bool>,
+    /// `OXCCL_SPLIT_DIRECTIONS`: `Some(false)` never, `Some(true)` at every size; `None`: the
+    /// table.
+    split_directions: Option<bool>,
 }
 
 impl Tuner {
@@ -411,6 +414,7 @@ impl Tuner {
         t.zero_copy = env.get(&vars::OXCCL_ZERO_COPY);
         t.one_shot = env.get(&vars::OXCCL_ONE_SHOT);
         t.two_shot = env.get(&vars::OXCCL_TWO_SHOT);
+        t.split_directions = env.get(&vars::OXCCL_SPLIT_DIRECTIONS);
         t
     }
 
@@ -559,9 +563,17 @@ impl Tuner {
     }
 
     /// Whether a send/receive group whose largest message is `bytes` (an AlltoAll whose
-    /// per-peer block is) runs its sends and receives in blocks of their own.
-    pub fn split_directions(&self, bytes: u64, topo: Topology) -> bool {
-        bytes >= HEURISTICS.split_directions_min[topo_index(topo)]
+    /// per-peer block is) runs its sends and receives in blocks of their own; `in_place`: its
+    /// receive buffers overlap its send buffers (`OXCCL_SPLIT_DIRECTIONS` forces either way).
+    pub fn split_directions(&self, bytes: u64, in_place: bool, topo: Topology) -> bool {
+        let h = &HEURISTICS;
+        let min = if in_place {
+            h.split_directions_min_in_place
+        } else {
+            h.split_directions_min
+        };
+        self.split_directions
+            .unwrap_or_else(|| bytes >= min[topo_index(topo)])
     }
 
     /// Whether a Scatter, Gather or AlltoAll whose per-peer block is `bytes` copies this rank's
@@ -699,8 +711,10 @@ mod tests {
     fn split_directions_from_the_table_size_on_nvlink_only() {
         let t = tuner(&[]);
         let nvl = Topology::SingleNodeGpu { nvlink: true };
-        assert!(!t.split_directions(64 * MIB - 1, nvl));
-        assert!(t.split_directions(64 * MIB, nvl));
+        assert!(!t.split_directions(256 * KIB - 1, false, nvl));
+        assert!(t.split_directions(256 * KIB, false, nvl));
+        assert!(!t.split_directions(64 * MIB - 1, true, nvl));
+        assert!(t.split_directions(64 * MIB, true, nvl));
         assert!(!t.copies_apart(MIB - 1, nvl));
         assert!(t.copies_apart(MIB, nvl));
         assert!(!t.copies_apart(u64::MAX - 1, Topology::Host));
@@ -711,8 +725,11 @@ mod tests {
                 link: NetLink::SOCKETS_ON_LOOPBACK,
             },
         ] {
-            assert!(!t.split_directions(1 << 40, topo), "{topo:?}");
+            assert!(!t.split_directions(1 << 40, false, topo), "{topo:?}");
+            assert!(!t.split_directions(1 << 40, true, topo), "{topo:?}");
         }
+        assert!(tuner(&[("OXCCL_SPLIT_DIRECTIONS", "1")]).split_directions(8, true, nvl));
+        assert!(!tuner(&[("OXCCL_SPLIT_DIRECTIONS", "0")]).split_directions(1 << 40, false, nvl));
     }
 
     #[test]
@@ -721,7 +738,10 @@ mod tests {
         let t = tuner(&[]);
         assert!(!t.zero_copy(CollKind::AllReduce, 16 * MIB, 2, nvl));
         assert!(t.zero_copy(CollKind::AllReduce, 32 * MIB, 2, nvl));
-        assert!(!t.zero_copy(CollKind::Scatter, 1 << 40, 2, nvl));
+        assert!(!t.zero_copy(CollKind::Scatter, 128 * MIB, 2, nvl));
+        assert!(t.zero_copy(CollKind::Scatter, 256 * MIB, 2, nvl));
+        assert!(!t.zero_copy(CollKind::Broadcast, 16 * MIB, 2, nvl));
+        assert!(t.zero_copy(CollKind::Broadcast, 32 * MIB, 2, nvl));
         assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, nvl));
         assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, 2, Topology::Host));
         assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, 2, SOCKETS));
