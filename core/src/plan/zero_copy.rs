@@ -206,16 +206,25 @@ fn all_gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     push_all(ctx, b, c, len, own, src, dst);
 }
 
+/// Every other rank reads the root's input into its own output: a rank's SMs load across the
+/// link faster than they store across it, and the root's own copy runs beside the reads.
 fn broadcast(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
-    if ctx.r != ctx.req.root {
-        return;
-    }
+    let root = ctx.req.root;
     let (at, len) = part(ctx, ctx.req.count, c, nch);
     let (src, dst) = (Region::input(at), Region::output(at));
-    let own = Step::new(len, ctx.tag(c)).src(src).dst(dst);
-    push_all(ctx, b, c, len, own, src, dst);
+    let st = Step::new(len, ctx.tag(c)).dst(dst);
+    b.push(
+        c,
+        if ctx.r == root {
+            st.src(src)
+        } else {
+            st.read_peer(root, src)
+        },
+    );
 }
 
+/// Every rank writes its input to the root: the root's own copy runs beside the peers'
+/// stores, where reading them would follow it.
 fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     let count = ctx.req.count;
     let (at, len) = part(ctx, count, c, nch);
@@ -234,22 +243,20 @@ fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     );
 }
 
+/// Every rank reads its block of the root's input into its output (reads, as in
+/// [`broadcast`]).
 fn scatter(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
-    if ctx.r != ctx.req.root {
-        return;
-    }
+    let root = ctx.req.root;
     let count = ctx.req.count;
     let (at, len) = part(ctx, count, c, nch);
-    for k in 0..ctx.n {
-        let p = ctx.add(ctx.r, k);
-        let st = Step::new(len, ctx.tag(c)).src(Region::input(u64::from(p) * count + at));
-        b.push(
-            c,
-            if p == ctx.r {
-                st.dst(Region::output(at))
-            } else {
-                st.write_peer(p, Region::output(at))
-            },
-        );
-    }
+    let src = Region::input(u64::from(ctx.r) * count + at);
+    let st = Step::new(len, ctx.tag(c)).dst(Region::output(at));
+    b.push(
+        c,
+        if ctx.r == root {
+            st.src(src)
+        } else {
+            st.read_peer(root, src)
+        },
+    );
 }
