@@ -20,14 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    auto r_ = (x);                                                                    \
-    if (r_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)r_); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "probe_check.h"
 
 enum Op { SendRecv, Broadcast, AllReduce, AllGather, Gather };
 static const char* kNames[] = {"sendrecv", "broadcast", "allreduce", "allgather", "gather"};

@@ -13,14 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    auto r_ = (x);                                                                    \
-    if (r_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s failed: %d\n", __FILE__, __LINE__, #x, (int)r_); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "probe_check.h"
 
 // Copies [begin, end) of 16-byte packs from s to d (and d2 when not null), U loads in flight.
 template <int U>
