@@ -113,8 +113,8 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
     // Several packs of each operand in flight per thread: a zero-copy step reads one operand
     // across the link, and a block of 512 threads reads it at 227 GB/s with one pack in
     // flight, 363 with two, 371 with four (tests/gpu/probes/nvlink_copy.cu, 32 blocks).
-    // 1-byte types stop at two: their packs hold 16 elements, and four would compile to a
-    // quarter more code for every type.
+    // 1-byte types stop at two: a pack holds 16 of them, so each unrolled pack is the most
+    // code, and two already read at 363.
     constexpr int kUnroll = sizeof(T) == 1 ? 2 : 4;
     for_each_pack<kUnroll>(n / Body::kPer, Body{rcv, src, dst, snd, m});
     done = n / Body::kPer * Body::kPer;
