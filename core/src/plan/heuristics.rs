@@ -199,8 +199,12 @@ mod tests {
         assert_eq!(h.chunk_gpu, [128 * KIB, 512 * KIB, MIB]);
         assert_eq!(h.max_channels, [2, 4, 32, 8]);
         assert_eq!(h.zero_copy_min_nvlink[0], 32 * MIB);
-        assert_eq!(h.zero_copy_min_nvlink[7], 1 << 30);
+        assert_eq!(h.zero_copy_min_nvlink[1], 32 * MIB);
+        assert_eq!(h.zero_copy_min_nvlink[7], 512 * MIB);
+        assert_eq!(h.zero_copy_min_nvlink[8], 256 * MIB);
         assert_eq!(h.zero_copy_min_nvlink[9], u64::MAX);
+        assert_eq!(h.split_directions_min[2], 256 * KIB);
+        assert_eq!(h.split_directions_min_in_place[2], 64 * MIB);
         assert_eq!(
             h.one_shot_max_nvlink,
             [2 * MIB, 0, 0, 2 * MIB, 2 * MIB, 256 * KIB, 0, 0, 0, 0]
