@@ -110,12 +110,10 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
   uint64_t done = 0;
   if (aligned16(rcv) && aligned16(src) && aligned16(dst) && aligned16(snd)) {
     typedef ReducePacks<E, OP> Body;
-    // Several packs of each operand in flight per thread: a zero-copy step reads one operand
-    // across the link, and a block of 512 threads reads it at 227 GB/s with one pack in
-    // flight, 363 with two, 371 with four (tests/gpu/probes/nvlink_copy.cu, 32 blocks).
-    // 1-byte types stop at two: a pack holds 16 of them, so each unrolled pack is the most
-    // code, and two already read at 363.
-    constexpr int kUnroll = sizeof(T) == 1 ? 2 : 4;
+    // 1-byte types already carry 16 elements per pack; unrolling them costs compile time only.
+    // Four packs read a zero-copy peer operand faster, but spill registers for 32-bit integer
+    // types on sm_75/sm_100 (backend-cuda's no_register_spills test).
+    constexpr int kUnroll = sizeof(T) == 1 ? 1 : 2;
     for_each_pack<kUnroll>(n / Body::kPer, Body{rcv, src, dst, snd, m});
     done = n / Body::kPer * Body::kPer;
   }
