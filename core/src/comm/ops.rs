@@ -543,12 +543,19 @@ impl<B: Backend> Communicator<B> {
                 CollKind::Scatter | CollKind::Gather | CollKind::AllToAll
             )
             && inner.tuner.copies_apart(block, topo);
-        // Each buffer holds n blocks; in place, each receive waits for the sends before it.
-        let span = block.saturating_mul(n);
-        let overlap = byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
-        let split = (a.kind == CollKind::AllToAll
-            && inner.tuner.split_directions(block, overlap, topo))
-        .then(|| overlap.then_some(inner.rank));
+        // Only AlltoAll splits; each buffer holds n blocks, and in place each receive waits for
+        // the sends before it.
+        let split = (a.kind == CollKind::AllToAll)
+            .then(|| {
+                let span = block.saturating_mul(n);
+                let overlap =
+                    byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
+                inner
+                    .tuner
+                    .split_directions(block, overlap, topo)
+                    .then_some(overlap.then_some(inner.rank))
+            })
+            .flatten();
         let exposed = zero_copy
             && if c.one_process {
                 let backend = &inner.backend;

@@ -206,13 +206,12 @@ fn all_gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     push_all(ctx, b, c, len, own, src, dst);
 }
 
-/// Every other rank reads the root's input into its own output: a rank's SMs load across the
-/// link faster than they store across it, and the root's own copy runs beside the reads.
-fn broadcast(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
-    let root = ctx.req.root;
-    let (at, len) = part(ctx, ctx.req.count, c, nch);
-    let (src, dst) = (Region::input(at), Region::output(at));
+/// Copies `len` elements from region `src` of the root's input to `dst` of this rank's output:
+/// the root copies locally, every other rank reads across the link (a rank's SMs load across it
+/// faster than they store across it, and the root's own copy runs beside the reads).
+fn read_from_root(ctx: &Ctx, b: &mut Builder, c: u32, len: u64, src: Region, dst: Region) {
     let st = Step::new(len, ctx.tag(c)).dst(dst);
+    let root = ctx.req.root;
     b.push(
         c,
         if ctx.r == root {
@@ -221,6 +220,11 @@ fn broadcast(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
             st.read_peer(root, src)
         },
     );
+}
+
+fn broadcast(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
+    let (at, len) = part(ctx, ctx.req.count, c, nch);
+    read_from_root(ctx, b, c, len, Region::input(at), Region::output(at));
 }
 
 /// Every rank writes its input to the root: the root's own copy runs beside the peers'
@@ -243,20 +247,10 @@ fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     );
 }
 
-/// Every rank reads its block of the root's input into its output (reads, as in
-/// [`broadcast`]).
+/// Every rank reads its own block of the root's input.
 fn scatter(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
-    let root = ctx.req.root;
     let count = ctx.req.count;
     let (at, len) = part(ctx, count, c, nch);
     let src = Region::input(u64::from(ctx.r) * count + at);
-    let st = Step::new(len, ctx.tag(c)).dst(Region::output(at));
-    b.push(
-        c,
-        if ctx.r == root {
-            st.src(src)
-        } else {
-            st.read_peer(root, src)
-        },
-    );
+    read_from_root(ctx, b, c, len, src, Region::output(at));
 }
