@@ -20,16 +20,18 @@ struct StepMath {
   bool post;      // apply post-division to the result
 };
 
-template <class E, unsigned OP>
+// MATH false: the caller knows m asks for no scaling and no division (the common case, which
+// the compiler then reduces to one combine).
+template <class E, unsigned OP, bool MATH = true>
 OXCCL_DEVICE typename E::Bits element(bool have_r, typename E::Bits r, bool have_s, typename E::Bits s,
                                       const StepMath<typename E::Bits>& m) {
   typedef typename E::Bits T;
-  T v = (have_r && m.pre_r) ? Arith<E>::prod(r, m.scale) : r;
+  T v = (MATH && have_r && m.pre_r) ? Arith<E>::prod(r, m.scale) : r;
   if (have_s) {
-    const T own = m.pre ? Arith<E>::prod(s, m.scale) : s;
+    const T own = (MATH && m.pre) ? Arith<E>::prod(s, m.scale) : s;
     v = have_r ? Combine<E, OP>::apply(v, own) : own;
   }
-  if (m.post) v = Arith<E>::div(v, m.div);
+  if (MATH && m.post) v = Arith<E>::div(v, m.div);
   return v;
 }
 
@@ -65,7 +67,7 @@ struct CopyPacks {
   }
 };
 
-template <class E, unsigned OP>
+template <class E, unsigned OP, bool MATH>
 struct ReducePacks {
   typedef typename E::Bits T;
   static constexpr int kPer = 16 / sizeof(T);
@@ -91,7 +93,7 @@ struct ReducePacks {
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
-        a[u].e[k] = element<E, OP>(rcv != nullptr, a[u].e[k], src != nullptr, b[u].e[k], m);
+        a[u].e[k] = element<E, OP, MATH>(rcv != nullptr, a[u].e[k], src != nullptr, b[u].e[k], m);
       }
     }
 #pragma unroll
@@ -102,6 +104,22 @@ struct ReducePacks {
   }
 };
 
+// Packs of each operand in flight per thread in a plain combine. A zero-copy step reads one
+// operand across the link, and a block of 512 threads reads it at 227 GB/s with one pack in
+// flight, 363 with two, 371 with four (tests/gpu/probes/nvlink_copy.cu, 32 blocks). 1-byte
+// types hold 16 elements per pack and stop at two.
+template <class E>
+struct PlainPacks {
+  static constexpr int kUnroll = sizeof(typename E::Bits) == 1 ? 2 : 4;
+};
+#if defined(OXCCL_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// Turing has no bfloat16 instructions: the emulated rounding spills registers at four.
+template <>
+struct PlainPacks<BF16> {
+  static constexpr int kUnroll = 2;
+};
+#endif
+
 template <class E, unsigned OP>
 OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::Bits* src,
                                  typename E::Bits* dst, typename E::Bits* snd, uint64_t n,
@@ -109,13 +127,17 @@ OXCCL_DEVICE void reduce_copy_op(const typename E::Bits* rcv, const typename E::
   typedef typename E::Bits T;
   uint64_t done = 0;
   if (aligned16(rcv) && aligned16(src) && aligned16(dst) && aligned16(snd)) {
-    typedef ReducePacks<E, OP> Body;
-    // 1-byte types already carry 16 elements per pack; unrolling them costs compile time only.
-    // Four packs read a zero-copy peer operand faster, but spill registers for 32-bit integer
-    // types on sm_75/sm_100 (backend-cuda's no_register_spills test).
-    constexpr int kUnroll = sizeof(T) == 1 ? 1 : 2;
-    for_each_pack<kUnroll>(n / Body::kPer, Body{rcv, src, dst, snd, m});
-    done = n / Body::kPer * Body::kPer;
+    const uint64_t npacks = n / ReducePacks<E, OP, true>::kPer;
+    if (m.pre || m.pre_r || m.post) {
+      // Scaling and division (integer division above all) take registers per element: two
+      // packs in flight (one for 1-byte types, whose pack holds 16 elements) stay clear of
+      // spills (backend-cuda's no_register_spills test).
+      constexpr int kUnroll = sizeof(T) == 1 ? 1 : 2;
+      for_each_pack<kUnroll>(npacks, ReducePacks<E, OP, true>{rcv, src, dst, snd, m});
+    } else {
+      for_each_pack<PlainPacks<E>::kUnroll>(npacks, ReducePacks<E, OP, false>{rcv, src, dst, snd, m});
+    }
+    done = npacks * ReducePacks<E, OP, true>::kPer;
   }
   for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
     const T r = rcv ? rcv[i] : T(0);
