@@ -50,7 +50,7 @@ pub fn full_matrix(nranks: usize, counts: &[usize], types: &[DataType]) -> Vec<C
                     }
                 }
                 for kind in MOVING {
-                    if in_place && matches!(kind, CollKind::AllToAll | CollKind::AllToAllv) {
+                    if in_place && kind == CollKind::AllToAllv {
                         continue;
                     }
                     for &root in &roots {
@@ -99,7 +99,7 @@ pub fn run_case(
     // In place: the input lives inside the output (or the output inside the input).
     let (send_ptr, recv_ptr, out_is_send) = if case.in_place {
         match case.kind {
-            CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce => {
+            CollKind::AllReduce | CollKind::Broadcast | CollKind::Reduce | CollKind::AllToAll => {
                 recv.copy_from_slice(&send);
                 let p = recv.as_mut_ptr() as u64;
                 (p, p, false)

@@ -529,6 +529,13 @@ impl<B: Backend> Communicator<B> {
             }
             None => None,
         };
+        // An AlltoAll whose buffers overlap: each receive must wait for the sends before it.
+        let all_to_all_overlap = (a.kind == CollKind::AllToAll)
+            .then(|| {
+                let span = block.saturating_mul(n);
+                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter())
+            })
+            .unwrap_or(false);
         let zero_copy = steered.is_none()
             && (c.one_process || shared_ever)
             && inner.backend.zero_copy()
@@ -537,26 +544,26 @@ impl<B: Backend> Communicator<B> {
             // Peers' buffers are read directly: no pair may meet through host memory.
             && !matches!(topo, Topology::MultiNode { .. })
             && inner.tuner.zero_copy(a.kind, bytes, inner.nranks, topo);
-        let copies_apart = !zero_copy
-            && matches!(
-                a.kind,
-                CollKind::Scatter | CollKind::Gather | CollKind::AllToAll
-            )
-            && inner.tuner.copies_apart(block, topo);
-        // Only AlltoAll splits; each buffer holds n blocks, and in place each receive waits for
-        // the sends before it.
-        let split = (a.kind == CollKind::AllToAll)
+        // A zero-copy AlltoAll keeps its own block's copy apart too (`zero_copy::wrap`).
+        let copies_apart = match a.kind {
+            CollKind::AllToAll => true,
+            CollKind::Scatter | CollKind::Gather => !zero_copy,
+            _ => false,
+        } && inner.tuner.copies_apart(block, topo);
+        // Only a FIFO AlltoAll splits; in place each receive waits for the sends before it.
+        let split = (a.kind == CollKind::AllToAll && !zero_copy)
             .then(|| {
-                let span = block.saturating_mul(n);
-                let overlap =
-                    byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter());
                 inner
                     .tuner
-                    .split_directions(block, overlap, topo)
-                    .then_some(overlap.then_some(inner.rank))
+                    .split_directions(block, all_to_all_overlap, topo)
+                    .then_some(all_to_all_overlap.then_some(inner.rank))
             })
             .flatten();
+        // Peers write a zero-copy AlltoAll's output while this rank still sends from its input:
+        // with overlapping buffers this rank hides them, and every rank falls back. Whether to
+        // wrap must not depend on one rank's buffers (all ranks wrap alike).
         let exposed = zero_copy
+            && !all_to_all_overlap
             && if c.one_process {
                 let backend = &inner.backend;
                 [a.send, a.recv]

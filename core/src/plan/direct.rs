@@ -242,20 +242,12 @@ pub fn local_copies_apart(work: &mut WorkDesc) -> bool {
     if work.channels.iter().any(|c| c.fifo.is_some()) {
         return false;
     }
-    let local = |s: &Step| {
-        s.send.is_none()
-            && s.recv.is_none()
-            && s.peer_src.is_none()
-            && s.peer_dst.is_none()
-            && !s.publish
-            && !s.learn
-            && s.path == Path::Always
-    };
     let mut copies = Vec::new();
     for ch in &mut work.channels {
-        if ch.steps.iter().any(local) {
-            let (moved, kept): (Vec<Step>, Vec<Step>) =
-                std::mem::take(&mut ch.steps).into_iter().partition(local);
+        if ch.steps.iter().any(copies_locally) {
+            let (moved, kept): (Vec<Step>, Vec<Step>) = std::mem::take(&mut ch.steps)
+                .into_iter()
+                .partition(copies_locally);
             ch.steps = kept;
             copies.push(ChannelWork::new(moved));
         }
@@ -263,6 +255,17 @@ pub fn local_copies_apart(work: &mut WorkDesc) -> bool {
     let moved = !copies.is_empty();
     work.channels.extend(copies);
     moved
+}
+
+/// Whether `s` only copies within this rank, on every branch of the plan.
+pub(crate) fn copies_locally(s: &Step) -> bool {
+    s.send.is_none()
+        && s.recv.is_none()
+        && s.peer_src.is_none()
+        && s.peer_dst.is_none()
+        && !s.publish
+        && !s.learn
+        && s.path == Path::Always
 }
 
 /// AlltoAll with per-peer counts and displacements. The receiver splits its block from a peer

@@ -742,7 +742,10 @@ mod tests {
         assert!(t.zero_copy(CollKind::Scatter, 256 * MIB, 2, nvl));
         assert!(!t.zero_copy(CollKind::Broadcast, 16 * MIB, 2, nvl));
         assert!(t.zero_copy(CollKind::Broadcast, 32 * MIB, 2, nvl));
-        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 128 * MIB, 2, nvl));
+        assert!(t.zero_copy(CollKind::AllToAll, 256 * MIB, 2, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 4, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAllv, 1 << 40, 2, nvl));
         assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, 2, Topology::Host));
         assert!(!t.zero_copy(CollKind::AllGather, 1 << 40, 2, SOCKETS));
         // More than two GPUs: their own row (a root read by every peer shares its links).

@@ -18,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+use super::direct::copies_locally;
 use super::{
     Builder, ChannelWork, CollKind, CollRequest, Ctx, Path, Region, Step, TABLE_BYTES, TOKEN_BYTES,
     WorkDesc, split,
@@ -31,6 +32,7 @@ pub fn supports(kind: CollKind) -> bool {
     matches!(
         kind,
         CollKind::AllReduce
+            | CollKind::AllToAll
             | CollKind::ReduceScatter
             | CollKind::Reduce
             | CollKind::AllGather
@@ -49,13 +51,27 @@ pub fn handles(req: &CollRequest) -> bool {
 
 /// Wraps `fallback` (the tuner's plan for `req`) into a zero-copy plan with the same channels.
 /// `req.kind` must be [`supports`]ed and there must be at least two ranks; with PreMulSum, every
-/// rank must use the same scalar (see [`handles`]).
+/// rank must use the same scalar (see [`handles`]). A rank whose AlltoAll buffers overlap must
+/// not expose them (peers write its output while it still sends from its input). An AlltoAll whose own block
+/// the fallback copies in channels of their own (`local_copies_apart`) keeps those channels
+/// as they are, on both branches, so the copy runs beside the peers' reads.
 pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
+    debug_assert!(
+        fallback.channels.iter().all(|ch| ch.fifo.is_none()),
+        "the table exchange uses each channel's own FIFO"
+    );
     let ctx = Ctx::new(req);
-    let nch = fallback.channels.len() as u32;
+    let copy_only = |ch: &ChannelWork| {
+        req.kind == CollKind::AllToAll
+            && !ch.steps.is_empty()
+            && ch.steps.iter().all(copies_locally)
+    };
+    let own_apart = fallback.channels.iter().any(copy_only);
+    let nch = fallback.channels.iter().filter(|ch| !copy_only(ch)).count() as u32;
     let mut zc = Builder::new(nch);
     for c in 0..nch {
         match req.kind {
+            CollKind::AllToAll => all_to_all(&ctx, &mut zc, c, nch, own_apart),
             CollKind::AllReduce => all_reduce(&ctx, &mut zc, c, nch),
             CollKind::ReduceScatter => reduce_scatter(&ctx, &mut zc, c, nch),
             CollKind::Reduce => reduce(&ctx, &mut zc, c, nch),
@@ -67,8 +83,9 @@ pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
         }
     }
     let esize = req.dtype.size() as u64;
-    let channels = fallback
-        .channels
+    let (main, copies): (Vec<ChannelWork>, Vec<ChannelWork>) =
+        fallback.channels.into_iter().partition(|ch| !copy_only(ch));
+    let channels = main
         .into_iter()
         .zip(zc.channels)
         .enumerate()
@@ -107,6 +124,7 @@ pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
             steps.extend(fb.steps.into_iter().map(|s| s.on(Path::Fallback)));
             ChannelWork::new(steps)
         })
+        .chain(copies)
         .collect();
     WorkDesc {
         channels,
@@ -245,6 +263,32 @@ fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
             st.write_peer(ctx.req.root, dst)
         },
     );
+}
+
+/// Every rank writes its block for each peer into that peer's output, and copies its own
+/// block, here or, when `own_apart`, in the fallback's copy channels.
+fn all_to_all(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32, own_apart: bool) {
+    let count = ctx.req.count;
+    let (at, len) = part(ctx, count, c, nch);
+    let blk = |p: u32| u64::from(p) * count + at;
+    let tag = ctx.tag(c);
+    for k in 1..ctx.n {
+        let peer = ctx.add(ctx.r, k);
+        b.push(
+            c,
+            Step::new(len, tag)
+                .src(Region::input(blk(peer)))
+                .write_peer(peer, Region::output(blk(ctx.r))),
+        );
+    }
+    if !own_apart {
+        b.push(
+            c,
+            Step::new(len, tag)
+                .src(Region::input(blk(ctx.r)))
+                .dst(Region::output(blk(ctx.r))),
+        );
+    }
 }
 
 /// Every rank reads its own block of the root's input.
