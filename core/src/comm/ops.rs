@@ -530,12 +530,10 @@ impl<B: Backend> Communicator<B> {
             None => None,
         };
         // An AlltoAll whose buffers overlap: each receive must wait for the sends before it.
-        let all_to_all_overlap = (a.kind == CollKind::AllToAll)
-            .then(|| {
-                let span = block.saturating_mul(n);
-                byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter())
-            })
-            .unwrap_or(false);
+        let all_to_all_overlap = a.kind == CollKind::AllToAll && {
+            let span = block.saturating_mul(n);
+            byte_ranges_cross([(a.send, span, false), (a.recv, span, true)].into_iter())
+        };
         let zero_copy = steered.is_none()
             && (c.one_process || shared_ever)
             && inner.backend.zero_copy()
