@@ -67,6 +67,50 @@ struct CopyPacks {
   }
 };
 
+// A swap's packs: each thread loads both before it stores either, so either side may be in
+// place.
+struct SwapPacks {
+  const OxcclPack16* mine;
+  const OxcclPack16* theirs;
+  OxcclPack16* mine_out;    // receives theirs
+  OxcclPack16* theirs_out;  // receives mine
+  template <int U>
+  OXCCL_DEVICE void run(uint64_t p, uint64_t stride) const {
+    OxcclPack16 m[U], t[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      m[u] = oxccl_load16(mine + p + u * stride);
+      t[u] = oxccl_load16(theirs + p + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      oxccl_store16(mine_out + p + u * stride, t[u]);
+      oxccl_store16(theirs_out + p + u * stride, m[u]);
+    }
+  }
+};
+
+// A zero-copy exchange of n elements: theirs (a peer's) to mine_out, mine to theirs_out.
+template <class T>
+OXCCL_DEVICE void swap_copy(const T* theirs, const T* mine, T* mine_out, T* theirs_out, uint64_t n) {
+  uint64_t done = 0;
+  if (aligned16(theirs) && aligned16(mine) && aligned16(mine_out) && aligned16(theirs_out)) {
+    constexpr uint64_t kPer = 16 / sizeof(T);
+    const SwapPacks body{reinterpret_cast<const OxcclPack16*>(mine),
+                         reinterpret_cast<const OxcclPack16*>(theirs),
+                         reinterpret_cast<OxcclPack16*>(mine_out),
+                         reinterpret_cast<OxcclPack16*>(theirs_out)};
+    for_each_pack<4>(n / kPer, body);
+    done = n / kPer * kPer;
+  }
+  for (uint64_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+    const T x = mine[i];
+    const T y = theirs[i];
+    mine_out[i] = y;
+    theirs_out[i] = x;
+  }
+}
+
 template <class E, unsigned OP, bool MATH>
 struct ReducePacks {
   typedef typename E::Bits T;

@@ -344,7 +344,11 @@ OXCCL_DEVICE void run_step_direct(const OxcclLaunchArgs& args, const OxcclDevSte
   if (st.zc & OXCCL_ZC_DIRECT_SEND) {
     snd = published<T>(args, zs, st.send_peer, st.peer_bufs >> 4) + st.peer_dst_off;
   }
-  reduce_copy<E>(args.redop, rcv, src, dst, snd, st.count, math);
+  if (st.flags & OXCCL_STEP_SWAP) {
+    swap_copy(rcv, src, dst, snd, st.count);
+  } else {
+    reduce_copy<E>(args.redop, rcv, src, dst, snd, st.count, math);
+  }
   // The next step may read what this one wrote with other threads.
   oxccl_block_sync();
 }
@@ -373,6 +377,12 @@ OXCCL_DEVICE bool run_step(const OxcclLaunchArgs& args, const OxcclDevStep& st,
                                         : nullptr;
   if (st.zc & OXCCL_ZC_PUBLISH) src = reinterpret_cast<const T*>(zs.own);
   if (st.zc & OXCCL_ZC_LEARN) dst = reinterpret_cast<T*>(zs.tables[st.recv_peer]);
+  if (st.pair) {
+    // Both ranks of the pair decide alike, from the same two tables.
+    const bool own = args.buffers[0] == args.buffers[1];
+    const bool theirs = zs.tables[st.send_peer][0] == zs.tables[st.send_peer][1];
+    if ((own || theirs) != (st.pair == OXCCL_PAIR_IN_PLACE)) return true;
+  }
   if (st.zc & (OXCCL_ZC_DIRECT_RECV | OXCCL_ZC_DIRECT_SEND)) {
     run_step_direct<E>(args, st, math, zs, src, dst);
     return true;

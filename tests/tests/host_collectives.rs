@@ -143,9 +143,9 @@ fn count_1000003_every_type_and_op_on_2_and_3_ranks() {
     }
 }
 
-/// AlltoAll at a size that runs zero copy on host ranks, with every rank in place, none, and
-/// some: a rank whose buffers overlap hides them (its peers would write its output while it
-/// still sends from it), and every rank must then fall back alike.
+/// Zero-copy AlltoAll on host ranks with every rank in place, none, and some: each pair of
+/// ranks swaps its blocks element by element, reading both before writing either, so a rank in
+/// place must lose nothing whatever its peers do.
 #[test]
 fn all_to_all_zero_copy_in_place_on_some_ranks() {
     // The tuner reads OXCCL_ZERO_COPY once per communicator from the environment: run this test

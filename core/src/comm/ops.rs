@@ -557,11 +557,11 @@ impl<B: Backend> Communicator<B> {
                     .then_some(all_to_all_overlap.then_some(inner.rank))
             })
             .flatten();
-        // Peers write a zero-copy AlltoAll's output while this rank still sends from its input:
-        // with overlapping buffers this rank hides them, and every rank falls back. Whether to
-        // wrap must not depend on one rank's buffers (all ranks wrap alike).
+        // A zero-copy AlltoAll swaps elements pairwise, which is safe in place but not when the
+        // buffers overlap otherwise: then this rank hides them and every rank falls back.
+        // Whether to wrap must not depend on one rank's buffers (all ranks wrap alike).
         let exposed = zero_copy
-            && !all_to_all_overlap
+            && !(all_to_all_overlap && a.send != a.recv)
             && if c.one_process {
                 let backend = &inner.backend;
                 [a.send, a.recv]

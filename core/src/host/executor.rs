@@ -180,6 +180,11 @@ impl StepContext<'_> {
     }
 
     fn run_step(&self, s: &Step, lane: &mut Lane) -> Result<()> {
+        if let (Some(want), Some(peer)) = (s.pair_in_place, s.send)
+            && self.pair_in_place(lane, peer)? != want
+        {
+            return Ok(());
+        }
         let dtype = self.work.dtype;
         let red = &self.work.reduction;
         let bytes = s.count as usize * dtype.size();
@@ -221,6 +226,9 @@ impl StepContext<'_> {
                 lane.learn(peer, &value)?;
             }
             have = true;
+        }
+        if s.swap {
+            return self.swap(lane, s, value, bytes);
         }
         if s.publish {
             let table = self.own_table();
@@ -268,6 +276,34 @@ impl StepContext<'_> {
         } else if let Some(peer) = s.send {
             self.mesh.send(peer, s.tag, &value)?;
         }
+        Ok(())
+    }
+}
+
+impl StepContext<'_> {
+    /// Whether this rank's or `peer`'s AlltoAll runs in place (`Step::pair_in_place`).
+    fn pair_in_place(&self, lane: &Lane, peer: u32) -> Result<bool> {
+        let own = self.buffers.first() == self.buffers.get(1);
+        let theirs = lane.tables[peer as usize]
+            .ok_or_else(|| Error::Internal(format!("no buffer table from rank {peer}")))?;
+        Ok(own || theirs[0] == theirs[1])
+    }
+
+    /// The rest of a swap step (`Step::swap`) whose peer operand `theirs` has been read: copies
+    /// the local operand before either write, as `src` and `dst` may be one place.
+    fn swap(&self, lane: &Lane, s: &Step, theirs: Vec<u8>, bytes: usize) -> Result<()> {
+        let (Some(src), Some(dst), Some(peer), Some(r)) = (s.src, s.dst, s.send, s.peer_dst) else {
+            return Err(Error::Internal("a swap step lacks a side".into()));
+        };
+        let from = self.addr(src)?;
+        // SAFETY: the source region holds `bytes` bytes (execute's contract).
+        let ours = unsafe { std::slice::from_raw_parts(from, bytes) }.to_vec();
+        let to = self.addr(dst)?;
+        // SAFETY: the destination region holds `bytes` bytes; `theirs` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(theirs.as_ptr(), to, bytes) };
+        let to = self.peer_addr(lane, peer, r)?;
+        // SAFETY: as for `peer_src`; `ours` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(ours.as_ptr(), to, bytes) };
         Ok(())
     }
 }

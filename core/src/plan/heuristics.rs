@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(h.max_channels, [2, 4, 32, 8]);
         assert_eq!(h.zero_copy_min_nvlink[0], 32 * MIB);
         assert_eq!(h.zero_copy_min_nvlink[1], 32 * MIB);
-        assert_eq!(h.zero_copy_min_nvlink[5], u64::MAX);
+        assert_eq!(h.zero_copy_min_nvlink[5], 128 * MIB);
         assert_eq!(h.zero_copy_min_nvlink[7], 512 * MIB);
         assert_eq!(h.zero_copy_min_nvlink[8], 256 * MIB);
         assert_eq!(h.zero_copy_min_nvlink[9], u64::MAX);

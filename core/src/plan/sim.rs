@@ -185,6 +185,20 @@ fn check_static(descs: &[WorkDesc], mems: &[RankMem]) -> Result<(), String> {
                 if s.peer_dst.is_some() && s.send.is_none() {
                     return fail("peer_dst without send");
                 }
+                if s.swap
+                    && (s.peer_src.is_none()
+                        || s.peer_dst.is_none()
+                        || s.src.is_none()
+                        || s.dst.is_none()
+                        || s.pre_op
+                        || s.pre_recv
+                        || s.post_op)
+                {
+                    return fail("a swap must read and write both sides and nothing else");
+                }
+                if s.pair_in_place.is_some() && s.peer_dst.is_none() {
+                    return fail("pair_in_place on a step that writes no peer's buffer");
+                }
                 let bytes = s.count.saturating_mul(es as u64);
                 if s.publish {
                     if s.send.is_none()
@@ -521,6 +535,15 @@ fn exec(
     s: &Step,
     mail: &mut Mailbox,
 ) -> Result<usize, String> {
+    if let (Some(want), Some(k)) = (s.pair_in_place, s.send) {
+        let in_place = |r: usize| {
+            let t = lane.tables[r].ok_or("a pair's step before its peer's table")?;
+            Ok::<bool, String>(table_word(&t, 0) == table_word(&t, 1))
+        };
+        if (in_place(rank)? || in_place(k as usize)?) != want {
+            return Ok(0);
+        }
+    }
     let es = d.dtype.size();
     let nbytes = s.count as usize * es;
     let me = rank as u32;
@@ -607,6 +630,22 @@ fn exec(
             None => None,
         }
     };
+    if s.swap {
+        // Both operands were read above, before either write.
+        let (theirs, ours) = received.zip(local).ok_or("swap without both operands")?;
+        if let Some(r) = s.dst {
+            let range = byte_range(&mems[rank], r, s.count, es)?;
+            mems[rank].arena[range].copy_from_slice(&theirs);
+        }
+        if let (Some(k), Some(region)) = (s.send, s.peer_dst) {
+            let range = direct_range(
+                rank, channel, lane, mems, done, k as usize, region, s.count, es,
+            )?;
+            direct += 1;
+            mems[k as usize].arena[range].copy_from_slice(&ours);
+        }
+        return Ok(direct);
+    }
     let mut v = match (received, local) {
         (Some(mut a), Some(b)) => {
             combine(d.dtype, d.reduction.op, &mut a, &b);

@@ -744,7 +744,9 @@ mod tests {
         assert!(t.zero_copy(CollKind::Scatter, 256 * MIB, 2, nvl));
         assert!(!t.zero_copy(CollKind::Broadcast, 16 * MIB, 2, nvl));
         assert!(t.zero_copy(CollKind::Broadcast, 32 * MIB, 2, nvl));
-        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 64 * MIB, 2, nvl));
+        assert!(t.zero_copy(CollKind::AllToAll, 128 * MIB, 2, nvl));
+        assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 4, nvl));
         assert!(!t.zero_copy(CollKind::AllToAll, 1 << 40, 2, Topology::Host));
         assert!(!t.zero_copy(CollKind::AllToAllv, 1 << 40, 2, nvl));
         assert!(t.zero_copy(CollKind::AllGather, 64 * KIB, 2, Topology::Host));

@@ -92,6 +92,14 @@ pub struct Step {
     pub publish: bool,
     /// The received message is the sender's buffer table: keep it for `peer_src`/`peer_dst`.
     pub learn: bool,
+    /// Zero-copy exchange: store the operand read through `peer_src` at `dst` and write `src`
+    /// through `peer_dst`, both read before either is written (so either side may be in
+    /// place), instead of combining them.
+    pub swap: bool,
+    /// Zero-copy AlltoAll: run only when this rank's or rank `send`'s AlltoAll is in place (its
+    /// input is its output; `Some(true)`), or only when neither is (`Some(false)`); both ranks
+    /// of the pair see it alike from their buffer tables.
+    pub pair_in_place: Option<bool>,
     /// Which branch of a zero-copy plan the step belongs to.
     pub path: Path,
 }
@@ -133,6 +141,8 @@ impl Step {
             fence: false,
             publish: false,
             learn: false,
+            swap: false,
+            pair_in_place: None,
             path: Path::Always,
         }
     }
@@ -183,6 +193,20 @@ impl Step {
     pub const fn write_peer(mut self, peer: u32, r: Region) -> Step {
         self.send = Some(peer);
         self.peer_dst = Some(r);
+        self
+    }
+    /// Exchange `src` with rank `peer`'s region `theirs` of its input, storing theirs at `dst`
+    /// and ours at its region `theirs_out` (see [`Step::swap`]).
+    pub const fn swap_with(mut self, peer: u32, theirs: Region, theirs_out: Region) -> Step {
+        self = self.read_peer(peer, theirs).write_peer(peer, theirs_out);
+        self.pre_recv = false;
+        self.swap = true;
+        self
+    }
+    /// Run only when the pair of this rank and rank `send` is (`true`) or is not (`false`) in
+    /// place (see [`Step::pair_in_place`]).
+    pub const fn if_pair_in_place(mut self, in_place: bool) -> Step {
+        self.pair_in_place = Some(in_place);
         self
     }
     /// Run only on the given branch of a zero-copy plan.

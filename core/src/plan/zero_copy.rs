@@ -51,8 +51,8 @@ pub fn handles(req: &CollRequest) -> bool {
 
 /// Wraps `fallback` (the tuner's plan for `req`) into a zero-copy plan with the same channels.
 /// `req.kind` must be [`supports`]ed and there must be at least two ranks; with PreMulSum, every
-/// rank must use the same scalar (see [`handles`]). A rank whose AlltoAll buffers overlap must
-/// not expose them (peers write its output while it still sends from its input). An AlltoAll whose own block
+/// rank must use the same scalar (see [`handles`]). A rank whose AlltoAll buffers overlap other
+/// than in place must not expose them. An AlltoAll whose own block
 /// the fallback copies in channels of their own (`local_copies_apart`) keeps those channels
 /// as they are, on both branches, so the copy runs beside the peers' reads.
 pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
@@ -265,20 +265,38 @@ fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     );
 }
 
-/// Every rank writes its block for each peer into that peer's output, and copies its own
-/// block, here or, when `own_apart`, in the fallback's copy channels.
+/// Every rank writes its block for each peer into that peer's output (stores cross the link
+/// faster than loads). Where the rank or the peer is in place that would overwrite a block
+/// before its owner sent it, so such a pair swaps its two blocks instead, the lower rank the
+/// first half of each channel's part and the higher the second: one thread reads both elements
+/// before it writes either. The own block is copied here or, when `own_apart`, in the
+/// fallback's copy channels.
 fn all_to_all(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32, own_apart: bool) {
     let count = ctx.req.count;
     let (at, len) = part(ctx, count, c, nch);
-    let blk = |p: u32| u64::from(p) * count + at;
     let tag = ctx.tag(c);
+    let blk = |p: u32| u64::from(p) * count + at;
     for k in 1..ctx.n {
         let peer = ctx.add(ctx.r, k);
         b.push(
             c,
             Step::new(len, tag)
                 .src(Region::input(blk(peer)))
-                .write_peer(peer, Region::output(blk(ctx.r))),
+                .write_peer(peer, Region::output(blk(ctx.r)))
+                .if_pair_in_place(false),
+        );
+        let (h, hl) = split(len, 2, u64::from(ctx.r > peer), ctx.grain);
+        b.push(
+            c,
+            Step::new(hl, tag)
+                .src(Region::input(blk(peer) + h))
+                .dst(Region::output(blk(peer) + h))
+                .swap_with(
+                    peer,
+                    Region::input(blk(ctx.r) + h),
+                    Region::output(blk(ctx.r) + h),
+                )
+                .if_pair_in_place(true),
         );
     }
     if !own_apart {

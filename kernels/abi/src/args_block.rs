@@ -176,7 +176,7 @@ mod args_block_tests {
             flags: 0x5a,
             zc: 3,
             peer_bufs: 0x10,
-            pad: 0,
+            pair: 0,
             peer_src_off: u64::MAX - i,
             peer_dst_off: 1 << 40 | i,
         };

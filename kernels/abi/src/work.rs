@@ -27,6 +27,13 @@ pub const STEP_RECV_SELF: u8 = 0x10;
 pub const STEP_SEND_SELF: u8 = 0x20;
 /// `OxcclDevStep::flags`: messages to and from other ranks use the LL packet FIFOs.
 pub const STEP_LL: u8 = 0x40;
+/// `OxcclDevStep::flags`: a zero-copy exchange (`Step::swap`): the peer's operand goes to the
+/// destination and the local operand to the peer, both read before either is written.
+pub const STEP_SWAP: u8 = 0x80;
+/// `OxcclDevStep::pair`: run only when this rank's or `send_peer`'s AlltoAll is in place.
+pub const PAIR_IN_PLACE: u8 = 1;
+/// `OxcclDevStep::pair`: run only when neither this rank's nor `send_peer`'s is in place.
+pub const PAIR_APART: u8 = 2;
 
 /// `OxcclDevStep::zc`: read the operand at `peer_src_off` of `recv_peer`'s published buffer
 /// (low nibble of `peer_bufs`) instead of receiving a message.
@@ -167,8 +174,9 @@ pub struct DevStep {
     pub zc: u8,
     /// Published buffers (0 input, 1 output) a direct step reads (low nibble) and writes (high).
     pub peer_bufs: u8,
-    /// Zero.
-    pub pad: u8,
+    /// 0, or [`PAIR_IN_PLACE`] or [`PAIR_APART`]: run only when this rank's or `send_peer`'s
+    /// buffers are in place, or only when neither's are.
+    pub pair: u8,
     /// Offset of the operand in `recv_peer`'s buffer ([`ZC_DIRECT_RECV`]), in elements.
     pub peer_src_off: u64,
     /// Offset of the destination in `send_peer`'s buffer ([`ZC_DIRECT_SEND`]), in elements.
@@ -288,6 +296,7 @@ const _: () = {
     assert!(offset_of!(DevStep, flags) == 44);
     assert!(offset_of!(DevStep, zc) == 45);
     assert!(offset_of!(DevStep, peer_bufs) == 46);
+    assert!(offset_of!(DevStep, pair) == 47);
     assert!(offset_of!(DevStep, peer_src_off) == 48);
     assert!(offset_of!(DevStep, peer_dst_off) == 56);
     assert!(size_of::<DevChannel>() == 16);
@@ -373,6 +382,7 @@ impl DevStep {
         put(b, offset_of!(DevStep, flags), &[self.flags]);
         put(b, offset_of!(DevStep, zc), &[self.zc]);
         put(b, offset_of!(DevStep, peer_bufs), &[self.peer_bufs]);
+        put(b, offset_of!(DevStep, pair), &[self.pair]);
         put(
             b,
             offset_of!(DevStep, peer_src_off),
@@ -747,6 +757,14 @@ fn encode_step(
     if st.ll {
         d.flags |= STEP_LL;
     }
+    if st.swap {
+        d.flags |= STEP_SWAP;
+    }
+    d.pair = match st.pair_in_place {
+        None => 0,
+        Some(true) => PAIR_IN_PLACE,
+        Some(false) => PAIR_APART,
+    };
     d.zc = zero_copy_bits(st, c, i)?;
     if let Some(r) = st.peer_src {
         d.peer_bufs |= published_buf(r.buf, c, i)?;
@@ -1152,7 +1170,7 @@ mod tests {
             flags: 0x3f,
             zc: 0x81,
             peer_bufs: 0x10,
-            pad: 0,
+            pair: 0,
             peer_src_off: 12,
             peer_dst_off: 0x0a0b,
         };

@@ -14,6 +14,11 @@
 #define OXCCL_STEP_RECV_SELF 0x10u  // recv_peer is a loopback message index, not a rank
 #define OXCCL_STEP_SEND_SELF 0x20u  // send_peer is a loopback message index, not a rank
 #define OXCCL_STEP_LL 0x40u         // messages to/from other ranks use the LL packet FIFOs
+#define OXCCL_STEP_SWAP 0x80u  // zero copy: the peer's operand to dst, the local one to the peer
+// OxcclDevStep::pair: run only when this rank's or send_peer's AlltoAll is in place (its input is
+// its output), or only when neither's is.
+#define OXCCL_PAIR_IN_PLACE 1u
+#define OXCCL_PAIR_APART 2u
 
 // OxcclDevStep::zc: zero-copy plans (core/src/plan/zero_copy.rs). Ranks exchange buffer tables
 // {input, output, exposed} as LL messages, then read and write each other's buffers directly.
@@ -53,7 +58,7 @@ struct OxcclDevStep {
   uint8_t flags;
   uint8_t zc;         // OXCCL_ZC_*
   uint8_t peer_bufs;  // published buffer (0 input, 1 output) read (low nibble) / written (high)
-  uint8_t pad;
+  uint8_t pair;       // 0 or OXCCL_PAIR_*
   uint64_t peer_src_off;  // OXCCL_ZC_DIRECT_RECV
   uint64_t peer_dst_off;  // OXCCL_ZC_DIRECT_SEND
 };

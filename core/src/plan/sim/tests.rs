@@ -1394,13 +1394,7 @@ fn zc_sweep(kind: CollKind, dtype: DataType, red: Red, all_algos: bool) -> Vec<C
     for round in 0..rounds {
         for n in ZC_RANKS {
             for count in ZC_COUNTS {
-                // A zero-copy AlltoAll is never run in place (the communicator falls back).
-                let places: &[bool] = if kind == CollKind::AllToAll {
-                    &[false]
-                } else {
-                    &[false, true]
-                };
-                for &inplace in places {
+                for inplace in [false, true] {
                     for hidden in [false, true] {
                         i += 1;
                         let algo = algos[(round + i as usize / 2) % algos.len()];
