@@ -52,9 +52,9 @@ pub fn handles(req: &CollRequest) -> bool {
 /// Wraps `fallback` (the tuner's plan for `req`) into a zero-copy plan with the same channels.
 /// `req.kind` must be [`supports`]ed and there must be at least two ranks; with PreMulSum, every
 /// rank must use the same scalar (see [`handles`]). A rank whose AlltoAll buffers overlap other
-/// than in place must not expose them. An AlltoAll whose own block
-/// the fallback copies in channels of their own (`local_copies_apart`) keeps those channels
-/// as they are, on both branches, so the copy runs beside the peers' reads.
+/// than in place must not expose them. An AlltoAll whose own block the fallback copies in
+/// channels of their own (`local_copies_apart`) keeps those channels as they are, on both
+/// branches, so the copy runs beside the exchanges with the peers.
 pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
     debug_assert!(
         fallback.channels.iter().all(|ch| ch.fifo.is_none()),
@@ -265,12 +265,12 @@ fn gather(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32) {
     );
 }
 
-/// Every rank writes its block for each peer into that peer's output (stores cross the link
-/// faster than loads). Where the rank or the peer is in place that would overwrite a block
-/// before its owner sent it, so such a pair swaps its two blocks instead, the lower rank the
-/// first half of each channel's part and the higher the second: one thread reads both elements
-/// before it writes either. The own block is copied here or, when `own_apart`, in the
-/// fallback's copy channels.
+/// Every rank writes its block for each peer into that peer's output (on NVLink that beat
+/// reading the peers' inputs: docs/perf/defaults.md). Where the rank or the peer is in place
+/// that would overwrite a block before its owner sent it, so such a pair swaps its two blocks
+/// instead, the lower rank the first half of each channel's part and the higher the second:
+/// one thread reads both elements before it writes either. The own block is copied here or,
+/// when `own_apart`, in the fallback's copy channels.
 fn all_to_all(ctx: &Ctx, b: &mut Builder, c: u32, nch: u32, own_apart: bool) {
     let count = ctx.req.count;
     let (at, len) = part(ctx, count, c, nch);
