@@ -549,14 +549,12 @@ impl<B: Backend> Communicator<B> {
             _ => false,
         } && inner.tuner.copies_apart(block, topo);
         // Only a FIFO AlltoAll splits; in place each receive waits for the sends before it.
-        let split = (a.kind == CollKind::AllToAll && !zero_copy)
-            .then(|| {
-                inner
-                    .tuner
-                    .split_directions(block, all_to_all_overlap, topo)
-                    .then_some(all_to_all_overlap.then_some(inner.rank))
-            })
-            .flatten();
+        let split = (a.kind == CollKind::AllToAll
+            && !zero_copy
+            && inner
+                .tuner
+                .split_directions(block, all_to_all_overlap, topo))
+        .then(|| all_to_all_overlap.then_some(inner.rank));
         // A zero-copy AlltoAll swaps elements pairwise, which is safe in place but not when the
         // buffers overlap otherwise: then this rank hides them and every rank falls back.
         // Whether to wrap must not depend on one rank's buffers (all ranks wrap alike).

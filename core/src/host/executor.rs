@@ -228,7 +228,15 @@ impl StepContext<'_> {
             have = true;
         }
         if s.swap {
-            return self.swap(lane, s, value, bytes);
+            // The peer's operand is in `value`; copy ours before either is written, as `src`
+            // and `dst` may be one place.
+            let src = s
+                .src
+                .ok_or_else(|| Error::Internal("a swap step has no source".into()))?;
+            let from = self.addr(src)?;
+            // SAFETY: the source region holds `bytes` bytes (execute's contract).
+            let ours = unsafe { std::slice::from_raw_parts(from, bytes) }.to_vec();
+            return self.store(lane, s, &value, &ours);
         }
         if s.publish {
             let table = self.own_table();
@@ -263,48 +271,35 @@ impl StepContext<'_> {
         if let Some(n) = post {
             reduce::post_divide(dtype, &mut value, n);
         }
+        self.store(lane, s, &value, &value)
+    }
+
+    /// Stores a step's result: `local` at `dst`, `to_peer` at the peer's `peer_dst` or sent to
+    /// it (the same bytes but for a swap). Both are `bytes` long and their own allocations.
+    fn store(&self, lane: &Lane, s: &Step, local: &[u8], to_peer: &[u8]) -> Result<()> {
+        let bytes = local.len();
         if let Some(dst) = s.dst {
             let to = self.addr(dst)?;
             // SAFETY: the destination region holds `bytes` bytes (execute's contract), and
-            // `value` is a separate allocation.
-            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), to, bytes) };
+            // `local` is a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(local.as_ptr(), to, bytes) };
         }
         if let (Some(peer), Some(r)) = (s.send, s.peer_dst) {
             let to = self.peer_addr(lane, peer, r)?;
-            // SAFETY: as for `peer_src`; `value` is a separate allocation.
-            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), to, bytes) };
+            // SAFETY: as for `peer_src`; `to_peer` is a separate allocation.
+            unsafe { std::ptr::copy_nonoverlapping(to_peer.as_ptr(), to, bytes) };
         } else if let Some(peer) = s.send {
-            self.mesh.send(peer, s.tag, &value)?;
+            self.mesh.send(peer, s.tag, to_peer)?;
         }
         Ok(())
     }
-}
 
-impl StepContext<'_> {
     /// Whether this rank's or `peer`'s AlltoAll runs in place (`Step::pair_in_place`).
     fn pair_in_place(&self, lane: &Lane, peer: u32) -> Result<bool> {
         let own = self.buffers.first() == self.buffers.get(1);
         let theirs = lane.tables[peer as usize]
             .ok_or_else(|| Error::Internal(format!("no buffer table from rank {peer}")))?;
         Ok(own || theirs[0] == theirs[1])
-    }
-
-    /// The rest of a swap step (`Step::swap`) whose peer operand `theirs` has been read: copies
-    /// the local operand before either write, as `src` and `dst` may be one place.
-    fn swap(&self, lane: &Lane, s: &Step, theirs: Vec<u8>, bytes: usize) -> Result<()> {
-        let (Some(src), Some(dst), Some(peer), Some(r)) = (s.src, s.dst, s.send, s.peer_dst) else {
-            return Err(Error::Internal("a swap step lacks a side".into()));
-        };
-        let from = self.addr(src)?;
-        // SAFETY: the source region holds `bytes` bytes (execute's contract).
-        let ours = unsafe { std::slice::from_raw_parts(from, bytes) }.to_vec();
-        let to = self.addr(dst)?;
-        // SAFETY: the destination region holds `bytes` bytes; `theirs` is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(theirs.as_ptr(), to, bytes) };
-        let to = self.peer_addr(lane, peer, r)?;
-        // SAFETY: as for `peer_src`; `ours` is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(ours.as_ptr(), to, bytes) };
-        Ok(())
     }
 }
 

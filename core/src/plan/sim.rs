@@ -630,35 +630,27 @@ fn exec(
             None => None,
         }
     };
-    if s.swap {
-        // Both operands were read above, before either write.
+    // `v` goes to `dst` and the peers; a swap sends `ours` to the peer instead (both operands
+    // were read above, before either write).
+    let (v, ours) = if s.swap {
         let (theirs, ours) = received.zip(local).ok_or("swap without both operands")?;
-        if let Some(r) = s.dst {
-            let range = byte_range(&mems[rank], r, s.count, es)?;
-            mems[rank].arena[range].copy_from_slice(&theirs);
+        (theirs, Some(ours))
+    } else {
+        let mut v = match (received, local) {
+            (Some(mut a), Some(b)) => {
+                combine(d.dtype, d.reduction.op, &mut a, &b);
+                a
+            }
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return Err("step without input".into()),
+        };
+        if s.post_op
+            && let Some(n) = d.reduction.post_div
+        {
+            divide(d.dtype, &mut v, n);
         }
-        if let (Some(k), Some(region)) = (s.send, s.peer_dst) {
-            let range = direct_range(
-                rank, channel, lane, mems, done, k as usize, region, s.count, es,
-            )?;
-            direct += 1;
-            mems[k as usize].arena[range].copy_from_slice(&ours);
-        }
-        return Ok(direct);
-    }
-    let mut v = match (received, local) {
-        (Some(mut a), Some(b)) => {
-            combine(d.dtype, d.reduction.op, &mut a, &b);
-            a
-        }
-        (Some(a), None) | (None, Some(a)) => a,
-        (None, None) => return Err("step without input".into()),
+        (v, None)
     };
-    if s.post_op
-        && let Some(n) = d.reduction.post_div
-    {
-        divide(d.dtype, &mut v, n);
-    }
     if let Some(r) = s.dst {
         let range = byte_range(&mems[rank], r, s.count, es)?;
         mems[rank].arena[range].copy_from_slice(&v);
@@ -669,7 +661,7 @@ fn exec(
                 rank, channel, lane, mems, done, k as usize, region, s.count, es,
             )?;
             direct += 1;
-            mems[k as usize].arena[range].copy_from_slice(&v);
+            mems[k as usize].arena[range].copy_from_slice(ours.as_ref().unwrap_or(&v));
         }
         (Some(p), None) => {
             mail.push(

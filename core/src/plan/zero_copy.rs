@@ -61,13 +61,14 @@ pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
         "the table exchange uses each channel's own FIFO"
     );
     let ctx = Ctx::new(req);
-    let copy_only = |ch: &ChannelWork| {
-        req.kind == CollKind::AllToAll
-            && !ch.steps.is_empty()
-            && ch.steps.iter().all(copies_locally)
-    };
-    let own_apart = fallback.channels.iter().any(copy_only);
-    let nch = fallback.channels.iter().filter(|ch| !copy_only(ch)).count() as u32;
+    let (main, copies): (Vec<ChannelWork>, Vec<ChannelWork>) =
+        fallback.channels.into_iter().partition(|ch| {
+            req.kind != CollKind::AllToAll
+                || ch.steps.is_empty()
+                || !ch.steps.iter().all(copies_locally)
+        });
+    let own_apart = !copies.is_empty();
+    let nch = main.len() as u32;
     let mut zc = Builder::new(nch);
     for c in 0..nch {
         match req.kind {
@@ -83,8 +84,6 @@ pub fn wrap(req: &CollRequest, fallback: WorkDesc) -> WorkDesc {
         }
     }
     let esize = req.dtype.size() as u64;
-    let (main, copies): (Vec<ChannelWork>, Vec<ChannelWork>) =
-        fallback.channels.into_iter().partition(|ch| !copy_only(ch));
     let channels = main
         .into_iter()
         .zip(zc.channels)
