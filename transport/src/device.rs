@@ -643,6 +643,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
         self.max_blocks
     }
 
+    /// Channels of this communicator's FIFOs.
+    pub fn fifo_channels(&self) -> u32 {
+        self.geometry.channels as u32
+    }
+
     /// Most channels one direct plan may use on this communicator (`None`: any).
     pub fn direct_channels(&self) -> Option<u32> {
         self.direct_channels

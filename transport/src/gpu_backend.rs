@@ -259,7 +259,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         Some(self.geometry.message_bytes(proto))
     }
     fn max_channels(&self, transport: &DeviceTransport<A>) -> Option<u32> {
-        Some((self.geometry.channels as u32).min(transport.max_blocks()))
+        Some(transport.fifo_channels().min(transport.max_blocks()))
     }
     fn max_direct_channels(&self, transport: &DeviceTransport<A>) -> Option<u32> {
         transport.direct_channels()
@@ -280,7 +280,8 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         transport.topology()
     }
     fn connect(&self, ctx: &ConnectContext<'_>) -> Result<DeviceTransport<A>> {
-        DeviceTransport::connect(self.api.clone(), self.geometry, ctx)
+        let geometry = self.geometry.for_ranks(ctx.bootstrap.nranks());
+        DeviceTransport::connect(self.api.clone(), geometry, ctx)
     }
     fn one_shot_bytes(&self, transport: &DeviceTransport<A>, variant: Variant) -> u64 {
         if A::ONE_SHOT_KERNELS {

@@ -27,6 +27,10 @@ fn positive(n: &Option<u64>) -> bool {
     n.is_some_and(|n| n > 0)
 }
 
+fn fifo_channels(n: &Option<usize>) -> bool {
+    n.is_some_and(|n| (1..=64).contains(&n))
+}
+
 fn fifo_slots(n: &u32) -> bool {
     (2..=64).contains(n)
 }
@@ -91,8 +95,8 @@ vars! {
     OXCCL_SPLIT_DIRECTIONS: Option<bool> = None, Comm, "send/receive groups and AlltoAll send and receive in blocks of their own: 0 never, 1 at every size (unset: by size; equal on every rank)";
 
     // GPU transports.
-    OXCCL_FIFO_CHANNELS: usize = 32, Process, "GPU FIFO channels per peer (1-32; equal on every rank)",
-        valid(|n| (1..=32).contains(n), "an integer from 1 to 32");
+    OXCCL_FIFO_CHANNELS: Option<usize> = None, Process, "GPU FIFO channels per peer (1-64; unset: 64 with two ranks, 32 with more; equal on every rank)",
+        valid(fifo_channels, "an integer from 1 to 64");
     OXCCL_FIFO_SLOTS: u32 = 8, Process, "Simple slots per FIFO channel (2-64; equal on every rank)",
         valid(fifo_slots, "an integer from 2 to 64");
     OXCCL_FIFO_SLOT_BYTES: u64 = 256 << 10, Process, "bytes per Simple slot (4 KiB-16 MiB, a multiple of 16; equal on every rank)",

@@ -45,6 +45,11 @@ pub(crate) struct Heuristics {
     pub chunk_gpu: [u64; 3],
     /// Most channels.
     pub max_channels: [u32; 4],
+    /// From this size on, Simple plans of two ranks may take up to `wide_channels` channels
+    /// (`u64::MAX`: never): more blocks storing into the peer move more.
+    pub wide_channels_min: [u64; 4],
+    /// See `wide_channels_min`.
+    pub wide_channels: u32,
     /// A channel is added only for every this many bytes, so small messages stay on few channels.
     pub bytes_per_channel: [u64; 4],
     /// The same for LL, whose per-channel rate is low but whose channels cost no extra latency.
@@ -150,6 +155,10 @@ impl Heuristics {
             chunk_host: get("chunk_host").and_then(|(n, v)| fixed(n, v))?,
             chunk_gpu: get("chunk_gpu").and_then(|(n, v)| fixed(n, v))?,
             max_channels: get("max_channels").and_then(|(n, v)| counts(n, v))?,
+            wide_channels_min: get("wide_channels_min").and_then(|(n, v)| fixed(n, v))?,
+            wide_channels: get("wide_channels")
+                .and_then(|(n, v)| one(n, v))
+                .map(|v| u32::try_from(v).unwrap_or(u32::MAX))?,
             bytes_per_channel: get("bytes_per_channel").and_then(|(n, v)| fixed(n, v))?,
             ll_bytes_per_channel: get("ll_bytes_per_channel").and_then(|(n, v)| fixed(n, v))?,
             zero_copy_min: get("zero_copy_min").and_then(|(n, v)| fixed(n, v))?,

@@ -109,6 +109,11 @@ pub struct P2pShape {
     pub bytes_per_channel: u64,
     /// Which messages move as LL packets.
     pub ll: P2pLl,
+    /// Messages below `wide_min_bytes` spread over at most this many channels (the first
+    /// ones), so that small groups keep small plans; larger ones over all of them.
+    pub narrow_channels: u32,
+    /// See `narrow_channels` (`u64::MAX`: every message is narrow).
+    pub wide_min_bytes: u64,
 }
 
 /// FIFO channels per rank distance of a send/receive plan (`nchannels / (nranks - 1)`, at
@@ -125,6 +130,8 @@ struct MessageCut {
     ends: (u32, u32),
     /// Elements per chunk.
     chunk: u64,
+    /// The channels (0..reach) its chunks take turns on.
+    reach: u32,
     /// Whether it moves as LL packets.
     packets: bool,
     /// The channel (0..nch) of its first chunk.
@@ -144,14 +151,19 @@ impl MessageCut {
         // message's size, so they cut it alike, and agree on LL from its size alone (messages
         // to self need no protocol).
         let ll_chunk = ll.chunk_bytes / dsize;
-        let packets =
-            ends.0 != ends.1 && ll_chunk > 0 && op.count.saturating_mul(dsize) <= ll.max_bytes;
+        let bytes = op.count.saturating_mul(dsize);
+        let packets = ends.0 != ends.1 && ll_chunk > 0 && bytes <= ll.max_bytes;
+        let reach = if bytes >= shape.wide_min_bytes {
+            nch
+        } else {
+            nch.min(shape.narrow_channels.max(1))
+        };
         let floor = if packets {
             ll.bytes_per_channel
         } else {
             shape.bytes_per_channel
         };
-        let spread = op.count.div_ceil(u64::from(nch)).max(floor / dsize);
+        let spread = op.count.div_ceil(u64::from(reach)).max(floor / dsize);
         let chunk = if packets {
             spread.min(ll_chunk)
         } else {
@@ -165,15 +177,16 @@ impl MessageCut {
         // operation reuse it ([`p2p_plan_key`]).
         let nchunks = op.count.div_ceil(chunk);
         let pair = u64::from(ends.0) + u64::from(ends.1);
-        let turn = if nchunks >= u64::from(nch) {
+        let turn = if nchunks >= u64::from(reach) {
             0
         } else {
             op.peer_seq.wrapping_mul(nchunks)
         };
-        let first = (pair.wrapping_add(turn) % u64::from(nch)) as u32;
+        let first = (pair.wrapping_add(turn) % u64::from(reach)) as u32;
         MessageCut {
             ends,
             chunk,
+            reach,
             packets,
             first,
         }
@@ -312,7 +325,7 @@ pub fn build_p2p(group: P2pGroup<'_>) -> WorkDesc {
         let cut = MessageCut::of(rank, op, nch, shape, dtype);
         let (sender, receiver) = cut.ends;
         for (j, (o, s)) in chunks(op.count, cut.chunk).enumerate() {
-            let ch = ((u64::from(cut.first) + j as u64) % u64::from(nch)) as u32;
+            let ch = ((u64::from(cut.first) + j as u64) % u64::from(cut.reach)) as u32;
             let at = Region { buf, offset: o };
             let mut step = Step::new(s, p2p_chunk_tag(op.peer_seq, ch));
             if cut.packets {
@@ -474,6 +487,8 @@ mod tests {
                 chunk_bytes: 4 << 10,
                 bytes_per_channel: 4 << 10,
             },
+            narrow_channels: 32,
+            wide_min_bytes: u64::MAX,
         }
     }
 
@@ -489,7 +504,11 @@ mod tests {
             let nranks = 2 + rng.below(5) as u32;
             let rank = rng.below(u64::from(nranks)) as u32;
             let dtype = [DataType::Uint8, DataType::Float32][rng.below(2) as usize];
-            let shape = nvlink_shape([2, 8, 32][rng.below(3) as usize]);
+            let shape = P2pShape {
+                narrow_channels: [2, 32][rng.below(2) as usize],
+                wide_min_bytes: [u64::MAX, 1 << 20][rng.below(2) as usize],
+                ..nvlink_shape([2, 8, 32][rng.below(3) as usize])
+            };
             let split = [Split::No, Split::Unordered, Split::Ordered][rng.below(3) as usize];
             let group: Vec<(P2pDir, u32, u64)> = (0..1 + rng.below(6))
                 .map(|_| {
@@ -546,6 +565,36 @@ mod tests {
         // 64 KiB: 16 chunks, two starts; 8 bytes: one chunk, a start per channel.
         assert_eq!(keys(64 << 10), 2);
         assert_eq!(keys(8), 32);
+    }
+
+    /// Messages below the wide size stay on the narrow channels, however many the group has;
+    /// larger ones spread over all of them.
+    #[test]
+    fn only_wide_messages_reach_past_the_narrow_channels() {
+        let shape = P2pShape {
+            narrow_channels: 32,
+            wide_min_bytes: 8 << 20,
+            ..nvlink_shape(64)
+        };
+        let highest = |count: u64, seq: u64| {
+            let ops = [
+                op(P2pDir::Send, 1, count, seq),
+                op(P2pDir::Recv, 1, count, seq),
+            ];
+            let plan = build_p2p(group(&ops, shape));
+            plan.channels.iter().rposition(|c| !c.steps.is_empty())
+        };
+        for seq in 0..70 {
+            assert!(
+                highest(1 << 20, seq).is_some_and(|c| c < 32),
+                "1 MiB, seq {seq}"
+            );
+            assert!(
+                highest(100 << 10, seq).is_some_and(|c| c < 32),
+                "100 KiB, seq {seq}"
+            );
+        }
+        assert_eq!(highest(16 << 20, 0), Some(63));
     }
 
     /// A pair's small messages of one group fill the channels one after another.

@@ -561,6 +561,12 @@ impl Tuner {
                 chunk_bytes: fits,
                 bytes_per_channel: HEURISTICS.p2p_ll_bytes_per_channel[t],
             }),
+            narrow_channels: HEURISTICS.max_channels[t],
+            wide_min_bytes: if nranks == 2 {
+                HEURISTICS.wide_channels_min[t]
+            } else {
+                u64::MAX
+            },
         }
     }
 
@@ -648,7 +654,16 @@ impl Tuner {
                 cross.bytes_per_channel
             };
             let wanted = (bytes / per.max(1)).max(1);
-            wanted.min(u64::from(h.max_channels[ti])) as u32
+            let wide = proto != Protocol::Ll
+                && nranks == 2
+                && h.wide_channels_min[ti] != u64::MAX
+                && bytes >= h.wide_channels_min[ti];
+            let most = if wide {
+                h.wide_channels
+            } else {
+                h.max_channels[ti]
+            };
+            wanted.min(u64::from(most)) as u32
         });
         Choice {
             algo,
@@ -939,8 +954,18 @@ mod tests {
             2,
             Topology::SingleNodeGpu { nvlink: true },
         );
-        assert_eq!(gpu.nchannels, 32);
+        assert_eq!(gpu.nchannels, 64);
         assert_eq!(gpu.chunk_elems, MIB / 4);
+        // Wide from 8 MiB (Simple, two ranks); 32 below and with more ranks.
+        let nvl = Topology::SingleNodeGpu { nvlink: true };
+        let ar = |bytes, nranks| {
+            t.choose(CollKind::AllReduce, bytes, DataType::Float32, nranks, nvl)
+                .nchannels
+        };
+        assert_eq!(
+            (ar(8 * MIB - 4, 2), ar(8 * MIB, 2), ar(GIB, 4)),
+            (32, 64, 32)
+        );
         assert_eq!(gpu.algo, Algorithm::Ring);
         let nvlink = |kind, bytes, nranks| {
             t.choose(

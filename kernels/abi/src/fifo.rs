@@ -19,7 +19,11 @@ use oxccl_core::error::{Error, Result};
 use oxccl_core::plan::{HostLayout, Protocol};
 
 /// Most channels a transport can be built with (`OXCCL_FIFO_CHANNELS`).
-pub const MAX_CHANNELS: usize = 32;
+pub const MAX_CHANNELS: usize = 64;
+/// Channels of a two-rank communicator's FIFOs unless `OXCCL_FIFO_CHANNELS` is set: on 2x H200
+/// a pair moves 352 GB/s each way with 32 blocks storing into the peer and 362-367 with 64, so
+/// send/receive and the zero-copy plans gain from a block per channel more (docs/perf/defaults.md).
+pub const TWO_RANK_CHANNELS: usize = 64;
 /// Bytes of counters per FIFO, one 64-byte line each: head at 0, tail at 64, LL head at 128.
 pub const CTR_BYTES: u64 = 192;
 /// Bytes of sender-local counters per send connection, one line each: tail mirror at 0, head
@@ -62,18 +66,32 @@ impl Default for FifoGeometry {
 }
 
 impl FifoGeometry {
-    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-32), `OXCCL_FIFO_SLOTS` (2-64),
+    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-64; see [`FifoGeometry::for_ranks`]), `OXCCL_FIFO_SLOTS` (2-64),
     /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB), `OXCCL_FIFO_LL_SLOTS` (2-64) and
     /// `OXCCL_FIFO_LL_SLOT_BYTES` (1 KiB-1 MiB); slot sizes are multiples of 16. Knobs for
     /// tuning runs; a bad value is warned about and the default used.
     pub fn from_env() -> Result<FifoGeometry> {
         Ok(FifoGeometry {
-            channels: config::get(&vars::OXCCL_FIFO_CHANNELS),
+            channels: config::get(&vars::OXCCL_FIFO_CHANNELS)
+                .unwrap_or(FifoGeometry::default().channels),
             nslots: config::get(&vars::OXCCL_FIFO_SLOTS),
             slot_bytes: config::get(&vars::OXCCL_FIFO_SLOT_BYTES),
             ll_nslots: config::get(&vars::OXCCL_FIFO_LL_SLOTS),
             ll_slot_bytes: config::get(&vars::OXCCL_FIFO_LL_SLOT_BYTES),
         })
+    }
+
+    /// The geometry of a communicator of `nranks` ranks: [`TWO_RANK_CHANNELS`] channels for
+    /// two unless `OXCCL_FIFO_CHANNELS` is set. With more ranks the FIFO memory grows with the
+    /// peers, and wider channels are not measured there.
+    pub fn for_ranks(self, nranks: u32) -> FifoGeometry {
+        match config::get(&vars::OXCCL_FIFO_CHANNELS) {
+            None if nranks == 2 => FifoGeometry {
+                channels: TWO_RANK_CHANNELS,
+                ..self
+            },
+            _ => self,
+        }
     }
 
     /// Largest message a step of `proto` may send before its peer receives: the sender can fill
@@ -442,13 +460,14 @@ mod tests {
     #[test]
     fn registry_defaults_are_the_geometry() {
         let d = FifoGeometry::default();
-        assert_eq!(vars::OXCCL_FIFO_CHANNELS.default, d.channels);
+        assert_eq!(vars::OXCCL_FIFO_CHANNELS.default, None);
+        assert_eq!(d.channels, 32);
         assert_eq!(vars::OXCCL_FIFO_SLOTS.default, d.nslots);
         assert_eq!(vars::OXCCL_FIFO_SLOT_BYTES.default, d.slot_bytes);
         assert_eq!(vars::OXCCL_FIFO_LL_SLOTS.default, d.ll_nslots);
         assert_eq!(vars::OXCCL_FIFO_LL_SLOT_BYTES.default, d.ll_slot_bytes);
         let read = |v: &str| vars::OXCCL_FIFO_CHANNELS.read(Some(std::ffi::OsStr::new(v)));
-        assert_eq!(read(&MAX_CHANNELS.to_string()), Some(MAX_CHANNELS));
+        assert_eq!(read(&MAX_CHANNELS.to_string()), Some(Some(MAX_CHANNELS)));
         assert_eq!(read(&(MAX_CHANNELS + 1).to_string()), None);
         let read = |v: &str| vars::OXCCL_FIFO_SLOT_BYTES.read(Some(std::ffi::OsStr::new(v)));
         assert_eq!(read("65536"), Some(65536));

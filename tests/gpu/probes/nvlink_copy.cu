@@ -6,7 +6,7 @@
 // (cudaMemcpyPeerAsync) beside them. Prints one line per shape: GB/s, best and median of REPS.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 tests/gpu/probes/nvlink_copy.cu -o nvlink_copy
-//   ./nvlink_copy [MIB [REPS]]
+//   ./nvlink_copy [MIB [REPS [both]]]   (a third argument: the both-ways shapes only)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -51,7 +51,30 @@ __global__ void copy_kernel(const uint4* s, uint4* d, uint4* d2, size_t n, size_
   }
 }
 
+// The first half of the grid copies s to d as copy_kernel does, the second half l to l2: a
+// send/receive pair through FIFOs, whose sending blocks store into the peer while its receiving
+// blocks copy out of their own FIFO.
+template <int U>
+__global__ void split_kernel(const uint4* s, uint4* d, const uint4* l, uint4* l2, size_t n) {
+  const unsigned half = gridDim.x / 2;
+  const bool local = blockIdx.x >= half;
+  const unsigned b = local ? blockIdx.x - half : blockIdx.x;
+  const size_t part = (n + half - 1) / half;
+  const size_t lo = b * part, hi = lo + part < n ? lo + part : n;
+  if (lo < hi) copy_range<U>(local ? l : s, local ? l2 : d, nullptr, lo, hi);
+}
+
 typedef void (*Kernel)(const uint4*, uint4*, uint4*, size_t, size_t);
+typedef void (*SplitKernel)(const uint4*, uint4*, const uint4*, uint4*, size_t);
+
+static SplitKernel split_for(int u) {
+  switch (u) {
+    case 1: return split_kernel<1>;
+    case 2: return split_kernel<2>;
+    case 4: return split_kernel<4>;
+    default: return split_kernel<8>;
+  }
+}
 
 static Kernel kernel_for(int u) {
   switch (u) {
@@ -78,13 +101,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "needs 2 GPUs\n");
     return 1;
   }
-  uint4 *buf[2], *loc[2];
+  uint4 *buf[2], *loc[2], *fifo[2];
   Side side[2];
   for (int g = 0; g < 2; ++g) {
     CHECK(cudaSetDevice(g));
     CHECK(cudaDeviceEnablePeerAccess(1 - g, 0));
     CHECK(cudaMalloc(&buf[g], bytes));
     CHECK(cudaMalloc(&loc[g], bytes));
+    CHECK(cudaMalloc(&fifo[g], bytes));
     CHECK(cudaMemset(buf[g], g + 1, bytes));
     side[g].dev = g;
     CHECK(cudaStreamCreateWithFlags(&side[g].st, cudaStreamNonBlocking));
@@ -93,20 +117,26 @@ int main(int argc, char** argv) {
   }
   std::printf("# %zu MiB per copy, %d reps; GB/s best median\n", mib, reps);
   // mode: 0 push 0->1, 1 pull (kernel on 1 reads 0), 2 push both ways, 3 push 0->1 with a second
-  // local destination (an out-of-place broadcast root), 4 copy engine 0->1, 5 copy engine both.
-  const char* names[] = {"push", "pull", "push-both", "push+local", "ce", "ce-both"};
+  // local destination (an out-of-place broadcast root), 4 copy engine 0->1, 5 copy engine both,
+  // 6 pull both ways, 7 both ways through FIFOs (split_kernel: `blocks` push, as many copy out).
+  const char* names[] = {"push", "pull", "push-both", "push+local", "ce", "ce-both", "pull-both",
+                         "fifo-both"};
   auto run = [&](int mode, int blocks, int threads, int u, size_t chunk_kib) {
     std::vector<double> gbs;
     Kernel k = kernel_for(u);
     const size_t chunk = chunk_kib * 1024 / 16;
     for (int r = 0; r < reps + 1; ++r) {
-      const int nsides = (mode == 2 || mode == 5) ? 2 : 1;
+      const int nsides = (mode == 2 || mode == 5 || mode == 6 || mode == 7) ? 2 : 1;
       for (int i = 0; i < nsides; ++i) {
         const int g = mode == 1 ? 1 : i;
         Side& sd = side[g];
         CHECK(cudaSetDevice(g));
         CHECK(cudaEventRecord(sd.a, sd.st));
-        if (mode >= 4) {
+        if (mode == 7) {
+          split_for(u)<<<2 * blocks, threads, 0, sd.st>>>(buf[g], fifo[1 - g], fifo[g], loc[g], n);
+        } else if (mode == 6) {
+          k<<<blocks, threads, 0, sd.st>>>(buf[1 - g], loc[g], nullptr, n, chunk);
+        } else if (mode >= 4) {
           CHECK(cudaMemcpyPeerAsync(buf[1 - g], 1 - g, buf[g], g, bytes, sd.st));
         } else if (mode == 1) {
           k<<<blocks, threads, 0, sd.st>>>(buf[0], loc[1], nullptr, n, chunk);
@@ -135,6 +165,15 @@ int main(int argc, char** argv) {
   };
   run(4, 0, 0, 0, 0);
   run(5, 0, 0, 0, 0);
+  // Both ways at once, as send/receive pairs move data: reading, writing, through FIFOs.
+  for (int mode : {6, 2, 7}) {
+    for (int blocks : {16, 32, 64}) {
+      for (int threads : {256, 512, 1024}) {
+        for (int u : {4, 8}) run(mode, blocks, threads, u, 0);
+      }
+    }
+  }
+  if (argc > 3) return 0;
   for (int mode : {0, 1, 2, 3}) {
     for (int blocks : {16, 24, 32, 48, 64}) {
       for (int threads : {256, 512, 1024}) {

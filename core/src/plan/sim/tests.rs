@@ -1051,6 +1051,8 @@ fn run_p2p_split(
             chunk_elems: chunk,
             bytes_per_channel: 64 << 10,
             ll,
+            narrow_channels: 2,
+            wide_min_bytes: 500,
         };
         let d = build_p2p(P2pGroup {
             rank: r,
@@ -1323,6 +1325,8 @@ fn huge_chunks_do_not_overflow() {
             chunk_elems: u64::MAX,
             bytes_per_channel: 64 << 10,
             ll: P2pLl::default(),
+            narrow_channels: 2,
+            wide_min_bytes: u64::MAX,
         };
         let d = build_p2p(P2pGroup {
             rank: 0,
