@@ -67,22 +67,19 @@ __global__ void split_kernel(const uint4* s, uint4* d, const uint4* l, uint4* l2
 typedef void (*Kernel)(const uint4*, uint4*, uint4*, size_t, size_t);
 typedef void (*SplitKernel)(const uint4*, uint4*, const uint4*, uint4*, size_t);
 
+// The instantiation for `u` loads in flight among those for 1, 2, 4 and 8.
+template <class K>
+static K by_unroll(int u, K k1, K k2, K k4, K k8) {
+  return u == 1 ? k1 : u == 2 ? k2 : u == 4 ? k4 : k8;
+}
+
 static SplitKernel split_for(int u) {
-  switch (u) {
-    case 1: return split_kernel<1>;
-    case 2: return split_kernel<2>;
-    case 4: return split_kernel<4>;
-    default: return split_kernel<8>;
-  }
+  return by_unroll<SplitKernel>(u, split_kernel<1>, split_kernel<2>, split_kernel<4>,
+                                split_kernel<8>);
 }
 
 static Kernel kernel_for(int u) {
-  switch (u) {
-    case 1: return copy_kernel<1>;
-    case 2: return copy_kernel<2>;
-    case 4: return copy_kernel<4>;
-    default: return copy_kernel<8>;
-  }
+  return by_unroll<Kernel>(u, copy_kernel<1>, copy_kernel<2>, copy_kernel<4>, copy_kernel<8>);
 }
 
 struct Side {
