@@ -9,6 +9,10 @@
 # the driver there. Their source is NOT part of this repository: it is cloned (or copied from a
 # local clone) at the pinned tag and the commit is checked.
 #
+# A second build with MPI=1 goes to nccl-tests/mpi/ with libmpi.so, our stand-in for MPI
+# (scripts/nccl-tests/mpi-shim/): run.sh's mode p starts one process per GPU with it, through
+# mpi-shim/launch.sh, on a machine without MPI.
+#
 # Usage: scripts/nccl-tests/build.sh [--src PATH] [--force]
 #   --src PATH   a local clone of NVIDIA/nccl-tests (a work tree or a bare git dir) to take the
 #                source from instead of cloning from GitHub (also NCCL_TESTS_SRC=PATH)
@@ -68,7 +72,8 @@ fi
 nvcc_ver=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 
 # --- up to date already? The stamp names everything that changes the binaries. ----------------
-stamp_want="tests=$TESTS_COMMIT nccl=$NCCL_VER nvcc=$nvcc_ver gencode=$gencode script=$(sha256sum "$0" | cut -c1-16)"
+shim_src="$repo/scripts/nccl-tests/mpi-shim"
+stamp_want="tests=$TESTS_COMMIT nccl=$NCCL_VER nvcc=$nvcc_ver gencode=$gencode script=$(sha256sum "$0" | cut -c1-16) shim=$(cat "$shim_src/mpi.h" "$shim_src/mpi_shim.c" | sha256sum | cut -c1-16)"
 stamp="$out.stamp"
 if [ "$force" = 0 ] && [ -f "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ]; then
   log "up to date: $out ($(du -h "$out" | cut -f1)); --force rebuilds"
@@ -136,19 +141,31 @@ make -C "$src/src" -j"$(nproc)" build \
   BUILDDIR="$build" MPI=0 \
   CUDA_HOME="$CUDA_HOME" NVCC="$nvcc" CUDA_LIB="$cuda_lib" CUDARTLIB=cudart_static \
   NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode" >&2
+# The MPI build, against the stand-in (mpi-shim/), in a folder of its own.
+shim="$cache/mpi-shim"
+mkdir -p "$shim/include" "$shim/lib"
+cp "$shim_src/mpi.h" "$shim/include/"
+gcc -O2 -fPIC -shared -Wall -Wextra -Werror -o "$shim/lib/libmpi.so" "$shim_src/mpi_shim.c"
+make -C "$src/src" -j"$(nproc)" build \
+  BUILDDIR="$build-mpi" MPI=1 MPI_HOME="$shim" \
+  CUDA_HOME="$CUDA_HOME" NVCC="$nvcc" CUDA_LIB="$cuda_lib" CUDARTLIB=cudart_static \
+  NCCL_HOME="$nccl_home" NVCC_GENCODE="$gencode" >&2
 
 # --- stage, strip and pack ----------------------------------------------------------------------
 stage="$cache/stage"
 rm -rf "$stage"
-mkdir -p "$stage/nccl-tests"
+mkdir -p "$stage/nccl-tests/mpi"
 for b in "${BINS[@]}"; do
-  f="$build/${b}_perf"
-  [ -x "$f" ] || { log "missing $f after make"; exit 1; }
-  cp "$f" "$stage/nccl-tests/"
-  strip --strip-unneeded "$stage/nccl-tests/${b}_perf"
+  for d in "" /mpi; do
+    f="$build${d/\//-}/${b}_perf"
+    [ -x "$f" ] || { log "missing $f after make"; exit 1; }
+    cp "$f" "$stage/nccl-tests$d/"
+    strip --strip-unneeded "$stage/nccl-tests$d/${b}_perf"
+  done
 done
+cp "$shim/lib/libmpi.so" "$stage/nccl-tests/mpi/"
 # Guard the two properties run.sh relies on: libnccl.so.2 is dynamic, cudart is not.
-for f in "$stage"/nccl-tests/*_perf; do
+for f in "$stage"/nccl-tests/*_perf "$stage"/nccl-tests/mpi/*_perf; do
   need=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
   case " $need " in *" libnccl.so.2 "*) ;; *) log "$f does not load libnccl.so.2: $need"; exit 1 ;; esac
   case " $need " in *libcudart*) log "$f links libcudart dynamically: $need"; exit 1 ;; esac

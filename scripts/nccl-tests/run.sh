@@ -17,7 +17,9 @@
 #                                         D1, D2  nccl-tests' device-API kernels on registered
 #                                            windows (-g N -R 2 -D 1 or 2; all_reduce and
 #                                            alltoall have them, other ops are skipped)
-#                   (default: g,t,G,R; 'p', a process per GPU, needs MPI and is skipped)
+#                                         p  a process per GPU (-g 1), nccl-tests' MPI build
+#                                            started by mpi-shim/launch.sh (no MPI needed)
+#                   (default: g,t,G,R)
 #   --min SIZE --max SIZE   sizes to sweep, doubling (default 8 and 1G)
 #   --ngpus N       GPUs to use (default: all that nvidia-smi lists)
 #   --iters N       timed iterations per size (-n; default: nccl-tests' own)
@@ -136,13 +138,14 @@ for op in "${op_list[@]}"; do
   [ -x "$bin/${op}_perf" ] || die "no ${op}_perf in $tar_file (have: $(cd "$bin" && printf "%s\n" *_perf | sed 's/_perf$//' | paste -sd, -))"
 done
 IFS=, read -r -a mode_list <<<"$modes"
-# Mode p (a process per GPU) needs nccl-tests built with MPI=1 and an MPI launcher; not here.
+# Mode p (a process per GPU) runs the MPI build that build.sh packs in nccl-tests/mpi/.
 kept=()
 for m in "${mode_list[@]}"; do
   case "$m" in
     g|t|G|R|D1|D2) kept+=("$m") ;;
-    p) echo "nccl-tests/run: mode p (a process per GPU) needs an MPI build of nccl-tests; skipped" >&2 ;;
-    *) die "unknown mode $m (g, t, G, R, D1 or D2)" ;;
+    p) if [ -x "$bin/mpi/all_reduce_perf" ]; then kept+=("$m"); else
+         echo "nccl-tests/run: mode p needs the MPI build (rerun build.sh); skipped" >&2; fi ;;
+    *) die "unknown mode $m (g, t, G, R, D1, D2 or p)" ;;
   esac
 done
 [ "${#kept[@]}" -gt 0 ] || die "no mode left to run"
@@ -199,7 +202,11 @@ for op in "${op_list[@]}"; do
   exe="$bin/${op}_perf"
   for m in "${mode_list[@]}"; do
     has_mode "$op" "$m" || continue
+    run=("$exe")
+    ld_extra=""
     case "$m" in
+      p) flags=(-g 1) run=("$here/mpi-shim/launch.sh" "$ngpus" -- "$bin/mpi/${op}_perf")
+         ld_extra="$bin/mpi:" ;;
       g) flags=(-g "$ngpus") ;;
       t) flags=(-t "$ngpus" -g 1) ;;
       G) flags=(-g "$ngpus" -G 20) ;;
@@ -214,20 +221,20 @@ for op in "${op_list[@]}"; do
         suffix=""
         [ "$repeat" -gt 1 ] && suffix=".$r"
         log="$out/$op-$m-$side$suffix.log"
-        cmd=("$exe" "${common[@]}" "${flags[@]}" ${extra[@]+"${extra[@]}"})
+        cmd=("${run[@]}" "${common[@]}" "${flags[@]}" ${extra[@]+"${extra[@]}"})
         if [ "$dry" = 1 ]; then
-          echo "[$n/$total] LD_LIBRARY_PATH=$dir:/usr/local/cuda/lib64 ${side_env[*]} ${cmd[*]} > $log"
+          echo "[$n/$total] LD_LIBRARY_PATH=$dir:$ld_extra/usr/local/cuda/lib64 ${side_env[*]} ${cmd[*]} > $log"
           continue
         fi
         {
           echo "# run.sh: lib=$dir/libnccl.so.2"
-          echo "# run.sh: cmd=${op}_perf ${cmd[*]:1}"
+          echo "# run.sh: cmd=${op}_perf ${cmd[*]:${#run[@]}}"
           [ "${#side_env[@]}" = 0 ] || echo "# run.sh: env=${side_env[*]}"
         } >"$log"
         t0=$(date +%s.%N)
         rc=0
         # -k: a run that ignores SIGTERM (stuck in a kernel wait) is killed 10 s later.
-        LD_LIBRARY_PATH="$dir:$base_ld" env ${side_env[@]+"${side_env[@]}"} timeout -k 10 "$tmo" \
+        LD_LIBRARY_PATH="$dir:$ld_extra$base_ld" env ${side_env[@]+"${side_env[@]}"} timeout -k 10 "$tmo" \
           ${linebuf[@]+"${linebuf[@]}"} "${cmd[@]}" \
           >>"$log" 2>&1 || rc=$?
         t1=$(date +%s.%N)

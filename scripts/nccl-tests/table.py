@@ -29,12 +29,13 @@ MODE_NAMES = {
     "R": "symmetric registration (-R 2)",
     "D1": "device-API kernel 1 on registered windows (-R 2 -D 1)",
     "D2": "device-API kernel 2 on registered windows (-R 2 -D 2)",
+    "p": "a process per GPU (MPI build, -g 1)",
 }
 SIDES = ("nv", "ours")
 # Tables follow this order (run.sh's defaults); anything else comes after, by name.
 OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter",
        "gather", "sendrecv", "hypercube", "alltoallv"]
-MODES = ["g", "t", "G", "R", "D1", "D2"]
+MODES = ["g", "t", "G", "R", "p", "D1", "D2"]
 
 
 def num(tok):
