@@ -66,10 +66,10 @@ impl Default for FifoGeometry {
 }
 
 impl FifoGeometry {
-    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-64; see [`FifoGeometry::for_ranks`]), `OXCCL_FIFO_SLOTS` (2-64),
-    /// `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB), `OXCCL_FIFO_LL_SLOTS` (2-64) and
-    /// `OXCCL_FIFO_LL_SLOT_BYTES` (1 KiB-1 MiB); slot sizes are multiples of 16. Knobs for
-    /// tuning runs; a bad value is warned about and the default used.
+    /// The default, changed by `OXCCL_FIFO_CHANNELS` (1-64; see [`FifoGeometry::for_ranks`]),
+    /// `OXCCL_FIFO_SLOTS` (2-64), `OXCCL_FIFO_SLOT_BYTES` (4 KiB-16 MiB), `OXCCL_FIFO_LL_SLOTS`
+    /// (2-64) and `OXCCL_FIFO_LL_SLOT_BYTES` (1 KiB-1 MiB); slot sizes are multiples of 16.
+    /// Knobs for tuning runs; a bad value is warned about and the default used.
     pub fn from_env() -> Result<FifoGeometry> {
         Ok(FifoGeometry {
             channels: config::get(&vars::OXCCL_FIFO_CHANNELS)
