@@ -32,7 +32,13 @@
 #                            (alltoall_perf -R 2 -D 3 and -D 4, a thread per GPU, 8 B-16 MiB,
 #                            -c 1), ours beside NVIDIA's (which needs InfiniBand or a GIN plugin
 #                            for it); GIN_SUITE=REGEX picks other suite configurations
-#   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R
+#   gin4                     nccl-tests' GIN and hybrid AlltoAll (-R 2 -D 3, -D 4, 8 B-16 MiB,
+#                            -c 1) at 4 ranks as 2 hosts of 2 (ranks 0-1 and 2-3: NCCL_HOSTID
+#                            and OXCCL_MPI_HOSTNAME), a process per rank through nccl-tests' MPI
+#                            build and scripts/nccl-tests/mpi-shim; GPUs 0-3 where there are 4,
+#                            else each host's ranks on GPUs 0 and 1 under MPS; ours beside NVIDIA's
+#   ntN:OPS/MODES            run.sh on N GPUs, e.g. nt2:all_reduce,sendrecv/g,t,G,R (mode p: a
+#                            process per GPU)
 #   tune                     oxccl-bench tune --column nvlink on every GPU, 8 B-1 GiB (the derived
 #                            column and the raw rows in tune/; here, `oxccl-bench tune --column
 #                            nvlink --from DIR --apply core/src/plan/heuristics.txt` writes it)
@@ -156,6 +162,24 @@ for step in "$@"; do
         done
       done
       bash tests/gpu/mps.sh stop >> "$work/gin/mps.log" 2>&1 ;;
+    gin4)
+      mkdir -p "$work/gin4"
+      bin=$(perf_bin alltoall); mpi=$(dirname "$bin")/mpi
+      [ "$ngpus" -ge 4 ] || { source tests/gpu/mps.sh start > "$work/gin4/mps.log" 2>&1; }
+      for d in 3 4; do
+        for lib in ours nv; do
+          log="$work/gin4/alltoall-D$d-$lib.log"
+          # Each host's ranks are its local ranks 0 and 1: on 4 GPUs, host h sees GPUs 2h, 2h+1.
+          env LD_LIBRARY_PATH="$(lib_dir $lib):$mpi:/usr/local/cuda/lib64" NGPUS="$ngpus" \
+            timeout -k 10 120 scripts/nccl-tests/mpi-shim/launch.sh 4 -- sh -c \
+            'h=$((OXCCL_MPI_RANK / 2)); [ "$NGPUS" -ge 4 ] && export CUDA_VISIBLE_DEVICES=$((2 * h)),$((2 * h + 1));
+             NCCL_HOSTID=host$h OXCCL_MPI_HOSTNAME=host$h exec "$0" "$@"' \
+            "$mpi/alltoall_perf" -g 1 -R 2 -D $d -b 8 -e 16M -f 4 -c 1 -n 5 -w 1 > "$log" 2>&1
+          echo "GIN AlltoAll -D $d at 4 ranks as 2 hosts, $lib: rc=$? wrong: $(awk '/^ +[0-9]+ +[0-9]+/{w+=$9+$13} END{print w+0}' "$log")"
+          tail -4 "$log"
+        done
+      done
+      [ "$ngpus" -ge 4 ] || bash tests/gpu/mps.sh stop >> "$work/gin4/mps.log" 2>&1 ;;
     proxy-events)
       P=$PWD/.carry/nv-plugins
       for proto in Simple LL; do
