@@ -643,9 +643,18 @@ impl<A: DeviceApi> DeviceTransport<A> {
         self.max_blocks
     }
 
-    /// Channels of this communicator's FIFOs.
-    pub fn fifo_channels(&self) -> u32 {
-        self.geometry.channels as u32
+    /// Channels a plan may use on this communicator: its FIFOs', and no more than the default
+    /// geometry's where ranks share a device. There every block of a launch must be resident
+    /// at once (`max_blocks`), and a split send/receive plan runs two blocks per channel, which
+    /// the default's 32 keep within a shared H100's or H200's SMs at two ranks.
+    pub fn plan_channels(&self) -> u32 {
+        let fifo = self.geometry.channels as u32;
+        if self.max_blocks == u32::MAX {
+            fifo
+        } else {
+            fifo.min(FifoGeometry::default().channels as u32)
+                .min(self.max_blocks)
+        }
     }
 
     /// Most channels one direct plan may use on this communicator (`None`: any).
@@ -713,5 +722,23 @@ mod tests {
         assert_eq!(slowest_link(&all), Some(slow));
         assert_eq!(slowest_link(&[record(2, none), vec![]]), None);
         assert_eq!(slowest_link(&[record(1, fast)]), Some(fast));
+    }
+
+    /// Two ranks' 64 FIFO channels are all plannable on devices of their own; ranks sharing a
+    /// device keep the default's 32 at most (a split plan's two blocks per channel must all be
+    /// resident), and never more than their share of blocks.
+    #[test]
+    fn shared_devices_keep_the_default_channels() {
+        use crate::fake_api::FakeApi;
+        let wide = FifoGeometry::default().for_ranks(2);
+        let mut t = DeviceTransport::unconnected(FakeApi::default(), wide, 0, 0, 2, 0, None);
+        let own = t.plan_channels();
+        t.max_blocks = 66;
+        let shared = t.plan_channels();
+        t.max_blocks = 20;
+        assert_eq!(
+            (own, shared, t.plan_channels()),
+            (wide.channels as u32, 32, 20)
+        );
     }
 }

@@ -259,7 +259,7 @@ impl<A: DeviceApi> Backend for GpuBackend<A> {
         Some(self.geometry.message_bytes(proto))
     }
     fn max_channels(&self, transport: &DeviceTransport<A>) -> Option<u32> {
-        Some(transport.fifo_channels().min(transport.max_blocks()))
+        Some(transport.plan_channels())
     }
     fn max_direct_channels(&self, transport: &DeviceTransport<A>) -> Option<u32> {
         transport.direct_channels()
