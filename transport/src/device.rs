@@ -643,10 +643,11 @@ impl<A: DeviceApi> DeviceTransport<A> {
         self.max_blocks
     }
 
-    /// Channels a plan may use on this communicator: its FIFOs', and no more than the default
-    /// geometry's where ranks share a device. There every block of a launch must be resident
-    /// at once (`max_blocks`), and a split send/receive plan runs two blocks per channel, which
-    /// the default's 32 keep within a shared H100's or H200's SMs at two ranks.
+    /// Channels a plan may use on this communicator: its FIFOs', and where a launch's blocks
+    /// are bounded (`max_blocks`: ranks sharing a device, or the NET channels) no more than the
+    /// default geometry's 32 and the bound. On a shared device every block must be resident at
+    /// once, and a split send/receive plan runs two blocks per channel, which 32 keep within a
+    /// shared H100's or H200's SMs at two ranks.
     pub fn plan_channels(&self) -> u32 {
         let fifo = self.geometry.channels as u32;
         if self.max_blocks == u32::MAX {

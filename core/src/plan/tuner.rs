@@ -226,6 +226,16 @@ fn many_on_nvlink(nranks: u32, topo: Topology) -> bool {
     nranks > 2 && topo == (Topology::SingleNodeGpu { nvlink: true })
 }
 
+/// Smallest Simple message that may take `wide_channels` channels with `nranks` ranks on
+/// topology `ti` (`u64::MAX`: none); only two ranks are measured wide.
+fn wide_channels_min(nranks: u32, ti: usize) -> u64 {
+    if nranks == 2 {
+        HEURISTICS.wide_channels_min[ti]
+    } else {
+        u64::MAX
+    }
+}
+
 fn topo_index(t: Topology) -> usize {
     match t {
         Topology::Host => 0,
@@ -562,11 +572,7 @@ impl Tuner {
                 bytes_per_channel: HEURISTICS.p2p_ll_bytes_per_channel[t],
             }),
             narrow_channels: HEURISTICS.max_channels[t],
-            wide_min_bytes: if nranks == 2 {
-                HEURISTICS.wide_channels_min[t]
-            } else {
-                u64::MAX
-            },
+            wide_min_bytes: wide_channels_min(nranks, t),
         }
     }
 
@@ -654,10 +660,8 @@ impl Tuner {
                 cross.bytes_per_channel
             };
             let wanted = (bytes / per.max(1)).max(1);
-            let wide = proto != Protocol::Ll
-                && nranks == 2
-                && h.wide_channels_min[ti] != u64::MAX
-                && bytes >= h.wide_channels_min[ti];
+            let wide_min = wide_channels_min(nranks, ti);
+            let wide = proto != Protocol::Ll && wide_min != u64::MAX && bytes >= wide_min;
             let most = if wide {
                 h.wide_channels
             } else {
