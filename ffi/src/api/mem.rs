@@ -15,8 +15,10 @@ use std::ffi::{c_int, c_void};
 unsafe fn mem_alloc(ptr: *mut *mut c_void, size: usize) -> Result<()> {
     // SAFETY: forwarded from the caller.
     let slot = unsafe { out(ptr, "ptr") }?;
+    // NCCL hands zero bytes to cudaMalloc, which succeeds with NULL; nccl-tests asks for them.
     if size == 0 {
-        return Err(Error::arg("size is 0"));
+        *slot = std::ptr::null_mut();
+        return Ok(());
     }
     let backend = runtime::backend()?;
     let device = backend.current_device()?;
@@ -148,7 +150,8 @@ unsafe fn win_get_user_ptr(
 }
 
 nccl_api! {
-    /// `ncclMemAlloc`: backend memory other ranks can map (host backend: aligned host memory).
+    /// `ncclMemAlloc`: backend memory other ranks can map (host backend: aligned host memory);
+    /// zero bytes give NULL, as `cudaMalloc` does.
     fn ncclMemAlloc, pncclMemAlloc(ptr: *mut *mut c_void, size: usize) => mem_alloc;
 }
 nccl_api! {
@@ -182,4 +185,22 @@ nccl_api! {
     fn ncclWinGetUserPtr, pncclWinGetUserPtr(
         comm: ncclComm_t, win: ncclWindow_t, out_user_ptr: *mut *mut c_void
     ) => win_get_user_ptr;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::ncclResult_t;
+
+    /// NCCL passes zero bytes to `cudaMalloc`: success and NULL, which `ncclMemFree` takes.
+    #[test]
+    fn zero_bytes_allocate_nothing() {
+        let mut p = std::ptr::dangling_mut::<c_void>();
+        // SAFETY: `p` is writable; NULL is a valid argument to ncclMemFree.
+        unsafe {
+            assert_eq!(ncclMemAlloc(&mut p, 0), ncclResult_t::SUCCESS);
+            assert!(p.is_null());
+            assert_eq!(ncclMemFree(p), ncclResult_t::SUCCESS);
+        }
+    }
 }

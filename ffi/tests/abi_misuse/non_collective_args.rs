@@ -488,9 +488,6 @@ pub(crate) fn other_functions_table(t: &mut Table, comm: ncclComm_t) {
             &["NULL"],
             || ncclMemAlloc(std::ptr::null_mut(), 16),
         );
-        t.case("ncclMemAlloc size 0", "ncclMemAlloc", ia, &["size"], || {
-            ncclMemAlloc(&mut ptr, 0)
-        });
         t.case(
             "ncclCommRegister NULL handle",
             "ncclCommRegister",
