@@ -242,6 +242,49 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         unsafe { (self.api).write_word_async(addr, now.wrapping_add(value), true, self.stream) }
     }
 
+    /// Reads every word back with one wait (a copy per run of nearby words), then queues each
+    /// sum: a pass's signals cost one round trip, not one each.
+    fn add_words64(&self, adds: &[(u64, u64)]) -> Result<()> {
+        let words = summed_by_address(adds);
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        let mut staging = lock(&self.staging);
+        for round in read_back_rounds(&words) {
+            for run in &round {
+                // SAFETY: each run spans counters or signals of a context of this device (they
+                // lie in one allocation, which outlives the engine); the staging buffer holds
+                // the round and is ours until the copies, waited for below, are done; a write
+                // still reading it is queued before them.
+                unsafe {
+                    (self.api).copy_d2h_async(
+                        staging.buf.as_mut_ptr().add(run.at),
+                        run.from,
+                        run.bytes,
+                        self.stream,
+                    )
+                }?;
+            }
+            self.wait()?;
+            staging.queued = false;
+            for run in &round {
+                for &(addr, value) in &words[run.words.clone()] {
+                    let at = run.at + (addr - run.from) as usize;
+                    let now = u64::from_le_bytes(staging.buf[at..at + 8].try_into().expect("8"));
+                    // SAFETY: as above; the value travels in the command itself.
+                    unsafe {
+                        (self.api).write_word_async(
+                            addr,
+                            now.wrapping_add(value),
+                            true,
+                            self.stream,
+                        )
+                    }?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// One device-side copy, waited for: a put to the rank itself needs no trip through the
     /// host.
     fn copy_within(&self, src: (u64, u64), dst: (u64, u64), len: usize) -> Result<()> {
@@ -286,6 +329,64 @@ impl<A: DeviceApi> Drop for GinWindows<A> {
             }
         }
     }
+}
+
+/// `adds` by address, each address once with the sum of its values.
+fn summed_by_address(adds: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut words = adds.to_vec();
+    words.sort_unstable_by_key(|&(a, _)| a);
+    words.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 = kept.1.wrapping_add(later.1);
+        }
+        same
+    });
+    words
+}
+
+/// Words this close together are read back by one copy.
+const RUN_BYTES: u64 = 4096;
+
+/// One copy of a read-back: `bytes` from device address `from` into the staging buffer at
+/// `at`, covering `words` (indices into the sorted words).
+struct ReadRun {
+    from: u64,
+    bytes: usize,
+    at: usize,
+    words: std::ops::Range<usize>,
+}
+
+/// The sorted, distinct `words` as runs of copies, in rounds that each fit the staging buffer.
+fn read_back_rounds(words: &[(u64, u64)]) -> Vec<Vec<ReadRun>> {
+    let mut rounds: Vec<Vec<ReadRun>> = Vec::new();
+    let mut round: Vec<ReadRun> = Vec::new();
+    let mut used = 0;
+    let mut i = 0;
+    while i < words.len() {
+        let from = words[i].0;
+        let mut j = i + 1;
+        while j < words.len() && words[j].0 + 8 - from <= RUN_BYTES {
+            j += 1;
+        }
+        let bytes = (words[j - 1].0 + 8 - from) as usize;
+        if used + bytes > STAGING_BYTES {
+            rounds.push(std::mem::take(&mut round));
+            used = 0;
+        }
+        round.push(ReadRun {
+            from,
+            bytes,
+            at: used,
+            words: i..j,
+        });
+        used += bytes.next_multiple_of(8);
+        i = j;
+    }
+    if !round.is_empty() {
+        rounds.push(round);
+    }
+    rounds
 }
 
 #[cfg(test)]
@@ -446,6 +547,54 @@ mod tests {
             waited,
             "dropped after the last write landed"
         );
+    }
+
+    /// A pass's signals wait once: nearby words are read back by one copy, far ones by their
+    /// own, a word named twice gets both values, and every sum is queued after the wait.
+    #[test]
+    fn signals_of_one_pass_are_read_back_together() {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 0, ranges, AbortFlag::new())
+            .unwrap()
+            .signals_on_stream();
+        let (s, e) = (w.stream, w.done);
+        api.calls();
+        w.add_words64(&[(0x9010, 1), (0x9000, 2), (0x20000, 4), (0x9010, 3)])
+            .unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                format!("copy_d2h_async 0x9000 24 on {s}"),
+                format!("copy_d2h_async 0x20000 8 on {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
+                format!("write_word64 0x9000 = 2 on {s}"),
+                format!("write_word64 0x9010 = 4 on {s}"),
+                format!("write_word64 0x20000 = 4 on {s}"),
+            ]
+        );
+    }
+
+    /// Runs that do not fit the staging buffer together go in rounds of their own.
+    #[test]
+    fn read_backs_beyond_the_staging_buffer_take_rounds() {
+        let far = RUN_BYTES * 2;
+        let n = STAGING_BYTES / RUN_BYTES as usize + 1;
+        let words: Vec<(u64, u64)> = (0..n as u64)
+            .flat_map(|i| [(i * far, 1), (i * far + RUN_BYTES - 8, 1)])
+            .collect();
+        let rounds = read_back_rounds(&words);
+        assert_eq!(rounds.len(), 2);
+        assert_eq!(rounds[0].len(), n - 1);
+        assert!(
+            rounds
+                .iter()
+                .flatten()
+                .all(|r| r.bytes == RUN_BYTES as usize)
+        );
+        assert_eq!(rounds[1][0].at, 0);
+        assert_eq!(rounds[1][0].words, 2 * (n - 1)..2 * n);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use super::gfd::Gfd;
 use super::rings::{Rings, signal_add};
-use super::wire::{CHUNK_BYTES, HEADER_BYTES, Header, MESSAGE_BYTES, SignalAdd};
+use super::wire::{CHUNK_BYTES, HEADER_BYTES, Header, MESSAGE_BYTES, SignalAdd, record_bytes};
 use super::{DeviceCells, GinMemory};
 use crate::{CommRef, MemHandle, Net, PTR_HOST, RecvComm, Request, SendComm};
 use oxccl_core::error::{Error, Result};
@@ -122,8 +122,16 @@ struct Outgoing {
 struct InFlight {
     req: Request,
     buf: usize,
-    /// The last message of its descriptor: the counter to bump once it is sent.
-    last: Option<Option<u16>>,
+    /// The descriptors whose last record it carries: their counters, bumped once it is sent.
+    last: Vec<Option<u16>>,
+}
+
+/// A message built in its bounce buffer that the network has yet to take.
+struct Staged {
+    buf: usize,
+    len: usize,
+    /// As [`InFlight::last`].
+    last: Vec<Option<u16>>,
 }
 
 /// The connections to and from one peer and their messages.
@@ -136,6 +144,7 @@ struct Peer {
     recv_bufs: Bounce,
     free: Vec<usize>,
     current: Option<Outgoing>,
+    staged: Option<Staged>,
     sends: VecDeque<InFlight>,
     /// Receives posted, oldest first, with their buffers.
     recvs: VecDeque<(usize, Request)>,
@@ -159,6 +168,9 @@ pub struct GinEngine {
     windows: Arc<dyn GinMemory>,
     /// By rank; `None` for this rank.
     peers: Vec<Option<Peer>>,
+    /// Signals this pass applies once its payloads are written: on the device, adding to a
+    /// signal reads it back, and one read-back serves them all.
+    signals: Vec<(usize, u64)>,
 }
 
 impl GinEngine {
@@ -178,6 +190,7 @@ impl GinEngine {
             rings: Rings::new(mem, rank, nranks, Some(windows.clone()))?,
             windows,
             peers: Vec::with_capacity(nranks),
+            signals: Vec::new(),
         };
         for link in links {
             let peer = match link {
@@ -199,6 +212,7 @@ impl GinEngine {
             recv_bufs: Bounce::new(bytes),
             free: (0..RING).collect(),
             current: None,
+            staged: None,
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
             idle: (0..RING).rev().collect(),
@@ -220,6 +234,14 @@ impl GinEngine {
         for peer in 0..self.peers.len() {
             moved |= self.progress_peer(peer)?;
         }
+        self.rings.publish()?;
+        if !self.signals.is_empty() {
+            self.rings.add_signals(&self.signals)?;
+            for &(id, v) in &self.signals {
+                tracing::trace!(target: "oxccl::net", "GIN rank {}: signal {id} += {v}", self.rank);
+            }
+            self.signals.clear();
+        }
         Ok(moved)
     }
 
@@ -227,7 +249,9 @@ impl GinEngine {
     /// made or on their way out.
     pub fn sending(&self) -> bool {
         let posted = (0..self.peers.len()).any(|peer| self.rings.posted(peer));
-        posted || (self.peers.iter().flatten()).any(|p| p.current.is_some() || !p.sends.is_empty())
+        posted
+            || (self.peers.iter().flatten())
+                .any(|p| p.current.is_some() || p.staged.is_some() || !p.sends.is_empty())
     }
 
     fn progress_peer(&mut self, peer: usize) -> Result<bool> {
@@ -235,7 +259,7 @@ impl GinEngine {
         if peer == self.rank {
             while let Some(g) = self.rings.take(peer)? {
                 self.local(&g)?;
-                self.rings.finish(peer, g.counter)?;
+                self.rings.finish_later(peer, g.counter)?;
                 moved = true;
             }
             return Ok(moved);
@@ -247,7 +271,7 @@ impl GinEngine {
     }
 
     /// A put, inline put or signal to this rank itself.
-    fn local(&self, g: &Gfd) -> Result<()> {
+    fn local(&mut self, g: &Gfd) -> Result<()> {
         if g.size > 0 {
             let dst = (g.dst_handle, g.dst_offset);
             match (g.inline_value, g.src) {
@@ -265,79 +289,124 @@ impl GinEngine {
         self.signal(signal_of(g))
     }
 
-    fn signal(&self, s: Option<SignalAdd>) -> Result<()> {
+    /// Adds `s` to this pass's signals: applied after every payload write of the pass, so the
+    /// device sees each signal after its payload.
+    fn signal(&mut self, s: Option<SignalAdd>) -> Result<()> {
         let Some(s) = s else { return Ok(()) };
         let id = self.rings.check_signal(s.id)?;
-        // The payload's writes returned before this: the device sees the signal after them.
-        self.rings.add_signal(id, s.value)?;
-        tracing::trace!(target: "oxccl::net", "GIN rank {}: signal {id} += {}", self.rank, s.value);
+        self.signals.push((id, s.value));
         Ok(())
     }
 
-    /// Turns `peer`'s descriptors into messages while bounce buffers are free.
+    /// Turns `peer`'s descriptors into messages while bounce buffers are free: each message
+    /// takes as many records as fit, so a burst of small puts is one send.
     fn send_more(&mut self, peer: usize) -> Result<bool> {
         let mut moved = false;
         loop {
             let p = self.peers[peer].as_mut().expect("a peer");
-            if p.current.is_none() {
-                match self.rings.take(peer)? {
-                    Some(gfd) => {
+            if p.staged.is_none() {
+                let Some(&buf) = p.free.last() else {
+                    return Ok(moved);
+                };
+                match self.build(peer, buf)? {
+                    Some(staged) => {
                         let p = self.peers[peer].as_mut().expect("a peer");
-                        p.current = Some(Outgoing { gfd, sent: 0 });
+                        p.free.pop();
+                        p.staged = Some(staged);
                     }
                     None => return Ok(moved),
                 }
             }
             let p = self.peers[peer].as_mut().expect("a peer");
-            let Some(&buf) = p.free.last() else {
-                return Ok(moved);
-            };
-            let out = p.current.as_ref().expect("set above");
-            let g = out.gfd;
-            let chunk = (g.size - out.sent).min(CHUNK_BYTES as u64);
-            let last = out.sent + chunk == g.size;
-            let header = Header {
-                window: g.dst_handle,
-                offset: g.dst_offset + out.sent,
-                bytes: chunk,
-                signal: if last { signal_of(&g) } else { None },
-            };
-            // SAFETY: `buf` is free: no request uses it.
-            let msg = unsafe { p.send_bufs.bytes(buf) };
-            header.encode((&mut msg[..HEADER_BYTES]).try_into().expect("header bytes"));
-            let payload = &mut msg[HEADER_BYTES..HEADER_BYTES + chunk as usize];
-            match (g.inline_value, g.src) {
-                (Some(v), _) => payload.copy_from_slice(&v.to_le_bytes()[..chunk as usize]),
-                (None, Some((handle, offset))) if chunk > 0 => {
-                    self.windows.read(handle, offset + out.sent, payload)?
-                }
-                _ => {}
-            }
-            let len = HEADER_BYTES + chunk as usize;
+            let staged = p.staged.as_ref().expect("staged above");
             let (send, mh) = (
                 p.send.as_mut().expect("open"),
                 p.send_mh.as_ref().expect("registered"),
             );
-            // SAFETY: the message lies in the registered bounce buffer `buf`, which no other
-            // request uses until this one is done.
+            // SAFETY: the message lies in the registered bounce buffer `staged.buf`, which no
+            // other request uses until this one is done.
             let req = unsafe {
-                self.net
-                    .isend(send, p.send_bufs.message(buf), len, self.rank as i32, mh)
+                self.net.isend(
+                    send,
+                    p.send_bufs.message(staged.buf),
+                    staged.len,
+                    self.rank as i32,
+                    mh,
+                )
             }?;
             let Some(req) = req else { return Ok(moved) };
-            p.free.pop();
+            let staged = p.staged.take().expect("staged above");
+            tracing::trace!(target: "oxccl::net", "GIN rank {}: sent {} B to rank {peer}", self.rank, staged.len);
             p.sends.push_back(InFlight {
                 req,
-                buf,
-                last: last.then_some(g.counter),
+                buf: staged.buf,
+                last: staged.last,
             });
             moved = true;
-            if last {
+        }
+    }
+
+    /// Fills bounce buffer `buf` with records of `peer`'s descriptors, in order; `None` when
+    /// none waits.
+    fn build(&mut self, peer: usize, buf: usize) -> Result<Option<Staged>> {
+        let GinEngine {
+            peers,
+            rings,
+            windows,
+            rank,
+            ..
+        } = self;
+        let p = peers[peer].as_mut().expect("a peer");
+        // SAFETY: `buf` is free: no request uses it.
+        let msg = unsafe { p.send_bufs.bytes(buf) };
+        let mut len = 0;
+        let mut last = Vec::new();
+        loop {
+            if p.current.is_none() {
+                match rings.take(peer)? {
+                    Some(gfd) => {
+                        tracing::trace!(target: "oxccl::net", "GIN rank {rank}: took a put of {} B for rank {peer}", gfd.size);
+                        p.current = Some(Outgoing { gfd, sent: 0 });
+                    }
+                    None => break,
+                }
+            }
+            let out = p.current.as_mut().expect("set above");
+            let g = out.gfd;
+            let chunk = (g.size - out.sent).min(CHUNK_BYTES as u64) as usize;
+            if len + record_bytes(chunk) > MESSAGE_BYTES {
+                break;
+            }
+            let done = out.sent + chunk as u64 == g.size;
+            let header = Header {
+                window: g.dst_handle,
+                offset: g.dst_offset + out.sent,
+                bytes: chunk as u64,
+                signal: if done { signal_of(&g) } else { None },
+            };
+            let record = &mut msg[len..len + record_bytes(chunk)];
+            header.encode(
+                (&mut record[..HEADER_BYTES])
+                    .try_into()
+                    .expect("header bytes"),
+            );
+            let payload = &mut record[HEADER_BYTES..HEADER_BYTES + chunk];
+            match (g.inline_value, g.src) {
+                (Some(v), _) => payload.copy_from_slice(&v.to_le_bytes()[..chunk]),
+                (None, Some((handle, offset))) if chunk > 0 => {
+                    windows.read(handle, offset + out.sent, payload)?
+                }
+                _ => {}
+            }
+            len += record_bytes(chunk);
+            if done {
+                last.push(g.counter);
                 p.current = None;
-            } else if let Some(out) = p.current.as_mut() {
-                out.sent += chunk;
+            } else {
+                out.sent += chunk as u64;
             }
         }
+        Ok((len > 0).then_some(Staged { buf, len, last }))
     }
 
     /// Retires `peer`'s sends the network is done with, in order.
@@ -354,8 +423,9 @@ impl GinEngine {
             let f = p.sends.pop_front().expect("front");
             p.free.push(f.buf);
             moved = true;
-            if let Some(counter) = f.last {
-                self.rings.finish(peer, counter)?;
+            for counter in f.last {
+                tracing::trace!(target: "oxccl::net", "GIN rank {}: a put to rank {peer} left", self.rank);
+                self.rings.finish_later(peer, counter)?;
             }
         }
     }
@@ -395,15 +465,19 @@ impl GinEngine {
             };
             let buf = *buf;
             p.recvs.pop_front();
+            tracing::trace!(target: "oxccl::net", "GIN rank {}: received {len} B from rank {peer}", self.rank);
             // SAFETY: the receive into `buf` is done and nothing else uses it until it is
             // posted again.
             let msg = unsafe { p.recv_bufs.bytes(buf) };
-            let h = Header::decode(msg, len)?;
-            let payload = &msg[HEADER_BYTES..len];
-            if !payload.is_empty() {
-                self.windows.write(h.window, h.offset, payload)?;
+            for (h, payload) in Header::records(msg, len)? {
+                if !payload.is_empty() {
+                    self.windows.write(h.window, h.offset, payload)?;
+                }
+                if let Some(s) = h.signal {
+                    let id = self.rings.check_signal(s.id)?;
+                    self.signals.push((id, s.value));
+                }
             }
-            self.signal(h.signal)?;
             self.peers[peer].as_mut().expect("a peer").idle.push(buf);
             moved = true;
         }
@@ -571,8 +645,8 @@ mod tests {
     }
 
     /// With the words on the device, the engine writes them through its memory only: the
-    /// signal after the payload, the counter then `cis`; a signal a kernel reset to 0 counts
-    /// from 0 again; the host copies stay untouched.
+    /// counter then `cis`, and the signal at the end of the pass, after the payload; a signal a
+    /// kernel reset to 0 counts from 0 again; the host copies stay untouched.
     #[test]
     fn words_on_the_device_are_written_through_the_memory() {
         use super::super::DeviceCells;
@@ -599,7 +673,7 @@ mod tests {
         assert_eq!(w.word(cells.counters + 16), 1);
         assert_eq!(
             *w.log.lock().unwrap(),
-            ["write 2 8", "add 0x3020 7", "add 0x2010 1", "set 0x1000 1"]
+            ["write 2 8", "add 0x2010 1", "set 0x1000 1", "add 0x3020 7"]
         );
         w.words.lock().unwrap().insert(cells.signals + 32, 0);
         let inline = Gfd {
@@ -619,7 +693,7 @@ mod tests {
         assert_eq!(w.word(cells.signals + 32), 5, "counted from the reset");
         assert_eq!(
             w.log.lock().unwrap()[4..],
-            ["write 2 0", "add 0x3020 5", "set 0x1000 2"]
+            ["write 2 0", "set 0x1000 2", "add 0x3020 5"]
         );
         assert_eq!(w.windows.get(2, 0, 4), 0x0102_0304u32.to_le_bytes());
         assert_eq!(mem.ci(0).load(Ordering::Acquire), 0);

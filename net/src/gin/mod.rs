@@ -106,6 +106,11 @@ pub trait GinMemory: Send + Sync {
         let _ = (addr, value);
         Err(no_device_words())
     }
+    /// [`GinMemory::add_word64`] for each `(addr, value)` of `adds`, in any order: a memory
+    /// that reads the words back can read them all before it writes any.
+    fn add_words64(&self, adds: &[(u64, u64)]) -> Result<()> {
+        adds.iter().try_for_each(|&(a, v)| self.add_word64(a, v))
+    }
 }
 
 fn no_device_words() -> Error {

@@ -16,8 +16,10 @@ pub(crate) struct Rings {
     rank: usize,
     /// Per destination: the next slot to consume.
     seen: Vec<u32>,
-    /// Per destination: descriptors done locally (what `cis` says).
+    /// Per destination: descriptors done locally (what `cis` says, once published).
     done: Vec<u32>,
+    /// Per destination: `done` moved since `cis` was last written.
+    unpublished: Vec<bool>,
     /// Where the words lie when on the device (`mem.device_cells`), and what writes them.
     device: Option<(Arc<dyn GinMemory>, DeviceCells)>,
 }
@@ -51,6 +53,7 @@ impl Rings {
             rank,
             seen: vec![0; nranks],
             done: vec![0; nranks],
+            unpublished: vec![false; nranks],
             device,
         })
     }
@@ -111,6 +114,29 @@ impl Rings {
     /// The oldest descriptor of `peer` not yet done is done: `cis` moves past it.
     pub(crate) fn advance(&mut self, peer: usize) -> Result<()> {
         self.done[peer] = self.done[peer].wrapping_add(1);
+        self.write_ci(peer)
+    }
+
+    /// A descriptor is done locally: its counter now, `cis` at the next [`Rings::publish`]
+    /// (one write per ring for a pass's descriptors).
+    pub(crate) fn finish_later(&mut self, peer: usize, counter: Option<u16>) -> Result<()> {
+        self.count(counter)?;
+        self.done[peer] = self.done[peer].wrapping_add(1);
+        self.unpublished[peer] = true;
+        Ok(())
+    }
+
+    /// Writes `cis` of every ring that [`Rings::finish_later`] moved.
+    pub(crate) fn publish(&mut self) -> Result<()> {
+        for peer in 0..self.done.len() {
+            if std::mem::take(&mut self.unpublished[peer]) {
+                self.write_ci(peer)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_ci(&self, peer: usize) -> Result<()> {
         match &self.device {
             Some((d, cells)) => d.set_word32(cells.cis + 4 * peer as u64, self.done[peer]),
             None => {
@@ -118,12 +144,6 @@ impl Rings {
                 Ok(())
             }
         }
-    }
-
-    /// A descriptor is done locally: its counter, then `cis`.
-    pub(crate) fn finish(&mut self, peer: usize, counter: Option<u16>) -> Result<()> {
-        self.count(counter)?;
-        self.advance(peer)
     }
 
     /// Adds `value` to signal `id` (checked by [`Rings::check_signal`]), after every window
@@ -137,6 +157,21 @@ impl Rings {
                     .fetch_add(value, Ordering::Release);
                 Ok(())
             }
+        }
+    }
+
+    /// [`Rings::add_signal`] for each `(id, value)` of `adds`: on the device, one read-back
+    /// for all of them.
+    pub(crate) fn add_signals(&self, adds: &[(usize, u64)]) -> Result<()> {
+        match &self.device {
+            Some((d, cells)) => {
+                let words: Vec<(u64, u64)> = adds
+                    .iter()
+                    .map(|&(id, v)| (cells.signals + 8 * id as u64, v))
+                    .collect();
+                d.add_words64(&words)
+            }
+            None => adds.iter().try_for_each(|&(id, v)| self.add_signal(id, v)),
         }
     }
 

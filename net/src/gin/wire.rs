@@ -1,7 +1,8 @@
-//! The messages GIN engines exchange: a 64-byte header, then up to [`CHUNK_BYTES`] of payload.
-//! A put larger than one chunk travels as several messages; only its last carries the signal,
-//! so the destination applies it after the whole payload (and every earlier message of the
-//! connection) has been written.
+//! The messages GIN engines exchange: one or more records, each a 64-byte header and up to
+//! [`CHUNK_BYTES`] of payload, padded to 8 bytes. A put larger than one chunk travels as several
+//! records; only its last carries the signal, so the destination applies it after the whole
+//! payload (and every earlier record of the connection) has been written. Several small puts
+//! share one message: one network send and one receive instead of one each.
 
 use oxccl_core::error::{Error, Result};
 
@@ -13,6 +14,11 @@ pub(crate) const CHUNK_BYTES: usize = 256 << 10;
 
 /// Bytes of the largest message.
 pub(crate) const MESSAGE_BYTES: usize = HEADER_BYTES + CHUNK_BYTES;
+
+/// Bytes a record of `payload` bytes takes in a message.
+pub(crate) fn record_bytes(payload: usize) -> usize {
+    HEADER_BYTES + payload.next_multiple_of(8)
+}
 
 /// Marks a header of this protocol (and its version) in the first word.
 const MAGIC: u64 = 0x6f78_6769_6e00_0001;
@@ -61,14 +67,34 @@ impl Header {
         }
     }
 
-    /// The header at the start of a received message of `len` bytes.
-    pub(crate) fn decode(msg: &[u8], len: usize) -> Result<Header> {
-        if len < HEADER_BYTES || msg.len() < len {
+    /// The records of a received message of `len` bytes: each header with its payload.
+    pub(crate) fn records(msg: &[u8], len: usize) -> Result<Vec<(Header, &[u8])>> {
+        if msg.len() < len || len == 0 {
             return Err(Error::Internal(format!(
-                "a GIN message of {len} bytes is shorter than its header"
+                "a GIN message of {len} bytes (in a buffer of {})",
+                msg.len()
             )));
         }
-        let w = |i: usize| u64::from_le_bytes(msg[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let h = Header::decode(&msg[at..len])?;
+            let payload = &msg[at + HEADER_BYTES..at + HEADER_BYTES + h.bytes as usize];
+            at += record_bytes(h.bytes as usize);
+            out.push((h, payload));
+        }
+        Ok(out)
+    }
+
+    /// The header at the start of `rest`, a message from a record on, whose payload it holds.
+    fn decode(rest: &[u8]) -> Result<Header> {
+        let len = rest.len();
+        if len < HEADER_BYTES {
+            return Err(Error::Internal(format!(
+                "a GIN record of {len} bytes is shorter than its header"
+            )));
+        }
+        let w = |i: usize| u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         if w(0) != MAGIC {
             return Err(Error::Internal(format!(
                 "a GIN message starts with {:#x}, not this protocol's header",
@@ -84,9 +110,9 @@ impl Header {
                 value: w(6),
             }),
         };
-        if h.bytes as usize != len - HEADER_BYTES {
+        if h.bytes > CHUNK_BYTES as u64 || record_bytes(h.bytes as usize) > len {
             return Err(Error::Internal(format!(
-                "a GIN message says {} payload bytes but carries {}",
+                "a GIN record says {} payload bytes but {} are left",
                 h.bytes,
                 len - HEADER_BYTES
             )));
@@ -100,7 +126,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn headers_round_trip_and_bad_ones_are_refused() {
+    fn records_round_trip_and_bad_ones_are_refused() {
         let h = Header {
             window: 3,
             offset: 1 << 40,
@@ -110,18 +136,24 @@ mod tests {
                 value: u64::MAX,
             }),
         };
-        let mut msg = vec![0u8; HEADER_BYTES + 5];
+        let plain = Header {
+            signal: None,
+            bytes: 0,
+            ..h
+        };
+        let len = record_bytes(5) + record_bytes(0);
+        assert_eq!(len, 136);
+        let mut msg = vec![0u8; len];
         h.encode((&mut msg[..HEADER_BYTES]).try_into().unwrap());
-        assert_eq!(Header::decode(&msg, msg.len()).unwrap(), h);
-        let plain = Header { signal: None, ..h };
-        plain.encode((&mut msg[..HEADER_BYTES]).try_into().unwrap());
-        assert_eq!(Header::decode(&msg, msg.len()).unwrap(), plain);
-        assert!(
-            Header::decode(&msg, HEADER_BYTES + 4).is_err(),
-            "length mismatch"
-        );
-        assert!(Header::decode(&msg, 10).is_err(), "shorter than a header");
-        msg[0] ^= 1;
-        assert!(Header::decode(&msg, msg.len()).is_err(), "not our magic");
+        msg[HEADER_BYTES..HEADER_BYTES + 5].copy_from_slice(b"abcde");
+        plain.encode((&mut msg[72..72 + HEADER_BYTES]).try_into().unwrap());
+        let got = Header::records(&msg, len).unwrap();
+        assert_eq!(got, [(h, &b"abcde"[..]), (plain, &[][..])]);
+        assert_eq!(Header::records(&msg, 72).unwrap(), [(h, &b"abcde"[..])]);
+        assert!(Header::records(&msg, 70).is_err(), "a payload cut short");
+        assert!(Header::records(&msg, 80).is_err(), "a header cut short");
+        assert!(Header::records(&msg, 0).is_err(), "an empty message");
+        msg[72] ^= 1;
+        assert!(Header::records(&msg, len).is_err(), "not our magic");
     }
 }
