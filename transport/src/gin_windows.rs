@@ -217,6 +217,89 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         Ok(())
     }
 
+    /// Every read's copy queued, one wait for them all (in rounds of the staging buffer).
+    fn read_many(&self, reads: &[(u64, u64, usize, usize)], out: &mut [u8]) -> Result<()> {
+        let lens: Vec<usize> = reads.iter().map(|r| r.3).collect();
+        if lens.iter().any(|&l| l > STAGING_BYTES) {
+            return reads
+                .iter()
+                .try_for_each(|&(h, o, at, len)| self.read(h, o, &mut out[at..at + len]));
+        }
+        let from = reads
+            .iter()
+            .map(|&(h, o, _, len)| self.ranges.at(h, o, len, "reads"))
+            .collect::<Result<Vec<u64>>>()?;
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        let mut staging = lock(&self.staging);
+        for round in staging_rounds(&lens) {
+            let mut at = 0;
+            for i in round.clone() {
+                // SAFETY: `from[i]` and the bytes after it lie in a registered window; the
+                // staging buffer holds the round and is ours until the copies, waited for
+                // below, are done (after any write still reading it, queued before them).
+                unsafe {
+                    (self.api).copy_d2h_async(
+                        staging.buf.as_mut_ptr().add(at),
+                        from[i],
+                        reads[i].3,
+                        self.stream,
+                    )
+                }?;
+                at += reads[i].3;
+            }
+            self.wait()?;
+            staging.queued = false;
+            let mut at = 0;
+            for &(_, _, to, len) in &reads[round] {
+                out[to..to + len].copy_from_slice(&staging.buf[at..at + len]);
+                at += len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every write's copy queued from the staging buffer without a wait between them (in rounds
+    /// of the staging buffer).
+    fn write_many(&self, writes: &[(u64, u64, &[u8])]) -> Result<()> {
+        let lens: Vec<usize> = writes.iter().map(|w| w.2.len()).collect();
+        if lens.iter().any(|&l| l > STAGING_BYTES) {
+            return writes.iter().try_for_each(|&(h, o, b)| self.write(h, o, b));
+        }
+        let to = writes
+            .iter()
+            .map(|&(h, o, b)| self.ranges.at(h, o, b.len(), "writes"))
+            .collect::<Result<Vec<u64>>>()?;
+        let _bound = self.api.bind(self.device)?;
+        let _relaxed = self.api.relaxed_capture()?;
+        let mut staging = lock(&self.staging);
+        for round in staging_rounds(&lens) {
+            self.settle(&mut staging)?;
+            let mut at = 0;
+            for i in round {
+                let bytes = writes[i].2;
+                staging.buf[at..at + bytes.len()].copy_from_slice(bytes);
+                // SAFETY: `to[i]` and the bytes after it lie in a registered window; the staging
+                // buffer stays untouched until the copy has landed: waited for by `settle` or
+                // the signal's wait (`defer`) before anything writes it again.
+                unsafe {
+                    (self.api).copy_h2d_async(
+                        to[i],
+                        staging.buf.as_ptr().add(at),
+                        bytes.len(),
+                        self.stream,
+                    )
+                }?;
+                staging.queued = true;
+                at += bytes.len();
+            }
+        }
+        if !self.defer {
+            self.settle(&mut staging)?;
+        }
+        Ok(())
+    }
+
     fn set_word32(&self, addr: u64, value: u32) -> Result<()> {
         let _bound = self.api.bind(self.device)?;
         let _relaxed = self.api.relaxed_capture()?;
@@ -329,6 +412,24 @@ impl<A: DeviceApi> Drop for GinWindows<A> {
             }
         }
     }
+}
+
+/// Consecutive copies of `lens` bytes (each at most [`STAGING_BYTES`]) as rounds that each fit
+/// the staging buffer together.
+fn staging_rounds(lens: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut rounds = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (i, &len) in lens.iter().enumerate() {
+        if i > start && used + len > STAGING_BYTES {
+            rounds.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += len;
+    }
+    if start < lens.len() {
+        rounds.push(start..lens.len());
+    }
+    rounds
 }
 
 /// `adds` by address, each address once with the sum of its values.
@@ -573,6 +674,48 @@ mod tests {
                 format!("write_word64 0x9010 = 4 on {s}"),
                 format!("write_word64 0x20000 = 4 on {s}"),
             ]
+        );
+    }
+
+    /// A message's payloads wait once: every read queued, then one wait; every write queued
+    /// without a wait between them, the first only after what was left queued.
+    #[test]
+    fn payloads_of_one_message_wait_once() {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new())
+            .unwrap()
+            .signals_on_stream();
+        let (s, e) = (w.stream, w.done);
+        ranges.add(1, 0x10_0000, 4096);
+        api.calls();
+        let mut out = [0u8; 64];
+        w.read_many(&[(1, 0, 8, 16), (1, 100, 40, 8)], &mut out)
+            .unwrap();
+        w.write_many(&[(1, 0, &out[..4]), (1, 8, &out[..2])])
+            .unwrap();
+        w.write_many(&[(1, 16, &out[..1])]).unwrap();
+        assert_eq!(
+            api.calls(),
+            [
+                format!("copy_d2h_async 0x100000 16 on {s}"),
+                format!("copy_d2h_async 0x100064 8 on {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
+                format!("copy_h2d_async 0x100000 4 on {s}"),
+                format!("copy_h2d_async 0x100008 2 on {s}"),
+                format!("event_record {e:#x} on {s}"),
+                format!("event_query {e:#x}"),
+                format!("copy_h2d_async 0x100010 1 on {s}"),
+            ]
+        );
+        assert!(
+            w.read_many(&[(1, 4090, 0, 8)], &mut out).is_err(),
+            "past the window"
+        );
+        assert_eq!(
+            staging_rounds(&[STAGING_BYTES / 2, STAGING_BYTES / 2, 1, STAGING_BYTES]),
+            [0..2, 2..3, 3..4]
         );
     }
 

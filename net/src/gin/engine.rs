@@ -361,6 +361,7 @@ impl GinEngine {
         let msg = unsafe { p.send_bufs.bytes(buf) };
         let mut len = 0;
         let mut last = Vec::new();
+        let mut reads = Vec::new();
         loop {
             if p.current.is_none() {
                 match rings.take(peer)? {
@@ -394,7 +395,7 @@ impl GinEngine {
             match (g.inline_value, g.src) {
                 (Some(v), _) => payload.copy_from_slice(&v.to_le_bytes()[..chunk]),
                 (None, Some((handle, offset))) if chunk > 0 => {
-                    windows.read(handle, offset + out.sent, payload)?
+                    reads.push((handle, offset + out.sent, len + HEADER_BYTES, chunk));
                 }
                 _ => {}
             }
@@ -405,6 +406,9 @@ impl GinEngine {
             } else {
                 out.sent += chunk as u64;
             }
+        }
+        if !reads.is_empty() {
+            windows.read_many(&reads, msg)?;
         }
         Ok((len > 0).then_some(Staged { buf, len, last }))
     }
@@ -469,10 +473,16 @@ impl GinEngine {
             // SAFETY: the receive into `buf` is done and nothing else uses it until it is
             // posted again.
             let msg = unsafe { p.recv_bufs.bytes(buf) };
-            for (h, payload) in Header::records(msg, len)? {
-                if !payload.is_empty() {
-                    self.windows.write(h.window, h.offset, payload)?;
-                }
+            let records = Header::records(msg, len)?;
+            let writes: Vec<(u64, u64, &[u8])> = records
+                .iter()
+                .filter(|(_, payload)| !payload.is_empty())
+                .map(|(h, payload)| (h.window, h.offset, *payload))
+                .collect();
+            if !writes.is_empty() {
+                self.windows.write_many(&writes)?;
+            }
+            for (h, _) in &records {
                 if let Some(s) = h.signal {
                     let id = self.rings.check_signal(s.id)?;
                     self.signals.push((id, s.value));

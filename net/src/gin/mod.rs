@@ -85,6 +85,17 @@ pub trait GinMemory: Send + Sync {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()>;
     /// Copies `src` to `offset` of window `handle`; the device sees it once this returns.
     fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()>;
+    /// [`GinMemory::read`] for each `(handle, offset, at, len)` of `reads`, into
+    /// `out[at..at + len]`: a memory that waits for its copies can wait once for them all.
+    fn read_many(&self, reads: &[(u64, u64, usize, usize)], out: &mut [u8]) -> Result<()> {
+        reads
+            .iter()
+            .try_for_each(|&(h, o, at, len)| self.read(h, o, &mut out[at..at + len]))
+    }
+    /// [`GinMemory::write`] for each `(handle, offset, bytes)` of `writes`, in order.
+    fn write_many(&self, writes: &[(u64, u64, &[u8])]) -> Result<()> {
+        writes.iter().try_for_each(|&(h, o, b)| self.write(h, o, b))
+    }
     /// Copies `len` bytes from `src` to `dst` (each a window handle and offset) of this rank:
     /// a put to the rank itself. The device sees them once this returns.
     fn copy_within(&self, src: (u64, u64), dst: (u64, u64), len: usize) -> Result<()> {
