@@ -64,7 +64,10 @@ struct Arena {
     host: *mut u8,
     dev: DevicePtr,
     cap: usize,
+    /// Recorded after the arena's launch.
     event: Handle,
+    /// Recorded after the arena's upload, on the setup stream.
+    uploaded: Handle,
 }
 
 /// Plans lowered for the kernels that a transport keeps (see [`LaunchState::keep_lowered`]).
@@ -306,12 +309,16 @@ impl<A: DeviceApi> DeviceTransport<A> {
                 // SAFETY: the arena's host half holds `cap >= total` bytes, and its previous
                 // launch has completed (`take_arena`).
                 unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), arena.host, image.len()) };
-                // SAFETY: pinned staging to the arena's device copy, ordered on the launch
-                // stream.
+                // On the setup stream, the upload runs while the launch stream's previous
+                // kernel does; on the launch stream it would sit between the two kernels, a
+                // copy's latency the GPU idles for (eager launches of large plans).
+                // SAFETY: pinned staging to the arena's device copy; the launch waits for it.
                 unsafe {
                     self.api
-                        .copy_h2d_async(arena.dev, arena.host, image.len(), s)
+                        .copy_h2d_async(arena.dev, arena.host, image.len(), self.setup)
                 }?;
+                self.api.event_record(arena.uploaded, self.setup)?;
+                self.api.stream_wait_event(s, arena.uploaded)?;
                 indirect_params(exec.address_cap, arena.dev)
             }
             // The parameters of this plan's previous launch differ only in the launch
@@ -417,11 +424,13 @@ impl LaunchState {
             self.tail = 0;
         }
         for a in self.arenas.drain(..) {
-            // SAFETY: the arena's launches are complete (the tail waited for them).
+            // SAFETY: the arena's launches are complete (the tail waited for them), and with
+            // them the uploads they waited for.
             unsafe {
                 api.host_free(a.host);
                 api.dev_free(a.dev);
                 api.event_destroy(a.event);
+                api.event_destroy(a.uploaded);
             }
         }
     }
@@ -531,11 +540,20 @@ impl LaunchState {
     fn take_arena<A: DeviceApi>(&mut self, api: &A, need: usize) -> Result<usize> {
         if self.arenas.len() < ARENAS {
             let ev = api.event_create()?;
+            let uploaded = match api.event_create() {
+                Ok(u) => u,
+                Err(e) => {
+                    // SAFETY: created above, unused.
+                    unsafe { api.event_destroy(ev) };
+                    return Err(e);
+                }
+            };
             self.arenas.push(Arena {
                 host: std::ptr::null_mut(),
                 dev: 0,
                 cap: 0,
                 event: ev,
+                uploaded,
             });
             self.next = self.arenas.len() - 1;
         }
@@ -775,6 +793,56 @@ mod tests {
         let st = t.state.lock().unwrap();
         assert!(st.lowered.contains_key(&Lowered::key(&kept)));
         assert!(!st.lowered.contains_key(&Lowered::key(&fresh)));
+    }
+
+    /// A block passed by address is uploaded on the setup stream, and the launch stream waits
+    /// for that upload only: the copy does not sit between two kernels of the launch stream.
+    #[test]
+    fn blocks_by_address_are_uploaded_beside_the_launch_stream() {
+        use oxccl_kernel_abi::FifoGeometry;
+        let api = FakeApi::default();
+        // Real staging (the fake runtime's host memory is only a number), dropped after `t`.
+        let mut staging: Vec<Box<[u8]>> = (0..ARENAS).map(|_| vec![0u8; 1 << 16].into()).collect();
+        let mut t =
+            DeviceTransport::unconnected(api.clone(), FifoGeometry::default(), 0, 0, 1, 0, None);
+        t.setup = 9;
+        {
+            let mut st = t.state.lock().unwrap();
+            for b in &mut staging {
+                let (event, uploaded) = (api.event_create().unwrap(), api.event_create().unwrap());
+                st.arenas.push(Arena {
+                    host: b.as_mut_ptr(),
+                    dev: 0x7000,
+                    cap: b.len(),
+                    event,
+                    uploaded,
+                });
+            }
+        }
+        let plan = Arc::new(work(DataType::Float32, &[&[4, 4], &[8]]));
+        // SAFETY: `FakeApi` touches no device memory; the arenas' staging is real.
+        unsafe { t.launch(5, &plan, &[0x100, 0x200, 0], &AbortFlag::new(), None) }.unwrap();
+        let (arena, uploaded, tail) = {
+            let st = t.state.lock().unwrap();
+            (st.arenas[0].event, st.arenas[0].uploaded, st.tail)
+        };
+        let c = api.calls();
+        let at = c
+            .iter()
+            .position(|c| c.starts_with("copy_h2d_async"))
+            .unwrap();
+        assert!(c[at].ends_with(" on 9"), "{c:?}");
+        assert_eq!(
+            c[at + 1..],
+            [
+                format!("event_record {uploaded:#x} on 9"),
+                format!("wait 5 on {uploaded:#x}"),
+                "event_create".to_string(),
+                "launch 2x128 on 5".to_string(),
+                format!("event_record {arena:#x} on 5"),
+                format!("event_record {tail:#x} on 5"),
+            ]
+        );
     }
 
     /// Eager launches of one communicator run in issue order: a launch on another stream than
