@@ -495,6 +495,18 @@ mod tests {
     use super::*;
     use crate::fake_api::FakeApi;
 
+    /// Windows on device 0 whose signals are written on their stream, the runtime's log
+    /// emptied.
+    fn on_stream() -> (FakeApi, Arc<WindowRanges>, GinWindows<FakeApi>) {
+        let api = FakeApi::default();
+        let ranges = Arc::new(WindowRanges::default());
+        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new())
+            .unwrap()
+            .signals_on_stream();
+        api.calls();
+        (api, ranges, w)
+    }
+
     /// Copies go to the named window on the windows' own stream, each waited for.
     #[test]
     fn copies_go_to_the_named_window_and_stay_inside_it() {
@@ -612,11 +624,7 @@ mod tests {
     /// the windows go.
     #[test]
     fn signals_on_the_stream_wait_once_for_their_payload() {
-        let api = FakeApi::default();
-        let ranges = Arc::new(WindowRanges::default());
-        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new())
-            .unwrap()
-            .signals_on_stream();
+        let (api, ranges, w) = on_stream();
         let (s, e) = (w.stream, w.done);
         api.calls();
         ranges.add(1, 0x10_0000, 64);
@@ -654,11 +662,7 @@ mod tests {
     /// own, a word named twice gets both values, and every sum is queued after the wait.
     #[test]
     fn signals_of_one_pass_are_read_back_together() {
-        let api = FakeApi::default();
-        let ranges = Arc::new(WindowRanges::default());
-        let w = GinWindows::new(api.clone(), 0, ranges, AbortFlag::new())
-            .unwrap()
-            .signals_on_stream();
+        let (api, _, w) = on_stream();
         let (s, e) = (w.stream, w.done);
         api.calls();
         w.add_words64(&[(0x9010, 1), (0x9000, 2), (0x20000, 4), (0x9010, 3)])
@@ -681,11 +685,7 @@ mod tests {
     /// without a wait between them, the first only after what was left queued.
     #[test]
     fn payloads_of_one_message_wait_once() {
-        let api = FakeApi::default();
-        let ranges = Arc::new(WindowRanges::default());
-        let w = GinWindows::new(api.clone(), 0, ranges.clone(), AbortFlag::new())
-            .unwrap()
-            .signals_on_stream();
+        let (api, ranges, w) = on_stream();
         let (s, e) = (w.stream, w.done);
         ranges.add(1, 0x10_0000, 4096);
         api.calls();
