@@ -1,10 +1,12 @@
 //! The GIN proxy engine of one GIN context on one rank: it consumes the descriptors the
-//! device posts for each destination rank, sends them as messages (`wire.rs`) over a
-//! network connection per peer, and applies the messages peers send it. A descriptor is done
-//! locally (its counter bumped, `cis` advanced past it) once every message it became was sent;
-//! a destination writes a message's payload into its window, then applies its signal, in the
-//! order messages arrive on the connection, which is what NCCL promises: a signal is seen only
-//! after its put's payload and every earlier put's to that rank.
+//! device posts for each destination rank, sends them as records of messages (`wire.rs`) over
+//! a network connection per peer, and applies the messages peers send it. A descriptor is done
+//! locally (its counter bumped, `cis` advanced past it) once every message carrying its records
+//! was sent; a destination writes the payloads of the messages it takes in one pass, in the
+//! order they arrive on the connection, then applies their signals, which is what NCCL
+//! promises: a signal is seen only after its put's payload and every earlier put's to that
+//! rank. Each pass writes every moved `cis` once, and applies its signals together: on a
+//! device, adding to a signal means reading it back first (a kernel may have reset it).
 //!
 //! Puts to this rank itself are copied at once. Messages in flight per peer are bounded by the
 //! bounce buffers ([`RING`]); a descriptor waits in its queue until one is free.
@@ -353,7 +355,6 @@ impl GinEngine {
             peers,
             rings,
             windows,
-            rank,
             ..
         } = self;
         let p = peers[peer].as_mut().expect("a peer");
@@ -365,10 +366,7 @@ impl GinEngine {
         loop {
             if p.current.is_none() {
                 match rings.take(peer)? {
-                    Some(gfd) => {
-                        tracing::trace!(target: "oxccl::net", "GIN rank {rank}: took a put of {} B for rank {peer}", gfd.size);
-                        p.current = Some(Outgoing { gfd, sent: 0 });
-                    }
+                    Some(gfd) => p.current = Some(Outgoing { gfd, sent: 0 }),
                     None => break,
                 }
             }
