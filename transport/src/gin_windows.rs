@@ -174,84 +174,53 @@ fn stall_message(device: i32, waited: Duration) -> String {
 
 impl<A: DeviceApi> GinMemory for GinWindows<A> {
     fn read(&self, handle: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let src = self.ranges.at(handle, offset, dst.len(), "reads")?;
-        let _bound = self.api.bind(self.device)?;
-        // The engine's thread copies beside whatever the application captures.
-        let _relaxed = self.api.relaxed_capture()?;
-        let mut staging = lock(&self.staging);
-        for (i, piece) in dst.chunks_mut(STAGING_BYTES).enumerate() {
-            let from = src + (i * STAGING_BYTES) as u64;
-            // SAFETY: `from` and the `piece.len()` bytes after it lie in a registered window;
-            // the staging buffer holds them and is ours until the copy, waited for (after any
-            // queued before it), is done.
-            unsafe {
-                (self.api).copy_d2h_async(staging.buf.as_mut_ptr(), from, piece.len(), self.stream)
-            }?;
-            self.wait()?;
-            staging.queued = false;
-            piece.copy_from_slice(&staging.buf[..piece.len()]);
-        }
-        Ok(())
+        self.read_many(&[(handle, offset, 0, dst.len())], dst)
     }
 
     fn write(&self, handle: u64, offset: u64, src: &[u8]) -> Result<()> {
-        let dst = self.ranges.at(handle, offset, src.len(), "writes")?;
-        let _bound = self.api.bind(self.device)?;
-        let _relaxed = self.api.relaxed_capture()?;
-        let mut staging = lock(&self.staging);
-        for (i, piece) in src.chunks(STAGING_BYTES).enumerate() {
-            self.settle(&mut staging)?;
-            staging.buf[..piece.len()].copy_from_slice(piece);
-            let to = dst + (i * STAGING_BYTES) as u64;
-            // SAFETY: `to` and the `piece.len()` bytes after it lie in a registered window; the
-            // staging buffer stays untouched until the copy has landed: waited for now, or by
-            // `settle` or the signal's wait (`defer`) before anything writes it again.
-            unsafe {
-                (self.api).copy_h2d_async(to, staging.buf.as_ptr(), piece.len(), self.stream)
-            }?;
-            staging.queued = true;
-        }
-        if !self.defer {
-            self.settle(&mut staging)?;
-        }
-        Ok(())
+        self.write_many(&[(handle, offset, src)])
     }
 
-    /// Every read's copy queued, one wait for them all (in rounds of the staging buffer).
+    /// Every read's copy queued, one wait for them all, in rounds of the staging buffer (a read
+    /// larger than it goes in pieces).
     fn read_many(&self, reads: &[(u64, u64, usize, usize)], out: &mut [u8]) -> Result<()> {
-        let lens: Vec<usize> = reads.iter().map(|r| r.3).collect();
-        if lens.iter().any(|&l| l > STAGING_BYTES) {
-            return reads
-                .iter()
-                .try_for_each(|&(h, o, at, len)| self.read(h, o, &mut out[at..at + len]));
-        }
         let from = reads
             .iter()
             .map(|&(h, o, _, len)| self.ranges.at(h, o, len, "reads"))
             .collect::<Result<Vec<u64>>>()?;
+        // (device address, offset in `out`, bytes), each at most the staging buffer.
+        let pieces: Vec<(u64, usize, usize)> = (reads.iter().zip(&from))
+            .flat_map(|(&(_, _, at, len), &src)| {
+                (0..len)
+                    .step_by(STAGING_BYTES)
+                    .map(move |k| (src + k as u64, at + k, (len - k).min(STAGING_BYTES)))
+            })
+            .collect();
+        let lens: Vec<usize> = pieces.iter().map(|p| p.2).collect();
         let _bound = self.api.bind(self.device)?;
+        // The engine's thread copies beside whatever the application captures.
         let _relaxed = self.api.relaxed_capture()?;
         let mut staging = lock(&self.staging);
         for round in staging_rounds(&lens) {
             let mut at = 0;
-            for i in round.clone() {
-                // SAFETY: `from[i]` and the bytes after it lie in a registered window; the
+            for &(src, _, len) in &pieces[round.clone()] {
+                // SAFETY: `src` and the `len` bytes after it lie in a registered window; the
                 // staging buffer holds the round and is ours until the copies, waited for
                 // below, are done (after any write still reading it, queued before them).
                 unsafe {
                     (self.api).copy_d2h_async(
                         staging.buf.as_mut_ptr().add(at),
-                        from[i],
-                        reads[i].3,
+                        src,
+                        len,
                         self.stream,
                     )
                 }?;
-                at += reads[i].3;
+                at += len;
             }
             self.wait()?;
             staging.queued = false;
             let mut at = 0;
-            for &(_, _, to, len) in &reads[round] {
+            for &(_, to, len) in &pieces[round] {
                 out[to..to + len].copy_from_slice(&staging.buf[at..at + len]);
                 at += len;
             }
@@ -259,32 +228,35 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
         Ok(())
     }
 
-    /// Every write's copy queued from the staging buffer without a wait between them (in rounds
-    /// of the staging buffer).
+    /// Every write's copy queued from the staging buffer without a wait between them, in
+    /// rounds of the staging buffer (a write larger than it goes in pieces).
     fn write_many(&self, writes: &[(u64, u64, &[u8])]) -> Result<()> {
-        let lens: Vec<usize> = writes.iter().map(|w| w.2.len()).collect();
-        if lens.iter().any(|&l| l > STAGING_BYTES) {
-            return writes.iter().try_for_each(|&(h, o, b)| self.write(h, o, b));
-        }
         let to = writes
             .iter()
             .map(|&(h, o, b)| self.ranges.at(h, o, b.len(), "writes"))
             .collect::<Result<Vec<u64>>>()?;
+        // (device address, bytes), each at most the staging buffer.
+        let pieces: Vec<(u64, &[u8])> = (writes.iter().zip(&to))
+            .flat_map(|(&(_, _, bytes), &dst)| {
+                (bytes.chunks(STAGING_BYTES).enumerate())
+                    .map(move |(i, piece)| (dst + (i * STAGING_BYTES) as u64, piece))
+            })
+            .collect();
+        let lens: Vec<usize> = pieces.iter().map(|p| p.1.len()).collect();
         let _bound = self.api.bind(self.device)?;
         let _relaxed = self.api.relaxed_capture()?;
         let mut staging = lock(&self.staging);
         for round in staging_rounds(&lens) {
             self.settle(&mut staging)?;
             let mut at = 0;
-            for i in round {
-                let bytes = writes[i].2;
+            for &(dst, bytes) in &pieces[round] {
                 staging.buf[at..at + bytes.len()].copy_from_slice(bytes);
-                // SAFETY: `to[i]` and the bytes after it lie in a registered window; the staging
+                // SAFETY: `dst` and the bytes after it lie in a registered window; the staging
                 // buffer stays untouched until the copy has landed: waited for by `settle` or
                 // the signal's wait (`defer`) before anything writes it again.
                 unsafe {
                     (self.api).copy_h2d_async(
-                        to[i],
+                        dst,
                         staging.buf.as_ptr().add(at),
                         bytes.len(),
                         self.stream,
@@ -311,18 +283,7 @@ impl<A: DeviceApi> GinMemory for GinWindows<A> {
     /// Reads the word on the stream (after the writes queued before), then queues the sum:
     /// one wait, as the engine is the only writer but for a kernel's reset.
     fn add_word64(&self, addr: u64, value: u64) -> Result<()> {
-        let _bound = self.api.bind(self.device)?;
-        let _relaxed = self.api.relaxed_capture()?;
-        let mut staging = lock(&self.staging);
-        // SAFETY: `addr` is a counter or signal of a context of this device, which outlives
-        // its engine; the staging buffer is ours until the copy, waited for, is done, and a
-        // write still reading it is queued before the copy.
-        unsafe { (self.api).copy_d2h_async(staging.buf.as_mut_ptr(), addr, 8, self.stream) }?;
-        self.wait()?;
-        staging.queued = false;
-        let now = u64::from_le_bytes(staging.buf[..8].try_into().expect("8 bytes"));
-        // SAFETY: as above; the value travels in the command itself.
-        unsafe { (self.api).write_word_async(addr, now.wrapping_add(value), true, self.stream) }
+        self.add_words64(&[(addr, value)])
     }
 
     /// Reads every word back with one wait (a copy per run of nearby words), then queues each

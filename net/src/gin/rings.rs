@@ -146,22 +146,8 @@ impl Rings {
         }
     }
 
-    /// Adds `value` to signal `id` (checked by [`Rings::check_signal`]), after every window
-    /// write before it.
-    pub(crate) fn add_signal(&self, id: usize, value: u64) -> Result<()> {
-        match &self.device {
-            Some((d, cells)) => d.add_word64(cells.signals + 8 * id as u64, value),
-            None => {
-                self.mem
-                    .word64(self.mem.signals, id)
-                    .fetch_add(value, Ordering::Release);
-                Ok(())
-            }
-        }
-    }
-
-    /// [`Rings::add_signal`] for each `(id, value)` of `adds`: on the device, one read-back
-    /// for all of them.
+    /// Adds each `value` to signal `id` (checked by [`Rings::check_signal`]) of `adds`, after
+    /// every window write before them: on the device, with one read-back for all of them.
     pub(crate) fn add_signals(&self, adds: &[(usize, u64)]) -> Result<()> {
         match &self.device {
             Some((d, cells)) => {
@@ -171,7 +157,14 @@ impl Rings {
                     .collect();
                 d.add_words64(&words)
             }
-            None => adds.iter().try_for_each(|&(id, v)| self.add_signal(id, v)),
+            None => {
+                for &(id, value) in adds {
+                    self.mem
+                        .word64(self.mem.signals, id)
+                        .fetch_add(value, Ordering::Release);
+                }
+                Ok(())
+            }
         }
     }
 
