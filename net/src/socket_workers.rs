@@ -53,6 +53,17 @@ impl ReqState {
     fn part_done(&self) {
         self.parts.fetch_sub(1, Ordering::AcqRel);
     }
+
+    /// `None` while a part is with a thread, then the first failure or `Ok`. Parts are counted
+    /// before failures are read: a part records its failure before it counts itself done, so
+    /// once none is left every failure is visible; read the other way round, a failure landing
+    /// in between would pass as a complete request.
+    pub fn settled(&self) -> Option<std::result::Result<(), String>> {
+        if self.parts.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        Some(lock(&self.failed).clone().map_or(Ok(()), Err))
+    }
 }
 
 /// One part of a message for a data socket.
@@ -513,6 +524,22 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn a_request_settles_only_once_its_last_part_is_back() {
+        let state = ReqState::default();
+        state.parts.store(2, Ordering::Release);
+        state.fail("reset");
+        state.part_done();
+        assert_eq!(
+            state.settled(),
+            None,
+            "a failed part while another still runs"
+        );
+        state.part_done();
+        assert_eq!(state.settled(), Some(Err("reset".to_string())));
+        assert_eq!(ReqState::default().settled(), Some(Ok(())));
     }
 
     fn job(addr: *const u8, len: usize, state: &Arc<ReqState>) -> Job {

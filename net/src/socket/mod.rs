@@ -394,10 +394,11 @@ impl Net for SocketNet {
                 return Ok(None);
             }
             drop(side);
-            if let Some(why) = lock(&r.state.failed).clone() {
-                return Err(Error::Remote(format!("network send failed: {why}")));
-            }
-            return Ok((r.state.parts.load(Ordering::Acquire) == 0).then_some(r.size));
+            return match r.state.settled() {
+                None => Ok(None),
+                Some(Ok(())) => Ok(Some(r.size)),
+                Some(Err(why)) => Err(Error::Remote(format!("network send failed: {why}"))),
+            };
         }
         let r = req
             .0
@@ -407,13 +408,11 @@ impl Net for SocketNet {
         if !r.state.done.load(Ordering::Acquire) {
             return Ok(None);
         }
-        if let Some(why) = lock(&r.state.parts.failed).clone() {
-            return Err(Error::Remote(format!("network receive failed: {why}")));
+        match r.state.parts.settled() {
+            None => Ok(None),
+            Some(Ok(())) => Ok(*lock(&r.state.size)),
+            Some(Err(why)) => Err(Error::Remote(format!("network receive failed: {why}"))),
         }
-        if r.state.parts.parts.load(Ordering::Acquire) != 0 {
-            return Ok(None);
-        }
-        Ok(*lock(&r.state.size))
     }
 
     fn pair(&self, peer: u32, send: &mut SendComm, recv: &mut RecvComm) -> Result<()> {
