@@ -54,15 +54,24 @@ impl ReqState {
         self.parts.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// `None` while a part is with a thread, then the first failure or `Ok`. Parts are counted
-    /// before failures are read: a part records its failure before it counts itself done, so
-    /// once none is left every failure is visible; read the other way round, a failure landing
-    /// in between would pass as a complete request.
+    /// The first failure of a part as soon as one is recorded; else `None` while a part is
+    /// with a thread, then `Ok`. A failure is returned at once, not after the other parts: a
+    /// part on a socket that stays silent would otherwise hold the error back for good.
     pub fn settled(&self) -> Option<std::result::Result<(), String>> {
-        if self.parts.load(Ordering::Acquire) != 0 {
-            return None;
+        self.settled_with(|| {})
+    }
+
+    /// [`ReqState::settled`], running `between` between its two reads (tests interleave there).
+    /// Parts are counted before failures are read: a part records its failure before it counts
+    /// itself back, so a count of none left comes with every failure visible; read the other
+    /// way round, a failure landing in between would pass as a complete request.
+    fn settled_with(&self, between: impl FnOnce()) -> Option<std::result::Result<(), String>> {
+        let left = self.parts.load(Ordering::Acquire);
+        between();
+        if let Some(why) = lock(&self.failed).clone() {
+            return Some(Err(why));
         }
-        Some(lock(&self.failed).clone().map_or(Ok(()), Err))
+        (left == 0).then_some(Ok(()))
     }
 }
 
@@ -527,19 +536,31 @@ mod tests {
     }
 
     #[test]
-    fn a_request_settles_only_once_its_last_part_is_back() {
+    fn a_request_fails_at_its_first_failed_part_and_completes_after_its_last() {
         let state = ReqState::default();
+        state.parts.store(2, Ordering::Release);
+        assert_eq!(state.settled(), None);
+        state.part_done();
+        assert_eq!(state.settled(), None, "one part still out");
+        state.part_done();
+        assert_eq!(state.settled(), Some(Ok(())));
         state.parts.store(2, Ordering::Release);
         state.fail("reset");
         state.part_done();
-        assert_eq!(
-            state.settled(),
-            None,
-            "a failed part while another still runs"
-        );
-        state.part_done();
-        assert_eq!(state.settled(), Some(Err("reset".to_string())));
-        assert_eq!(ReqState::default().settled(), Some(Ok(())));
+        assert_eq!(state.settled(), Some(Err("reset".into())), "at once");
+    }
+
+    /// The last part failing between the two reads: the request fails, never completes.
+    #[test]
+    fn a_part_failing_while_a_request_is_tested_fails_it() {
+        let state = ReqState::default();
+        state.parts.store(1, Ordering::Release);
+        let got = state.settled_with(|| {
+            state.fail("reset");
+            state.part_done();
+        });
+        assert_ne!(got, Some(Ok(())), "a failed part passed as complete");
+        assert_eq!(state.settled(), Some(Err("reset".into())));
     }
 
     fn job(addr: *const u8, len: usize, state: &Arc<ReqState>) -> Job {
